@@ -1,0 +1,1 @@
+"""FPGA flows: out-of-context synthesis, board tops, build and program."""

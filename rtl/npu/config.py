@@ -1,0 +1,139 @@
+"""The processor configuration: one frozen object, named presets.
+
+This module is plain Python (no Amaranth, no numpy) so that the golden model, the compiler and
+the RTL can all read the same configuration.
+"""
+
+from dataclasses import dataclass, field, fields, replace
+
+__all__ = ["FORMATS", "NPUConfig", "PRESETS", "preset"]
+
+
+#: Number formats a configuration may include. ``mixed`` is int8 x binary16 (either side) and
+#: needs both ``int8`` and ``fp16``.
+FORMATS = ("int8", "fp16", "mixed")
+
+
+@dataclass(frozen=True)
+class NPUConfig:
+    """Parameters of one NPU build.
+
+    Every field is checked on construction; a bad value raises :class:`ValueError` or
+    :class:`TypeError` naming the field and the value.
+
+    Attributes
+    ----------
+    name : str
+        Preset name (or a user label).
+    cores : int
+        Number of neural engine cores.
+    macs : int
+        Multiply-accumulate units per core (the MAC array width N). Must be even, because the
+        dual-kernel mode pairs lanes 2i and 2i+1.
+    acc_slots : int
+        Accumulator slots per MAC unit (output channels that can be interleaved).
+    formats : tuple of str
+        Arithmetic formats built into the hardware, a subset of :data:`FORMATS`. Formats left
+        out are removed from the hardware, not just disabled.
+    planar_lanes : int
+        P of the planar engine's P x P array.
+    buffer_kib : int
+        Size of the data processor's on-chip buffer in KiB.
+    task_queues : int
+        Number of task queues in the neural task manager.
+    target : str
+        What the preset is sized for (documentation only).
+    """
+
+    name: str = "custom"
+    cores: int = 1
+    macs: int = 16
+    acc_slots: int = 8
+    formats: tuple = ("int8", "fp16", "mixed")
+    planar_lanes: int = 4
+    buffer_kib: int = 64
+    task_queues: int = 8
+    target: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type is int and (not isinstance(value, int) or isinstance(value, bool)):
+                raise TypeError(f"NPUConfig.{f.name} must be an integer, not {value!r}")
+            if f.type is str and not isinstance(value, str):
+                raise TypeError(f"NPUConfig.{f.name} must be a string, not {value!r}")
+        for name, lo, hi in (("cores", 1, 64), ("macs", 2, 4096), ("acc_slots", 1, 64),
+                             ("planar_lanes", 1, 32), ("buffer_kib", 1, 1 << 16),
+                             ("task_queues", 1, 32)):
+            value = getattr(self, name)
+            if not lo <= value <= hi:
+                raise ValueError(f"NPUConfig.{name} must be in [{lo}, {hi}], not {value!r}")
+        if self.macs % 2:
+            raise ValueError(f"NPUConfig.macs must be even (dual-kernel mode pairs lanes), "
+                             f"not {self.macs!r}")
+        if isinstance(self.formats, (str, bytes)) or not isinstance(self.formats, (tuple, list,
+                                                                                   frozenset,
+                                                                                   set)):
+            raise TypeError(f"NPUConfig.formats must be a tuple of format names, "
+                            f"not {self.formats!r}")
+        for fmt in self.formats:
+            if fmt not in FORMATS:
+                raise ValueError(f"NPUConfig.formats: unknown format {fmt!r}; "
+                                 f"choose from {', '.join(FORMATS)}")
+        if not self.formats:
+            raise ValueError("NPUConfig.formats must name at least one format, not ()")
+        if "mixed" in self.formats and not {"int8", "fp16"} <= set(self.formats):
+            raise ValueError(f"NPUConfig.formats: 'mixed' needs both 'int8' and 'fp16', "
+                             f"not {tuple(self.formats)!r}")
+        # Canonical order, so equal configurations compare and hash equal.
+        object.__setattr__(self, "formats", tuple(f for f in FORMATS if f in self.formats))
+
+    @property
+    def has_int8(self):
+        return "int8" in self.formats
+
+    @property
+    def has_fp16(self):
+        return "fp16" in self.formats
+
+    @property
+    def has_mixed(self):
+        return "mixed" in self.formats
+
+    @property
+    def has_float(self):
+        """True if the accumulators must hold binary32 (any format with a binary16 side)."""
+        return self.has_fp16 or self.has_mixed
+
+    def replace(self, **changes):
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+
+PRESETS = {
+    "small": NPUConfig(
+        name="small", cores=1, macs=16, acc_slots=8, formats=("int8", "fp16", "mixed"),
+        planar_lanes=4, buffer_kib=64, task_queues=8,
+        target="fast simulation; default for tests"),
+    "ice40": NPUConfig(
+        name="ice40", cores=1, macs=8, acc_slots=4, formats=("int8",),
+        planar_lanes=2, buffer_kib=64, task_queues=4,
+        target="iCEBreaker, iCE40UP5K (5,280 LUT, 8 DSP, 128 KiB SPRAM)"),
+    "ecp5": NPUConfig(
+        name="ecp5", cores=2, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
+        planar_lanes=4, buffer_kib=256, task_queues=8,
+        target="ULX3S, LFE5U-85F (84k LUT, 156 MULT18X18, 208 EBR)"),
+    "ane": NPUConfig(
+        name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),
+        planar_lanes=8, buffer_kib=4096, task_queues=8,
+        target="Verilog and simulation only: the full Neural Engine shape"),
+}
+
+
+def preset(name):
+    """The preset called ``name``; :class:`ValueError` naming the choices otherwise."""
+    try:
+        return PRESETS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown preset {name!r}; choose from "
+                         f"{', '.join(PRESETS)}") from None

@@ -1,0 +1,339 @@
+"""The MAC unit and the MAC array of the neural engine.
+
+A MAC unit multiplies two operands (int8 or binary16, in the combinations of
+:class:`~npu.layouts.MacFormat`) and combines the exact product with one of its accumulator
+slots (add, max, min or compare). A MAC array is N units sharing one command stream: the
+coefficient is broadcast, each unit gets its own data operand, every unit uses the same slot.
+``docs/mac.md`` documents the command format, the pipeline and its latency.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .arith.fp32 import FP32AddPipe, decode_operand, product_to_f32
+from .config import NPUConfig
+from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
+
+__all__ = ["MacUnit", "MacArray"]
+
+
+def _control_layout(slots):
+    return data.StructLayout({
+        "valid": 1,
+        "kill":  1,
+        "op":    MacOp,
+        "fmt":   MacFormat,
+        "slot":  slot_shape(slots),
+        "first": 1,
+        "last":  1,
+    })
+
+
+def pipeline_stages(config):
+    """Register stages of a MAC unit for ``config``: ``(write_stage, hazard_stages)``.
+
+    Stage ``S0`` holds an accepted command; the accumulator is read as the command enters
+    ``S2`` and written as it enters ``S<write_stage>``, which is also the result register.
+    A command that reads a slot must not be accepted while a command writing that slot sits in
+    one of the first ``hazard_stages`` stages.
+    """
+    write_stage = 6 if config.has_float else 3
+    return write_stage, write_stage - 3
+
+
+class MacUnit(wiring.Component):
+    """One multiply-accumulate unit with ``config.acc_slots`` accumulator slots.
+
+    The unit is a fixed-length pipeline advanced by ``en``; it keeps its control alongside
+    its data, so N units in an array are identical. Results appear in ``result`` after
+    ``write_stage + 1`` advancing cycles (see :func:`pipeline_stages`).
+
+    Members
+    -------
+    en : In(1)
+        Advance every pipeline stage.
+    valid : In(1)
+        A command is accepted this cycle (only sampled when ``en`` is high).
+    kill : In(1)
+        The command must not write its slot (unsupported format); its result is zero.
+    op, fmt, slot, first, last, bias : In
+        The command (see :func:`npu.layouts.mac_command_layout`).
+    a, b : In(16)
+        Data and coefficient operands.
+    result : Out(32)
+        Slot value after the command in the last stage (int32 or binary32 bits).
+    out : Out(control layout)
+        Control of the command in the last stage (``valid``, ``slot``, ``last``, ...).
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, NPUConfig):
+            raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        self._config = config
+        ctl = _control_layout(config.acc_slots)
+        super().__init__({
+            "en":     In(1),
+            "valid":  In(1),
+            "kill":   In(1),
+            "op":     In(MacOp),
+            "fmt":    In(MacFormat),
+            "slot":   In(slot_shape(config.acc_slots)),
+            "first":  In(1),
+            "last":   In(1),
+            "bias":   In(32),
+            "a":      In(16),
+            "b":      In(16),
+            "result": Out(32),
+            "out":    Out(ctl),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        write_stage, _ = pipeline_stages(cfg)
+        ctl_layout = _control_layout(cfg.acc_slots)
+        en = self.en
+
+        # Control travels with the data through every stage.
+        ctl = [Signal(ctl_layout, name=f"ctl{i}") for i in range(write_stage + 1)]
+        with m.If(en):
+            m.d.sync += ctl[0].eq(Cat(self.valid, self.kill, self.op, self.fmt, self.slot,
+                                      self.first, self.last))
+            for i in range(1, write_stage + 1):
+                m.d.sync += ctl[i].eq(ctl[i - 1])
+
+        # S0: operand registers.
+        a0 = Signal(16)
+        b0 = Signal(16)
+        bias = [Signal(32, name=f"bias{i}") for i in range(3)]
+        with m.If(en):
+            m.d.sync += [a0.eq(self.a), b0.eq(self.b), bias[0].eq(self.bias),
+                         bias[1].eq(bias[0]), bias[2].eq(bias[1])]
+
+        # Accumulator slots: read as a command enters S2, written as it enters the last stage.
+        acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
+        m.submodules.acc = acc
+        acc_wr = acc.write_port()
+        acc_rd = acc.read_port(transparent_for=(acc_wr,))
+        m.d.comb += [acc_rd.en.eq(en), acc_rd.addr.eq(ctl[1].slot)]
+        last_ctl = ctl[write_stage - 1]
+        final = Signal(32)
+        m.d.comb += [
+            acc_wr.addr.eq(last_ctl.slot),
+            acc_wr.data.eq(final),
+            acc_wr.en.eq(en & last_ctl.valid & ~last_ctl.kill),
+        ]
+        result = Signal(32)
+        with m.If(en):
+            m.d.sync += result.eq(Mux(last_ctl.kill, 0, final))
+        m.d.comb += [self.result.eq(result), self.out.eq(ctl[write_stage])]
+
+        addend = Signal(32)
+        m.d.comb += addend.eq(Mux(ctl[2].first, bias[2], acc_rd.data))
+
+        if cfg.has_float:
+            # S1: decode both operands and multiply the significands (11 x 11 bits).
+            fmt0 = ctl[0].fmt
+            a_is_int = (fmt0 == MacFormat.INT8) | (fmt0 == MacFormat.I8F16)
+            b_is_int = (fmt0 == MacFormat.INT8) | (fmt0 == MacFormat.F16I8)
+            if not cfg.has_mixed:
+                a_is_int = b_is_int = fmt0 == MacFormat.INT8
+            if not cfg.has_int8:
+                a_is_int = b_is_int = 0
+            da = decode_operand(m, a0, a_is_int, name="da")
+            db = decode_operand(m, b0, b_is_int, name="db")
+            a_zero = ~da.inf & ~da.nan & (da.sig == 0)
+            b_zero = ~db.inf & ~db.nan & (db.sig == 0)
+            psig = Signal(22)
+            pexp = Signal(signed(7))
+            psign = Signal()
+            pinf = Signal()
+            pnan = Signal()
+            with m.If(en):
+                m.d.sync += [
+                    psig.eq(da.sig * db.sig),
+                    pexp.eq(da.exp + db.exp),
+                    psign.eq(da.sign ^ db.sign),
+                    pinf.eq(da.inf | db.inf),
+                    pnan.eq(da.nan | db.nan | (da.inf & b_zero) | (db.inf & a_zero)),
+                ]
+
+            # S2: the exact product as binary32 bits, or as int32 for INT8 commands.
+            pf32 = product_to_f32(m, psign, psig, pexp, pinf, pnan, name="pf32")
+            pint = Mux(psign, -psig, psig).as_signed()
+            p2 = Signal(32)
+            with m.If(en):
+                m.d.sync += p2.eq(Mux(ctl[1].fmt == MacFormat.INT8, pint, pf32))
+
+            # S3-S5: the binary32 adder; int32 results wait alongside.
+            m.submodules.fadd = fadd = FP32AddPipe()
+            m.d.comb += [fadd.en.eq(en), fadd.a.eq(addend), fadd.b.eq(p2),
+                         fadd.op.eq(ctl[2].op)]
+            ires = self._int_op(m, ctl[2].op, addend, p2)
+            idelay = ires
+            for i in range(FP32AddPipe.LATENCY):
+                stage = Signal(32, name=f"ires{3 + i}")
+                with m.If(en):
+                    m.d.sync += stage.eq(idelay)
+                idelay = stage
+            m.d.comb += final.eq(Mux(last_ctl.fmt == MacFormat.INT8, idelay, fadd.result))
+        else:
+            # Integer-only build: S1 is a signed 8 x 8 multiply, S2 the int32 combine.
+            p1 = Signal(signed(16))
+            with m.If(en):
+                m.d.sync += p1.eq(a0[:8].as_signed() * b0[:8].as_signed())
+            p2 = Signal(32)
+            with m.If(en):
+                m.d.sync += p2.eq(p1)
+            m.d.comb += final.eq(self._int_op(m, ctl[2].op, addend, p2))
+        return m
+
+    @staticmethod
+    def _int_op(m, op, acc, p):
+        """Combinational int32 add (wrapping) / max / min / compare of ``p`` against ``acc``."""
+        res = Signal(32)
+        acc_s = acc.as_signed()
+        p_s = p.as_signed()
+        with m.Switch(op):
+            with m.Case(MacOp.MAC):
+                m.d.comb += res.eq(acc + p)
+            with m.Case(MacOp.MAX):
+                m.d.comb += res.eq(Mux(p_s > acc_s, p, acc))
+            with m.Case(MacOp.MIN):
+                m.d.comb += res.eq(Mux(p_s < acc_s, p, acc))
+            with m.Case(MacOp.CMP):
+                m.d.comb += res.eq(Mux(p_s > acc_s, 1, Mux(p_s < acc_s, -1, 0)))
+        return res
+
+
+class MacArray(wiring.Component):
+    """``config.macs`` MAC units on one command stream, with broadcast coefficients.
+
+    Every accepted command advances all units together. A command that reads a slot still
+    being computed by an earlier command waits (``cmd.ready`` low) until the value is written
+    back: interleaving at least ``hazard_stages + 1`` slots (4 with binary16 support, 1 for an
+    int8-only build) keeps the array at one command per cycle. ``docs/mac.md`` gives the
+    command format, the latency and the dual-kernel mode.
+
+    Members
+    -------
+    cmd : In(stream.Signature(mac_command_layout(macs, acc_slots)))
+        Commands.
+    res : Out(stream.Signature(mac_result_layout(macs, acc_slots)))
+        One beat per command with ``last`` set, in command order.
+    error : Out(1)
+        Sticky: a command used a format this build leaves out. Such a command is consumed,
+        writes no slot, and (if ``last``) yields a result beat of zeros.
+    error_clear : In(1)
+        Clear ``error``.
+    active : Out(1)
+        A command was accepted this cycle (for MAC-active performance counters).
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, NPUConfig):
+            raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        self._config = config
+        super().__init__({
+            "cmd": In(stream.Signature(mac_command_layout(config.macs, config.acc_slots))),
+            "res": Out(stream.Signature(mac_result_layout(config.macs, config.acc_slots))),
+            "error": Out(1),
+            "error_clear": In(1),
+            "active": Out(1),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def latency(self):
+        """Cycles from a command's handshake to its result being valid (no stalls)."""
+        return pipeline_stages(self._config)[0] + 1
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        _, hazard_stages = pipeline_stages(cfg)
+        cmd = self.cmd.payload
+
+        units = [MacUnit(cfg) for _ in range(cfg.macs)]
+        for i, unit in enumerate(units):
+            m.submodules[f"mac{i}"] = unit
+
+        # The pipeline stalls only while a result waits for the consumer.
+        out_ctl = units[0].out
+        en = Signal()
+        m.d.comb += [
+            self.res.valid.eq(out_ctl.valid & out_ctl.last),
+            en.eq(~self.res.valid | self.res.ready),
+        ]
+
+        # Read-after-write interlock on the accumulator slot (commands seeding from the bias
+        # read nothing and need no wait).
+        hazard = Signal()
+        for unit_ctl in self._early_control(m, units[0], hazard_stages):
+            with m.If(unit_ctl.valid & (unit_ctl.slot == cmd.slot) & ~cmd.first):
+                m.d.comb += hazard.eq(1)
+
+        supported = Signal()
+        with m.Switch(cmd.fmt):
+            with m.Case(MacFormat.INT8):
+                m.d.comb += supported.eq(cfg.has_int8)
+            with m.Case(MacFormat.FP16):
+                m.d.comb += supported.eq(cfg.has_fp16)
+            with m.Case(MacFormat.I8F16, MacFormat.F16I8):
+                m.d.comb += supported.eq(cfg.has_mixed)
+
+        accept = Signal()
+        m.d.comb += [
+            self.cmd.ready.eq(en & ~hazard),
+            accept.eq(self.cmd.valid & self.cmd.ready),
+            self.active.eq(accept),
+        ]
+        with m.If(self.error_clear):
+            m.d.sync += self.error.eq(0)
+        with m.If(accept & ~supported):
+            m.d.sync += self.error.eq(1)
+
+        # Operand routing: broadcast coefficient, or the even/odd dual-kernel pairing.
+        for i, unit in enumerate(units):
+            m.d.comb += [
+                unit.en.eq(en),
+                unit.valid.eq(accept),
+                unit.kill.eq(~supported),
+                unit.op.eq(cmd.op),
+                unit.fmt.eq(cmd.fmt),
+                unit.slot.eq(cmd.slot),
+                unit.first.eq(cmd.first),
+                unit.last.eq(cmd.last),
+                unit.bias.eq(cmd.bias),
+                unit.a.eq(Mux(cmd.dual, cmd.data[i // 2], cmd.data[i])),
+                unit.b.eq(Mux(cmd.dual & (i % 2 == 1), cmd.coef[1], cmd.coef[0])),
+                self.res.payload.acc[i].eq(unit.result),
+            ]
+        m.d.comb += [
+            self.res.payload.slot.eq(out_ctl.slot),
+            self.res.payload.fmt.eq(out_ctl.fmt),
+        ]
+        return m
+
+    def _early_control(self, m, unit, count):
+        """Shadow of the first ``count`` stages' control (valid, slot) for the interlock."""
+        shadows = []
+        prev_valid, prev_slot = unit.valid & ~unit.kill, unit.slot
+        for i in range(count):
+            valid = Signal(name=f"hz_valid{i}")
+            slot = Signal(slot_shape(self._config.acc_slots), name=f"hz_slot{i}")
+            with m.If(unit.en):
+                m.d.sync += [valid.eq(prev_valid), slot.eq(prev_slot)]
+            shadows.append(data.View(data.StructLayout({"valid": 1, "slot": len(slot)}),
+                                     Cat(valid, slot)))
+            prev_valid, prev_slot = valid, slot
+        return shadows

@@ -1,0 +1,1 @@
+"""Numpy golden model of the open neural processor (never imports Amaranth)."""

@@ -1,0 +1,91 @@
+"""amaranth.sim helpers: stream put/get with random stalls, packing, running with a VCD.
+
+Producers and consumers are async testbenches; ``stall`` is the probability that a beat is
+held back (producer) or not accepted (consumer) for a cycle, drawn from a seeded generator so
+every run is reproducible.
+"""
+
+import contextlib
+import random
+
+from amaranth.lib import data
+from amaranth.sim import Simulator
+
+__all__ = ["pack", "unpack", "stream_put", "stream_get", "run_simulation"]
+
+
+def pack(layout, value):
+    """Pack a nested dict / list ``value`` into an integer for ``layout``."""
+    if isinstance(layout, data.StructLayout):
+        word = 0
+        for name, field in layout:
+            if name in value:
+                word |= pack(field.shape, value[name]) << field.offset
+        return word
+    if isinstance(layout, data.ArrayLayout):
+        width = data.Layout.cast(layout.elem_shape).size
+        word = 0
+        for i, elem in enumerate(value):
+            word |= pack(layout.elem_shape, elem) << (i * width)
+        return word
+    size = data.Layout.cast(layout).size if isinstance(layout, data.Layout) else None
+    if size is None:
+        from amaranth.hdl import Shape
+        size = Shape.cast(layout).width
+    return int(value) & ((1 << size) - 1)
+
+
+def unpack(layout, word):
+    """Inverse of :func:`pack` for struct and array layouts (leaves are unsigned ints)."""
+    if isinstance(layout, data.StructLayout):
+        return {name: unpack(field.shape, word >> field.offset) for name, field in layout}
+    if isinstance(layout, data.ArrayLayout):
+        width = data.Layout.cast(layout.elem_shape).size
+        return [unpack(layout.elem_shape, word >> (i * width)) for i in range(layout.length)]
+    from amaranth.hdl import Shape
+    return word & ((1 << Shape.cast(layout).width) - 1)
+
+
+async def stream_put(ctx, stream, word, rng=None, stall=0.0):
+    """Send one beat (``word`` packed as an int) on ``stream``, after random idle cycles."""
+    while rng is not None and stall and rng.random() < stall:
+        await ctx.tick()
+    ctx.set(stream.valid, 1)
+    ctx.set(stream.payload.as_value(), word)
+    await ctx.tick().until(stream.ready)
+    ctx.set(stream.valid, 0)
+
+
+async def stream_get(ctx, stream, rng=None, stall=0.0):
+    """Receive one beat from ``stream`` as an int, refusing it for random cycles."""
+    while rng is not None and stall and rng.random() < stall:
+        await ctx.tick()
+    ctx.set(stream.ready, 1)
+    word, = await ctx.tick().sample(stream.payload.as_value()).until(stream.valid)
+    ctx.set(stream.ready, 0)
+    return word
+
+
+def run_simulation(dut, testbenches, *, vcd=None, clock=1e-8, processes=()):
+    """Simulate ``dut`` with a clock, the given async testbenches and processes.
+
+    Writes a VCD (and GTKW) to ``vcd`` when it is given.
+    """
+    sim = Simulator(dut)
+    sim.add_clock(clock)
+    for tb in testbenches:
+        sim.add_testbench(tb)
+    for proc in processes:
+        sim.add_process(proc)
+    if vcd:
+        ctx = sim.write_vcd(str(vcd))
+    else:
+        ctx = contextlib.nullcontext()
+    with ctx:
+        sim.run()
+    return sim
+
+
+def seeded_rng(seed, name):
+    """An independent, reproducible random generator per (seed, stream name)."""
+    return random.Random(f"{seed}:{name}")
