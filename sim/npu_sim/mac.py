@@ -215,3 +215,20 @@ def compare_results(expected, actual, limit=10):
         if len(lines) >= limit:
             break
     return lines[:limit]
+
+
+def run_verilator(config, program, *, seed=0, stall=0.3, progress=None):
+    """Run ``program`` through :class:`npu.mac.MacArray` compiled with Verilator.
+
+    Returns ``(results, stats)`` with ``stats`` = dict(cycles, sent, active).
+    """
+    from npu.mac import MacArray
+    from .verilator import StreamBench
+
+    dut = MacArray(config)
+    bench = StreamBench(dut, in_name="cmd", out_name="res", active_name="active",
+                        progress=progress)
+    words = command_words(dut.cmd.payload.shape(), program)
+    expected = int(np.count_nonzero(program["last"]))
+    outs, stats = bench.run(words, expected, stall=stall, seed=seed)
+    return results_from_words(dut.res.payload.shape(), outs), stats

