@@ -41,6 +41,9 @@ class NPUConfig:
         Size of the data processor's on-chip buffer in KiB.
     task_queues : int
         Number of task queues in the neural task manager.
+    acc_memory : str
+        How accumulator slots are stored: ``"logic"`` (flip-flops or LUT RAM, the synthesis
+        tool's choice) or ``"block"`` (block RAM, for FPGAs short of logic such as the iCE40).
     target : str
         What the preset is sized for (documentation only).
     """
@@ -53,6 +56,7 @@ class NPUConfig:
     planar_lanes: int = 4
     buffer_kib: int = 64
     task_queues: int = 8
+    acc_memory: str = "logic"
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -68,6 +72,9 @@ class NPUConfig:
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"NPUConfig.{name} must be in [{lo}, {hi}], not {value!r}")
+        if self.acc_memory not in ("logic", "block"):
+            raise ValueError(f"NPUConfig.acc_memory must be 'logic' or 'block', "
+                             f"not {self.acc_memory!r}")
         if self.macs % 2:
             raise ValueError(f"NPUConfig.macs must be even (dual-kernel mode pairs lanes), "
                              f"not {self.macs!r}")
@@ -117,7 +124,7 @@ PRESETS = {
         target="fast simulation; default for tests"),
     "ice40": NPUConfig(
         name="ice40", cores=1, macs=8, acc_slots=4, formats=("int8",),
-        planar_lanes=2, buffer_kib=64, task_queues=4,
+        planar_lanes=2, buffer_kib=64, task_queues=4, acc_memory="block",
         target="iCEBreaker, iCE40UP5K (5,280 LUT, 8 DSP, 128 KiB SPRAM)"),
     "ecp5": NPUConfig(
         name="ecp5", cores=2, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),

@@ -12,7 +12,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .arith.fp32 import FP32AddPipe, decode_operand, product_to_f32
+from .arith.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
 from .config import NPUConfig
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 
@@ -32,15 +32,19 @@ def _control_layout(slots):
 
 
 def pipeline_stages(config):
-    """Register stages of a MAC unit for ``config``: ``(write_stage, hazard_stages)``.
+    """Register stages of a MAC unit for ``config``: ``(read_stage, write_stage, hazard)``.
 
-    Stage ``S0`` holds an accepted command; the accumulator is read as the command enters
-    ``S2`` and written as it enters ``S<write_stage>``, which is also the result register.
-    A command that reads a slot must not be accepted while a command writing that slot sits in
-    one of the first ``hazard_stages`` stages.
+    Stage ``S0`` holds an accepted command. The accumulator slot is read as the command enters
+    ``S<read_stage>`` and written as it enters ``S<write_stage>``, which is also the result
+    register. A command that reads a slot must not be accepted while a command writing that
+    slot sits in one of the first ``hazard`` stages (the read port is transparent to the write
+    port, so a read in the same cycle as the write sees the new value).
     """
-    write_stage = 6 if config.has_float else 3
-    return write_stage, write_stage - 3
+    if config.has_float:
+        read_stage, write_stage = 3, 7
+    else:
+        read_stage, write_stage = 2, 3
+    return read_stage, write_stage, write_stage - read_stage - 1
 
 
 class MacUnit(wiring.Component):
@@ -96,7 +100,7 @@ class MacUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        write_stage, _ = pipeline_stages(cfg)
+        read_stage, write_stage, _ = pipeline_stages(cfg)
         ctl_layout = _control_layout(cfg.acc_slots)
         en = self.en
 
@@ -111,17 +115,19 @@ class MacUnit(wiring.Component):
         # S0: operand registers.
         a0 = Signal(16)
         b0 = Signal(16)
-        bias = [Signal(32, name=f"bias{i}") for i in range(3)]
+        bias = [Signal(32, name=f"bias{i}") for i in range(read_stage + 1)]
         with m.If(en):
-            m.d.sync += [a0.eq(self.a), b0.eq(self.b), bias[0].eq(self.bias),
-                         bias[1].eq(bias[0]), bias[2].eq(bias[1])]
+            m.d.sync += [a0.eq(self.a), b0.eq(self.b), bias[0].eq(self.bias)]
+            m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, read_stage + 1)]
 
-        # Accumulator slots: read as a command enters S2, written as it enters the last stage.
-        acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
+        # Accumulator slots: read as a command enters S<read_stage>, written as it enters the
+        # last stage.
+        attrs = {"ram_style": "block"} if cfg.acc_memory == "block" else None
+        acc = Memory(shape=32, depth=cfg.acc_slots, init=[], attrs=attrs)
         m.submodules.acc = acc
         acc_wr = acc.write_port()
         acc_rd = acc.read_port(transparent_for=(acc_wr,))
-        m.d.comb += [acc_rd.en.eq(en), acc_rd.addr.eq(ctl[1].slot)]
+        m.d.comb += [acc_rd.en.eq(en), acc_rd.addr.eq(ctl[read_stage - 1].slot)]
         last_ctl = ctl[write_stage - 1]
         final = Signal(32)
         m.d.comb += [
@@ -135,10 +141,10 @@ class MacUnit(wiring.Component):
         m.d.comb += [self.result.eq(result), self.out.eq(ctl[write_stage])]
 
         addend = Signal(32)
-        m.d.comb += addend.eq(Mux(ctl[2].first, bias[2], acc_rd.data))
+        m.d.comb += addend.eq(Mux(ctl[read_stage].first, bias[read_stage], acc_rd.data))
 
         if cfg.has_float:
-            # S1: decode both operands and multiply the significands (11 x 11 bits).
+            # S1: decode both operands into sign, 11-bit significand, exponent, class.
             fmt0 = ctl[0].fmt
             a_is_int = (fmt0 == MacFormat.INT8) | (fmt0 == MacFormat.I8F16)
             b_is_int = (fmt0 == MacFormat.INT8) | (fmt0 == MacFormat.F16I8)
@@ -146,8 +152,14 @@ class MacUnit(wiring.Component):
                 a_is_int = b_is_int = fmt0 == MacFormat.INT8
             if not cfg.has_int8:
                 a_is_int = b_is_int = 0
-            da = decode_operand(m, a0, a_is_int, name="da")
-            db = decode_operand(m, b0, b_is_int, name="db")
+            dec_a = decode_operand(m, a0, a_is_int, name="dec_a")
+            dec_b = decode_operand(m, b0, b_is_int, name="dec_b")
+            da = Signal(Operand)
+            db = Signal(Operand)
+            with m.If(en):
+                m.d.sync += [da.eq(dec_a), db.eq(dec_b)]
+
+            # S2: multiply the significands (11 x 11 bits, one DSP), classify the product.
             a_zero = ~da.inf & ~da.nan & (da.sig == 0)
             b_zero = ~db.inf & ~db.nan & (db.sig == 0)
             psig = Signal(22)
@@ -164,21 +176,21 @@ class MacUnit(wiring.Component):
                     pnan.eq(da.nan | db.nan | (da.inf & b_zero) | (db.inf & a_zero)),
                 ]
 
-            # S2: the exact product as binary32 bits, or as int32 for INT8 commands.
+            # S3: the exact product as binary32 bits, or as int32 for INT8 commands.
             pf32 = product_to_f32(m, psign, psig, pexp, pinf, pnan, name="pf32")
             pint = Mux(psign, -psig, psig).as_signed()
             p2 = Signal(32)
             with m.If(en):
-                m.d.sync += p2.eq(Mux(ctl[1].fmt == MacFormat.INT8, pint, pf32))
+                m.d.sync += p2.eq(Mux(ctl[2].fmt == MacFormat.INT8, pint, pf32))
 
-            # S3-S5: the binary32 adder; int32 results wait alongside.
+            # S4-S6: the binary32 adder; int32 results wait alongside.
             m.submodules.fadd = fadd = FP32AddPipe()
             m.d.comb += [fadd.en.eq(en), fadd.a.eq(addend), fadd.b.eq(p2),
-                         fadd.op.eq(ctl[2].op)]
-            ires = self._int_op(m, ctl[2].op, addend, p2)
+                         fadd.op.eq(ctl[read_stage].op)]
+            ires = self._int_op(m, ctl[read_stage].op, addend, p2)
             idelay = ires
             for i in range(FP32AddPipe.LATENCY):
-                stage = Signal(32, name=f"ires{3 + i}")
+                stage = Signal(32, name=f"ires{read_stage + 1 + i}")
                 with m.If(en):
                     m.d.sync += stage.eq(idelay)
                 idelay = stage
@@ -191,7 +203,7 @@ class MacUnit(wiring.Component):
             p2 = Signal(32)
             with m.If(en):
                 m.d.sync += p2.eq(p1)
-            m.d.comb += final.eq(self._int_op(m, ctl[2].op, addend, p2))
+            m.d.comb += final.eq(self._int_op(m, ctl[read_stage].op, addend, p2))
         return m
 
     @staticmethod
@@ -255,12 +267,12 @@ class MacArray(wiring.Component):
     @property
     def latency(self):
         """Cycles from a command's handshake to its result being valid (no stalls)."""
-        return pipeline_stages(self._config)[0] + 1
+        return pipeline_stages(self._config)[1] + 1
 
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        _, hazard_stages = pipeline_stages(cfg)
+        _, _, hazard_stages = pipeline_stages(cfg)
         cmd = self.cmd.payload
 
         units = [MacUnit(cfg) for _ in range(cfg.macs)]
@@ -278,9 +290,10 @@ class MacArray(wiring.Component):
         # Read-after-write interlock on the accumulator slot (commands seeding from the bias
         # read nothing and need no wait).
         hazard = Signal()
-        for unit_ctl in self._early_control(m, units[0], hazard_stages):
-            with m.If(unit_ctl.valid & (unit_ctl.slot == cmd.slot) & ~cmd.first):
-                m.d.comb += hazard.eq(1)
+        clashes = [ctl.valid & (ctl.slot == cmd.slot)
+                   for ctl in self._early_control(m, units[0], hazard_stages)]
+        if clashes:
+            m.d.comb += hazard.eq(Cat(*clashes).any() & ~cmd.first)
 
         supported = Signal()
         with m.Switch(cmd.fmt):

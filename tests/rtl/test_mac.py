@@ -133,7 +133,7 @@ def test_full_rate_and_latency():
     """Rotating over the slots, the array takes one command per cycle; a result appears
     `latency` cycles after its command."""
     cfg = preset("small")
-    write_stage, hazard = pipeline_stages(cfg)
+    _, write_stage, hazard = pipeline_stages(cfg)
     n = 64
     prog = empty_program(n, cfg.macs)
     prog["fmt"][:] = FMT["fp16"]
@@ -170,7 +170,7 @@ def test_full_rate_and_latency():
 def test_hazard_stalls_same_slot():
     """Back-to-back commands on one slot wait for the write-back and stay correct."""
     cfg = preset("small")
-    _, hazard = pipeline_stages(cfg)
+    _, _, hazard = pipeline_stages(cfg)
     prog = empty_program(12, cfg.macs)
     prog["fmt"][:] = FMT["fp16"]
     prog["first"][0] = 1

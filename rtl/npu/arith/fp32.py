@@ -11,7 +11,8 @@ from amaranth.lib.wiring import In, Out
 from ..layouts import MacOp
 
 __all__ = [
-    "F32_QNAN", "F32_ONE", "FP32AddPipe", "Operand", "count_leading_zeros", "decode_operand",
+    "F32_QNAN", "F32_ONE", "FP32AddPipe", "Operand", "count_leading_zeros",
+    "count_trailing_zeros", "decode_operand",
     "product_to_f32",
 ]
 
@@ -26,16 +27,35 @@ class F32(data.Struct):
     sign: 1
 
 
-def count_leading_zeros(m, value, name):
-    """Combinational count of leading zeros of ``value`` (``len(value)`` if it is zero)."""
+def _lzc_tree(value):
+    """``(all_zero, count)`` of a value whose width is a power of two, as a log-depth tree."""
     width = len(value)
+    if width == 2:
+        return ~value[1] & ~value[0], ~value[1]
+    half = width // 2
+    hi_zero, hi_count = _lzc_tree(value[half:])
+    lo_zero, lo_count = _lzc_tree(value[:half])
+    count = Mux(hi_zero, Cat(lo_count, Const(1, 1)), Cat(hi_count, Const(0, 1)))
+    return hi_zero & lo_zero, count
+
+
+def count_leading_zeros(m, value, name):
+    """Combinational count of leading zeros of ``value`` (``len(value)`` if it is zero).
+
+    A log-depth tree over ``value`` padded with ones on the right to a power of two.
+    """
+    width = len(value)
+    padded = 1 << (width - 1).bit_length()
+    all_zero, tree = _lzc_tree(Cat(Const((1 << (padded - width)) - 1, padded - width), value)
+                               if padded > width else value)
     count = Signal(range(width + 1), name=name)
-    m.d.comb += count.eq(width)
-    # Later assignments take priority, so the highest set bit decides.
-    for i in range(width):
-        with m.If(value[i]):
-            m.d.comb += count.eq(width - 1 - i)
+    m.d.comb += count.eq(Mux(value == 0, width, tree))
     return count
+
+
+def count_trailing_zeros(m, value, name):
+    """Combinational count of trailing zeros of ``value`` (``len(value)`` if it is zero)."""
+    return count_leading_zeros(m, Cat(*reversed(list(value))), name)
 
 
 class FP32AddPipe(wiring.Component):
@@ -89,18 +109,21 @@ class FP32AddPipe(wiring.Component):
         big_e = Mux(big.exp == 0, 1, big.exp)
         small_e = Mux(small.exp == 0, 1, small.exp)
 
-        # Total order key for max/min (-0 < +0): negatives map to -mag - 1.
-        ext_a = Cat(mag_a, Const(0, 1)).as_signed()
-        ext_b = Cat(mag_b, Const(0, 1)).as_signed()
-        key_a = Mux(a.sign, -ext_a - 1, ext_a)
-        key_b = Mux(b.sign, -ext_b - 1, ext_b)
+        # Order for max/min (-0 < +0), from the one magnitude comparison above.
         unordered = a_nan | b_nan
         both_zero = (mag_a == 0) & (mag_b == 0)
-        b_gt = key_b > key_a
-        b_lt = key_b < key_a
+        mag_eq = mag_a == mag_b
+        b_gt = Signal()
+        b_lt = Signal()
+        with m.If(a.sign != b.sign):
+            m.d.comb += [b_gt.eq(a.sign), b_lt.eq(b.sign)]
+        with m.Elif(a.sign):
+            m.d.comb += [b_gt.eq(a_ge_b & ~mag_eq), b_lt.eq(~a_ge_b)]
+        with m.Else():
+            m.d.comb += [b_gt.eq(~a_ge_b), b_lt.eq(a_ge_b & ~mag_eq)]
 
         cmp_val = Signal(32)
-        with m.If(unordered | both_zero | (self.a == self.b)):
+        with m.If(unordered | both_zero | (mag_eq & (a.sign == b.sign))):
             m.d.comb += cmp_val.eq(0)
         with m.Elif(b_gt):
             m.d.comb += cmp_val.eq(F32_ONE)
@@ -145,16 +168,11 @@ class FP32AddPipe(wiring.Component):
         small3 = Signal(27)
         m.d.comb += small3.eq(sa_msmall.shift_left(3))
         shifted = Signal(27)
-        sticky = Signal()
-        with m.If(sa_diff >= 27):
-            m.d.comb += [shifted.eq(0), sticky.eq(small3 != 0)]
-        with m.Else():
-            lost_mask = Signal(27)
-            m.d.comb += [
-                lost_mask.eq(~(Const((1 << 27) - 1, 27) << sa_diff[:5])[:27]),
-                shifted.eq(small3 >> sa_diff[:5]),
-                sticky.eq((small3 & lost_mask) != 0),
-            ]
+        m.d.comb += shifted.eq(Mux(sa_diff >= 27, 0, small3 >> sa_diff[:5]))
+        # A set bit is shifted out iff the lowest set bit of small3 (at 3 + trailing zeros of
+        # the significand) lies below the shift distance.
+        small_tz = count_trailing_zeros(m, sa_msmall, name="sa_small_tz")
+        sticky = (sa_msmall != 0) & ((small_tz + 3) < sa_diff)
         aligned = shifted | sticky
         big3 = sa_mbig.shift_left(3)
         total = Signal(28)
