@@ -37,14 +37,17 @@ def pipeline_stages(config):
     Stage ``S0`` holds an accepted command. The accumulator slot is read as the command enters
     ``S<read_stage>`` and written as it enters ``S<write_stage>``, which is also the result
     register. A command that reads a slot must not be accepted while a command writing that
-    slot sits in one of the first ``hazard`` stages (the read port is transparent to the write
-    port, so a read in the same cycle as the write sees the new value).
+    slot sits in one of the first ``hazard`` stages. With ``acc_memory="logic"`` the read port
+    is transparent to the write port (a read in the same cycle as the write sees the new
+    value); block RAM reads are not, which costs one more stage of interlock but keeps the
+    bypass multiplexer out of the accumulate loop.
     """
     if config.has_float:
         read_stage, write_stage = 3, 7
     else:
-        read_stage, write_stage = 2, 3
-    return read_stage, write_stage, write_stage - read_stage - 1
+        read_stage, write_stage = 2, 5
+    hazard = write_stage - read_stage - (1 if config.acc_memory == "logic" else 0)
+    return read_stage, write_stage, hazard
 
 
 class MacUnit(wiring.Component):
@@ -126,7 +129,8 @@ class MacUnit(wiring.Component):
         acc = Memory(shape=32, depth=cfg.acc_slots, init=[], attrs=attrs)
         m.submodules.acc = acc
         acc_wr = acc.write_port()
-        acc_rd = acc.read_port(transparent_for=(acc_wr,))
+        acc_rd = acc.read_port(
+            transparent_for=(acc_wr,) if cfg.acc_memory == "logic" else ())
         m.d.comb += [acc_rd.en.eq(en), acc_rd.addr.eq(ctl[read_stage - 1].slot)]
         last_ctl = ctl[write_stage - 1]
         final = Signal(32)
@@ -196,31 +200,47 @@ class MacUnit(wiring.Component):
                 idelay = stage
             m.d.comb += final.eq(Mux(last_ctl.fmt == MacFormat.INT8, idelay, fadd.result))
         else:
-            # Integer-only build: S1 is a signed 8 x 8 multiply, S2 the int32 combine.
+            # Integer-only build: S1 a signed 8 x 8 multiply (one DSP), S2 its output register
+            # (and the slot read), S3 the selected accumulator input, S4 the int32 combine,
+            # whose register feeds the slot write and the result. Each accumulate-loop stage
+            # is then one carry chain at most, for the iCE40.
             p1 = Signal(signed(16))
-            with m.If(en):
-                m.d.sync += p1.eq(a0[:8].as_signed() * b0[:8].as_signed())
             p2 = Signal(32)
+            p3 = Signal(32)
+            addend3 = Signal(32)
+            op3 = ctl[read_stage + 1].op
+            combined = self._int_op(m, op3, addend3, p3)
+            ires = Signal(32)
             with m.If(en):
-                m.d.sync += p2.eq(p1)
-            m.d.comb += final.eq(self._int_op(m, ctl[read_stage].op, addend, p2))
+                m.d.sync += [
+                    p1.eq(a0[:8].as_signed() * b0[:8].as_signed()),
+                    p2.eq(p1),
+                    p3.eq(p2),
+                    addend3.eq(addend),
+                    ires.eq(combined),
+                ]
+            m.d.comb += final.eq(ires)
         return m
 
     @staticmethod
     def _int_op(m, op, acc, p):
-        """Combinational int32 add (wrapping) / max / min / compare of ``p`` against ``acc``."""
+        """Combinational int32 add (wrapping) / max / min / compare of ``p`` against ``acc``.
+
+        One signed comparison (a carry chain) and one equality give the order.
+        """
         res = Signal(32)
-        acc_s = acc.as_signed()
-        p_s = p.as_signed()
+        p_lt = p.as_signed() < acc.as_signed()
+        p_eq = p == acc
+        p_gt = ~p_lt & ~p_eq
         with m.Switch(op):
             with m.Case(MacOp.MAC):
                 m.d.comb += res.eq(acc + p)
             with m.Case(MacOp.MAX):
-                m.d.comb += res.eq(Mux(p_s > acc_s, p, acc))
+                m.d.comb += res.eq(Mux(p_gt, p, acc))
             with m.Case(MacOp.MIN):
-                m.d.comb += res.eq(Mux(p_s < acc_s, p, acc))
+                m.d.comb += res.eq(Mux(p_lt, p, acc))
             with m.Case(MacOp.CMP):
-                m.d.comb += res.eq(Mux(p_s > acc_s, 1, Mux(p_s < acc_s, -1, 0)))
+                m.d.comb += res.eq(Mux(p_gt, 1, Mux(p_lt, -1, 0)))
         return res
 
 

