@@ -123,7 +123,7 @@ PRESETS = {
         planar_lanes=4, buffer_kib=64, task_queues=8,
         target="fast simulation; default for tests"),
     "ice40": NPUConfig(
-        name="ice40", cores=1, macs=8, acc_slots=4, formats=("int8",),
+        name="ice40", cores=1, macs=8, acc_slots=8, formats=("int8",),
         planar_lanes=2, buffer_kib=64, task_queues=4, acc_memory="block",
         target="iCEBreaker, iCE40UP5K (5,280 LUT, 8 DSP, 128 KiB SPRAM)"),
     "ecp5": NPUConfig(

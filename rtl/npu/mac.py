@@ -45,7 +45,7 @@ def pipeline_stages(config):
     if config.has_float:
         read_stage, write_stage = 3, 7
     else:
-        read_stage, write_stage = 2, 5
+        read_stage, write_stage = 2, 6
     hazard = write_stage - read_stage - (1 if config.acc_memory == "logic" else 0)
     return read_stage, write_stage, hazard
 
@@ -200,25 +200,44 @@ class MacUnit(wiring.Component):
                 idelay = stage
             m.d.comb += final.eq(Mux(last_ctl.fmt == MacFormat.INT8, idelay, fadd.result))
         else:
-            # Integer-only build: S1 a signed 8 x 8 multiply (one DSP), S2 its output register
-            # (and the slot read), S3 the selected accumulator input, S4 the int32 combine,
-            # whose register feeds the slot write and the result. Each accumulate-loop stage
-            # is then one carry chain at most, for the iCE40.
+            # Integer-only build, cut for the iCE40: S1 a signed 8 x 8 multiply (one DSP),
+            # S2 its output register (and the slot read), S3 the selected accumulator input,
+            # S4 sum, difference and equality (carry chains only), S5 the selection by op,
+            # whose register feeds the slot write and the result.
             p1 = Signal(signed(16))
             p2 = Signal(32)
             p3 = Signal(32)
-            addend3 = Signal(32)
-            op3 = ctl[read_stage + 1].op
-            combined = self._int_op(m, op3, addend3, p3)
+            acc3 = Signal(32)
+            sum4 = Signal(32)
+            diff4 = Signal(33)
+            eq4 = Signal()
+            p4 = Signal(32)
+            acc4 = Signal(32)
             ires = Signal(32)
             with m.If(en):
                 m.d.sync += [
                     p1.eq(a0[:8].as_signed() * b0[:8].as_signed()),
                     p2.eq(p1),
                     p3.eq(p2),
-                    addend3.eq(addend),
-                    ires.eq(combined),
+                    acc3.eq(addend),
+                    sum4.eq(acc3 + p3),
+                    diff4.eq(p3.as_signed() - acc3.as_signed()),
+                    eq4.eq(p3 == acc3),
+                    p4.eq(p3),
+                    acc4.eq(acc3),
                 ]
+            lt = diff4[32]
+            gt = ~lt & ~eq4
+            with m.If(en):
+                with m.Switch(ctl[read_stage + 2].op):
+                    with m.Case(MacOp.MAC):
+                        m.d.sync += ires.eq(sum4)
+                    with m.Case(MacOp.MAX):
+                        m.d.sync += ires.eq(Mux(gt, p4, acc4))
+                    with m.Case(MacOp.MIN):
+                        m.d.sync += ires.eq(Mux(lt, p4, acc4))
+                    with m.Case(MacOp.CMP):
+                        m.d.sync += ires.eq(Mux(gt, 1, Mux(lt, -1, 0)))
             m.d.comb += final.eq(ires)
         return m
 
@@ -226,7 +245,7 @@ class MacUnit(wiring.Component):
     def _int_op(m, op, acc, p):
         """Combinational int32 add (wrapping) / max / min / compare of ``p`` against ``acc``.
 
-        One signed comparison (a carry chain) and one equality give the order.
+        One signed comparison and one equality give the order.
         """
         res = Signal(32)
         p_lt = p.as_signed() < acc.as_signed()
@@ -309,11 +328,19 @@ class MacArray(wiring.Component):
 
         # Read-after-write interlock on the accumulator slot (commands seeding from the bias
         # read nothing and need no wait).
+        # `busy` has a bit per slot written by a command still in the interlock window; it is
+        # kept as a register (next value from the shadow stages), so `ready` is one lookup.
         hazard = Signal()
-        clashes = [ctl.valid & (ctl.slot == cmd.slot)
-                   for ctl in self._early_control(m, units[0], hazard_stages)]
-        if clashes:
-            m.d.comb += hazard.eq(Cat(*clashes).any() & ~cmd.first)
+        if hazard_stages:
+            shadows = self._early_control(m, units[0], hazard_stages)
+            busy = Signal(cfg.acc_slots)
+            next_busy = 0
+            for valid, slot in [(units[0].valid & ~units[0].kill, units[0].slot)] + \
+                    [(sh.valid, sh.slot) for sh in shadows[:-1]]:
+                next_busy = next_busy | Mux(valid, 1 << slot, 0)
+            with m.If(en):
+                m.d.sync += busy.eq(next_busy)
+            m.d.comb += hazard.eq(busy.bit_select(cmd.slot, 1) & ~cmd.first)
 
         supported = Signal()
         with m.Switch(cmd.fmt):

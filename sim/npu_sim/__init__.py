@@ -1,1 +1,1 @@
-"""Simulation harnesses: amaranth.sim helpers, cocotb runners, Verilator harnesses, and the `npu` CLI."""
+"""Simulation harnesses: amaranth.sim helpers, cocotb runners, Verilator benches, the `npu` CLI."""

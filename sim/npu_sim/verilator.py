@@ -64,7 +64,10 @@ static uint32_t next_rand() {  // xorshift64*
 }
 
 int main(int argc, char **argv) {
-    if (argc != 7) { fprintf(stderr, "usage: in out expected stall_per_65536 seed max_cycles\n"); return 3; }
+    if (argc != 7) {
+        fprintf(stderr, "usage: in out expected stall_per_65536 seed max_cycles\n");
+        return 3;
+    }
     FILE *fin = fopen(argv[1], "rb");
     if (!fin) { perror(argv[1]); return 3; }
     uint32_t n_in = 0;

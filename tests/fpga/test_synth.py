@@ -268,3 +268,17 @@ def test_synth_ice40_without_dsp():
     assert report.dsps == 0
     assert report.target_mhz == 20.0 and report.seed == 2
     assert report.files == {}
+
+
+@pytest.mark.synth
+def test_ice40_mac_array_fits_with_dsps(tmp_path):
+    """The ice40 preset's MAC array places on the UP5K with one DSP per lane."""
+    from npu.config import preset
+    from npu.mac import MacArray
+
+    cfg = preset("ice40")
+    report = synthesize(MacArray(cfg), "ice40-up5k", name="mac_array", build_dir=tmp_path,
+                        progress=lambda msg: None)
+    assert report.dsps == cfg.macs
+    assert report.logic_cells <= 5280
+    assert report.fmax_mhz > 0

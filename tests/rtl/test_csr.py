@@ -410,7 +410,7 @@ def test_random_against_model(seed):
     run(dut, tb)
 
 
-# NPU_INFO as the NPU top wires it (npu.top.NPUInfo) ----------------------------------------------------------------
+# NPU_INFO as the NPU top wires it (npu.top.NPUInfo) ------------------------------------------
 
 def test_npu_info_undriven_constants():
     dut = RegisterFile(NPU_INFO)
