@@ -335,7 +335,9 @@ class MacArray(wiring.Component):
             shadows = self._early_control(m, units[0], hazard_stages)
             busy = Signal(cfg.acc_slots)
             next_busy = 0
-            for valid, slot in [(units[0].valid & ~units[0].kill, units[0].slot)] + \
+            # (A killed command marks its slot too: harmless, and it keeps the format decode
+            # out of this loop.)
+            for valid, slot in [(units[0].valid, units[0].slot)] + \
                     [(sh.valid, sh.slot) for sh in shadows[:-1]]:
                 next_busy = next_busy | Mux(valid, 1 << slot, 0)
             with m.If(en):

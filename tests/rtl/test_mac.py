@@ -129,42 +129,52 @@ def test_dual_kernel_mode():
         assert vals[lane] == (lane // 2 + 1) * (3 if lane % 2 == 0 else 5)
 
 
-def test_full_rate_and_latency():
-    """Rotating over the slots, the array takes one command per cycle; a result appears
-    `latency` cycles after its command."""
-    cfg = preset("small")
+@pytest.mark.parametrize("name, fmt", [("small", "fp16"), ("ice40", "int8")])
+def test_full_rate_and_latency(name, fmt):
+    """Rotating over the slots, the array takes one command per cycle; a result is valid
+    `latency` cycles after its command's handshake."""
+    cfg = preset(name)
     _, write_stage, hazard = pipeline_stages(cfg)
     n = 64
     prog = empty_program(n, cfg.macs)
-    prog["fmt"][:] = FMT["fp16"]
+    prog["fmt"][:] = FMT[fmt]
     prog["slot"][:] = np.arange(n) % cfg.acc_slots
     prog["first"][:] = np.arange(n) < cfg.acc_slots
     prog["last"][:] = np.arange(n) >= n - cfg.acc_slots
-    prog["data"][:] = 0x3C00
-    prog["coef"][:, :] = 0x3C00
+    prog["data"][:] = 0x3C00 if fmt == "fp16" else 1
+    prog["coef"][:, :] = 0x3C00 if fmt == "fp16" else 1
     dut = MacArray(cfg)
     words = command_words(dut.cmd.payload.shape(), prog)
-    accepted, first_result = [], []
+    accepted, results = [], []
 
     async def producer(ctx):
         cycle = 0
-        ctx.set(dut.res.ready, 1)
         for w in words:
             ctx.set(dut.cmd.valid, 1)
             ctx.set(dut.cmd.payload.as_value(), w)
             while True:
-                _, _, ready, valid = await ctx.tick().sample(dut.cmd.ready, dut.res.valid)
-                cycle += 1
-                if valid and not first_result:
-                    first_result.append(cycle)
+                _, _, ready = await ctx.tick().sample(dut.cmd.ready)
                 if ready:
                     accepted.append(cycle)
+                cycle += 1
+                if ready:
                     break
         ctx.set(dut.cmd.valid, 0)
 
-    run_simulation(dut, [producer])
+    async def consumer(ctx):
+        ctx.set(dut.res.ready, 1)
+        cycle = 0
+        while len(results) < cfg.acc_slots:
+            _, _, valid = await ctx.tick().sample(dut.res.valid)
+            if valid:
+                results.append(cycle)
+            cycle += 1
+
+    run_simulation(dut, [producer, consumer])
     assert accepted == list(range(accepted[0], accepted[0] + n)), "array stalled"
-    assert dut.latency == write_stage + 1 and hazard < cfg.acc_slots
+    assert hazard < cfg.acc_slots
+    # The handshake cycle plus `latency` cycles later the result is valid.
+    assert results[0] - accepted[n - cfg.acc_slots] == dut.latency == write_stage + 1
 
 
 def test_hazard_stalls_same_slot():
