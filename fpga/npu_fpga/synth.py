@@ -539,7 +539,7 @@ def _constraints(target, harness, freq_mhz):
 
 
 def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build_dir=None,
-               keep_files=False, progress=print, synth_opts=None, ports=None):
+               keep_files=False, progress=print, synth_opts=None, ports=None, nextpnr_opts=()):
     """Synthesise, place and route ``elaboratable`` out of context and report Fmax and resources.
 
     Parameters
@@ -569,6 +569,8 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
         iCE40, none on ECP5).
     ports : dict, optional
         Ports of a block without a signature; see :class:`OutOfContextHarness`.
+    nextpnr_opts : sequence of str, optional
+        Extra nextpnr arguments, for example ``("--router", "router2")``.
 
     Returns
     -------
@@ -642,7 +644,7 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
         _run(f"{nextpnr_step} place and route at {freq_mhz:g} MHz, seed {seed}",
              [nextpnr, *tgt.nextpnr_args, "--json", netlist_name, f"--{kind}", f"{name}.{kind}",
               "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
-              "--report", report_name],
+              "--report", report_name, *nextpnr_opts],
              cwd=directory, log_path=files["nextpnr_log"], progress=progress, keep=keep_files)
 
         report = _make_report(tgt, harness, name=name, seed=seed, freq_mhz=freq_mhz,

@@ -201,7 +201,8 @@ def cmd_synth(args):
     try:
         report = synthesize(block, args.target, name=args.block, freq_mhz=args.freq,
                             seed=args.seed, build_dir=args.build_dir,
-                            keep_files=args.keep_files, progress=say)
+                            keep_files=args.keep_files, progress=say,
+                            nextpnr_opts=("--router", args.router))
     except SynthError as e:
         raise CLIError(str(e).splitlines()[0]) from None
     if args.json:
@@ -267,6 +268,8 @@ def build_parser():
     y.add_argument("--freq", type=float, default=None,
                    help="clock constraint in MHz (default 125 for ecp5, 50 for ice40)")
     y.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    y.add_argument("--router", choices=("router1", "router2"), default="router2",
+                   help="nextpnr router (default router2: much faster on congested designs)")
     y.add_argument("--build-dir", default=None, help="where to put tool files")
     y.add_argument("--keep-files", action="store_true", help="keep the tool files")
     y.add_argument("--json", action="store_true", help="print the report as JSON")
