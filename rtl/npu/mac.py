@@ -226,41 +226,35 @@ class MacUnit(wiring.Component):
                     p4.eq(p3),
                     acc4.eq(acc3),
                 ]
-            lt = diff4[32]
-            gt = ~lt & ~eq4
+            selected = self._int_select(m, ctl[read_stage + 2].op, acc4, p4, sum4,
+                                        lt=diff4[32], eq=eq4)
             with m.If(en):
-                with m.Switch(ctl[read_stage + 2].op):
-                    with m.Case(MacOp.MAC):
-                        m.d.sync += ires.eq(sum4)
-                    with m.Case(MacOp.MAX):
-                        m.d.sync += ires.eq(Mux(gt, p4, acc4))
-                    with m.Case(MacOp.MIN):
-                        m.d.sync += ires.eq(Mux(lt, p4, acc4))
-                    with m.Case(MacOp.CMP):
-                        m.d.sync += ires.eq(Mux(gt, 1, Mux(lt, -1, 0)))
+                m.d.sync += ires.eq(selected)
             m.d.comb += final.eq(ires)
         return m
 
     @staticmethod
-    def _int_op(m, op, acc, p):
-        """Combinational int32 add (wrapping) / max / min / compare of ``p`` against ``acc``.
-
-        One signed comparison and one equality give the order.
-        """
+    def _int_select(m, op, acc, p, total, *, lt, eq):
+        """Combinational int32 result by ``op`` from the sum and the order of ``p`` and
+        ``acc`` (``lt``: ``p < acc`` as signed, ``eq``: ``p == acc``)."""
         res = Signal(32)
-        p_lt = p.as_signed() < acc.as_signed()
-        p_eq = p == acc
-        p_gt = ~p_lt & ~p_eq
+        gt = ~lt & ~eq
         with m.Switch(op):
             with m.Case(MacOp.MAC):
-                m.d.comb += res.eq(acc + p)
+                m.d.comb += res.eq(total)
             with m.Case(MacOp.MAX):
-                m.d.comb += res.eq(Mux(p_gt, p, acc))
+                m.d.comb += res.eq(Mux(gt, p, acc))
             with m.Case(MacOp.MIN):
-                m.d.comb += res.eq(Mux(p_lt, p, acc))
+                m.d.comb += res.eq(Mux(lt, p, acc))
             with m.Case(MacOp.CMP):
-                m.d.comb += res.eq(Mux(p_gt, 1, Mux(p_lt, -1, 0)))
+                m.d.comb += res.eq(Mux(gt, 1, Mux(lt, -1, 0)))
         return res
+
+    @classmethod
+    def _int_op(cls, m, op, acc, p):
+        """Combinational int32 add (wrapping) / max / min / compare of ``p`` against ``acc``."""
+        return cls._int_select(m, op, acc, p, acc + p,
+                               lt=p.as_signed() < acc.as_signed(), eq=p == acc)
 
 
 class MacArray(wiring.Component):
