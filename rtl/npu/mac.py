@@ -262,8 +262,8 @@ class MacArray(wiring.Component):
 
     Every accepted command advances all units together. A command that reads a slot still
     being computed by an earlier command waits (``cmd.ready`` low) until the value is written
-    back: interleaving at least ``hazard_stages + 1`` slots (4 with binary16 support, 1 for an
-    int8-only build) keeps the array at one command per cycle. ``docs/mac.md`` gives the
+    back: interleaving at least ``hazard_stages + 1`` slots (4 with binary16 support, 5 for the
+    int8-only block-RAM build) keeps the array at one command per cycle. ``docs/mac.md`` gives the
     command format, the latency and the dual-kernel mode.
 
     Members
