@@ -326,13 +326,14 @@ class MacArray(wiring.Component):
         # kept as a register (next value from the shadow stages), so `ready` is one lookup.
         hazard = Signal()
         if hazard_stages:
-            shadows = self._early_control(m, units[0], hazard_stages)
-            busy = Signal(cfg.acc_slots)
-            next_busy = 0
+            # A command entering S0 and those in S0..S<hazard-2> are the window next cycle.
             # (A killed command marks its slot too: harmless, and it keeps the format decode
             # out of this loop.)
-            for valid, slot in [(units[0].valid, units[0].slot)] + \
-                    [(sh.valid, sh.slot) for sh in shadows[:-1]]:
+            window = [(units[0].valid, units[0].slot)]
+            window += self._early_control(m, units[0], hazard_stages - 1)
+            busy = Signal(cfg.acc_slots)
+            next_busy = 0
+            for valid, slot in window:
                 next_busy = next_busy | Mux(valid, 1 << slot, 0)
             with m.If(en):
                 m.d.sync += busy.eq(next_busy)
@@ -381,15 +382,14 @@ class MacArray(wiring.Component):
         return m
 
     def _early_control(self, m, unit, count):
-        """Shadow of the first ``count`` stages' control (valid, slot) for the interlock."""
+        """``(valid, slot)`` registers shadowing the first ``count`` stages of ``unit``."""
         shadows = []
-        prev_valid, prev_slot = unit.valid & ~unit.kill, unit.slot
+        prev_valid, prev_slot = unit.valid, unit.slot
         for i in range(count):
             valid = Signal(name=f"hz_valid{i}")
             slot = Signal(slot_shape(self._config.acc_slots), name=f"hz_slot{i}")
             with m.If(unit.en):
                 m.d.sync += [valid.eq(prev_valid), slot.eq(prev_slot)]
-            shadows.append(data.View(data.StructLayout({"valid": 1, "slot": len(slot)}),
-                                     Cat(valid, slot)))
+            shadows.append((valid, slot))
             prev_valid, prev_slot = valid, slot
         return shadows

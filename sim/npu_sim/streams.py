@@ -1,4 +1,4 @@
-"""amaranth.sim helpers: stream put/get with random stalls, packing, running with a VCD.
+"""amaranth.sim helpers: stream put/get with random stalls, running with a VCD.
 
 Producers and consumers are async testbenches; ``stall`` is the probability that a beat is
 held back (producer) or not accepted (consumer) for a cycle, drawn from a seeded generator so
@@ -8,42 +8,9 @@ every run is reproducible.
 import contextlib
 import random
 
-from amaranth.lib import data
 from amaranth.sim import Simulator
 
-__all__ = ["pack", "unpack", "stream_put", "stream_get", "run_simulation"]
-
-
-def pack(layout, value):
-    """Pack a nested dict / list ``value`` into an integer for ``layout``."""
-    if isinstance(layout, data.StructLayout):
-        word = 0
-        for name, field in layout:
-            if name in value:
-                word |= pack(field.shape, value[name]) << field.offset
-        return word
-    if isinstance(layout, data.ArrayLayout):
-        width = data.Layout.cast(layout.elem_shape).size
-        word = 0
-        for i, elem in enumerate(value):
-            word |= pack(layout.elem_shape, elem) << (i * width)
-        return word
-    size = data.Layout.cast(layout).size if isinstance(layout, data.Layout) else None
-    if size is None:
-        from amaranth.hdl import Shape
-        size = Shape.cast(layout).width
-    return int(value) & ((1 << size) - 1)
-
-
-def unpack(layout, word):
-    """Inverse of :func:`pack` for struct and array layouts (leaves are unsigned ints)."""
-    if isinstance(layout, data.StructLayout):
-        return {name: unpack(field.shape, word >> field.offset) for name, field in layout}
-    if isinstance(layout, data.ArrayLayout):
-        width = data.Layout.cast(layout.elem_shape).size
-        return [unpack(layout.elem_shape, word >> (i * width)) for i in range(layout.length)]
-    from amaranth.hdl import Shape
-    return word & ((1 << Shape.cast(layout).width) - 1)
+__all__ = ["stream_put", "stream_get", "run_simulation", "seeded_rng"]
 
 
 async def stream_put(ctx, stream, word, rng=None, stall=0.0):
