@@ -1,0 +1,152 @@
+"""Binary32 multiplier: round to nearest even, subnormals, canonical NaN.
+
+Bit exact with :func:`npu_model.fp.f32_mul` (see ``docs/formats.md``): the exact 48-bit product
+of the two 24-bit significands is normalised, shifted right into the subnormal range if needed
+(bits shifted out kept as a sticky bit) and rounded once, to nearest with ties to even.
+Overflow gives infinity; ``inf * 0`` and any NaN operand give ``0x7FC00000``; the sign of a zero
+or infinite result is the exclusive or of the operand signs.
+
+Two ways to use it:
+
+* :class:`FP32Mul`, a component with a fixed ``LATENCY`` of 2 ``en`` cycles;
+* :func:`f32_mul_product` + :func:`f32_mul_round`, the two combinational halves it is made of
+  (product, then normalise/round/pack), for users that place their own registers.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from .fp32 import F32_QNAN, count_leading_zeros
+
+__all__ = ["FP32Mul", "MulProduct", "f32_mul_comb", "f32_mul_product", "f32_mul_round"]
+
+
+class MulProduct(data.Struct):
+    """The exact product ``(-1)**sign * prod * 2**(bexp - 126 - 47)`` and its class.
+
+    ``bexp`` is the sum of the operands' effective biased exponents minus 127 (subnormal
+    operands count as exponent 1), so that a product with its leading one at bit 47 has the
+    biased result exponent ``bexp``.
+    """
+    prod: 48
+    bexp: signed(11)
+    sign: 1
+    inf:  1
+    nan:  1
+
+
+def f32_mul_product(m, a, b, name):
+    """Combinational first half: decode ``a`` and ``b`` (binary32 bits) and multiply.
+
+    Returns a :class:`MulProduct` view (a signal named ``name``).
+    """
+    out = Signal(MulProduct, name=name)
+    ea, eb = a[23:31], b[23:31]
+    fa, fb = a[:23], b[:23]
+    ma = Cat(fa, ea != 0)
+    mb = Cat(fb, eb != 0)
+    a_nan = (ea == 0xFF) & (fa != 0)
+    b_nan = (eb == 0xFF) & (fb != 0)
+    a_inf = (ea == 0xFF) & (fa == 0)
+    b_inf = (eb == 0xFF) & (fb == 0)
+    a_zero = (ea == 0) & (fa == 0)
+    b_zero = (eb == 0) & (fb == 0)
+    ea_eff = Mux(ea == 0, 1, ea)
+    eb_eff = Mux(eb == 0, 1, eb)
+    m.d.comb += [
+        out.prod.eq(ma * mb),
+        out.bexp.eq(ea_eff + eb_eff - 127),
+        out.sign.eq(a[31] ^ b[31]),
+        out.nan.eq(a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero)),
+        out.inf.eq(a_inf | b_inf),
+    ]
+    return out
+
+
+def f32_mul_round(m, p, name):
+    """Combinational second half: normalise, round to nearest even and pack a product.
+
+    ``p`` is a :class:`MulProduct` view; returns a 32-bit signal named ``name``.
+    """
+    out = Signal(32, name=name)
+    lz = count_leading_zeros(m, p.prod, name=f"{name}_lz")
+    norm = Signal(48, name=f"{name}_norm")
+    m.d.comb += norm.eq((p.prod << lz)[:48])
+    # Biased exponent of the leading one; below 1 the value is subnormal: shift right so the
+    # least significant kept bit has weight 2**-149.
+    be = Signal(signed(12), name=f"{name}_be")
+    m.d.comb += be.eq(p.bexp - lz + 1)
+    rsh = Signal(range(64), name=f"{name}_rsh")
+    m.d.comb += rsh.eq(Mux(be >= 1, 0, Mux(be < -60, 63, 1 - be)))
+    wide = Signal(112, name=f"{name}_wide")  # norm followed by 64 bits to catch shifted-out ones
+    m.d.comb += wide.eq(Cat(Const(0, 64), norm) >> rsh)
+    shifted = wide[64:]
+    lost = wide[:64] != 0
+    mant = shifted[24:48]
+    guard = shifted[23]
+    sticky = (shifted[:23] != 0) | lost
+    rounded = Signal(25, name=f"{name}_rnd")
+    m.d.comb += rounded.eq(mant + (guard & (sticky | mant[0])))
+    # The encoding is monotonic in (exponent field, significand): adding the rounded
+    # significand (hidden bit included) to (field - 1) << 23 carries into the exponent when the
+    # significand rounds up to 2**24, or when a subnormal rounds up to the smallest normal.
+    field = Mux(be >= 1, be - 1, 0)
+    total = Signal(40, name=f"{name}_total")
+    m.d.comb += total.eq(Cat(Const(0, 23), field[:13]) + rounded)
+    with m.If(p.nan):
+        m.d.comb += out.eq(F32_QNAN)
+    with m.Elif(p.inf):
+        m.d.comb += out.eq(Cat(Const(0, 23), Const(0xFF, 8), p.sign))
+    with m.Elif(p.prod == 0):
+        m.d.comb += out.eq(p.sign << 31)
+    with m.Elif(total >= 0x7F80_0000):
+        m.d.comb += out.eq(Cat(Const(0, 23), Const(0xFF, 8), p.sign))
+    with m.Else():
+        m.d.comb += out.eq(Cat(total[:31], p.sign))
+    return out
+
+
+def f32_mul_comb(m, a, b, name):
+    """Fully combinational binary32 product of ``a`` and ``b``; a 32-bit signal."""
+    return f32_mul_round(m, f32_mul_product(m, a, b, f"{name}_p"), name)
+
+
+class FP32Mul(wiring.Component):
+    """Pipelined binary32 multiplier.
+
+    Operands presented in a cycle with ``en`` high give their product on ``result``
+    ``LATENCY`` (2) ``en``-cycles later: stage 1 registers the exact product, stage 2 registers
+    the rounded, packed result. Both stages hold while ``en`` is low.
+
+    Members
+    -------
+    en : In(1)
+        Advance the pipeline.
+    a, b : In(32)
+        Operands (binary32 bits).
+    result : Out(32)
+        ``a * b`` of the operands presented ``LATENCY`` ``en``-cycles earlier (registered).
+    """
+
+    en:     In(1)
+    a:      In(32)
+    b:      In(32)
+    result: Out(32)
+
+    LATENCY = 2
+
+    def elaborate(self, platform):
+        m = Module()
+
+        # Stage 1: exact product.
+        prod = f32_mul_product(m, self.a, self.b, "s0")
+        s1 = Signal(MulProduct, name="s1")
+        with m.If(self.en):
+            m.d.sync += s1.eq(prod)
+
+        # Stage 2: normalise, round, pack.
+        packed = f32_mul_round(m, s1, "s1r")
+        with m.If(self.en):
+            m.d.sync += self.result.eq(packed)
+        return m

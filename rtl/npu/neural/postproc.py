@@ -1,0 +1,503 @@
+"""The neural engine's post-processor: MAC results to output values (``docs/postproc.md``).
+
+One result beat (``lanes`` accumulators of one output-channel slot) becomes one output beat
+(``lanes`` binary16 codes or int8 values) per cycle, through a fixed-latency pipeline that stalls
+only when the output is not taken. The golden model is :mod:`npu_model.postproc`; the order of
+operations below is the one it states.
+
+* int32 accumulators (``MacFormat.INT8``): TOSA rescale by the slot's ``scale`` (int32) and
+  ``shift``, plus the zero point, saturate to int8, then ReLU (at the zero point) or an int8
+  clamp.
+* binary32 accumulators: ``f32_mul(acc, scale)``, then one activation (ReLU, clamp, leaky ReLU,
+  abs, or a piecewise-linear sigmoid / tanh / GELU) built from one binary32 multiply, one add
+  and a max/min; then binary16 (round to nearest even, or stochastic rounding from a per-lane
+  LFSR) or int8 (round half even, plus the zero point, saturate).
+
+Per-slot parameters come in groups on ``params`` and fill one of two banks; result beats read the
+oldest full bank and release it after the group's last result.
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from npu_model import postproc as golden
+
+from ..arith.fp32 import F32_QNAN, FP32AddPipe
+from ..arith.fp32mul import MulProduct, f32_mul_product, f32_mul_round
+from ..config import NPUConfig
+from ..layouts import MacFormat, MacOp, mac_result_layout
+from .layouts import param_beat_layout, postproc_out_layout
+
+__all__ = ["Act", "PostProcessor", "pipeline_latency", "postproc_config_layout"]
+
+Act = golden.Act
+
+F32_ONE = 0x3F80_0000
+F32_MONE = 0xBF80_0000
+F32_MZERO = 0x8000_0000
+
+
+def postproc_config_layout():
+    """Layer configuration of the post-processor (held stable while a layer runs).
+
+    ============ ======= ===================================================================
+    field        bits    meaning
+    ============ ======= ===================================================================
+    out_fp16     1       output binary16 codes (else int8 values)
+    act          4       activation, :class:`Act` (0 none, 1 ReLU, 2 clamp, 3 leaky ReLU,
+                         4 abs, 5 sigmoid, 6 tanh, 7 GELU); other codes are errors
+    stochastic   1       binary16 outputs use stochastic rounding (else RNE)
+    zero_point   8       int8 output zero point (signed)
+    lo, hi       32      clamp bounds: binary32, or int8 in bits 0-7 for int32 accumulators
+    alpha        32      leaky-ReLU slope (binary32)
+    seed         32      LFSR seed, loaded by the ``lfsr_load`` strobe
+    ============ ======= ===================================================================
+    """
+    return data.StructLayout({
+        "out_fp16":   1,
+        "act":        4,
+        "stochastic": 1,
+        "zero_point": signed(8),
+        "lo":         32,
+        "hi":         32,
+        "alpha":      32,
+        "seed":       32,
+    })
+
+
+def pipeline_latency(config):
+    """Cycles from a result beat's handshake to its output beat being valid (no stalls)."""
+    return 12 if config.has_float else 4
+
+
+def _lfsr_matrix():
+    """Each bit of the state after :data:`golden.LFSR_STEPS` steps as a mask of old bits."""
+    bits = [1 << i for i in range(32)]
+    for _ in range(golden.LFSR_STEPS):
+        lsb = bits[0]
+        bits = bits[1:] + [0]
+        for j in range(32):
+            if (golden.LFSR_TAPS >> j) & 1:
+                bits[j] ^= lsb
+    return bits
+
+
+def _pwl_rom():
+    tables = golden.pwl_tables()
+    words = []
+    for name in golden.PWL_FUNCS:
+        a_tab, b_tab = tables[name]
+        words += [int(a) | (int(b) << 32) for a, b in zip(a_tab, b_tab)]
+    return words
+
+
+def _order_key(m, x, name):
+    """Signed key ordered like binary32 ``x`` with -0 < +0 (NaNs handled by the caller)."""
+    key = Signal(signed(33), name=name)
+    m.d.comb += key.eq(Mux(x[31], -x[:31] - 1, x[:31]))
+    return key
+
+
+def _lost_bits(m, value, amount, name):
+    """Any set bit among the ``amount`` low bits of ``value`` (shifted out by ``>> amount``)."""
+    mask = Signal(len(value), name=name)
+    m.d.comb += mask.eq((Const(1, len(value) + 1) << amount) - 1)
+    return (value & mask) != 0
+
+
+def _is_nan(x):
+    return (x[23:31] == 0xFF) & (x[:23] != 0)
+
+
+def _f32_max(m, a, b, name):
+    out = Signal(32, name=name)
+    ka, kb = _order_key(m, a, f"{name}_ka"), _order_key(m, b, f"{name}_kb")
+    m.d.comb += out.eq(Mux(_is_nan(a) | _is_nan(b), F32_QNAN, Mux(ka >= kb, a, b)))
+    return out
+
+
+def _f32_min(m, a, b, name):
+    out = Signal(32, name=name)
+    ka, kb = _order_key(m, a, f"{name}_ka"), _order_key(m, b, f"{name}_kb")
+    m.d.comb += out.eq(Mux(_is_nan(a) | _is_nan(b), F32_QNAN, Mux(ka <= kb, a, b)))
+    return out
+
+
+class PostProcessor(wiring.Component):
+    """Post-processor of one neural engine core (``lanes = config.macs``).
+
+    Parameters
+    ----------
+    config : NPUConfig
+    lanes_per_cycle : int, optional
+        Lane datapaths built (a divisor of ``lanes``; default all): a result beat is processed
+        as ``lanes / lanes_per_cycle`` sub-beats on consecutive cycles, so the throughput is one
+        beat per :attr:`cycles_per_beat` cycles for proportionally less logic.
+
+    Members
+    -------
+    res : In(stream of mac_result_layout(lanes, slots))
+        MAC results; a beat is taken only while a full parameter bank exists.
+    params : In(stream of param_beat_layout(slots))
+        Parameter beats (``bias`` is ignored); taken only while a bank is free.
+    out : Out(stream of postproc_out_layout(lanes, slots))
+        One output beat per result beat, in order, ``pipeline_latency(config)`` cycles after
+        the result's handshake.
+    cfg : In(postproc_config_layout())
+        Layer configuration.
+    lfsr_load : In(1)
+        Load every lane's LFSR from ``cfg.seed``.
+    error : Out(1)
+        Sticky: a result beat could not be processed (its output is zeros).
+    error_clear : In(1)
+        Clear ``error`` (a new error in the same cycle wins).
+    """
+
+    def __init__(self, config, lanes_per_cycle=None):
+        if not isinstance(config, NPUConfig):
+            raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        lanes, slots = config.macs, config.acc_slots
+        if lanes_per_cycle is None:
+            lanes_per_cycle = lanes
+        if (not isinstance(lanes_per_cycle, int) or isinstance(lanes_per_cycle, bool)
+                or lanes_per_cycle < 1 or lanes % lanes_per_cycle):
+            raise ValueError(f"lanes_per_cycle must divide the {lanes} lanes, "
+                             f"not {lanes_per_cycle!r}")
+        self._config = config
+        self._lpc = lanes_per_cycle
+        super().__init__({
+            "res":         In(stream.Signature(mac_result_layout(lanes, slots))),
+            "params":      In(stream.Signature(param_beat_layout(slots))),
+            "out":         Out(stream.Signature(postproc_out_layout(lanes, slots))),
+            "cfg":         In(postproc_config_layout()),
+            "lfsr_load":   In(1),
+            "error":       Out(1),
+            "error_clear": In(1),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def lanes_per_cycle(self):
+        return self._lpc
+
+    @property
+    def cycles_per_beat(self):
+        """Cycles a result beat occupies the pipeline (``lanes / lanes_per_cycle``)."""
+        return self._config.macs // self._lpc
+
+    @property
+    def latency(self):
+        return pipeline_latency(self._config)
+
+    def elaborate(self, platform):
+        m = Module()
+        config = self._config
+        lanes, slots = config.macs, config.acc_slots
+        has_int, has_float = config.has_int8, config.has_float
+        cfg = self.cfg
+        last = self.latency - 1     # index of the output stage
+        en = Signal()
+
+        def reg(value, name, shape=None):
+            sig = Signal(shape if shape is not None else value.shape(), name=name)
+            with m.If(en):
+                m.d.sync += sig.eq(value)
+            return sig
+
+        def delay(value, n, name):
+            for i in range(n):
+                value = reg(value, f"{name}_{i}")
+            return value
+
+        # ---- Parameter banks --------------------------------------------------------------
+        scale = [[Signal(32, name=f"scale_b{b}_s{s}") for s in range(slots)] for b in range(2)]
+        shift = [[Signal(6, name=f"shift_b{b}_s{s}") for s in range(slots)] for b in range(2)]
+        full = Array(Signal(name=f"full{b}") for b in range(2))
+        count = Array(Signal(16, name=f"count{b}") for b in range(2))
+        wb = Signal()       # bank being filled
+        rb = Signal()       # oldest bank (read by results)
+        consumed = Signal(16)
+
+        p = self.params.payload
+        m.d.comb += self.params.ready.eq(~full[wb])
+        p_take = self.params.valid & self.params.ready
+        with m.If(p_take):
+            for b in range(2):
+                for s in range(slots):
+                    with m.If((wb == b) & (p.slot == s)):
+                        m.d.sync += [scale[b][s].eq(p.scale), shift[b][s].eq(p.shift)]
+            m.d.sync += count[wb].eq(count[wb] + 1)
+            with m.If(p.group_last):
+                m.d.sync += [full[wb].eq(1), wb.eq(~wb)]
+
+        # A result beat is issued as `folds` sub-beats of `units` lanes (one per cycle); it is
+        # taken (ready) with its last sub-beat.
+        units, folds = self._lpc, lanes // self._lpc
+        r = self.res.payload
+        issue = Signal()
+        sub = Signal(range(folds), name="sub")
+        last_sub = Signal()
+        m.d.comb += [
+            issue.eq(self.res.valid & full[rb] & en),
+            last_sub.eq(sub == folds - 1),
+            self.res.ready.eq(en & full[rb] & last_sub),
+        ]
+        if folds > 1:
+            with m.If(issue):
+                m.d.sync += sub.eq(Mux(last_sub, 0, sub + 1))
+        take = self.res.valid & self.res.ready
+
+        def lane_mux(values, j):
+            if folds == 1:
+                return values[j]
+            return Array(values[k * units + j] for k in range(folds))[sub]
+        with m.If(take):
+            with m.If(consumed + 1 == count[rb]):
+                # The group's last result: release the bank (its parameters are in flight).
+                m.d.sync += [full[rb].eq(0), count[rb].eq(0), rb.eq(~rb), consumed.eq(0)]
+            with m.Else():
+                m.d.sync += consumed.eq(consumed + 1)
+        sel_scale = Mux(rb, Array(scale[1])[r.slot], Array(scale[0])[r.slot])
+        sel_shift = Mux(rb, Array(shift[1])[r.slot], Array(shift[0])[r.slot])
+
+        # ---- Beat check and the sticky error ----------------------------------------------
+        is_int = r.fmt == MacFormat.INT8
+        bad = Signal()
+        m.d.comb += bad.eq(Mux(
+            cfg.act > int(Act.GELU), 1,
+            Mux(is_int,
+                (not has_int) | cfg.out_fp16 | (cfg.act > int(Act.CLAMP)),
+                not has_float)))
+        with m.If(take & bad):
+            m.d.sync += self.error.eq(1)
+        with m.Elif(self.error_clear):
+            m.d.sync += self.error.eq(0)
+
+        # ---- Pipeline control ---------------------------------------------------------------
+        valid = [reg(issue, "valid_0")]
+        for i in range(1, last):
+            valid.append(reg(valid[-1], f"valid_{i}"))
+        sub_ctl = delay(sub, last, "sub")           # at S(last - 1)
+        last_ctl = delay(last_sub, last, "last")
+        out_valid = reg(valid[last - 1] & last_ctl, "out_valid")
+        m.d.comb += [
+            en.eq(~out_valid | self.out.ready),
+            self.out.valid.eq(out_valid),
+        ]
+
+        def output(j, value):
+            # The output register of lane `k * units + j`, written by sub-beat k.
+            for k in range(folds):
+                lane = k * units + j
+                out_v = Signal(16, name=f"out_{lane}")
+                with m.If(en & valid[last - 1] & (sub_ctl == k)):
+                    m.d.sync += out_v.eq(value)
+                m.d.comb += self.out.payload.values[lane].eq(out_v)
+
+        # ---- LFSRs: one per lane, advanced once per beat as it reaches the output ----------
+        # Beats stay in order, so this is the sequence of the model (one advance per result
+        # beat); the beat at the conversion stage uses the advanced state's low bits.
+        rnd_out = []
+        if has_float:
+            matrix = _lfsr_matrix()
+            advance = en & valid[last - 1] & last_ctl
+            rnd_lane = []
+            for i in range(lanes):
+                c = (golden.LFSR_LANE_CONST * (i + 1)) & 0xFFFF_FFFF
+                state = Signal(32, name=f"lfsr{i}", init=c)
+                nxt = Signal(32, name=f"lfsr{i}_next")
+                m.d.comb += nxt.eq(Cat(*[(state & mask).xor() for mask in matrix]))
+                with m.If(self.lfsr_load):
+                    m.d.sync += state.eq(Mux((cfg.seed ^ c) == 0, c, cfg.seed ^ c))
+                with m.Elif(advance):
+                    m.d.sync += state.eq(nxt)
+                rnd_lane.append(nxt[:golden.LFSR_BITS])
+            for j in range(units):
+                if folds == 1:
+                    rnd_out.append(rnd_lane[j])
+                else:
+                    rnd_out.append(Array(rnd_lane[k * units + j] for k in range(folds))[sub_ctl])
+
+        slot_out = delay(r.slot, last + 1, "slot")
+        m.d.comb += self.out.payload.slot.eq(slot_out)
+
+        # S0: input registers.
+        int0 = reg(is_int, "int0")
+        bad0 = reg(bad, "bad0")
+        scale0 = reg(sel_scale, "scale0")
+        shift0 = reg(sel_shift, "shift0")
+        shift1 = reg(shift0, "shift1")
+        int_ctl = delay(int0, last - 1, "int")   # at S(last - 1)
+        bad_ctl = delay(bad0, last - 1, "bad")
+
+        act = cfg.act
+        RELU, CLAMP, LEAKY, ABS = int(Act.RELU), int(Act.CLAMP), int(Act.LEAKY), int(Act.ABS)
+        SIGMOID, TANH, GELU = int(Act.SIGMOID), int(Act.TANH), int(Act.GELU)
+        for i in range(units):
+            acc0 = reg(lane_mux([r.acc[n] for n in range(lanes)], i), f"acc0_{i}", 32)
+
+            # S1: the shared multiplier (int32 x int32, or 24 x 24 significands).
+            ea, fa = acc0[23:31], acc0[:23]
+            eb, fb = scale0[23:31], scale0[:23]
+            if has_int and has_float:
+                op_a = Mux(int0, acc0.as_signed(), Cat(fa, ea != 0).as_unsigned())
+                op_b = Mux(int0, scale0.as_signed(), Cat(fb, eb != 0).as_unsigned())
+                prod = reg(op_a * op_b, f"prod1_{i}", signed(66))
+            elif has_int:
+                prod = reg(acc0.as_signed() * scale0.as_signed(), f"prod1_{i}", signed(64))
+            else:
+                prod = reg(Cat(fa, ea != 0) * Cat(fb, eb != 0), f"prod1_{i}", 48)
+
+            if has_int:
+                # S2: round half up, arithmetic shift, zero point, saturate to int8.
+                half = Signal(64, name=f"half_{i}")
+                m.d.comb += half.eq((Const(1, 64) << shift1)[1:65])
+                t = Signal(signed(66), name=f"t_{i}")
+                m.d.comb += t.eq(prod[:64].as_signed() + half)
+                y = Signal(signed(67), name=f"yz_{i}")
+                m.d.comb += y.eq((t >> shift1) + cfg.zero_point)
+                sat = reg(Mux(y > 127, 127, Mux(y < -128, -128, y)), f"sat2_{i}", signed(8))
+                # S3: ReLU at the zero point, or clamp to int8 bounds.
+                lo8, hi8 = cfg.lo[:8].as_signed(), cfg.hi[:8].as_signed()
+                relu = Mux(sat < cfg.zero_point, cfg.zero_point, sat)
+                clamped = Mux(sat < lo8, lo8, sat)
+                clamped = Mux(clamped > hi8, hi8, clamped)
+                iv = Mux(act == RELU, relu, Mux(act == CLAMP, clamped, sat))
+                if not has_float:
+                    output(i, Mux(bad_ctl, 0, iv).as_signed())
+                    continue
+                int3 = reg(iv, f"int3_{i}", signed(8))
+                int_val = delay(int3, last - 4, f"intv_{i}")  # at S(last - 1)
+            else:
+                int_val = Const(0, signed(8))
+
+            # S1 (float): the product's class and exponent, beside the shared product.
+            p1 = Signal(MulProduct, name=f"p1_{i}")
+            a_nan = (ea == 0xFF) & (fa != 0)
+            b_nan = (eb == 0xFF) & (fb != 0)
+            a_inf = (ea == 0xFF) & (fa == 0)
+            b_inf = (eb == 0xFF) & (fb == 0)
+            a_zero = (ea == 0) & (fa == 0)
+            b_zero = (eb == 0) & (fb == 0)
+            cls = reg(Cat(a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero), a_inf | b_inf,
+                          acc0[31] ^ scale0[31]), f"cls1_{i}", 3)
+            bexp = reg(Mux(ea == 0, 1, ea) + Mux(eb == 0, 1, eb) - 127, f"bexp1_{i}",
+                       signed(11))
+            m.d.comb += [p1.prod.eq(prod[:48]), p1.bexp.eq(bexp), p1.nan.eq(cls[0]),
+                         p1.inf.eq(cls[1]), p1.sign.eq(cls[2])]
+            # S2: y1 = f32_mul(acc, scale).
+            y1 = reg(f32_mul_round(m, p1, f"y1r_{i}"), f"y1_{i}")
+
+            # S3: activation operands; the PWL table is read with the segment of y1.
+            e1 = y1[23:31]
+            e0 = 127 + golden.PWL_EMIN
+            octave = Mux(e1 < e0, 0, Mux(e1 >= e0 + golden.PWL_OCTAVES, 7, e1 - (e0 - 1)))
+            func = Mux(act == TANH, 1, Mux(act == GELU, 2, 0))
+            rom = Memory(shape=64, depth=128 * len(golden.PWL_FUNCS), init=_pwl_rom())
+            m.submodules[f"pwl_{i}"] = rom
+            rp = rom.read_port(domain="sync")
+            m.d.comb += [
+                rp.en.eq(en),
+                rp.addr.eq(Cat(y1[20:23], octave[:3], y1[31], func[:2])),
+            ]
+            y1_neg = y1[31] & (y1[:31] != 0) & ~_is_nan(y1)
+            a_sel = Mux((act == LEAKY) & y1_neg, cfg.alpha,
+                        Mux((act == ABS) & y1[31], F32_MONE, F32_ONE))
+            use_rom = (act == SIGMOID) | (act == TANH) | (act == GELU)
+            x3 = reg(y1, f"x3_{i}")
+            a3 = reg(a_sel, f"asel3_{i}", 32)
+            rom3 = reg(use_rom, f"rom3_{i}", 1)
+            # Tails other than GELU's positive side have a = 0: x is replaced by -0 so that
+            # -0 * 0 + b is exactly b (1, +0, +-1 or -0), infinities included. GELU's positive
+            # tail (a = 1, b = -0) gives x exactly, as the model's tail rule says.
+            tail3 = reg(use_rom & (octave == 7) & ~_is_nan(y1) & ~((act == GELU) & ~y1[31]),
+                        f"tail3_{i}", 1)
+            x_op = Mux(tail3, F32_MZERO, x3)
+            a_op = Mux(rom3, rp.data[:32], a3)
+            b_op = Signal(32, name=f"bop3_{i}")
+            m.d.comb += b_op.eq(Mux(rom3, rp.data[32:], F32_MZERO))
+
+            # S4, S5: f32_mul(x, a).
+            p4 = reg(f32_mul_product(m, x_op, a_op, f"m2p_{i}"), f"p4_{i}")
+            m5 = reg(f32_mul_round(m, p4, f"m2r_{i}"), f"m5_{i}")
+            b5 = delay(b_op, 2, f"b_{i}")
+            # S6..S8: f32_add(product, b).
+            adder = FP32AddPipe()
+            m.submodules[f"add_{i}"] = adder
+            m.d.comb += [adder.en.eq(en), adder.a.eq(m5), adder.b.eq(b5),
+                         adder.op.eq(MacOp.MAC)]
+            # S9: register the sum.
+            s9 = reg(adder.result, f"s9_{i}")
+            # S10: ReLU = max(x, +0); clamp = min(max(x, lo), hi).
+            mx = _f32_max(m, s9, Mux(act == RELU, 0, cfg.lo), f"max_{i}")
+            mn = _f32_min(m, mx, cfg.hi, f"min_{i}")
+            c10 = reg(Mux(act == RELU, mx, Mux(act == CLAMP, mn, s9)), f"c10_{i}", 32)
+
+            # S11: to binary16 or int8.
+            f16 = self._to_f16(m, c10, rnd_out[i], cfg.stochastic, f"f16_{i}")
+            i8 = self._to_int8(m, c10, cfg.zero_point, f"i8_{i}")
+            value = Mux(bad_ctl, 0,
+                        Mux(int_ctl, int_val.as_signed(), Mux(cfg.out_fp16, f16, i8)))
+            output(i, value)
+        return m
+
+    @staticmethod
+    def _to_f16(m, z, rnd, stochastic, name):
+        """binary32 ``z`` to binary16 bits: RNE, or stochastic with the 13-bit ``rnd``."""
+        out = Signal(16, name=name)
+        e = z[23:31]
+        frac = z[:23]
+        sig = Cat(frac, e != 0)
+        ee = Mux(e == 0, 1, e)
+        d = Signal(5, name=f"{name}_d")
+        m.d.comb += d.eq(Mux(ee >= 113, 0, Mux(ee < 113 - 31, 31, 113 - ee)))
+        t = Signal(24, name=f"{name}_t")
+        m.d.comb += t.eq(sig >> d)
+        sticky = _lost_bits(m, sig, d, f"{name}_lost")
+        addend = Signal(13, name=f"{name}_add")
+        m.d.comb += addend.eq(Mux(stochastic, rnd, 0xFFF + t[13]))
+        total = Signal(25, name=f"{name}_sum")
+        m.d.comb += total.eq(Mux(stochastic, t, t | sticky) + addend)
+        base = Mux(ee >= 113, ee - 113, 0)
+        bits = Signal(20, name=f"{name}_bits")
+        m.d.comb += bits.eq(Cat(Const(0, 10), base[:8]) + total[13:25])
+        with m.If((e == 0xFF) & (frac != 0)):
+            m.d.comb += out.eq(golden.fp.F16_QNAN)
+        with m.Elif((e == 0xFF) | (bits >= 0x7C00)):
+            m.d.comb += out.eq(Cat(Const(0x7C00, 15), z[31]))
+        with m.Else():
+            m.d.comb += out.eq(Cat(bits[:15], z[31]))
+        return out
+
+    @staticmethod
+    def _to_int8(m, z, zero_point, name):
+        """binary32 ``z`` rounded half to even, clamped to [-256, 255], plus the zero point,
+        saturated to int8; 16 bits (sign-extended). NaN counts as 0."""
+        out = Signal(16, name=name)
+        e = z[23:31]
+        frac = z[:23]
+        sig = Cat(frac, e != 0)
+        ee = Mux(e == 0, 1, e)
+        # |z| < 512 unless e >= 136; then the shift 150 - e is at least 15.
+        rs1 = Signal(5, name=f"{name}_rs")     # shift keeping the guard bit: 149 - e, <= 31
+        m.d.comb += rs1.eq(Mux(ee < 149 - 31, 31, 149 - ee))
+        q = Signal(24, name=f"{name}_q")
+        m.d.comb += q.eq(sig >> rs1)
+        sticky = _lost_bits(m, sig, rs1, f"{name}_lost")
+        mag = Signal(11, name=f"{name}_mag")
+        m.d.comb += mag.eq(q[1:] + (q[0] & (sticky | q[1])))
+        r = Signal(signed(12), name=f"{name}_r")
+        with m.If((e == 0xFF) & (frac != 0)):
+            m.d.comb += r.eq(0)
+        with m.Elif(e >= 136):
+            m.d.comb += r.eq(Mux(z[31], -256, 255))
+        with m.Else():
+            m.d.comb += r.eq(Mux(z[31], -mag, Mux(mag > 255, 255, mag)))
+        y = Signal(signed(13), name=f"{name}_y")
+        m.d.comb += y.eq(r + zero_point)
+        m.d.comb += out.eq(Mux(y > 127, 127, Mux(y < -128, -128, y)).as_signed())
+        return out

@@ -1,0 +1,191 @@
+"""Register map of the neural task manager (plain Python, no Amaranth).
+
+The map lies in ``npu.registers.ADDRESS_WINDOWS["TASK_MANAGER"]`` (word addresses 0x1000 to
+0x1FFF). Its layout does not depend on the number of task queues: queue ``i`` always has its six
+registers at offset ``0x40 + 8 * i``, so a build with fewer queues simply has fewer registers.
+:func:`task_manager_map` builds the map for a given count; :data:`REGISTER_MAPS` holds the map
+of the default configuration (8 queues), which ``docs/registers.md`` documents.
+"""
+
+import enum
+
+from ..regmap import Field, Register, RegisterMap
+
+__all__ = [
+    "BASE",
+    "BASE_TABLE_OFFSET",
+    "BASE_TABLE_SIZE",
+    "COUNTERS",
+    "PRIORITY_WIDTH",
+    "QUEUE_OFFSET",
+    "QUEUE_STRIDE",
+    "REGISTER_MAPS",
+    "TASK_MANAGER",
+    "Cause",
+    "task_manager_map",
+]
+
+#: Word address of the map (start of the TASK_MANAGER address window).
+BASE = 0x1000
+#: Offset of queue 0's registers, and the distance between two queues' registers.
+QUEUE_OFFSET = 0x40
+QUEUE_STRIDE = 8
+#: Offset and number of entries of the base-address table (two registers per entry).
+BASE_TABLE_OFFSET = 0x20
+BASE_TABLE_SIZE = 8
+#: Width of a queue's priority.
+PRIORITY_WIDTH = 4
+#: Largest number of queues the layout has room for.
+MAX_QUEUES = 32
+
+
+class Cause(enum.IntEnum):
+    """Exception causes reported in ``EXC_STATUS.cause``."""
+    NONE = 0
+    DECODE = 1      # undecodable descriptor (magic, reserved bits, lengths, network ID)
+    ADDRESS = 2     # a register write outside every register-map window
+    WINDOW = 3      # descriptor or data pointer outside the network's memory window
+    TIMEOUT = 4     # an engine ran longer than WATCHDOG cycles
+
+
+#: Performance counters: (register name, description), at offsets 0x10.. in this order.
+COUNTERS = (
+    ("TASKS_RUN", "Tasks completed (including tasks aborted by the watchdog)."),
+    ("BUSY_CYCLES", "Cycles with at least one task committed, loaded or running."),
+    ("IDLE_CYCLES", "Cycles with nothing committed, loaded or running."),
+    ("STALL_FETCH", ("Cycles in which queues hold work but the configuration queue is empty "
+                    "and no task is running (descriptor fetch is the bottleneck).")),
+    ("STALL_DEP", ("Cycles in which an engine is idle while a loaded task of it waits for a "
+                  "dependency, a switch-point barrier or the drain before a queue change.")),
+    ("STALL_WRITE", ("Cycles in which a register write is held back by the register-write "
+                    "port (the blocks are not ready).")),
+    ("SWITCHES", "Task switches by rule 3 (a TSR task completing while GTSP is set)."),
+    ("SWITCH_LATENCY", ("Cycles from the first cycle a higher-priority queue requested a switch "
+                       "to the start of its first task, for the most recent switch.")),
+)
+
+
+def _queue_registers(i):
+    base = QUEUE_OFFSET + QUEUE_STRIDE * i
+    return [
+        Register(f"Q{i}_CTRL", offset=base + 0, doc=f"Static parameters of task queue {i}.",
+                 fields=[
+            Field("priority", PRIORITY_WIDTH, doc="Priority; higher wins, ties go to the lower "
+                  "queue index."),
+            Field("network", 8, offset=8, doc="Network ID; every descriptor fetched through this "
+                  "queue must carry it."),
+            Field("base_index", 3, offset=16, doc="Index into the base-address table: the memory "
+                  "window of the queue's network."),
+            Field("secure", 1, offset=20, doc="Secure queue: its tasks run only in secure mode, "
+                  "and its work is a secure request (drain, then switch mode)."),
+        ]),
+        Register(f"Q{i}_HEAD", offset=base + 1, doc=f"Set the head pointer of queue {i}.",
+                 fields=[
+            Field("address", 32, access="wo", doc="Word address of the next descriptor. Writing "
+                  "it also clears the queue's `retired` and `tqsp` flags."),
+        ]),
+        Register(f"Q{i}_PUSH", offset=base + 2, doc=f"Enqueue descriptors on queue {i}.",
+                 fields=[
+            Field("count", 16, access="wo", doc="Number of descriptors appended (stored one "
+                  "after the other from the tail)."),
+        ]),
+        Register(f"Q{i}_TAIL", offset=base + 3, doc=f"Tail (end) of queue {i}'s descriptor "
+                 "list.", fields=[
+            Field("address", 32, doc="Word address one past the last descriptor; a fetch at or "
+                  "beyond it is a memory-window violation. 0 disables the check."),
+        ]),
+        Register(f"Q{i}_STATUS", offset=base + 4, doc=f"State of queue {i}.", fields=[
+            Field("count", 16, access="ro", doc="Descriptors not yet committed."),
+            Field("tqsp", 1, access="ro", doc="Task-queue switch parameter: the queue was "
+                  "interrupted by a task switch and its SPC tasks read system memory."),
+            Field("retired", 1, access="ro", doc="The queue was retired by an exception; it is "
+                  "never chosen until its head is written again."),
+        ]),
+        Register(f"Q{i}_PTR", offset=base + 5, doc=f"Current head pointer of queue {i}.",
+                 fields=[
+            Field("address", 32, access="ro", doc="Word address of the next descriptor to "
+                  "commit."),
+        ]),
+    ]
+
+
+def task_manager_map(queues=8):
+    """The TASK_MANAGER register map for a build with ``queues`` task queues."""
+    if not isinstance(queues, int) or isinstance(queues, bool):
+        raise TypeError(f"Number of queues must be an integer, not {queues!r}")
+    if not 1 <= queues <= MAX_QUEUES:
+        raise ValueError(f"Number of queues must be in [1, {MAX_QUEUES}], not {queues!r}")
+    registers = [
+        Register("CTRL", offset=0x00, doc="Global control.", fields=[
+            Field("enable", 1, reset=1, doc="Fetch and commit descriptors. Clearing it lets "
+                  "committed tasks finish and starts nothing new from the queues."),
+        ]),
+        Register("SKEW", offset=0x01, doc="Task-skew limit of the task buffer.", fields=[
+            Field("limit", 8, doc="Largest distance, in tasks, from the oldest task in flight "
+                  "to a newly loaded one, plus one; 0 means the task buffer depth."),
+        ]),
+        Register("WATCHDOG", offset=0x02, doc="Watchdog on engine tasks.", fields=[
+            Field("cycles", 32, doc="A task running this many cycles is aborted with cause "
+                  "TIMEOUT; 0 disables the watchdog."),
+        ]),
+        Register("IRQ_STATUS", offset=0x03, doc="Sticky interrupt causes; write 1 to clear.",
+                 fields=[
+            Field("error", 1, access="w1c", doc="An exception was raised (see EXC_STATUS)."),
+            Field("task_done", 1, access="w1c", doc="A task whose descriptor has the IRQ flag "
+                  "completed."),
+        ]),
+        Register("IRQ_ENABLE", offset=0x04, doc="Interrupt enables.", fields=[
+            Field("error", 1, reset=1, doc="Raise the interrupt on an exception."),
+            Field("task_done", 1, reset=1, doc="Raise the interrupt on an IRQ-flagged task."),
+        ]),
+        Register("EXC_STATUS", offset=0x05, doc="The most recent exception.", fields=[
+            Field("cause", 3, access="ro", enum=Cause, reset=Cause.NONE, doc="What went wrong."),
+            Field("queue", 5, offset=8, access="ro", reset=0, doc="Queue that was retired."),
+            Field("count", 8, offset=16, access="ro", reset=0, doc="Exceptions so far "
+                  "(saturates at 255)."),
+        ]),
+        Register("EXC_ADDR", offset=0x06, doc="Address of the descriptor of the most recent "
+                 "exception.", fields=[
+            Field("address", 32, access="ro", reset=0, doc="Descriptor word address."),
+        ]),
+        Register("STATUS", offset=0x07, doc="Task-switch state.", fields=[
+            Field("gtsp", 1, access="ro", reset=0, doc="Global task-switch parameter: a switch "
+                  "is in progress."),
+            Field("current_valid", 1, access="ro", reset=0, doc="A queue is current."),
+            Field("current", 5, access="ro", reset=0, doc="The current queue."),
+            Field("busy", 1, offset=8, access="ro", reset=0, doc="Tasks committed, loaded or "
+                  "running."),
+            Field("secure", 1, offset=9, access="ro", reset=0, doc="Secure mode: only secure "
+                  "queues run."),
+            Field("secure_request", 1, access="ro", reset=0, doc="A secure queue has work."),
+        ]),
+    ]
+    for n, (name, doc) in enumerate(COUNTERS):
+        registers.append(Register(name, offset=0x10 + n, doc=doc, fields=[
+            Field("value", 32, access="ro", reset=0, doc="Counter value (wraps)."),
+        ]))
+    for j in range(BASE_TABLE_SIZE):
+        registers += [
+            Register(f"BASE{j}", offset=BASE_TABLE_OFFSET + 2 * j,
+                     doc=f"Base-address table entry {j}: start of a network's memory window.",
+                     fields=[Field("address", 32, doc="Word address added to the descriptor's "
+                                   "source and destination offsets.")]),
+            Register(f"LIMIT{j}", offset=BASE_TABLE_OFFSET + 2 * j + 1,
+                     doc=f"Base-address table entry {j}: size of the memory window.",
+                     fields=[Field("words", 32, doc="Window size in words; descriptors and "
+                                   "data must lie in [base, base + words).")]),
+        ]
+    for i in range(queues):
+        registers += _queue_registers(i)
+    return RegisterMap("TASK_MANAGER", base=BASE, registers=registers, doc=(
+        "The neural task manager: task queues (priority, network ID, base-address index, head, "
+        "tail, count, TQSP), the base-address table of the networks' memory windows, global "
+        "task-switch state, exceptions, interrupts and performance counters. Shown for the "
+        "default 8 queues; queue i's registers are at offset 0x40 + 8 i. See "
+        "docs/task_manager.md."))
+
+
+#: The map of the default configuration.
+TASK_MANAGER = task_manager_map(8)
+
+REGISTER_MAPS = (TASK_MANAGER,)

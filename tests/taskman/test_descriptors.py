@@ -1,0 +1,119 @@
+"""The descriptor encoder and decoder (pure Python)."""
+
+import random
+
+import pytest
+from npu.registers import NPU_INFO, register_maps
+from npu.regmap import WriteBlock
+from npu_model.descriptors import (
+    FLAGS,
+    MAGIC,
+    NE,
+    PE,
+    AddressError,
+    DecodeError,
+    Descriptor,
+    WindowError,
+    blocks_from_map,
+    check_address,
+    decode,
+    encode,
+)
+
+
+def random_descriptor(rng):
+    blocks = []
+    for _ in range(rng.randrange(0, 4)):
+        count = rng.randrange(1, 5)
+        start = rng.choice((0x2000, 0x3000, 0x4000, 0x1000))
+        blocks.append(WriteBlock(start + rng.randrange(0, 0x80), count,
+                                 tuple(rng.getrandbits(32) for _ in range(count))))
+    flags = {name: rng.random() < 0.5 for name in FLAGS}
+    return Descriptor(task_id=rng.getrandbits(16), network=rng.getrandbits(8),
+                      engine=rng.choice((NE, PE)), dep=rng.getrandbits(8),
+                      src=rng.getrandbits(16), src_len=rng.getrandbits(8),
+                      dst=rng.getrandbits(16), blocks=tuple(blocks), **flags)
+
+
+def test_round_trip():
+    rng = random.Random(1)
+    for _ in range(200):
+        desc = random_descriptor(rng)
+        words = encode(desc)
+        assert len(words) == desc.length
+        assert decode(words) == desc
+
+
+def test_layout_of_header():
+    desc = Descriptor(task_id=0x1234, network=0x56, engine=PE, tse=True, spl=True, dep=3,
+                      src=0x10, src_len=2, dst=0x20,
+                      blocks=(WriteBlock(0x2000, 2, (7, 8)),))
+    words = encode(desc)
+    # H0: magic, length 7, engine bit 16, TSE bit 17, SPL bit 21.
+    assert words[0] == MAGIC | 7 << 8 | 1 << 16 | 1 << 17 | 1 << 21
+    assert words[1] == 0x1234 | 0x56 << 16 | 3 << 24
+    assert words[2] == 0x10 | 2 << 16
+    assert words[3] == 0x20
+    assert words[4:] == [0x2000 | 2 << 16, 7, 8]
+
+
+def test_blocks_from_register_map():
+    writes = [("SCRATCH", {"value": 5}), ("IRQ_STATUS", {"bus_read_error": 1})]
+    blocks = blocks_from_map(NPU_INFO, writes)
+    assert blocks == (WriteBlock(NPU_INFO.address("SCRATCH"), 2, (5, 1)),)
+    desc = Descriptor(task_id=1, blocks=blocks)
+    assert decode(encode(desc)).blocks == blocks
+
+
+def test_every_register_map_is_addressable():
+    for regmap in register_maps():
+        for reg in regmap:
+            check_address(regmap.base + reg.offset, 1)
+
+
+@pytest.mark.parametrize("address", [0x0100, 0x0FFF, 0x5000, 0xFFFF])
+def test_address_outside_windows(address):
+    with pytest.raises(AddressError):
+        encode(Descriptor(task_id=0, blocks=(WriteBlock(address, 1, (0,)),)))
+    with pytest.raises(AddressError):
+        check_address(address, 1)
+
+
+def test_block_straddling_windows():
+    with pytest.raises(AddressError):
+        check_address(0x1FFF, 2)
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda w: w.__setitem__(0, w[0] ^ 0x80),                   # magic
+    lambda w: w.__setitem__(0, w[0] | 1 << 31),                # reserved H0
+    lambda w: w.__setitem__(2, w[2] | 1 << 28),                # reserved H2
+    lambda w: w.__setitem__(3, w[3] | 1 << 16),                # reserved H3
+    lambda w: w.__setitem__(0, (w[0] & ~0xFF00) | 2 << 8),     # too short
+    lambda w: w.__setitem__(4, w[4] & 0xFFFF),                 # count 0
+    lambda w: w.__setitem__(4, (w[4] & 0xFFFF) | 9 << 16),     # entry past the length
+    lambda w: w.__delitem__(slice(5, None)),                   # truncated
+])
+def test_decode_errors(mutate):
+    words = encode(Descriptor(task_id=1, blocks=(WriteBlock(0x2000, 1, (5,)),)))
+    mutate(words)
+    with pytest.raises(DecodeError):
+        decode(words)
+
+
+def test_network_and_window_checks():
+    words = encode(Descriptor(task_id=1, network=4, src=0x100, src_len=4, dst=0x200))
+    decode(words, network=4, window=(0x1000, 0x300), address=0x1000)
+    with pytest.raises(DecodeError):
+        decode(words, network=5)
+    with pytest.raises(WindowError):
+        decode(words, window=(0x1000, 0x200), address=0x1000)      # dst outside
+    with pytest.raises(WindowError):
+        decode(words, window=(0x1000, 0x300), address=0x0FFE)     # descriptor outside
+
+
+@pytest.mark.parametrize("field,value", [("task_id", 1 << 16), ("network", 256), ("dep", -1),
+                                         ("src_len", 256), ("engine", 2)])
+def test_encode_range_errors(field, value):
+    with pytest.raises(DecodeError):
+        encode(Descriptor(**{"task_id": 0, field: value}))
