@@ -111,12 +111,13 @@ def _is_zero(codes, is_fp16):
     return (codes & 0xFF) == 0
 
 
-def _to_operand(codes, is_fp16):
-    """int32 values (int8 operand) or binary32 bits (binary16 operand)."""
+def _to_operand(codes, is_fp16, float_path):
+    """Binary32 bits on the float path (binary16 or int8 operands, both exact), else int32."""
     codes = np.asarray(codes).astype(np.uint16)
     if is_fp16:
         return fp.f16_to_f32(codes)
-    return (codes & 0xFF).astype(np.uint8).view(np.int8).astype(np.int32)
+    ints = (codes & 0xFF).astype(np.uint8).view(np.int8)
+    return fp.int8_to_f32(ints) if float_path else ints.astype(np.int32)
 
 
 def conv_accumulate(layer, inputs, weights, bias):
@@ -146,9 +147,9 @@ def conv_accumulate(layer, inputs, weights, bias):
     padded = np.zeros((layer.channels, layer.height + 2 * p + s * oh + d * layer.kh,
                        layer.width + 2 * p + s * ow + d * layer.kw), np.uint16)
     padded[:, p:p + layer.height, p:p + layer.width] = inputs.astype(np.uint16)
-    data = _to_operand(padded, layer.data_fp16)
+    data = _to_operand(padded, layer.data_fp16, not is_int)
     coef_zero = _is_zero(weights, layer.coef_fp16)
-    coef = _to_operand(weights, layer.coef_fp16)
+    coef = _to_operand(weights, layer.coef_fp16, not is_int)
 
     out = np.empty(layer.output_shape, np.uint32)
     for k in range(layer.out_channels):

@@ -20,7 +20,7 @@ from npu_model.kernel_codec import pack_words
 from npu_model.mac import FMT
 from npu_model.postproc import Act, PostprocConfig, lfsr_init, postprocess
 
-__all__ = ["ConvCase", "random_case", "golden_output", "commands", "run_rtl",
+__all__ = ["ConvCase", "random_case", "golden_output", "commands", "run_rtl", "run_rtl_many",
            "ACTIVATIONS", "best_log2w"]
 
 #: Activation names of ``--activation``.
@@ -168,11 +168,14 @@ def golden_output(case, macs, formats=("int8", "fp16", "mixed")):
     return out, acc
 
 
-def commands(case, config, harness):
+def commands(case, config, harness, stall=0.0, overrides=None, kernel_patch=None):
     """Command beats (``CMD_LAYOUT`` ints) that load and run ``case`` on ``harness``; and the
-    number of output-memory words the run sends back."""
+    number of output-memory words the run sends back. ``stall`` is the probability that the
+    harness's input and output memories refuse a request in a cycle (1.0: always).
+    ``overrides`` maps register names to fields written after the layer's own values (to test
+    bad programs); ``kernel_patch`` maps kernel-memory addresses to replacement words."""
     from npu.neural.registers import NEURAL_ENGINE as R
-    from npu_sim.conv_harness import input_address, output_words
+    from npu_sim.conv_harness import STALL_ADDR, input_address, output_words
 
     L = case.layer
     beats = []
@@ -184,6 +187,7 @@ def commands(case, config, harness):
         addr, word = R.encode(name, **fields)
         cmd(0, addr, word)
 
+    cmd(0, STALL_ADDR, min(256, int(round(stall * 256))))
     # Kernel memory: the group table, then each group's header and body.
     ntab = 4 * len(case.groups_enc)
     kwords = []
@@ -195,6 +199,8 @@ def commands(case, config, harness):
         table += [ntab + len(kwords), len(bw)]
         kwords += list(bw)
     kwords = table + kwords
+    for addr, word in (kernel_patch or {}).items():
+        kwords[addr] = word
     if len(kwords) > harness.kernel_words:
         raise ValueError(f"kernels need {len(kwords)} words, the harness has "
                          f"{harness.kernel_words}")
@@ -227,6 +233,8 @@ def commands(case, config, harness):
     reg("POST_HI", value=p.hi)
     reg("POST_ALPHA", value=p.alpha)
     reg("POST_SEED", value=p.seed)
+    for name, fields in (overrides or {}).items():
+        reg(name, **fields)
     words = output_words(config.macs, L.out_channels, L.out_height, L.out_width)
     if words > harness.output_depth:
         raise ValueError(f"the output needs {words} output-memory words, the harness has "
@@ -258,20 +266,38 @@ def _parse(words_out, case, config, n_words):
 
 
 def run_rtl(case, config, *, backend="amaranth", stall=0.0, seed=0, progress=None,
-            harness_args=None, max_cycles=None, vcd=None):
+            harness_args=None, max_cycles=None, vcd=None, overrides=None, kernel_patch=None):
     """Run ``case``; returns ``(outputs [K, OH, OW] uint16, stats)``; stats has ``cycles`` and
     ``mac_active`` (the engine's own counters), ``error`` and ``error_code``."""
-    from npu_sim.conv_harness import CMD_LAYOUT, ConvHarness
+    return run_rtl_many([dict(case=case, stall=stall, overrides=overrides,
+                              kernel_patch=kernel_patch)], config, backend=backend,
+                        stall=stall, seed=seed, progress=progress, harness_args=harness_args,
+                        max_cycles=max_cycles, vcd=vcd)[0]
+
+
+def run_rtl_many(runs, config, *, backend="amaranth", stall=0.0, seed=0, progress=None,
+                 harness_args=None, max_cycles=None, vcd=None):
+    """Run several layers one after the other on one harness (each ``runs`` entry: a dict of
+    ``case`` and optional ``stall``, ``overrides``, ``kernel_patch``); returns a list of
+    ``(outputs, stats)``. ``stall`` here is the probability of stalls on the command and
+    result streams."""
+    from npu_sim.conv_harness import ConvHarness
 
     harness = ConvHarness(config, **(harness_args or {}))
-    beats, n_words = commands(case, config, harness)
-    expected = n_words * (config.macs // 2) + 3
+    beats, sizes = [], []
+    for run in runs:
+        b, n_words = commands(run["case"], config, harness, run.get("stall", 0.0),
+                              run.get("overrides"), run.get("kernel_patch"))
+        beats += b
+        sizes.append(n_words)
+    per = config.macs // 2
+    expected = sum(n * per + 3 for n in sizes)
     if backend == "verilator":
         from npu_sim.verilator import StreamBench
         bench = StreamBench(harness, in_name="cmd", out_name="res", progress=progress)
         if max_cycles is None:
-            max_cycles = 200_000 + 40 * len(beats) + 50 * expected + \
-                4 * layer_macs(case.layer) // config.macs
+            max_cycles = 200_000 * len(runs) + 40 * len(beats) + 50 * expected + sum(
+                4 * layer_macs(r["case"].layer) // config.macs for r in runs)
         out_words, _ = bench.run(beats, expected, stall=stall, seed=seed, max_cycles=max_cycles)
     else:
         from npu_sim.streams import run_simulation, seeded_rng, stream_get, stream_put
@@ -289,5 +315,8 @@ def run_rtl(case, config, *, backend="amaranth", stall=0.0, seed=0, progress=Non
 
         run_simulation(harness, [producer, consumer], vcd=vcd)
         out_words = [int(w) for w in out_words]
-    del CMD_LAYOUT
-    return _parse(out_words, case, config, n_words)
+    results, pos = [], 0
+    for run, n in zip(runs, sizes):
+        results.append(_parse(out_words[pos:pos + n * per + 3], run["case"], config, n))
+        pos += n * per + 3
+    return results

@@ -12,7 +12,11 @@ Command beats (``cmd``): ``op`` / ``addr`` / ``data``
 ====  ====================================================================================
 op    meaning
 ====  ====================================================================================
-0     write register ``addr`` (word address in the ``NEURAL_ENGINE`` map) with ``data``
+0     write register ``addr`` (word address in the ``NEURAL_ENGINE`` map) with ``data``;
+      ``addr`` = :data:`STALL_ADDR` sets the harness's stall probability to ``data / 256``
+      (256: the memories never answer, to test the engine's timeout):
+      in each cycle the input memory refuses a row request and the output memory refuses a
+      write with that probability (a 16-bit LFSR decides)
 1     write input value ``data[0:16]`` at input-memory position ``addr`` (see
       :func:`input_address`)
 2     write kernel-memory word ``addr``
@@ -32,7 +36,10 @@ from npu.csr import RegisterFile
 from npu.neural.engine import NeuralEngine
 from npu.neural.registers import LAYER_FIELDS, NEURAL_ENGINE
 
-__all__ = ["ConvHarness", "CMD_LAYOUT", "input_address", "output_words"]
+__all__ = ["ConvHarness", "CMD_LAYOUT", "STALL_ADDR", "input_address", "output_words"]
+
+#: Command address of the harness's own stall register.
+STALL_ADDR = 0x3FFFFF
 
 CMD_LAYOUT = data.StructLayout({"op": 2, "addr": 22, "data": 32})
 
@@ -90,21 +97,32 @@ class ConvHarness(wiring.Component):
             regs.mac_active.count.eq(eng.mac_active),
         ]
 
+        # ---- Random stalls of the input and output memories ----------------------------------
+        cmd = self.cmd.payload
+        stall = Signal(9)
+        lfsr = Signal(16, init=0xACE1)
+        m.d.sync += lfsr.eq(Mux(lfsr[0], (lfsr >> 1) ^ 0xB400, lfsr >> 1))
+        with m.If(self.cmd.valid & self.cmd.ready & (cmd.op == 0) & (cmd.addr == STALL_ADDR)):
+            m.d.sync += stall.eq(cmd.data[:9])
+        take_row = Signal()
+        take_out = Signal()
+        m.d.comb += [take_row.eq(lfsr[:8] >= stall), take_out.eq(lfsr[8:] >= stall)]
+
         # ---- Input memory: one bank per column modulo row_values --------------------------
         wpr = Signal(12)
         m.d.comb += wpr.eq((L.in_w + RV - 1) >> log2rv)
         req = eng.row_req
-        m.d.comb += req.ready.eq(1)
+        m.d.comb += req.ready.eq(take_row)
         r1_valid = Signal()
         r1_tag = Signal.like(req.payload.tag)
         r1_x = Signal(signed(14))
         r1_ok = Signal(RV)           # bank holds an input inside the image
-        m.d.sync += [r1_valid.eq(req.valid), r1_tag.eq(req.payload.tag), r1_x.eq(req.payload.x)]
+        m.d.sync += [r1_valid.eq(req.valid & req.ready), r1_tag.eq(req.payload.tag),
+                     r1_x.eq(req.payload.x)]
         row_ok = (req.payload.y >= 0) & (req.payload.y < L.in_h)
         row_base = Signal(32)
         m.d.comb += row_base.eq((req.payload.c * L.in_h + req.payload.y.as_unsigned()[:12]) * wpr)
         banks_out = []
-        cmd = self.cmd.payload
         load_input = self.cmd.valid & (cmd.op == 1)
         for b in range(RV):
             mem = Memory(shape=16, depth=self.input_depth, init=[])
@@ -148,17 +166,17 @@ class ConvHarness(wiring.Component):
         # ---- Output memory: words of `macs` values, row-major by (channel, row) -------------
         omem = Memory(shape=data.ArrayLayout(16, n), depth=self.output_depth, init=[])
         m.submodules.omem = omem
-        owp = omem.write_port(granularity=16)
+        owp = omem.write_port(granularity=1)     # one enable per value
         orp = omem.read_port()
         o = eng.out.payload
         opr = Signal(12)
-        m.d.comb += [opr.eq((L.out_w + n - 1) >> exact_log2(n)), eng.out.ready.eq(1)]
+        m.d.comb += [opr.eq((L.out_w + n - 1) >> exact_log2(n)), eng.out.ready.eq(take_out)]
         shift = Signal(range(n))
         m.d.comb += shift.eq(o.x[:exact_log2(n)] if n > 1 else 0)
         m.d.comb += [
             owp.addr.eq((o.oc * L.out_h + o.y) * opr + (o.x >> exact_log2(n))),
             owp.data.eq(o.values.as_value() << (shift * 16)),
-            owp.en.eq(Mux(eng.out.valid, o.mask << shift, 0)),
+            owp.en.eq(Mux(eng.out.valid & eng.out.ready, o.mask << shift, 0)),
         ]
 
         # ---- Command processing and read-back ---------------------------------------------
@@ -175,7 +193,7 @@ class ConvHarness(wiring.Component):
                 with m.If(self.cmd.valid):
                     with m.Switch(cmd.op):
                         with m.Case(0):
-                            m.d.comb += csr.w_en.eq(1)
+                            m.d.comb += csr.w_en.eq(cmd.addr != STALL_ADDR)
                         with m.Case(3):
                             m.d.comb += start_cmd.eq(1)
                             m.d.sync += [words.eq(cmd.data), word.eq(0), part.eq(0)]

@@ -125,7 +125,8 @@ class NeuralEngine(wiring.Component):
         Cycles of the last (or current) layer, and cycles in which the MAC array took a command.
     """
 
-    def __init__(self, config, *, row_values=None, buffer_rows=None, timeout=1 << 14):
+    def __init__(self, config, *, row_values=None, buffer_rows=None, timeout=1 << 14,
+                 post_lanes=None):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         self._config = config
@@ -135,6 +136,10 @@ class NeuralEngine(wiring.Component):
         self.max_rows, self.row_values, self.buffer_rows = engine_geometry(
             config, row_values, buffer_rows)
         self.timeout = timeout
+        # A result beat leaves at most once per input channel x kernel taps of its slot;
+        # post-processing a quarter of the lanes per cycle keeps up with 4 or more taps and
+        # needs a quarter of the multipliers.
+        self.post_lanes = post_lanes or max(1, n // 4)
         slots = config.acc_slots
         self.tag_layout = data.StructLayout({
             "row": range(self.max_rows), "addr": range(2 * self.buffer_rows)})
@@ -189,7 +194,7 @@ class NeuralEngine(wiring.Component):
 
         m.submodules.mac = mac = MacArray(cfg)
         m.submodules.extract = ext = KernelExtract(cfg)
-        m.submodules.post = post = PostProcessor(cfg)
+        m.submodules.post = post = PostProcessor(cfg, lanes_per_cycle=self.post_lanes)
         m.d.comb += [post.cfg.eq(L.post), post.error_clear.eq(starting),
                      post.lfsr_load.eq(starting),
                      mac.error_clear.eq(starting)]
