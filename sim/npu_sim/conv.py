@@ -67,8 +67,9 @@ class ConvCase:
         return 1 << self.log2w
 
 
-def best_log2w(macs, max_rows, out_w):
-    """The widest-first work-unit shape that wastes the fewest lanes on ``out_w`` columns."""
+def best_log2w(macs, max_rows, out_w, row_values=None, layer=None):
+    """The work-unit shape that wastes the fewest lanes on ``out_w`` columns (the wider on a
+    tie), among those whose halo row fits ``row_values`` inputs."""
     best = None
     log2n = macs.bit_length() - 1
     for log2w in range(log2n, -1, -1):
@@ -76,10 +77,15 @@ def best_log2w(macs, max_rows, out_w):
         if h > max_rows:
             continue
         w = 1 << log2w
+        if layer is not None and row_values is not None and \
+                (w - 1) * layer.stride + (layer.kw - 1) * layer.dilation + 1 > row_values:
+            continue
         waste = (-(-out_w // w)) * w - out_w
         key = (waste, -w)
         if best is None or key < best[0]:
             best = (key, log2w)
+    if best is None:     # no shape fits: the narrowest (the engine reports HALO)
+        return log2n - (max_rows.bit_length() - 1)
     return best[1]
 
 
@@ -128,8 +134,8 @@ def random_case(config, layer, *, seed, sparsity=0.0, palette_bits=0, sparse=Non
             seed=int(rng.integers(1, 1 << 32)))
     if log2w is None:
         from npu.neural.engine import engine_geometry
-        rows = max_rows or engine_geometry(config)[0]
-        log2w = best_log2w(config.macs, rows, L.out_width)
+        rows, row_values, _ = engine_geometry(config)
+        log2w = best_log2w(config.macs, max_rows or rows, L.out_width, row_values, L)
     return ConvCase(L, inputs, weights, np.asarray(bias, np.uint32), np.asarray(scale, np.uint32),
                     np.asarray(shift, np.int64), post, sparse=sparse, palette_bits=palette_bits,
                     log2w=log2w, slots=config.acc_slots)

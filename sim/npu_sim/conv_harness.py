@@ -59,9 +59,12 @@ def output_words(macs, out_channels, out_h, out_w):
 class ConvHarness(wiring.Component):
     """The neural engine with its memories (see the module documentation)."""
 
-    def __init__(self, config, *, input_values=1 << 15, kernel_words=1 << 14,
-                 output_values=1 << 15, **engine_args):
+    def __init__(self, config, *, input_values=None, kernel_words=1 << 14,
+                 output_values=None, **engine_args):
         self._config = config
+        scale = max(1, config.macs // 16)
+        input_values = input_values or (1 << 15) * scale
+        output_values = output_values or (1 << 15) * scale
         self.engine = NeuralEngine(config, **engine_args)
         self.row_values = self.engine.row_values
         self.input_depth = max(1, input_values // self.row_values)

@@ -27,16 +27,23 @@ class F32(data.Struct):
     sign: 1
 
 
-def _lzc_tree(value):
-    """``(all_zero, count)`` of a value whose width is a power of two, as a log-depth tree."""
+def _lzc_tree(m, value, name):
+    """``(all_zero, count)`` of a value whose width is a power of two, as a log-depth tree.
+
+    Every node is a named signal, so each sub-tree is built (and simulated) once."""
     width = len(value)
     if width == 2:
         return ~value[1] & ~value[0], ~value[1]
     half = width // 2
-    hi_zero, hi_count = _lzc_tree(value[half:])
-    lo_zero, lo_count = _lzc_tree(value[:half])
-    count = Mux(hi_zero, Cat(lo_count, Const(1, 1)), Cat(hi_count, Const(0, 1)))
-    return hi_zero & lo_zero, count
+    hi_zero, hi_count = _lzc_tree(m, value[half:], f"{name}h")
+    lo_zero, lo_count = _lzc_tree(m, value[:half], f"{name}l")
+    zero = Signal(name=f"{name}_z")
+    count = Signal(len(hi_count) + 1, name=f"{name}_n")
+    m.d.comb += [
+        zero.eq(hi_zero & lo_zero),
+        count.eq(Mux(hi_zero, Cat(lo_count, Const(1, 1)), Cat(hi_count, Const(0, 1)))),
+    ]
+    return zero, count
 
 
 def count_leading_zeros(m, value, name):
@@ -46,8 +53,8 @@ def count_leading_zeros(m, value, name):
     """
     width = len(value)
     padded = 1 << (width - 1).bit_length()
-    all_zero, tree = _lzc_tree(Cat(Const((1 << (padded - width)) - 1, padded - width), value)
-                               if padded > width else value)
+    all_zero, tree = _lzc_tree(m, Cat(Const((1 << (padded - width)) - 1, padded - width), value)
+                               if padded > width else value, f"{name}_t")
     count = Signal(range(width + 1), name=name)
     m.d.comb += count.eq(Mux(value == 0, width, tree))
     return count

@@ -67,7 +67,7 @@ def engine_geometry(config, row_values=None, buffer_rows=None):
     log2n = exact_log2(n)
     max_rows = 1 << (log2n // 2)
     if row_values is None:
-        row_values = 2 * n
+        row_values = min(2 * n, 64)
     if buffer_rows is None:
         buffer_rows = 256 if n <= 64 else 1024
     return max_rows, row_values, buffer_rows

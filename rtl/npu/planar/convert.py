@@ -1,0 +1,116 @@
+"""Format converters and the binary32 rounding primitive (all combinational).
+
+* :func:`to_f32`: the first format converter, INT8 or binary16 to binary32 (exact).
+* :func:`from_f32`: the second format converter, binary32 to binary16 (RNE, overflow to
+  infinity, NaN to ``0x7E00``) or INT8 (RNE, saturating, NaN to 0), sign-extended to 16 bits.
+* :func:`f32_round_pack`: round ``(-1)**sign * sig * 2**exp`` to binary32 (RNE, subnormals).
+
+They match :mod:`npu_model.fp` bit for bit.
+"""
+
+from amaranth.hdl import Cat, Const, Mux, Signal, Value, signed
+
+from ..arith.fp32 import F32_QNAN, count_leading_zeros, decode_operand, product_to_f32
+
+__all__ = ["f32_round_pack", "from_f32", "to_f32"]
+
+
+def to_f32(m, raw, is_fp16, name):
+    """Binary32 bits of a 16-bit element (INT8 in the low byte, or binary16)."""
+    op = decode_operand(m, raw, ~Value.cast(is_fp16).bool(), f"{name}_dec")
+    sig = Signal(22, name=f"{name}_sig")
+    m.d.comb += sig.eq(op.sig)
+    return product_to_f32(m, op.sign, sig, op.exp, op.inf, op.nan, name)
+
+
+def _round_shift(m, sig, rsh, name):
+    """``(sig >> rsh, guard, sticky)`` of a 24-bit significand, ``rsh`` below 32."""
+    wide = Signal(56, name=f"{name}_wide")
+    m.d.comb += wide.eq(Cat(Const(0, 32), sig) >> rsh)
+    return wide[32:], wide[31], wide[:31] != 0
+
+
+def from_f32(m, bits, is_fp16, name):
+    """16-bit element of binary32 ``bits``: binary16, or INT8 sign-extended."""
+    out = Signal(16, name=name)
+    sign = bits[31]
+    e = bits[23:31]
+    frac = bits[:23]
+    nan = (e == 0xFF) & (frac != 0)
+    inf = (e == 0xFF) & (frac == 0)
+    sig = Cat(frac, e != 0)
+    e_eff = Mux(e == 0, 1, e)
+
+    # binary16: keep 11 bits (13 dropped) when normal, more when subnormal.
+    e16 = Signal(signed(10), name=f"{name}_e16")
+    m.d.comb += e16.eq(e_eff - 112)
+    rsh16 = Signal(range(32), name=f"{name}_rsh16")
+    m.d.comb += rsh16.eq(Mux(e16 >= 1, 13, Mux(e16 < -16, 31, 14 - e16)))
+    m16, g16, s16 = _round_shift(m, sig, rsh16, f"{name}_h")
+    field16 = Mux(e16 >= 1, e16 - 1, 0)
+    total16 = Signal(20, name=f"{name}_t16")
+    m.d.comb += total16.eq(Cat(Const(0, 10), field16[:9]) + m16[:12] + (g16 & (s16 | m16[0])))
+    h = Signal(16, name=f"{name}_h16")
+    with m.If(nan):
+        m.d.comb += h.eq(0x7E00)
+    with m.Elif(inf | (total16 >= 0x7C00)):
+        m.d.comb += h.eq(Cat(Const(0x7C00, 15), sign))
+    with m.Else():
+        m.d.comb += h.eq(Cat(total16[:15], sign))
+
+    # int8: round at the binary point, then saturate.
+    rsh8 = Signal(range(32), name=f"{name}_rsh8")
+    m.d.comb += rsh8.eq(Mux(e_eff >= 150, 0, Mux(e_eff < 119, 31, 150 - e_eff)))
+    m8, g8, s8 = _round_shift(m, sig, rsh8, f"{name}_i")
+    mag = Signal(25, name=f"{name}_mag")
+    m.d.comb += mag.eq(m8 + (g8 & (s8 | m8[0])))
+    big = (e_eff >= 150) | inf
+    i8 = Signal(signed(16), name=f"{name}_i8")
+    with m.If(nan):
+        m.d.comb += i8.eq(0)
+    with m.Elif(sign):
+        m.d.comb += i8.eq(Mux(big | (mag >= 128), -128, -mag[:8]))
+    with m.Else():
+        m.d.comb += i8.eq(Mux(big | (mag >= 127), 127, mag[:8]))
+
+    m.d.comb += out.eq(Mux(is_fp16, h, i8))
+    return out
+
+
+def f32_round_pack(m, sign, sig, exp, name):
+    """Binary32 bits of ``(-1)**sign * sig * 2**exp`` rounded to nearest even.
+
+    ``sig`` is unsigned (at least 26 bits wide, at most 64), ``exp`` signed. Subnormal results
+    are rounded at ``2**-149``; overflow gives infinity; ``sig == 0`` gives a signed zero.
+    """
+    width = len(sig)
+    out = Signal(32, name=name)
+    lz = count_leading_zeros(m, sig, name=f"{name}_lz")
+    norm = Signal(width, name=f"{name}_norm")
+    m.d.comb += norm.eq((sig << lz)[:width])
+    be = Signal(signed(14), name=f"{name}_be")  # biased exponent of the leading one
+    m.d.comb += be.eq(exp + (width - 1 + 127) - lz)
+    rsh = Signal(range(64), name=f"{name}_rsh")
+    m.d.comb += rsh.eq(Mux(be >= 1, 0, Mux(be < -60, 63, 1 - be)))
+    wide = Signal(width + 64, name=f"{name}_wide")
+    m.d.comb += wide.eq(Cat(Const(0, 64), norm) >> rsh)
+    shifted = wide[64:]
+    lost = wide[:64] != 0
+    mant = shifted[width - 24:]
+    guard = shifted[width - 25]
+    sticky = (shifted[:width - 25] != 0) | lost
+    rounded = Signal(25, name=f"{name}_rnd")
+    m.d.comb += rounded.eq(mant + (guard & (sticky | mant[0])))
+    field = Mux(be >= 1, be - 1, 0)
+    total = Signal(40, name=f"{name}_total")
+    m.d.comb += total.eq(Cat(Const(0, 23), field[:14]) + rounded)
+    with m.If(sig == 0):
+        m.d.comb += out.eq(sign << 31)
+    with m.Elif((be > 300) | (total >= 0x7F80_0000)):
+        m.d.comb += out.eq(Cat(Const(0x7F80_0000, 31), sign))
+    with m.Else():
+        m.d.comb += out.eq(Cat(total[:31], sign))
+    return out
+
+
+__all__ += ["F32_QNAN"]

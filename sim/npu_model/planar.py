@@ -1,0 +1,430 @@
+"""Golden model of the planar engine: elementwise, pooling and reduction modes.
+
+Every function works on raw number patterns (``np.int8`` for INT8, ``np.uint16`` binary16 bit
+patterns for FP16) and computes in binary32 with the bit-exact integer arithmetic of
+:mod:`npu_model.fp`, in exactly the order of operations the RTL uses (``docs/planar.md``,
+"Golden contract"). Tensors are ``(C, H, W)``.
+
+The contract, in short:
+
+* The first format converter widens every input exactly to binary32; the second one narrows the
+  binary32 result to the output format (binary16 RNE; int8 RNE with saturation, NaN -> 0).
+* Elementwise: one binary32 operation per mode (two for gain-bias and the ternary modes, in the
+  order written), see :data:`ELT_OPS`.
+* Pooling: the window is folded in row-major order (``ky`` outer, ``kx`` inner) over the valid
+  (non-padding) elements, starting from the identity (``-0`` for sums, ``-inf``/``+inf`` for
+  max/min); the average multiplies the sum by ``recip(n)``, the correctly rounded binary32
+  reciprocal of the number ``n`` of valid elements.
+* Reduction: the plane is cut into beats of ``lanes`` elements (each row into
+  ``ceil(W / lanes)`` beats, missing lanes hold the identity); each beat goes through a pairwise
+  tree (lane ``2i`` with lane ``2i + 1``, level by level); beat ``k`` of a group is folded into
+  retention register ``k mod RETAIN``; the registers are combined as
+  ``op(op(r0, r1), r2)``; the result is multiplied by ``scale`` and passed through the
+  post-processor function (square root, reciprocal, reciprocal square root).
+
+This module never imports Amaranth.
+"""
+
+import math
+
+import numpy as np
+
+from . import fp
+
+__all__ = [
+    "BCASTS",
+    "ELT_ARITY",
+    "ELT_OPS",
+    "F32_NEG_ZERO",
+    "F32_ONE",
+    "FMT_FP16",
+    "FMT_INT8",
+    "POOL_OPS",
+    "POST_FNS",
+    "RED_OPS",
+    "RETAIN",
+    "broadcast_operand",
+    "eltwise",
+    "f32_recip",
+    "f32_rsqrt",
+    "f32_sqrt",
+    "from_f32",
+    "mean",
+    "pool",
+    "pool_shape",
+    "recip_count",
+    "reduce",
+    "to_f32",
+    "variance",
+]
+
+FMT_INT8 = 0
+FMT_FP16 = 1
+
+F32_ONE = 0x3F80_0000
+F32_NEG_ZERO = 0x8000_0000
+F32_POS_INF = 0x7F80_0000
+F32_NEG_INF = 0xFF80_0000
+
+#: Elementwise operation codes (register field ``MODE.op`` in elementwise mode).
+ELT_OPS = {
+    "copy": 0, "relu": 1, "abs": 2, "neg": 3, "square": 4, "gain_bias": 5,
+    "add": 6, "sub": 7, "mul": 8, "max": 9, "min": 10, "cmp": 11,
+    "fma": 12,      # A + B * C
+    "addmul": 13,   # (A + B) * C
+}
+#: Number of stream operands of each elementwise operation.
+ELT_ARITY = {name: (1 if code <= 5 else 2 if code <= 11 else 3) for name, code in ELT_OPS.items()}
+
+#: Pooling operation codes.
+POOL_OPS = {"max": 0, "min": 1, "avg": 2}
+#: Reduction operation codes.
+RED_OPS = {"sum": 0, "max": 1, "min": 2}
+#: Post-processor functions (reduction mode).
+POST_FNS = {"none": 0, "sqrt": 1, "recip": 2, "rsqrt": 3}
+#: Broadcast kinds of operand B.
+BCASTS = {"none": 0, "scalar": 1, "channel": 2, "row": 3, "column": 4}
+
+#: Retention registers of the reduction (one per cycle of the accumulator's latency).
+RETAIN = 3
+
+
+# --------------------------------------------------------------------------------------------
+# format converters
+
+
+def to_f32(x, fmt):
+    """First format converter: INT8 values or binary16 bits to binary32 bits (exact)."""
+    if fmt == FMT_INT8:
+        return fp.int8_to_f32(np.asarray(x).astype(np.int64))
+    if fmt == FMT_FP16:
+        return fp.f16_to_f32(np.asarray(x).astype(np.int64))
+    raise ValueError(f"format must be FMT_INT8 or FMT_FP16, not {fmt!r}")
+
+
+def from_f32(y, fmt):
+    """Second format converter: binary32 bits to INT8 values or binary16 bits."""
+    if fmt == FMT_INT8:
+        return fp.f32_to_int8(y)
+    if fmt == FMT_FP16:
+        return fp.f32_to_f16(y)
+    raise ValueError(f"format must be FMT_INT8 or FMT_FP16, not {fmt!r}")
+
+
+def _neg(a):
+    return (np.asarray(a, dtype=np.uint32) ^ np.uint32(0x8000_0000)).astype(np.uint32)
+
+
+def _abs(a):
+    return (np.asarray(a, dtype=np.uint32) & np.uint32(0x7FFF_FFFF)).astype(np.uint32)
+
+
+# --------------------------------------------------------------------------------------------
+# post-processor: correctly rounded square root and reciprocal
+
+
+def _fields(bits):
+    bits = int(bits)
+    sign = bits >> 31
+    e = (bits >> 23) & 0xFF
+    frac = bits & 0x7FFFFF
+    return sign, e, frac
+
+
+def _sqrt1(bits):
+    sign, e, frac = _fields(bits)
+    if e == 0xFF:
+        return fp.F32_QNAN if frac or sign else F32_POS_INF
+    if e == 0 and frac == 0:
+        return bits  # sqrt(+-0) = +-0
+    if sign:
+        return fp.F32_QNAN
+    sig = frac | (1 << 23) if e else frac
+    exp = (e if e else 1) - 150
+    if exp % 2:
+        sig, exp = sig << 1, exp - 1
+    rad = sig << 60  # even shift: the root has at least 30 bits
+    root = math.isqrt(rad)
+    sticky = int(root * root != rad)
+    return int(fp.f32_pack(0, (root << 1) | sticky, (exp - 60) // 2 - 1))
+
+
+def _recip1(bits):
+    sign, e, frac = _fields(bits)
+    if e == 0xFF:
+        return fp.F32_QNAN if frac else sign << 31
+    if e == 0 and frac == 0:
+        return (sign << 31) | F32_POS_INF
+    sig = frac | (1 << 23) if e else frac
+    exp = (e if e else 1) - 150
+    q, r = divmod(1 << 60, sig)
+    return int(fp.f32_pack(sign, (q << 1) | int(r != 0), -exp - 61))
+
+
+def f32_sqrt(a):
+    """Correctly rounded (RNE) binary32 square root.
+
+    ``sqrt(-0) = -0``, ``sqrt(+inf) = +inf``; negative numbers, ``-inf`` and NaN give
+    :data:`npu_model.fp.F32_QNAN`. Error: at most 0.5 ulp (correct rounding).
+    """
+    a = np.asarray(a, dtype=np.uint32)
+    return np.asarray(np.vectorize(_sqrt1, otypes=[np.uint32])(a) if a.size else a)
+
+
+def f32_recip(a):
+    """Correctly rounded (RNE) binary32 reciprocal ``1 / a``.
+
+    ``1/+-0 = +-inf``, ``1/+-inf = +-0``, NaN gives the canonical NaN; results below the normal
+    range are subnormal (rounded once). Error: at most 0.5 ulp (correct rounding).
+    """
+    a = np.asarray(a, dtype=np.uint32)
+    return np.asarray(np.vectorize(_recip1, otypes=[np.uint32])(a) if a.size else a)
+
+
+def f32_rsqrt(a):
+    """``recip(sqrt(a))``: two correctly rounded steps (error below 1.5 ulp)."""
+    return f32_recip(f32_sqrt(a))
+
+
+def recip_count(n):
+    """Binary32 bits of ``1/n`` rounded to nearest even (the average's divisor)."""
+    return f32_recip(fp.f32_bits(np.asarray(n, dtype=np.float64)))
+
+
+_POST = {0: lambda x: np.asarray(x, dtype=np.uint32), 1: f32_sqrt, 2: f32_recip, 3: f32_rsqrt}
+
+
+# --------------------------------------------------------------------------------------------
+# elementwise
+
+
+def broadcast_operand(b, kind, shape, fmt, scalar=0):
+    """Operand B as a full ``(C, H, W)`` binary32 array.
+
+    ``kind`` is a :data:`BCASTS` code: ``none`` (``b`` has the full shape), ``scalar`` (the
+    binary32 bits ``scalar``; ``b`` unused), ``channel`` (``b`` has ``C`` elements, one per
+    channel), ``row`` (``W`` elements, the same row for every channel and row), ``column``
+    (``H`` elements, one per row, for every channel and column).
+    """
+    c, h, w = shape
+    if kind == BCASTS["scalar"]:
+        return np.full(shape, scalar, dtype=np.uint32)
+    bf = to_f32(b, fmt)
+    if kind == BCASTS["none"]:
+        return np.broadcast_to(bf.reshape(shape), shape)
+    if kind == BCASTS["channel"]:
+        return np.broadcast_to(bf.reshape(c, 1, 1), shape)
+    if kind == BCASTS["row"]:
+        return np.broadcast_to(bf.reshape(1, 1, w), shape)
+    if kind == BCASTS["column"]:
+        return np.broadcast_to(bf.reshape(1, h, 1), shape)
+    raise ValueError(f"unknown broadcast kind {kind!r}")
+
+
+def eltwise(op, a, b=None, c=None, *, in_fmt=FMT_INT8, out_fmt=FMT_INT8, scale=F32_ONE,
+            bias=0, bcast=0, scalar=0):
+    """Elementwise mode.
+
+    Parameters
+    ----------
+    op : str or int
+        A key or value of :data:`ELT_OPS`.
+    a : ndarray
+        Operand A, shape ``(C, H, W)`` (INT8 values or binary16 bits, per ``in_fmt``).
+    b, c : ndarray or None
+        Operands B (possibly broadcast, see :func:`broadcast_operand`) and C (full shape).
+    scale, bias : int
+        Binary32 bits of the gain-bias constants ``s`` and ``b`` of ``x * s + b``.
+    bcast, scalar : int
+        Broadcast kind of B and the binary32 bits of a scalar B.
+
+    Returns
+    -------
+    ndarray
+        The result in ``out_fmt``, shape of ``a``.
+    """
+    code = ELT_OPS[op] if isinstance(op, str) else int(op)
+    a = np.asarray(a)
+    shape = a.shape
+    A = to_f32(a, in_fmt)
+    B = broadcast_operand(b, bcast, shape, in_fmt, scalar) if code >= 6 else None
+    C = to_f32(np.asarray(c), in_fmt).reshape(shape) if code >= 12 else None
+    if code == 0:
+        y = A
+    elif code == 1:
+        y = fp.f32_max(A, 0)
+    elif code == 2:
+        y = _abs(A)
+    elif code == 3:
+        y = _neg(A)
+    elif code == 4:
+        y = fp.f32_mul(A, A)
+    elif code == 5:
+        y = fp.f32_add(fp.f32_mul(A, scale), bias)
+    elif code == 6:
+        y = fp.f32_add(A, B)
+    elif code == 7:
+        y = fp.f32_add(A, _neg(B))
+    elif code == 8:
+        y = fp.f32_mul(A, B)
+    elif code == 9:
+        y = fp.f32_max(A, B)
+    elif code == 10:
+        y = fp.f32_min(A, B)
+    elif code == 11:
+        y = fp.f32_bits(fp.f32_cmp(A, B).astype(np.float32))
+    elif code == 12:
+        y = fp.f32_add(A, fp.f32_mul(B, C))
+    elif code == 13:
+        y = fp.f32_mul(fp.f32_add(A, B), C)
+    else:
+        raise ValueError(f"unknown elementwise op {op!r}")
+    return from_f32(y, out_fmt)
+
+
+# --------------------------------------------------------------------------------------------
+# pooling
+
+
+def pool_shape(h, w, kh, kw, sy, sx, py, px):
+    """Output ``(OH, OW)`` of a pooling window, or ``ValueError`` if the window is impossible.
+
+    Every window must hold at least one valid element: ``py < kh``, ``px < kw`` and
+    ``kh <= H + 2*py``, ``kw <= W + 2*px``; strides are at least 1.
+    """
+    if min(h, w, kh, kw, sy, sx) < 1 or py < 0 or px < 0:
+        raise ValueError("pooling sizes, window and strides must be positive")
+    if py >= kh or px >= kw:
+        raise ValueError(f"padding ({py}, {px}) must be smaller than the window ({kh}, {kw})")
+    if kh > h + 2 * py or kw > w + 2 * px:
+        raise ValueError(f"window ({kh}, {kw}) larger than the padded plane")
+    return (h + 2 * py - kh) // sy + 1, (w + 2 * px - kw) // sx + 1
+
+
+def pool(x, op, kh, kw, sy=1, sx=1, py=0, px=0, *, in_fmt=FMT_INT8, out_fmt=FMT_INT8):
+    """Pooling mode: max, min or average over ``kh x kw`` windows of every channel.
+
+    Global pooling is the reduction mode (or a window as large as the plane).
+    """
+    code = POOL_OPS[op] if isinstance(op, str) else int(op)
+    x = np.asarray(x)
+    C, H, W = x.shape
+    OH, OW = pool_shape(H, W, kh, kw, sy, sx, py, px)
+    X = to_f32(x, in_fmt)
+    ident = {0: F32_NEG_INF, 1: F32_POS_INF, 2: F32_NEG_ZERO}[code]
+    fold = {0: fp.f32_max, 1: fp.f32_min, 2: fp.f32_add}[code]
+    acc = np.full((C, OH, OW), ident, dtype=np.uint32)
+    count = np.zeros((OH, OW), dtype=np.int64)
+    oy = np.arange(OH)[:, None]
+    ox = np.arange(OW)[None, :]
+    for ky in range(kh):
+        for kx in range(kw):
+            iy = oy * sy - py + ky
+            ix = ox * sx - px + kx
+            valid = (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
+            val = X[:, np.clip(iy, 0, H - 1), np.clip(ix, 0, W - 1)]
+            acc = np.where(valid[None], fold(acc, val), acc).astype(np.uint32)
+            count += valid
+    if code == 2:
+        acc = fp.f32_mul(acc, recip_count(count)[None])
+    return from_f32(acc, out_fmt)
+
+
+# --------------------------------------------------------------------------------------------
+# reduction
+
+
+def _tree(vals, fold):
+    """Pairwise tree over the last axis (a power of two): lane 2i with lane 2i+1."""
+    while vals.shape[-1] > 1:
+        vals = fold(vals[..., 0::2], vals[..., 1::2])
+    return vals[..., 0]
+
+
+def reduce(x, op, *, lanes, pre="copy", axis="plane", scale=F32_ONE, post="none",
+           in_fmt=FMT_INT8, out_fmt=FMT_INT8):
+    """Reduction mode: sum, max or min over each channel's plane (or the whole tensor).
+
+    Parameters
+    ----------
+    x : ndarray
+        ``(C, H, W)`` input.
+    op : str or int
+        A :data:`RED_OPS` key or code.
+    lanes : int
+        Elements per beat (the engine's ``P * P``), a power of two; sets the tree shape.
+    pre : str
+        A unary :data:`ELT_OPS` operation applied to every element first (``square`` for sums
+        of squares, ``abs`` for L1 norms).
+    axis : str
+        ``"plane"`` (one result per channel) or ``"tensor"`` (one result).
+    scale : int
+        Binary32 bits multiplied into the reduced value (``recip(N)`` gives a mean).
+    post : str
+        A :data:`POST_FNS` key applied last.
+
+    Returns
+    -------
+    ndarray
+        Shape ``(C,)`` or ``(1,)`` in ``out_fmt``.
+    """
+    code = RED_OPS[op] if isinstance(op, str) else int(op)
+    pre_code = ELT_OPS[pre] if isinstance(pre, str) else int(pre)
+    if pre_code >= 5:
+        raise ValueError(f"pre must be one of copy, relu, abs, neg, square, not {pre!r}")
+    if lanes < 1 or lanes & (lanes - 1):
+        raise ValueError(f"lanes must be a power of two, not {lanes!r}")
+    post_code = POST_FNS[post] if isinstance(post, str) else int(post)
+    x = np.asarray(x)
+    if x.ndim != 3:
+        raise ValueError(f"x must have shape (C, H, W), not {x.shape}")
+    X = to_f32(x, in_fmt)
+    X = {0: lambda v: v, 1: lambda v: fp.f32_max(v, 0), 2: _abs, 3: _neg,
+         4: lambda v: fp.f32_mul(v, v)}[pre_code](X)
+    ident = {0: F32_NEG_ZERO, 1: F32_NEG_INF, 2: F32_POS_INF}[code]
+    fold = {0: fp.f32_add, 1: fp.f32_max, 2: fp.f32_min}[code]
+    if axis not in ("plane", "tensor"):
+        raise ValueError(f"axis must be 'plane' or 'tensor', not {axis!r}")
+    r = _reduce_core(X, fold, ident, lanes, axis, scale)
+    return from_f32(_POST[post_code](r), out_fmt)
+
+
+def mean(x, *, lanes, in_fmt=FMT_INT8, out_fmt=FMT_INT8, axis="plane"):
+    """Mean of each plane: the sum times ``recip(N)``."""
+    C, H, W = np.asarray(x).shape
+    n = H * W * (C if axis == "tensor" else 1)
+    return reduce(x, "sum", lanes=lanes, axis=axis, scale=int(recip_count(n)),
+                  in_fmt=in_fmt, out_fmt=out_fmt)
+
+
+def variance(x, *, lanes, in_fmt=FMT_INT8, axis="plane"):
+    """Population variance of each plane in binary32 bits, as the engine computes it.
+
+    Two reduction passes give ``m = sum(x) * recip(N)`` and ``q = sum(x*x) * recip(N)`` (binary32
+    results, no output rounding), then one fused elementwise pass ``q + m * (-m)`` (the
+    ``fma`` mode). The standard deviation is :func:`f32_sqrt` of it.
+    """
+    C, H, W = np.asarray(x).shape
+    n = H * W * (C if axis == "tensor" else 1)
+    s = int(recip_count(n))
+    X = to_f32(x, in_fmt)
+    X2 = fp.f32_mul(X, X)
+    m = _reduce_core(X, fp.f32_add, F32_NEG_ZERO, lanes, axis, s)
+    q = _reduce_core(X2, fp.f32_add, F32_NEG_ZERO, lanes, axis, s)
+    return fp.f32_add(q, fp.f32_mul(m, _neg(m)))
+
+
+def _reduce_core(X, fold, ident, lanes, axis, scale):
+    """Beats, pairwise tree, retention registers, final combine and scale (binary32 bits)."""
+    C, H, W = X.shape
+    wb = -(-W // lanes)
+    padded = np.full((C, H, wb * lanes), ident, dtype=np.uint32)
+    padded[:, :, :W] = X
+    trees = _tree(padded.reshape(C, H * wb, lanes), fold)  # (C, beats)
+    if axis == "tensor":
+        trees = trees.reshape(1, -1)
+    regs = np.full((trees.shape[0], RETAIN), ident, dtype=np.uint32)
+    for k in range(trees.shape[1]):
+        regs[:, k % RETAIN] = fold(regs[:, k % RETAIN], trees[:, k])
+    r = fold(fold(regs[:, 0], regs[:, 1]), regs[:, 2])
+    return fp.f32_mul(r, scale)

@@ -1,0 +1,160 @@
+# amaranth: UnusedElaboratable=no
+"""The planar engine RTL against the golden model, bit for bit, with random stalls."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Fragment
+from npu.config import NPUConfig, preset
+from npu.planar.engine import PlanarEngine, recip_bits
+from npu.planar.layouts import config_layout
+from npu.planar.registers import PLANAR_ENGINE, TASK_REGISTERS, encode_task
+from npu_model import planar as pl
+from npu_sim import planar as ps
+
+
+def sweep(config, jobs, *, seed, stall):
+    lanes = config.planar_lanes ** 2
+    results = ps.run_tasks(config, jobs, seed=seed, stall=stall)
+    for (task, a, b, c), (got, cycles, err) in zip(jobs, results):
+        assert err == ps.task_error(task, config), task
+        if err:
+            assert got is None
+            continue
+        exp = ps.golden(task, a, b, c, lanes=lanes)
+        assert got is not None, task
+        bad = ps.compare(exp, got, task["out_fmt"])
+        assert bad.size == 0, (task, np.asarray(exp).reshape(-1)[bad[:6]],
+                               np.asarray(got).reshape(-1)[bad[:6]])
+    return results
+
+
+def random_jobs(config, seed, n, modes=(None,), max_dim=9):
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for k in range(n):
+        task = ps.random_task(rng, config, modes[k % len(modes)], max_dim=max_dim)
+        jobs.append((task, *ps.random_operands(rng, task)))
+    return jobs
+
+
+def test_recip_rom():
+    n = np.arange(1, 65)
+    assert [recip_bits(int(k)) for k in n] == pl.recip_count(n).tolist()
+
+
+def test_register_fields_match_config_layout():
+    assert set(TASK_REGISTERS) == set(config_layout().members)
+    for name, reg in TASK_REGISTERS.items():
+        assert PLANAR_ENGINE[reg][name].width == config_layout().members[name].width
+    writes = dict(encode_task({"mode": 1, "kh": 3, "py": 2, "scale": 0x40000000}))
+    window = PLANAR_ENGINE.decode(PLANAR_ENGINE.address("WINDOW"),
+                                  writes[PLANAR_ENGINE.address("WINDOW")])
+    assert window["kh"] == 3 and window["py"] == 2
+
+
+def test_one_lane_all_modes():
+    """P = 1: every elementwise op, pooling op and reduction in one simulation."""
+    cfg = NPUConfig(planar_lanes=1)
+    rng = np.random.default_rng(1)
+    jobs = []
+    for op in range(14):
+        t = ps.random_task(rng, cfg, "eltwise", max_dim=5)
+        t["op"] = op
+        t["bcast"] = [0, 1, 2, 3, 4][op % 5] if op >= 6 else 0
+        jobs.append((t, *ps.random_operands(rng, t)))
+    jobs += random_jobs(cfg, 2, 6, modes=("pool",), max_dim=7)
+    jobs += random_jobs(cfg, 3, 5, modes=("reduce",), max_dim=7)
+    sweep(cfg, jobs, seed=1, stall=0.25)
+
+
+def test_four_lanes_mixed():
+    """P = 2 (four lanes, a two-level tree): random tasks with shapes smaller and larger than a
+    beat, a 7x7 padded average, a mean (scale = recip(N)) and a reciprocal L2 norm
+    (pre = square, post = rsqrt)."""
+    cfg = NPUConfig(planar_lanes=2)
+    jobs = random_jobs(cfg, 4, 6, modes=("eltwise", "pool", "reduce"), max_dim=7)
+    t = ps.make_task(mode=1, op=2, in_fmt=1, out_fmt=1, channels=1, height=9, width=9,
+                     kh=7, kw=7, sy=2, sx=2, py=3, px=3)
+    jobs.append((t, *ps.random_operands(np.random.default_rng(5), t)))
+    x = np.random.default_rng(8).integers(-128, 128, (3, 5, 6)).astype(np.int8)
+    mean = ps.make_task(mode=2, op=0, out_fmt=1, channels=3, height=5, width=6,
+                        scale=int(pl.recip_count(30)))
+    rnorm = ps.make_task(mode=2, op=0, pre=4, post=3, out_fmt=1, channels=3, height=5,
+                         width=6)
+    jobs += [(mean, x, None, None), (rnorm, x, None, None)]
+    res = sweep(cfg, jobs, seed=2, stall=0.3)
+    m = res[-2][0].reshape(-1).view(np.float16).astype(np.float64)
+    assert np.allclose(m, x.reshape(3, -1).mean(axis=1), rtol=1e-3, atol=1e-3)
+    r = res[-1][0].reshape(-1).view(np.float16).astype(np.float64)
+    ref = 1 / np.sqrt((x.reshape(3, -1).astype(np.float64) ** 2).sum(axis=1))
+    assert np.allclose(r, ref, rtol=1e-3)
+
+
+def test_errors_never_hang():
+    """Bad codes and impossible shapes set the error status, consume nothing, and the next
+    task still runs."""
+    cfg = NPUConfig(planar_lanes=1, formats=("int8",))
+    rng = np.random.default_rng(6)
+    bad = [
+        ps.make_task(mode=3, channels=1, height=2, width=2),
+        ps.make_task(mode=0, op=14, channels=1, height=2, width=2),
+        ps.make_task(mode=0, op=6, bcast=5, channels=1, height=2, width=2),
+        ps.make_task(mode=1, op=3, channels=1, height=2, width=2),
+        ps.make_task(mode=2, op=0, pre=5, channels=1, height=2, width=2),
+        ps.make_task(mode=0, op=0, channels=0, height=2, width=2),
+        ps.make_task(mode=1, op=0, channels=1, height=40, width=40, kh=2, kw=2),
+        ps.make_task(mode=0, op=6, bcast=3, channels=1, height=1, width=2000),
+        ps.make_task(mode=1, op=0, channels=1, height=4, width=4, kh=2, kw=2, py=2),
+        ps.make_task(mode=1, op=0, channels=1, height=2, width=4, kh=5, kw=2, py=1),
+        ps.make_task(mode=1, op=0, channels=1, height=4, width=4, kh=9, kw=2, py=3),
+        ps.make_task(mode=1, op=0, channels=1, height=4, width=4, kh=2, kw=2, sy=0),
+        ps.make_task(mode=0, op=0, in_fmt=1, channels=1, height=2, width=2),
+    ]
+    jobs = []
+    for t in bad:
+        assert ps.task_error(t, cfg) != 0, t
+        jobs.append((t, None, None, None))
+    good = ps.random_task(rng, cfg, "pool")
+    jobs.append((good, *ps.random_operands(rng, good)))
+    results = sweep(cfg, jobs, seed=3, stall=0.2)
+    assert all(cycles < 10 for _, cycles, _ in results[:-1])
+    assert results[-1][2] == 0
+
+
+@pytest.mark.parametrize("p", [1, 2, pytest.param(4, marks=pytest.mark.slow),
+                               pytest.param(8, marks=pytest.mark.slow)])
+def test_elaborates(p):
+    Fragment.get(PlanarEngine(NPUConfig(planar_lanes=p)), None)
+
+
+def test_rejects_bad_lanes():
+    with pytest.raises(ValueError, match="power of two"):
+        PlanarEngine(NPUConfig(planar_lanes=3))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p,seed", [(1, 10), (2, 11), (2, 12), (4, 13)])
+def test_sweep_big(p, seed):
+    cfg = NPUConfig(planar_lanes=p)
+    sweep(cfg, random_jobs(cfg, seed, 40 if p < 4 else 12, max_dim=11), seed=seed, stall=0.3)
+
+
+@pytest.mark.slow
+def test_sweep_ice40():
+    cfg = preset("ice40")
+    sweep(cfg, random_jobs(cfg, 20, 30), seed=20, stall=0.3)
+
+
+@pytest.mark.slow
+def test_sweep_verilator():
+    """60 random tasks through the Verilator bench (4 lanes, stalls on both bench streams)."""
+    from npu_sim.toolenv import apply_tool_env
+    apply_tool_env()
+    cfg = NPUConfig(planar_lanes=2)
+    jobs = random_jobs(cfg, 30, 60, max_dim=14)
+    results = ps.run_verilator(cfg, jobs, seed=30, stall=0.3)
+    for (task, a, b, c), (got, _cycles, err) in zip(jobs, results):
+        assert err == ps.task_error(task, cfg)
+        if not err:
+            exp = ps.golden(task, a, b, c, lanes=4)
+            assert ps.compare(exp, got, task["out_fmt"]).size == 0, task
