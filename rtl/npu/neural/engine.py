@@ -198,7 +198,19 @@ class NeuralEngine(wiring.Component):
         m.d.comb += [post.cfg.eq(L.post), post.error_clear.eq(starting),
                      post.lfsr_load.eq(starting),
                      mac.error_clear.eq(starting)]
-        wiring.connect(m, mac.res, post.res)
+        # The 8 slots of a work unit finish on consecutive commands, and the post-processor
+        # takes macs / post_lanes cycles per result: a FIFO of one result per slot absorbs the
+        # burst, so the MAC array never waits for the post-processor.
+        res_width = mac.res.payload.shape().size
+        m.submodules.resfifo = resfifo = SyncFIFOBuffered(width=res_width, depth=slots)
+        m.d.comb += [
+            resfifo.w_data.eq(mac.res.payload),
+            resfifo.w_en.eq(mac.res.valid),
+            mac.res.ready.eq(resfifo.w_rdy),
+            post.res.payload.eq(resfifo.r_data),
+            post.res.valid.eq(resfifo.r_rdy),
+            resfifo.r_en.eq(post.res.ready),
+        ]
         pad = Signal(signed(6))
         m.d.comb += pad.eq(L.pad)
 
@@ -790,6 +802,7 @@ class NeuralEngine(wiring.Component):
         moved = (mac.cmd.valid & mac.cmd.ready) | row_fire | data_fire | \
             (self.out.valid & self.out.ready) | kfifo.w_en | k_issue | \
             (ext.params.valid & ext.params.ready) | (res.valid & res.ready) | \
+            (mac.res.valid & mac.res.ready) | \
             (post.params.valid & post.params.ready)
         idle = Signal(range(self.timeout + 1))
         with m.If(~run | moved):
