@@ -235,8 +235,8 @@ def bench_layers(config):
         ("conv1x1 32->32", ConvLayer(32, side, side, 32, 1, 1, fmt="int8"), 0.0),
         ("depthwise3x3 32", ConvLayer(32, side, side, 32, 3, 3, pad=1, groups=32,
                                       fmt="int8"), 0.0),
-        ("fc 256->256 batch 8", fc_as_conv(256, 256, 8, "int8", "weights"), 0.0),
-        ("fc 256->256 batch 1", fc_as_conv(256, 256, 1, "int8", "weights"), 0.0),
+        ("fc 128->128 batch 8", fc_as_conv(128, 128, 8, "int8", "weights"), 0.0),
+        ("fc 128->128 batch 1", fc_as_conv(128, 128, 1, "int8", "weights"), 0.0),
     ]
     for sp in (0.25, 0.5, 0.75, 0.9):
         layers.append((f"conv3x3 16->16 sparsity {sp}",
