@@ -16,7 +16,7 @@ from .arith.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
 from .config import NPUConfig
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 
-__all__ = ["MacUnit", "MacArray"]
+__all__ = ["MacUnit", "MacArray", "format_supported", "pipeline_stages"]
 
 
 def _control_layout(slots):
@@ -257,6 +257,19 @@ class MacUnit(wiring.Component):
                                lt=p.as_signed() < acc.as_signed(), eq=p == acc)
 
 
+def format_supported(m, config, fmt):
+    """A signal that is high when the :class:`MacFormat` ``fmt`` is built into ``config``."""
+    supported = Signal()
+    with m.Switch(fmt):
+        with m.Case(MacFormat.INT8):
+            m.d.comb += supported.eq(config.has_int8)
+        with m.Case(MacFormat.FP16):
+            m.d.comb += supported.eq(config.has_fp16)
+        with m.Case(MacFormat.I8F16, MacFormat.F16I8):
+            m.d.comb += supported.eq(config.has_mixed)
+    return supported
+
+
 class MacArray(wiring.Component):
     """``config.macs`` MAC units on one command stream, with broadcast coefficients.
 
@@ -339,14 +352,7 @@ class MacArray(wiring.Component):
                 m.d.sync += busy.eq(next_busy)
             m.d.comb += hazard.eq(busy.bit_select(cmd.slot, 1) & ~cmd.first)
 
-        supported = Signal()
-        with m.Switch(cmd.fmt):
-            with m.Case(MacFormat.INT8):
-                m.d.comb += supported.eq(cfg.has_int8)
-            with m.Case(MacFormat.FP16):
-                m.d.comb += supported.eq(cfg.has_fp16)
-            with m.Case(MacFormat.I8F16, MacFormat.F16I8):
-                m.d.comb += supported.eq(cfg.has_mixed)
+        supported = format_supported(m, cfg, cmd.fmt)
 
         accept = Signal()
         m.d.comb += [

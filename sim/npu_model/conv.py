@@ -135,8 +135,7 @@ def conv_accumulate(layer, inputs, weights, bias):
     if weights.shape != layer.weight_shape:
         raise ValueError(f"weights have shape {weights.shape}, the layer needs "
                          f"{layer.weight_shape}")
-    bias = np.asarray(bias).astype(np.int64).astype(np.uint32) if np.asarray(bias).dtype.kind \
-        == "i" else np.asarray(bias).astype(np.uint32)
+    bias = (np.asarray(bias).astype(np.int64) & 0xFFFF_FFFF).astype(np.uint32)
     if bias.shape != (layer.out_channels,):
         raise ValueError(f"bias has shape {bias.shape}, the layer needs ({layer.out_channels},)")
     is_int = layer.fmt == "int8"

@@ -48,8 +48,8 @@ def run_layer(config, layer, *, seed, sparsity=0.0, palette=0, activation="none"
     """Run one random layer on the RTL and the golden model; returns a summary dict (and the
     case, golden and RTL outputs)."""
     import numpy as np
-
     from npu_model.conv import layer_macs
+
     from npu_sim.conv import golden_output, random_case, run_rtl
     from npu_sim.verilator import VerilatorError
 
@@ -75,8 +75,7 @@ def run_layer(config, layer, *, seed, sparsity=0.0, palette=0, activation="none"
     bad = int(np.count_nonzero(expected != got))
     dense = layer_macs(layer)
     positions = layer.out_channels * layer.out_height * layer.out_width
-    useful = case.nonzero_weights // max(1, layer.out_channels) * 0 + sum(
-        int(g.nnz.sum()) for g in case.groups_enc) * layer.out_height * layer.out_width
+    useful = case.nonzero_weights * layer.out_height * layer.out_width
     cycles = max(1, stats["cycles"])
     summary = {
         "preset": config.name, "backend": backend, "seed": seed, "format": layer.fmt,

@@ -18,7 +18,7 @@ for (ic, ky, kx, oc) in scan order, zero coefficients skipped``. A work unit is 
 positions with ``W * H = macs``; lane ``i`` is position ``(i // W, i % W)``.
 """
 
-from amaranth.hdl import (Cat, Const, Module, Mux, ResetInserter, Signal, signed, unsigned)
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -26,8 +26,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from ..config import NPUConfig
-from ..layouts import MacFormat, MacOp, slot_shape
-from ..mac import MacArray
+from ..layouts import MacFormat, MacOp
+from ..mac import MacArray, format_supported
 from .kernel_extract import KernelExtract
 from .layouts import KERNEL_WORD, MAX_KERNEL
 from .postproc import PostProcessor, postproc_config_layout
@@ -246,14 +246,7 @@ class NeuralEngine(wiring.Component):
         ]
 
         # ---- Configuration check -----------------------------------------------------------
-        supported = Signal()
-        with m.Switch(L.fmt):
-            with m.Case(MacFormat.INT8):
-                m.d.comb += supported.eq(cfg.has_int8)
-            with m.Case(MacFormat.FP16):
-                m.d.comb += supported.eq(cfg.has_fp16)
-            with m.Case(MacFormat.I8F16, MacFormat.F16I8):
-                m.d.comb += supported.eq(cfg.has_mixed)
+        supported = format_supported(m, cfg, L.fmt)
         check = Signal(EngineError)
         zero_loop = ((L.groups == 0) | (L.icpg == 0) | (L.ocpg == 0) | (L.out_h == 0) |
                      (L.out_w == 0) | (L.in_h == 0) | (L.in_w == 0) | (L.kh == 0) |
@@ -270,7 +263,7 @@ class NeuralEngine(wiring.Component):
         # ---- Group walker: the conv group of each slot of an output-channel group ----------
         # Walks the `ocg` channels of a group one per cycle, keeping (conv group, index in it)
         # so no division is needed. Two instances: the loader's and the sequencer's.
-        def walker(mod, name):
+        def walker(name):
             w = {
                 "g": Signal(12, name=f"{name}_g"), "r": Signal(12, name=f"{name}_r"),
                 "g0": Signal(12, name=f"{name}_g0"), "glast": Signal(12, name=f"{name}_glast"),
@@ -329,7 +322,7 @@ class NeuralEngine(wiring.Component):
         k_part = Signal(2)
         tbl = Signal(data.ArrayLayout(16, 4))   # header addr, header words, body addr, words
         tbl_i = Signal(3)
-        k_group = walker(m, "kdma")
+        k_group = walker("kdma")
         k_ty = Signal(12)
         k_tx = Signal(12)
         k_gidx = Signal(16)
@@ -407,7 +400,7 @@ class NeuralEngine(wiring.Component):
             bufs.append((mem.write_port(), mem.read_port()))
 
         # ---- Loader --------------------------------------------------------------------------
-        ld_group = walker(m, "ld")
+        ld_group = walker("ld")
         ld_bank = Signal()
         ld_c = Signal(24)        # channel within the group's input range
         ld_nch = Signal(24)
@@ -489,7 +482,7 @@ class NeuralEngine(wiring.Component):
                             m.next = "IDLE"
 
         # ---- Sequencer: extractor control and MAC command issue --------------------------
-        sq_group = walker(m, "sq")
+        sq_group = walker("sq")
         sq_bank = Signal()
         sq_ty = Signal(12)
         sq_tx = Signal(12)
@@ -641,7 +634,6 @@ class NeuralEngine(wiring.Component):
                             with m.Else():
                                 m.next = "IDLE"
 
-        ext_error = ext.error
         timed_out = Signal()
         wr_done = Signal()
 
@@ -687,7 +679,7 @@ class NeuralEngine(wiring.Component):
                         m.next = "HEADER"
             with m.State("HEADER"):
                 m.d.comb += taking_params.eq(1)
-                with m.If(ext_error):
+                with m.If(ext.error):
                     m.d.sync += err.eq(EngineError.EXTRACT)
                     m.next = "FAIL"
                 with m.Elif(ext.done):
@@ -701,7 +693,7 @@ class NeuralEngine(wiring.Component):
                 watch()
             with m.State("BODY"):
                 m.d.comb += issuing.eq(1)
-                with m.If(ext_error):
+                with m.If(ext.error):
                     m.d.sync += err.eq(EngineError.EXTRACT)
                     m.next = "FAIL"
                 with m.Elif(ext.done):
