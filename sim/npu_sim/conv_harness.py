@@ -146,14 +146,15 @@ class ConvHarness(wiring.Component):
             banks_out.append(Mux(r1_ok[b], rp.data, 0))
         rd = eng.row_data
         m.d.comb += [rd.valid.eq(r1_valid), rd.payload.tag.eq(r1_tag)]
+        # Element k is column x + k, in bank (x + k) mod RV: rotate the banks by x.
+        values = banks_out
+        for b in range(log2rv):
+            nxt = [Signal(16, name=f"rot{b}_{k}") for k in range(RV)]
+            m.d.comb += [nxt[k].eq(Mux(r1_x[b], values[(k + (1 << b)) % RV], values[k]))
+                         for k in range(RV)]
+            values = nxt
         for k in range(RV):
-            # Element k is column x + k, in bank (x + k) mod RV.
-            sel = Signal(log2rv or 1, name=f"rot{k}")
-            m.d.comb += sel.eq(r1_x + k)
-            choice = banks_out[0]
-            for b in range(1, RV):
-                choice = Mux(sel == b, banks_out[b], choice)
-            m.d.comb += rd.payload.values[k].eq(choice)
+            m.d.comb += rd.payload.values[k].eq(values[k])
 
         # ---- Kernel memory -------------------------------------------------------------------
         kmem = Memory(shape=32, depth=self.kernel_words, init=[])

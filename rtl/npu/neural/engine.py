@@ -135,6 +135,8 @@ class NeuralEngine(wiring.Component):
             raise ValueError(f"the neural engine needs a power-of-two MAC count, not {n}")
         self.max_rows, self.row_values, self.buffer_rows = engine_geometry(
             config, row_values, buffer_rows)
+        if self.row_values & (self.row_values - 1):
+            raise ValueError(f"row_values must be a power of two, not {self.row_values}")
         self.timeout = timeout
         # A result beat leaves at most once per input channel x kernel taps of its slot;
         # post-processing a quarter of the lanes per cycle keeps up with 4 or more taps and
@@ -539,21 +541,40 @@ class NeuralEngine(wiring.Component):
                 cmd.coef[0].eq(Mux(s1.hold, Mux(is_int, 0, hold_coef), s1.coef)),
                 cmd.coef[1].eq(0),
             ]
+        # Shared per lane row r, so the cost grows with rows x row_values, not lanes x rows:
+        #   rotator:   T_r[j] = row_r[(j + kxd) mod RV]       (log2 RV levels of 2:1 muxes)
+        #   stride:    U_r[x] = T_r[(x * stride) mod RV]       (one mux over the strides)
+        # and lane i of a W x H unit (row i >> log2w, column i & (W - 1)) picks U_r[x] from
+        # the few shapes that put it somewhere. The halo check keeps every index below RV.
+        log2rv = exact_log2(RV)
+        strides = 1 << len(L.stride)
+        cols = min(n, RV)
+        shifted = []
+        for r in range(max_rows):
+            t = [bufs[r][1].data[j] for j in range(RV)]
+            for b in range(log2rv):
+                # Each level in named signals: an expression used twice would be copied.
+                nxt = [Signal(16, name=f"rot_r{r}_l{b}_{j}") for j in range(RV)]
+                m.d.comb += [nxt[j].eq(Mux(kxd[b], t[(j + (1 << b)) % RV], t[j]))
+                             for j in range(RV)]
+                t = nxt
+            u = []
+            for x in range(cols):
+                ux = Signal(16, name=f"shift_r{r}_x{x}")
+                with m.Switch(L.stride):
+                    for s in range(1, strides):
+                        with m.Case(s):
+                            m.d.comb += ux.eq(t[(x * s) % RV])
+                u.append(ux)
+            shifted.append(u)
+        shapes = [lw for lw in range(log2n + 1)
+                  if (n >> lw) <= max_rows and (1 << lw) <= cols]
         for i in range(n):
-            # Lane i of a W x H unit: row i >> log2w, column i & (W - 1).
-            row = Signal(range(max_rows), name=f"shift_row{i}")
-            x = Signal(range(n), name=f"shift_x{i}")
-            sel = Signal(16, name=f"shift_idx{i}")
-            m.d.comb += [
-                row.eq(Const(i, range(n)) >> L.log2w),
-                x.eq(Const(i, range(n)) & (W - 1)),
-                sel.eq(x * L.stride + kxd),
-            ]
-            rows = bufs[0][1].data.as_value()
-            for r in range(1, max_rows):
-                rows = Mux(row == r, bufs[r][1].data.as_value(), rows)
             value = Signal(16, name=f"shift_out{i}")
-            m.d.comb += value.eq(rows.word_select(sel[:max(1, ceil_log2(RV))], 16))
+            with m.Switch(L.log2w):
+                for lw in shapes:
+                    with m.Case(lw):
+                        m.d.comb += value.eq(shifted[i >> lw][i & ((1 << lw) - 1)])
             with m.If(adv):
                 m.d.sync += cmd.data[i].eq(Mux(s1.hold & ~is_int, hold_data, value))
 
