@@ -11,10 +11,11 @@ The contract, in short:
   binary32 result to the output format (binary16 RNE; int8 RNE with saturation, NaN -> 0).
 * Elementwise: one binary32 operation per mode (two for gain-bias and the ternary modes, in the
   order written), see :data:`ELT_OPS`.
-* Pooling: the window is folded in row-major order (``ky`` outer, ``kx`` inner) over the valid
-  (non-padding) elements, starting from the identity (``-0`` for sums, ``-inf``/``+inf`` for
-  max/min); the average multiplies the sum by ``recip(n)``, the correctly rounded binary32
-  reciprocal of the number ``n`` of valid elements.
+* Pooling is separable: each window row is folded over ``kx`` (horizontal filter), then the
+  window's row results are folded over ``ky`` (vertical filter); both folds run over the valid
+  (non-padding) elements only, in increasing order, starting from the identity (``-0`` for
+  sums, ``-inf``/``+inf`` for max/min). The average multiplies the sum by ``recip(n)``, the
+  correctly rounded binary32 reciprocal of the number ``n`` of valid elements.
 * Reduction: the plane is cut into beats of ``lanes`` elements (each row into
   ``ceil(W / lanes)`` beats, missing lanes hold the identity); each beat goes through a pairwise
   tree (lane ``2i`` with lane ``2i + 1``, level by level); beat ``k`` of a group is folded into
@@ -313,18 +314,27 @@ def pool(x, op, kh, kw, sy=1, sx=1, py=0, px=0, *, in_fmt=FMT_INT8, out_fmt=FMT_
     X = to_f32(x, in_fmt)
     ident = {0: F32_NEG_INF, 1: F32_POS_INF, 2: F32_NEG_ZERO}[code]
     fold = {0: fp.f32_max, 1: fp.f32_min, 2: fp.f32_add}[code]
+    # Horizontal filter: every input row, every output column, folded over kx.
+    ox = np.arange(OW)
+    hacc = np.full((C, H, OW), ident, dtype=np.uint32)
+    ncols = np.zeros(OW, dtype=np.int64)
+    for kx in range(kw):
+        ix = ox * sx - px + kx
+        valid = (ix >= 0) & (ix < W)
+        val = X[:, :, np.clip(ix, 0, W - 1)]
+        hacc = np.where(valid[None, None, :], fold(hacc, val), hacc).astype(np.uint32)
+        ncols += valid
+    # Vertical filter: the horizontal results of the window's rows, folded over ky.
+    oy = np.arange(OH)
     acc = np.full((C, OH, OW), ident, dtype=np.uint32)
-    count = np.zeros((OH, OW), dtype=np.int64)
-    oy = np.arange(OH)[:, None]
-    ox = np.arange(OW)[None, :]
+    nrows = np.zeros(OH, dtype=np.int64)
     for ky in range(kh):
-        for kx in range(kw):
-            iy = oy * sy - py + ky
-            ix = ox * sx - px + kx
-            valid = (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
-            val = X[:, np.clip(iy, 0, H - 1), np.clip(ix, 0, W - 1)]
-            acc = np.where(valid[None], fold(acc, val), acc).astype(np.uint32)
-            count += valid
+        iy = oy * sy - py + ky
+        valid = (iy >= 0) & (iy < H)
+        val = hacc[:, np.clip(iy, 0, H - 1), :]
+        acc = np.where(valid[None, :, None], fold(acc, val), acc).astype(np.uint32)
+        nrows += valid
+    count = nrows[:, None] * ncols[None, :]
     if code == 2:
         acc = fp.f32_mul(acc, recip_count(count)[None])
     return from_f32(acc, out_fmt)

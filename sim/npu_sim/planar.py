@@ -22,6 +22,7 @@ __all__ = [
     "from_beats",
     "golden",
     "make_task",
+    "pool_fits",
     "random_operands",
     "random_task",
     "run_amaranth",
@@ -220,15 +221,31 @@ def task_error(task, config, plane_depth=1024):
     if not config.has_fp16 and (task["in_fmt"] or task["out_fmt"]):
         return ERRORS["bad_format"]
     uses_vec = mode == 0 and op >= 6 and task["bcast"] >= 2
-    if (min(c, h, w) == 0 or (uses_vec and vector_length(task) > plane_depth)
-            or (mode == 1 and h * w > plane_depth)):
-        return ERRORS["bad_shape"]
+    bad_window = False
     if mode == 1:
         kh, kw, sy, sx, py, px = (task[k] for k in ("kh", "kw", "sy", "sx", "py", "px"))
-        if (min(kh, kw, sy, sx) == 0 or max(kh, kw) > 8 or py >= kh or px >= kw
-                or kh > h + 2 * py or kw > w + 2 * px):
-            return ERRORS["bad_window"]
+        bad_window = (min(kh, kw, sy, sx) == 0 or max(kh, kw) > 8 or py >= kh or px >= kw
+                      or kh > h + 2 * py or kw > w + 2 * px)
+    if (min(c, h, w) == 0 or (uses_vec and vector_length(task) > plane_depth)
+            or (mode == 1 and not bad_window and not pool_fits(task, config, plane_depth))):
+        return ERRORS["bad_shape"]
+    if bad_window:
+        return ERRORS["bad_window"]
     return 0
+
+
+def pool_fits(task, config, plane_depth=1024):
+    """Whether a pooling task fits the line buffers (``docs/planar.md``, "Line buffers"):
+    ``min(C H, 3) W <= plane_depth`` (input rows of a horizontal group) and
+    ``min(H, kh + 2 sy) ceil(OW / L) + 2 <= HD`` (H ring words of a vertical group)."""
+    from npu.planar.engine import h_ring_depth
+    lanes = config.planar_lanes ** 2
+    c, h, w = _shape(task)
+    kh, kw, sy, sx, px = (task[k] for k in ("kh", "kw", "sy", "sx", "px"))
+    ow = (w + 2 * px - kw) // sx + 1
+    owb = -(-ow // lanes)
+    return (min(c * h, 3) * w <= plane_depth
+            and min(h, kh + 2 * sy) * owb + 2 <= h_ring_depth(lanes, plane_depth))
 
 
 def run_tasks(config, jobs, *, seed=1, stall=0.2, vcd=None, plane_depth=1024):

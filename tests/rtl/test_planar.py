@@ -90,6 +90,59 @@ def test_four_lanes_mixed():
     assert np.allclose(r, ref, rtol=1e-3)
 
 
+def test_pool_streams_through_small_rings():
+    """Pooling streams rows through the line buffer ring and the H ring: with
+    plane_depth = 64 on four lanes (ring of 68 elements, H ring of 16 words) planes far larger
+    than the rings run, strides 1-15 (even ones included: every bank is read once per step),
+    groups that span output rows, FP16 averages, random stalls; a task one row too wide for
+    the ring is rejected."""
+    cfg = NPUConfig(planar_lanes=2)
+    depth = 64
+
+    def pt(**fields):
+        return ps.make_task(mode=1, **fields)
+
+    tasks = [
+        pt(op=2, in_fmt=1, out_fmt=1, channels=2, height=21, width=13, kh=2, kw=2, sy=2,
+           sx=2),
+        pt(op=0, channels=3, height=17, width=8, kh=3, kw=3, sy=1, sx=1, py=1, px=1),
+        pt(op=2, in_fmt=1, out_fmt=1, channels=1, height=12, width=21, kh=3, kw=4, sy=2,
+           sx=4, py=2, px=3),
+        pt(op=1, in_fmt=1, out_fmt=0, channels=2, height=9, width=21, kh=2, kw=3, sy=5,
+           sx=15, py=1, px=1),
+        pt(op=2, channels=1, height=11, width=11, kh=7, kw=7, sy=2, sx=3, py=3, px=3),
+        pt(op=0, in_fmt=1, out_fmt=1, channels=2, height=16, width=3, kh=8, kw=2, sy=1,
+           sx=1, py=4, px=1),
+    ]
+    rng = np.random.default_rng(40)
+    jobs = []
+    for t in tasks:
+        assert ps.task_error(t, cfg, depth) == 0, t
+        assert t["channels"] * t["height"] * t["width"] > 68 or t["height"] * t["width"] > 68
+        jobs.append((t, *ps.random_operands(rng, t)))
+    too_wide = ps.make_task(mode=1, op=0, channels=1, height=4, width=22, kh=2, kw=2, sy=2,
+                            sx=2)
+    assert ps.task_error(too_wide, cfg, depth) == ps.ERRORS["bad_shape"]
+    fits = ps.make_task(mode=1, op=0, channels=1, height=4, width=21, kh=2, kw=2, sy=2, sx=2)
+    assert ps.task_error(fits, cfg, depth) == 0
+    jobs.insert(2, (too_wide, None, None, None))
+    jobs.append((fits, *ps.random_operands(rng, fits)))
+    # The fold order shows in the result: in the window [[2^15, 2^-10], [-2^15, 2^-10]] the row
+    # sums cancel to 0, while a row-major fold keeps the last 2^-10 (average 2^-12).
+    order = ps.make_task(mode=1, op=2, in_fmt=1, out_fmt=1, channels=1, height=4, width=8,
+                         kh=2, kw=2, sy=2, sx=2)
+    x = np.tile(np.array([[0x7800, 0x1400], [0xF800, 0x1400]], dtype=np.uint16), (2, 4))
+    jobs.append((order, x[None], None, None))
+    results = ps.run_tasks(cfg, jobs, seed=41, stall=0.3, plane_depth=depth)
+    for (task, a, b, c), (got, _cycles, err) in zip(jobs, results):
+        assert err == ps.task_error(task, cfg, depth), task
+        if err:
+            continue
+        exp = ps.golden(task, a, b, c, lanes=4)
+        assert ps.compare(exp, got, task["out_fmt"]).size == 0, task
+    assert np.all(results[-1][0] == 0)
+
+
 def test_errors_never_hang():
     """Bad codes and impossible shapes set the error status, consume nothing, and the next
     task still runs."""
@@ -102,7 +155,7 @@ def test_errors_never_hang():
         ps.make_task(mode=1, op=3, channels=1, height=2, width=2),
         ps.make_task(mode=2, op=0, pre=5, channels=1, height=2, width=2),
         ps.make_task(mode=0, op=0, channels=0, height=2, width=2),
-        ps.make_task(mode=1, op=0, channels=1, height=40, width=40, kh=2, kw=2),
+        ps.make_task(mode=1, op=0, channels=1, height=40, width=400, kh=2, kw=2),
         ps.make_task(mode=0, op=6, bcast=3, channels=1, height=1, width=2000),
         ps.make_task(mode=1, op=0, channels=1, height=4, width=4, kh=2, kw=2, py=2),
         ps.make_task(mode=1, op=0, channels=1, height=2, width=4, kh=5, kw=2, py=1),

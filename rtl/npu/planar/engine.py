@@ -6,11 +6,15 @@ Datapath (``docs/planar.md`` has the full description and the golden contract):
 * **lane pipeline** (per lane): a binary32 add/max/min/compare stage, a binary32 multiplier, a
   binary32 adder (9 stages). Every elementwise mode is one pass through it; pooling results
   pass through it to be multiplied by ``1/n``;
-* **line buffer** (the plane memory): holds one input plane for pooling (the vertical and
-  horizontal window walk reads it, each input element is fetched from the stream once), or a
-  broadcast vector in elementwise mode;
-* **window filter** (per lane, pooling): folds a window with a binary32 add/max/min pipe,
-  interleaving three output beats so that the pipe accepts one step per cycle;
+* **line buffer** (input rows): a ring of ``NB`` banks (``NB`` a prime above ``L`` and the
+  largest stride), so that a beat's ``L`` consecutive elements and a window step's ``L``
+  elements ``sx`` apart always fall in different banks; holds the few input rows the
+  horizontal filter reads (pooling) or a broadcast vector (elementwise);
+* **horizontal filter** (per lane, pooling): folds each window row over ``kx`` with a binary32
+  add/max/min pipe, interleaving three beats so that the pipe accepts one step per cycle; its
+  results go to the **H ring** (the line buffer between the filters, ``L`` elements a word);
+* **vertical filter** (per lane, pooling): folds the H ring rows of each window over ``ky``
+  the same way; loader, horizontal and vertical filter run at the same time;
 * **reduction tree** (``L -> L/2 -> ... -> 1``, one beat per cycle) and the **retention
   registers** (three, one per cycle of the accumulator latency);
 * **post-processor** (scale multiply, then square root / reciprocal);
@@ -24,6 +28,7 @@ from fractions import Fraction
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
+from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -34,6 +39,7 @@ from ..layouts import MacOp
 from .convert import from_f32, to_f32
 from .layouts import (
     MAX_WINDOW,
+    WINDOW_BITS,
     Bcast,
     EltOp,
     Error,
@@ -45,7 +51,7 @@ from .layouts import (
 )
 from .postproc import PostProcessor
 
-__all__ = ["LANE_LATENCY", "PlanarEngine", "recip_bits"]
+__all__ = ["LANE_LATENCY", "PlanarEngine", "h_ring_depth", "line_buffer_banks", "recip_bits"]
 
 F32_ONE = 0x3F80_0000
 F32_NZ = 0x8000_0000
@@ -73,6 +79,32 @@ def recip_bits(n):
     if q == 1 << 24:
         q, e = 1 << 23, e + 1
     return ((e + 127) << 23) | (q & 0x7F_FFFF)
+
+
+def _is_prime(n):
+    return n > 1 and all(n % k for k in range(2, int(n ** 0.5) + 1))
+
+
+def line_buffer_banks(lanes, plane_depth):
+    """``(NB, BD)``: the line buffer's bank count and words per bank.
+
+    ``NB`` is the smallest prime above ``lanes`` and above the largest stride (15), so that
+    ``lanes`` elements at a stride of 1 to 15 always fall in different banks;
+    ``NB * BD >= plane_depth``.
+    """
+    nb = max(lanes, 2 ** WINDOW_BITS - 1) + 1
+    while not _is_prime(nb):
+        nb += 1
+    # At least one more word than a lane's largest offset (15 (L - 1)) spans, so that a read
+    # address wraps around the ring at most once.
+    return nb, max(-(-plane_depth // nb), (2 ** WINDOW_BITS - 1) * (lanes - 1) // nb + 1)
+
+
+def h_ring_depth(lanes, plane_depth):
+    """Words (of ``lanes`` elements) of the H ring: a power of two, at least
+    ``plane_depth / lanes`` and 4."""
+    n = max(4, -(-plane_depth // lanes))
+    return 1 << (n - 1).bit_length()
 
 
 def _delay(m, sig, n, en, name):
@@ -161,6 +193,10 @@ class PlanarEngine(wiring.Component):
         L = self._lanes
         lg = L.bit_length() - 1
         D = self._plane_depth
+        NB, BD = line_buffer_banks(L, D)
+        DR = NB * BD
+        HD = h_ring_depth(L, D)
+        HDB = HD.bit_length() - 1
         task = Signal(config_layout())
         mode = task.mode
         is_elt = mode == Mode.ELTWISE
@@ -174,8 +210,10 @@ class PlanarEngine(wiring.Component):
         beats_plane = Signal(26)
         beats_group = Signal(40)
         plane_elems = Signal(24)
-        syW = Signal(signed(18))
-        pyW = Signal(signed(18))
+        ow = Signal(13)       # output columns of a pooling task
+        pool_rows = Signal(24)  # min(C H, 3) W: input rows a horizontal group may need
+        pool_hwords = Signal(24)  # min(H, kh + 2 sy) ceil(OW / L): H ring words a vertical
+                                  # group may need
         lsx = Signal(16)     # L * sx
 
         # ---------------------------------------------------------------- error check
@@ -204,7 +242,8 @@ class PlanarEngine(wiring.Component):
                        & (task.in_fmt | task.out_fmt)),
             bad_shape.eq((C == 0) | (H == 0) | (W == 0)
                          | (uses_vec & (vec_len > D))
-                         | (is_pool & (plane_elems > D))),
+                         | (is_pool & ~bad_window & ((pool_rows > D)
+                                                      | (pool_hwords + 2 > HD)))),
             bad_window.eq(is_pool & (
                 (task.kh == 0) | (task.kw == 0) | (task.kh > MAX_WINDOW)
                 | (task.kw > MAX_WINDOW) | (task.sy == 0) | (task.sx == 0)
@@ -243,11 +282,16 @@ class PlanarEngine(wiring.Component):
                          s0_vec.eq(in_vec), s0_scalar.eq(in_scalar)]
             m.d.sync += [s.eq(v) for s, v in zip(s0_a + s0_b + s0_c, in_a + in_b + in_c)]
 
-        # Line buffer: one write port (the loader), one read port per lane.
-        mem = Memory(shape=32, depth=D, init=[])
-        m.submodules.line_buffer = mem
-        wports = [mem.write_port() for _ in range(L)]
-        rports = [mem.read_port() for _ in range(L)]
+        # Line buffer: NB banks of BD words (one write and one read port each), a ring of
+        # DR = NB * BD >= plane_depth elements; lane i's read data is ``lane_rd[i]``.
+        banks = []
+        for b in range(NB):
+            bank = Memory(shape=32, depth=BD, init=[])
+            m.submodules[f"line_buffer{b}"] = bank
+            banks.append(bank)
+        wports = [bank.write_port() for bank in banks]
+        rports = [bank.read_port() for bank in banks]
+        lane_rd = [Signal(32, name=f"lane_rd{i}") for i in range(L)]
 
         v_d = _delay(m, s0_valid, LANE_LATENCY - 1, lane_en, "v")
         mask_d = _delay(m, s0_mask, LANE_LATENCY - 1, lane_en, "mask")
@@ -258,7 +302,7 @@ class PlanarEngine(wiring.Component):
         lo_val = []
         for i in range(L):
             b_eff = Signal(32, name=f"b_eff{i}")
-            m.d.comb += b_eff.eq(Mux(s0_vec, rports[i].data,
+            m.d.comb += b_eff.eq(Mux(s0_vec, lane_rd[i],
                                      Mux(s0_scalar, task.scalar, s0_b[i])))
             A, B, Cc = s0_a[i], b_eff, s0_c[i]
             x1 = Signal(32, name=f"x1_{i}")
@@ -340,93 +384,307 @@ class PlanarEngine(wiring.Component):
             with m.Else():
                 m.d.sync += cnt_xb.eq(cnt_xb + 1)
 
-        # ---------------------------------------------------------------- loader
-        # Writes ``rows`` rows of ``row_len`` elements (beats as in the streams) into the line
-        # buffer from stream A (pooling plane) or B (broadcast vector).
         # ---------------------------------------------------------------- first converter
         conv_a = [to_f32(m, self.a.payload.data[i], task.in_fmt, f"ia{i}") for i in range(L)]
         conv_b = [to_f32(m, self.b.payload.data[i], task.in_fmt, f"ib{i}") for i in range(L)]
         conv_c = [to_f32(m, self.c.payload.data[i], task.in_fmt, f"ic{i}") for i in range(L)]
 
-        ld_x = Signal(12)
+        # ---------------------------------------------------------------- loader
+        # Writes rows of ``ld_len`` elements (beats as in the streams) from stream A (pooling
+        # planes) or B (broadcast vector) into the line buffer, a ring of ``DR`` elements:
+        # element ``n`` (counted from the start of the task) goes to ring address ``n mod DR``,
+        # that is bank ``n mod NB``, word ``(n div NB) mod BD``. ``L < NB`` consecutive
+        # elements are in different banks, so a beat is written in one cycle.
+        ld_x = Signal(13)
         ld_row = Signal(12)
-        ld_addr = Signal(range(D))
+        ld_c = Signal(12)
         ld_rows = Signal(12)
         ld_len = Signal(12)
-        ld_done = Signal()
+        ld_planes = Signal(12)
+        ld_all = Signal()      # every beat of the task's loads has been taken
         ld_src_b = Signal()
-        ld_accept = Signal()  # a beat of the source stream is taken this cycle
+        ld_accept = Signal()   # a beat of the source stream is taken this cycle
+        ld_q = Signal(range(BD))
+        ld_r = Signal(range(NB))
+        ld_count = Signal(40)  # elements written since the start of the task
         ld_left = Signal(13)
         m.d.comb += ld_left.eq(ld_len - ld_x)
         ld_n = Signal(range(L + 1))  # elements of the row in this beat
         m.d.comb += ld_n.eq(Mux(ld_left >= L, L, ld_left))
-        for i in range(L):
-            m.d.comb += [wports[i].addr.eq(ld_addr + i),
-                         wports[i].data.eq(Mux(ld_src_b, conv_b[i], conv_a[i])),
-                         wports[i].en.eq(ld_accept & (i < ld_n))]
+        ld_src = Array(Mux(ld_src_b, conv_b[i], conv_a[i]) for i in range(L))
+        for b in range(NB):
+            j = Signal(range(NB), name=f"ld_j{b}")
+            m.d.comb += j.eq(Mux(ld_r <= b, b - ld_r, b + NB - ld_r))
+            q = Signal(range(BD + 1), name=f"ld_q{b}")
+            m.d.comb += q.eq(ld_q + (ld_r > b))
+            m.d.comb += [wports[b].addr.eq(Mux(q == BD, 0, q)),
+                         wports[b].data.eq(ld_src[j[:max(1, lg)] if L > 1 else 0]),
+                         wports[b].en.eq(ld_accept & (j < ld_n))]
+        ld_r_next = Signal(range(NB + L + 1))
+        m.d.comb += ld_r_next.eq(ld_r + ld_n)
+        ld_done = Signal()
         with m.If(ld_accept):
-            m.d.sync += ld_addr.eq(ld_addr + ld_n)
+            m.d.sync += ld_count.eq(ld_count + ld_n)
+            with m.If(ld_r_next >= NB):
+                m.d.sync += [ld_r.eq(ld_r_next - NB), ld_q.eq(Mux(ld_q == BD - 1, 0, ld_q + 1))]
+            with m.Else():
+                m.d.sync += ld_r.eq(ld_r_next)
             with m.If(ld_left <= L):
-                m.d.sync += [ld_x.eq(0), ld_row.eq(ld_row + 1)]
+                m.d.sync += ld_x.eq(0)
                 with m.If(ld_row == ld_rows - 1):
-                    m.d.comb += ld_done.eq(1)
+                    m.d.sync += [ld_row.eq(0), ld_c.eq(ld_c + 1)]
+                    with m.If(ld_c == ld_planes - 1):
+                        m.d.comb += ld_done.eq(1)
+                        m.d.sync += ld_all.eq(1)
+                with m.Else():
+                    m.d.sync += ld_row.eq(ld_row + 1)
             with m.Else():
                 m.d.sync += ld_x.eq(ld_x + L)
 
-        def start_loader(src_b, rows, length):
-            m.d.sync += [ld_src_b.eq(src_b), ld_rows.eq(rows), ld_len.eq(length),
-                         ld_x.eq(0), ld_row.eq(0), ld_addr.eq(0)]
+        def start_loader(src_b, planes, rows, length):
+            m.d.sync += [ld_src_b.eq(src_b), ld_planes.eq(planes), ld_rows.eq(rows),
+                         ld_len.eq(length), ld_x.eq(0), ld_row.eq(0), ld_c.eq(0),
+                         ld_q.eq(0), ld_r.eq(0), ld_count.eq(0), ld_all.eq(0)]
 
-        # ---------------------------------------------------------------- pooling walk
-        oy_base = Signal(signed(14))    # oy * sy - py
-        oy_addr = Signal(signed(26))    # oy_base * W
-        gx_base = Signal(signed(16))    # first output column of the group * sx - px
-        ky = Signal(4)
-        kx = Signal(4)
-        phi = Signal(2)
-        row_addr = Signal(signed(26))   # (oy_base + ky) * W
-        walk_issue = Signal()
-        iy = Signal(signed(14))
-        m.d.comb += iy.eq(oy_base + ky)
-        row_ok = (iy >= 0) & (iy < H)
-        phase_off = Array([Const(0, 18), lsx, lsx * 2])[phi]
-        ev = Signal(L)
-        lane_has = Signal(L)  # lane's output exists (for the current phase)
-        for i in range(L):
-            ix0 = Signal(signed(18), name=f"ix0_{i}")
-            m.d.comb += ix0.eq(gx_base + phase_off + task.sx * i)
-            ix = Signal(signed(18), name=f"ix_{i}")
-            m.d.comb += ix.eq(ix0 + kx)
-            m.d.comb += lane_has[i].eq(ix0 + task.kw <= W + task.px)
-            m.d.comb += ev[i].eq(row_ok & (ix >= 0) & (ix < W) & lane_has[i])
-            addr = Signal(signed(26), name=f"raddr{i}")
-            m.d.comb += addr.eq(row_addr + ix)
-            with m.If(is_pool):
-                m.d.comb += [rports[i].addr.eq(addr[:len(rports[i].addr)]),
-                             rports[i].en.eq(1)]
+        # ---------------------------------------------------------------- pooling
+        # Separable: the horizontal filter folds each input row over kx into "H rows" of OW
+        # elements (one H beat = L consecutive output columns), written to the H ring; the
+        # vertical filter folds, for each output beat, the H beats of its kh rows over ky.
+        # Both walk groups of three beats and interleave their steps (beat 0, 1, 2 of one
+        # step, then the next step) so that each lane's add/max/min pipe takes one step per
+        # cycle; they run at the same time as the loader and as each other.
+        OWB = Signal(12)      # beats per output row: ceil(OW / L)
+        HOWB = Signal(24)     # H * OWB
+        khOWB = Signal(16)
+        syOWB = Signal(16)
+        pyOWB = Signal(16)
+        CH = Signal(24)       # C * H rows in the task
+
+        # -- horizontal filter: descriptors of H beats (global row ``row`` of the task, first
+        # window column of lane 0 ``gxb``, ring address ``ring`` and element count ``glin`` of
+        # the row's first element, H word index ``hw``).
+        hdesc_layout = StructLayout({"valid": 1, "row": 24, "gxb": signed(16),
+                                     "ring": range(DR), "glin": 40, "hw": 40})
+
+        def hsucc(d, name):
+            n = Signal(hdesc_layout, name=name)
+            gx_n = Signal(signed(17), name=f"{name}_gx")
+            ring_n = Signal(range(2 * DR), name=f"{name}_ring")
+            m.d.comb += [gx_n.eq(d.gxb + lsx), ring_n.eq(d.ring + W)]
+            m.d.comb += n.hw.eq(d.hw + 1)
+            with m.If(gx_n + task.kw <= W + task.px):
+                m.d.comb += [n.valid.eq(d.valid), n.row.eq(d.row), n.gxb.eq(gx_n),
+                             n.ring.eq(d.ring), n.glin.eq(d.glin)]
             with m.Else():
-                with m.Switch(task.bcast):
-                    with m.Case(Bcast.CHANNEL):
-                        m.d.comb += rports[i].addr.eq(cnt_c)
-                    with m.Case(Bcast.ROW):
-                        m.d.comb += rports[i].addr.eq(Cat(Const(i, lg), cnt_xb))
-                    with m.Case(Bcast.COLUMN):
-                        m.d.comb += rports[i].addr.eq(cnt_y)
-                m.d.comb += rports[i].en.eq(lane_en)
+                m.d.comb += [n.valid.eq(d.valid & (d.row + 1 < CH)), n.row.eq(d.row + 1),
+                             n.gxb.eq(-task.px),
+                             n.ring.eq(Mux(ring_n >= DR, ring_n - DR, ring_n)),
+                             n.glin.eq(d.glin + W)]
+            return n
 
-        # One cycle later the line buffer data is there; three more and the pipe's result.
-        w_valid = Signal()
-        w_first = Signal()
-        w_last = Signal()
-        w_phi = Signal(2)
-        w_ev = Signal(L)
-        m.d.sync += [w_valid.eq(walk_issue), w_first.eq((ky == 0) & (kx == 0)),
-                     w_last.eq((ky == task.kh - 1) & (kx == task.kw - 1)),
-                     w_phi.eq(phi), w_ev.eq(ev)]
-        cap = _delay(m, Cat(w_valid & w_last, w_phi), FP32AddPipe.LATENCY, None, "cap")[-1]
-        cap_busy = Signal()
-        pend_caps = _delay(m, w_valid, FP32AddPipe.LATENCY, None, "wv")
-        m.d.comb += cap_busy.eq(w_valid | Cat(*pend_caps).any())
+        hdesc = [Signal(hdesc_layout, name=f"hdesc{p}") for p in range(3)]
+        h_kx = Signal(4)
+        h_phi = Signal(2)
+        h_on = Signal()
+        h_issue = Signal()
+        hcur = Signal(hdesc_layout)
+        m.d.comb += hcur.eq(Array(hdesc)[h_phi])
+        h_ev = Signal(L)
+        for i in range(L):
+            ix0 = Signal(signed(18), name=f"hix0_{i}")
+            m.d.comb += ix0.eq(hcur.gxb + task.sx * i)
+            ix = Signal(signed(18), name=f"hix_{i}")
+            m.d.comb += ix.eq(ix0 + h_kx)
+            has = hcur.valid & (ix0 + task.kw <= W + task.px)
+            m.d.comb += h_ev[i].eq((ix >= 0) & (ix < W) & has)
+        h_last = Signal(hdesc_layout)
+        m.d.comb += h_last.eq(Mux(hdesc[2].valid, hdesc[2],
+                                  Mux(hdesc[1].valid, hdesc[1], hdesc[0])))
+        h0 = Signal(hdesc_layout)
+        h_s = hsucc(h_last, "h_next")
+        m.d.comb += h0.eq(h_s)
+        m.d.comb += h0.valid.eq(h_s.valid & hdesc[2].valid)
+        h1 = hsucc(h0, "h1")
+        h2 = hsucc(h1, "h2")
+        hf0 = Signal(hdesc_layout)
+        m.d.comb += [hf0.valid.eq(1), hf0.row.eq(0), hf0.gxb.eq(-task.px), hf0.ring.eq(0),
+                     hf0.glin.eq(0), hf0.hw.eq(0)]
+        hf1 = hsucc(hf0, "hf1")
+        hf2 = hsucc(hf1, "hf2")
+
+        # -- vertical filter: descriptors of output beats (first window row ``oyb``, first
+        # window column of lane 0 ``gxb``, beat ``ob`` in the output row, H word index
+        # ``roww`` of H row ``oyb``'s first beat; groups stay within a plane).
+        vdesc_layout = StructLayout({"valid": 1, "oyb": signed(14), "gxb": signed(16),
+                                     "ob": 12, "roww": signed(42)})
+
+        def vsucc(d, name):
+            n = Signal(vdesc_layout, name=name)
+            oy_n = Signal(signed(15), name=f"{name}_oy")
+            m.d.comb += oy_n.eq(d.oyb + task.sy)
+            with m.If(d.ob + 1 < OWB):
+                m.d.comb += [n.valid.eq(d.valid), n.oyb.eq(d.oyb), n.gxb.eq(d.gxb + lsx),
+                             n.ob.eq(d.ob + 1), n.roww.eq(d.roww)]
+            with m.Else():
+                m.d.comb += [n.valid.eq(d.valid & (oy_n + task.kh <= H + task.py)),
+                             n.oyb.eq(oy_n), n.gxb.eq(-task.px), n.ob.eq(0),
+                             n.roww.eq(d.roww + syOWB)]
+            return n
+
+        def vfirst(wbase, name):
+            n = Signal(vdesc_layout, name=name)
+            m.d.comb += [n.valid.eq(1), n.oyb.eq(-task.py), n.gxb.eq(-task.px), n.ob.eq(0),
+                         n.roww.eq(wbase - pyOWB)]
+            return n
+
+        vdesc = [Signal(vdesc_layout, name=f"vdesc{p}") for p in range(3)]
+        v_ky = Signal(4)
+        v_phi = Signal(2)
+        v_kyW = Signal(16)    # ky * OWB
+        v_on = Signal()
+        v_issue = Signal()
+        v_pwb = Signal(40)    # H word index of the walked plane's first H beat
+        vcur = Signal(vdesc_layout)
+        m.d.comb += vcur.eq(Array(vdesc)[v_phi])
+        v_iy = Signal(signed(15))
+        m.d.comb += v_iy.eq(vcur.oyb + v_ky)
+        v_ev = Signal()
+        m.d.comb += v_ev.eq(vcur.valid & (v_iy >= 0) & (v_iy < H))
+        v_last = Signal(vdesc_layout)
+        m.d.comb += v_last.eq(Mux(vdesc[2].valid, vdesc[2],
+                                  Mux(vdesc[1].valid, vdesc[1], vdesc[0])))
+        v0 = Signal(vdesc_layout)
+        v_s = vsucc(v_last, "v_next")
+        m.d.comb += v0.eq(v_s)
+        m.d.comb += v0.valid.eq(v_s.valid & vdesc[2].valid)
+        v1 = vsucc(v0, "v1")
+        v2 = vsucc(v1, "v2")
+        vf0 = vfirst(v_pwb + HOWB, "vf0")
+        vf1 = vsucc(vf0, "vf1")
+        vf2 = vsucc(vf1, "vf2")
+        vi0 = vfirst(Const(0, 40), "vi0")
+        vi1 = vsucc(vi0, "vi1")
+        vi2 = vsucc(vi1, "vi2")
+
+        # -- flow control (counts since the start of the task: elements loaded, H beats
+        # written). A group starts when its last beat's inputs are there and its results have
+        # room; the loader (H filter) never overwrites what the H (V) filter's group still
+        # reads.
+        h_count = Signal(40)
+        v_hi = Signal(signed(43))
+        m.d.comb += v_hi.eq(v_last.roww + khOWB)
+        v_end = Signal(41)
+        m.d.comb += v_end.eq(v_pwb + HOWB)
+        v_need = Mux(v_hi > v_end, v_end, v_hi)
+        v_ready = h_count >= v_need
+        v_low = Signal(signed(43))
+        m.d.comb += v_low.eq(Mux(vdesc[0].roww < v_pwb, v_pwb, vdesc[0].roww))
+        h_ready = ((ld_count >= h_last.glin + W)
+                   & (~v_on | (h_last.hw < v_low + HD)))
+        ld_space = Signal()
+        m.d.comb += ld_space.eq(~is_pool | ~h_on | (ld_count + ld_n <= hdesc[0].glin + DR))
+
+        def start_walk():
+            m.d.sync += [hdesc[0].eq(hf0), hdesc[1].eq(hf1), hdesc[2].eq(hf2),
+                         h_kx.eq(0), h_phi.eq(0), h_on.eq(1), h_count.eq(0),
+                         vdesc[0].eq(vi0), vdesc[1].eq(vi1), vdesc[2].eq(vi2), v_pwb.eq(0),
+                         v_ky.eq(0), v_phi.eq(0), v_kyW.eq(0), v_on.eq(1)]
+
+        h_start = (h_kx == 0) & (h_phi == 0)
+        m.d.comb += h_issue.eq(is_pool & h_on & (~h_start | h_ready))
+        with m.If(h_issue):
+            m.d.sync += h_phi.eq(Mux(h_phi == 2, 0, h_phi + 1))
+            with m.If(h_phi == 2):
+                with m.If(h_kx == task.kw - 1):
+                    m.d.sync += h_kx.eq(0)
+                    with m.If(h0.valid):
+                        m.d.sync += [hdesc[0].eq(h0), hdesc[1].eq(h1), hdesc[2].eq(h2)]
+                    with m.Else():
+                        m.d.sync += h_on.eq(0)
+                with m.Else():
+                    m.d.sync += h_kx.eq(h_kx + 1)
+
+        v_start = (v_ky == 0) & (v_phi == 0)
+        m.d.comb += v_issue.eq(is_pool & v_on & lane_en & (~v_start | v_ready))
+        with m.If(v_issue):
+            m.d.sync += v_phi.eq(Mux(v_phi == 2, 0, v_phi + 1))
+            with m.If(v_phi == 2):
+                with m.If(v_ky == task.kh - 1):
+                    m.d.sync += [v_ky.eq(0), v_kyW.eq(0)]
+                    with m.If(v0.valid):
+                        m.d.sync += [vdesc[0].eq(v0), vdesc[1].eq(v1), vdesc[2].eq(v2)]
+                    with m.Elif(cnt_c == C - 1):
+                        m.d.sync += v_on.eq(0)
+                    with m.Else():
+                        m.d.sync += [cnt_c.eq(cnt_c + 1), v_pwb.eq(v_pwb + HOWB),
+                                     vdesc[0].eq(vf0), vdesc[1].eq(vf1), vdesc[2].eq(vf2)]
+                with m.Else():
+                    m.d.sync += [v_ky.eq(v_ky + 1), v_kyW.eq(v_kyW + OWB)]
+
+        # -- H ring: HD words of L elements (one write port for the H filter's results, one
+        # read port for the V filter; word n of the task at address n mod HD).
+        hring = Memory(shape=ArrayLayout(32, L), depth=HD, init=[])
+        m.submodules.h_ring = hring
+        hr_w = hring.write_port()
+        hr_r = hring.read_port()
+        v_word = Signal(signed(43))
+        m.d.comb += v_word.eq(vcur.roww + v_kyW + vcur.ob)
+        m.d.comb += [hr_r.addr.eq(v_word[:HDB]), hr_r.en.eq(lane_en)]
+
+        # Line buffer read addresses: lane i reads ring address base + off_i, with
+        # off_i = sx * i (pooling), i (row vector) or 0; different lanes of a pooling step
+        # or a row vector read different banks (NB is a prime above L and above sx).
+        rd_en = Signal()
+        m.d.comb += rd_en.eq(is_pool | lane_en)
+        rd_base = Signal(signed(30))
+        with m.If(is_pool):
+            m.d.comb += rd_base.eq(hcur.ring + hcur.gxb + h_kx)
+        with m.Else(), m.Switch(task.bcast):
+            with m.Case(Bcast.CHANNEL):
+                m.d.comb += rd_base.eq(cnt_c)
+            with m.Case(Bcast.ROW):
+                m.d.comb += rd_base.eq(Cat(Const(0, lg), cnt_xb))
+            with m.Case(Bcast.COLUMN):
+                m.d.comb += rd_base.eq(cnt_y)
+        rd_ring = Signal(range(DR))
+        m.d.comb += rd_ring.eq(rd_base % DR)
+        rd_qb = Signal(range(BD))
+        rd_rb = Signal(range(NB))
+        m.d.comb += [rd_qb.eq(rd_ring // NB), rd_rb.eq(rd_ring % NB)]
+        lane_bank = []
+        lane_word = []
+        for i in range(L):
+            qo = Signal(range(BD), name=f"rd_qo{i}")
+            ro = Signal(range(NB), name=f"rd_ro{i}")
+            qtab = Array(Const((s * i) // NB, range(BD)) for s in range(16))
+            rtab = Array(Const((s * i) % NB, range(NB)) for s in range(16))
+            with m.If(is_pool):
+                m.d.comb += [qo.eq(qtab[task.sx]), ro.eq(rtab[task.sx])]
+            with m.Elif(task.bcast == Bcast.ROW):
+                m.d.comb += [qo.eq(i // NB), ro.eq(i % NB)]
+            r_s = Signal(range(2 * NB), name=f"rd_rs{i}")
+            m.d.comb += r_s.eq(rd_rb + ro)
+            q_s = Signal(range(2 * BD + 1), name=f"rd_qs{i}")
+            m.d.comb += q_s.eq(rd_qb + qo + (r_s >= NB))
+            r_i = Signal(range(NB), name=f"rd_bank{i}")
+            q_i = Signal(range(BD), name=f"rd_word{i}")
+            m.d.comb += [r_i.eq(Mux(r_s >= NB, r_s - NB, r_s)),
+                         q_i.eq(Mux(q_s >= BD, q_s - BD, q_s))]
+            lane_bank.append(r_i)
+            lane_word.append(q_i)
+        for b in range(NB):
+            terms = [Mux(lane_bank[i] == b, lane_word[i], 0) for i in range(L)]
+            addr = terms[0]
+            for t in terms[1:]:
+                addr = addr | t
+            m.d.comb += [rports[b].addr.eq(addr), rports[b].en.eq(rd_en)]
+        bank_data = Array(rports[b].data for b in range(NB))
+        for i in range(L):
+            rb_d = Signal(range(NB), name=f"rd_bank_d{i}")
+            with m.If(rd_en):
+                m.d.sync += rb_d.eq(lane_bank[i])
+            m.d.comb += lane_rd[i].eq(bank_data[rb_d])
+
         pool_ident = Signal(32)
         pool_op = Signal(MacOp)
         with m.Switch(task.op):
@@ -436,35 +694,79 @@ class PlanarEngine(wiring.Component):
                 m.d.comb += [pool_ident.eq(F32_PINF), pool_op.eq(MacOp.MIN)]
             with m.Default():
                 m.d.comb += [pool_ident.eq(F32_NZ), pool_op.eq(MacOp.MAC)]
-        sums = [[Signal(32, name=f"sum{p}_{i}") for i in range(L)] for p in range(3)]
+
+        # -- horizontal filter pipeline (never stalls): one cycle later the line buffer data
+        # is there; three more and the pipe's result, written to the H ring.
+        hw_valid = Signal()
+        hw_first = Signal()
+        hw_last = Signal()
+        hw_ev = Signal(L)
+        hw_info = Signal(41)   # the H beat's valid, hw
+        m.d.sync += [hw_valid.eq(h_issue), hw_first.eq(h_kx == 0),
+                     hw_last.eq(h_kx == task.kw - 1), hw_ev.eq(h_ev),
+                     hw_info.eq(Cat(hcur.valid, hcur.hw))]
+        hcap_d = _delay(m, Cat(hw_valid & hw_last, hw_info), FP32AddPipe.LATENCY, None, "hcap")
+        hcap = hcap_d[-1]
+        h_busy = hw_valid | Cat(*(s[0] for s in hcap_d)).any()
+        hcap_valid = hcap[0] & hcap[1]
+        hcap_hw = hcap[2:42]
+        m.d.comb += [hr_w.addr.eq(hcap_hw[:HDB]), hr_w.en.eq(hcap_valid)]
+        with m.If(hcap_valid):
+            m.d.sync += h_count.eq(hcap_hw + 1)
         for i in range(L):
             pp = FP32AddPipe()
-            m.submodules[f"pool{i}"] = pp
+            m.submodules[f"hpool{i}"] = pp
             m.d.comb += [
                 pp.en.eq(1),
+                pp.a.eq(Mux(hw_first, pool_ident, pp.result)),
+                pp.b.eq(Mux(hw_ev[i], lane_rd[i], pool_ident)),
+                pp.op.eq(pool_op),
+                hr_w.data[i].eq(pp.result),
+            ]
+
+        # -- vertical filter pipeline (advances with the lane pipeline).
+        w_valid = Signal()
+        w_first = Signal()
+        w_last = Signal()
+        w_ev = Signal()
+        w_info = Signal(1 + 14 + 16)   # the output beat's valid, oyb, gxb
+        with m.If(lane_en):
+            m.d.sync += [w_valid.eq(v_issue), w_first.eq(v_ky == 0),
+                         w_last.eq(v_ky == task.kh - 1), w_ev.eq(v_ev),
+                         w_info.eq(Cat(vcur.valid, vcur.oyb, vcur.gxb))]
+        cap_d = _delay(m, Cat(w_valid & w_last, w_info), FP32AddPipe.LATENCY, lane_en, "cap")
+        cap = cap_d[-1]
+        pool_busy = Signal()
+        m.d.comb += pool_busy.eq(h_busy | w_valid | Cat(*(s[0] for s in cap_d)).any())
+        cap_valid = Signal()
+        cap_oyb = Signal(signed(14))
+        cap_gxb = Signal(signed(16))
+        m.d.comb += [cap_valid.eq(cap[0] & cap[1]), cap_oyb.eq(cap[2:16]),
+                     cap_gxb.eq(cap[16:32])]
+        pool_res = []
+        for i in range(L):
+            pp = FP32AddPipe()
+            m.submodules[f"vpool{i}"] = pp
+            m.d.comb += [
+                pp.en.eq(lane_en),
                 pp.a.eq(Mux(w_first, pool_ident, pp.result)),
-                pp.b.eq(Mux(w_ev[i], rports[i].data, pool_ident)),
+                pp.b.eq(Mux(w_ev, hr_r.data[i], pool_ident)),
                 pp.op.eq(pool_op),
             ]
-            with m.If(cap[0]), m.Switch(cap[1:]):
-                for p in range(3):
-                    with m.Case(p):
-                        m.d.sync += sums[p][i].eq(pp.result)
+            pool_res.append(pp.result)
 
         # Divisors of the average: valid rows times valid columns of each window.
-        rows_lo = Mux(oy_base < 0, 0, oy_base)
-        rows_hi = Mux(oy_base + task.kh > H, H, oy_base + task.kh)
+        rows_lo = Mux(cap_oyb < 0, 0, cap_oyb)
+        rows_hi = Mux(cap_oyb + task.kh > H, H, cap_oyb + task.kh)
         n_rows = Signal(5)
         m.d.comb += n_rows.eq(rows_hi - rows_lo)
         rom = Array(Const(recip_bits(n), 32) for n in range(MAX_WINDOW * MAX_WINDOW + 1))
-        emit_phi = Signal(2)
         emit_scale = []
         emit_has = Signal(L)
         for i in range(L):
             ix0 = Signal(signed(18), name=f"eix0_{i}")
-            m.d.comb += ix0.eq(gx_base + Array([Const(0, 18), lsx, lsx * 2])[emit_phi]
-                               + task.sx * i)
-            m.d.comb += emit_has[i].eq(ix0 + task.kw <= W + task.px)
+            m.d.comb += ix0.eq(cap_gxb + task.sx * i)
+            m.d.comb += emit_has[i].eq(cap_valid & (ix0 + task.kw <= W + task.px))
             cols_lo = Mux(ix0 < 0, 0, ix0)
             cols_hi = Mux(ix0 + task.kw > W, W, ix0 + task.kw)
             n_cols = Signal(5, name=f"ncols{i}")
@@ -472,10 +774,10 @@ class PlanarEngine(wiring.Component):
             sc = Signal(32, name=f"pscale{i}")
             m.d.comb += sc.eq(Mux(task.op == PoolOp.AVG, rom[(n_rows * n_cols)[:7]], F32_ONE))
             emit_scale.append(sc)
-        next_gx = gx_base + lsx * 3
-        row_more = next_gx + task.kw <= W + task.px          # another group in this row
-        next_oy = oy_base + task.sy
-        plane_more = next_oy + task.kh <= H + task.py        # another output row
+        with m.If(is_pool):
+            m.d.comb += [in_op.eq(EltOp.MUL), in_mask.eq(emit_has), in_valid.eq(emit_has[0])]
+            for i in range(L):
+                m.d.comb += [in_a[i].eq(pool_res[i]), in_b[i].eq(emit_scale[i])]
 
         # ---------------------------------------------------------------- reduction
         red_op = Signal(MacOp)
@@ -597,8 +899,25 @@ class PlanarEngine(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 # Products of shape fields, registered once per task.
                 m.d.sync += [
-                    plane_elems.eq(H * W), beats_plane.eq(H * wb), syW.eq(task.sy * W),
-                    pyW.eq(task.py * W), lsx.eq(task.sx << lg),
+                    plane_elems.eq(H * W), beats_plane.eq(H * wb), lsx.eq(task.sx << lg),
+                    CH.eq(C * H), pool_rows.eq(Mux(C * H < 3, C * H, 3) * W),
+                    ow.eq((W + 2 * task.px - task.kw) // task.sx + 1),
+                ]
+                with m.If(is_pool):
+                    m.next = "SIZES2"
+                with m.Else():
+                    m.next = "CHECK"
+            with m.State("SIZES2"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += OWB.eq((ow + (L - 1)) >> lg)
+                m.next = "SIZES3"
+            with m.State("SIZES3"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += [
+                    pool_hwords.eq(Mux(H < task.kh + 2 * task.sy, H, task.kh + 2 * task.sy)
+                                   * OWB),
+                    HOWB.eq(H * OWB), khOWB.eq(task.kh * OWB), syOWB.eq(task.sy * OWB),
+                    pyOWB.eq(task.py * OWB),
                 ]
                 m.next = "CHECK"
             with m.State("CHECK"):
@@ -606,6 +925,7 @@ class PlanarEngine(wiring.Component):
                 m.d.sync += [
                     beats_group.eq(Mux(task.axis, beats_plane * C, beats_plane)),
                     cnt_c.eq(0), cnt_y.eq(0), cnt_xb.eq(0),
+                    h_on.eq(0), v_on.eq(0),
                     r_idx.eq(0), r_cnt.eq(0),
                 ]
                 m.d.sync += [parts[j].eq(red_ident) for j in range(3)]
@@ -614,13 +934,12 @@ class PlanarEngine(wiring.Component):
                     m.next = "FINISH"
                 with m.Elif(is_elt):
                     with m.If(uses_vec):
-                        start_loader(1, 1, vec_len)
+                        start_loader(1, 1, 1, vec_len)
                         m.next = "ELT_LOAD"
                     with m.Else():
                         m.next = "ELT_RUN"
                 with m.Elif(is_pool):
-                    start_loader(0, H, W)
-                    m.next = "POOL_LOAD"
+                    m.next = "POOL_START"
                 with m.Else():
                     m.next = "RED_FEED"
 
@@ -649,55 +968,19 @@ class PlanarEngine(wiring.Component):
                     with m.If(last_x & last_y & last_c):
                         m.next = "DRAIN"
 
-            with m.State("POOL_LOAD"):
-                m.d.comb += [self.busy.eq(1), ld_accept.eq(self.a.valid), self.a.ready.eq(1)]
-                m.d.sync += [oy_base.eq(-task.py), oy_addr.eq(-pyW), gx_base.eq(-task.px),
-                             row_addr.eq(-pyW), ky.eq(0), kx.eq(0), phi.eq(0)]
-                with m.If(ld_done):
-                    m.next = "POOL_WALK"
-
-            with m.State("POOL_WALK"):
-                m.d.comb += [self.busy.eq(1), walk_issue.eq(1)]
-                m.d.sync += phi.eq(Mux(phi == 2, 0, phi + 1))
-                with m.If(phi == 2):
-                    with m.If(kx == task.kw - 1):
-                        m.d.sync += kx.eq(0)
-                        with m.If(ky == task.kh - 1):
-                            m.d.sync += [ky.eq(0), row_addr.eq(oy_addr)]
-                            m.next = "POOL_CAPTURE"
-                        with m.Else():
-                            m.d.sync += [ky.eq(ky + 1), row_addr.eq(row_addr + W)]
-                    with m.Else():
-                        m.d.sync += kx.eq(kx + 1)
-
-            with m.State("POOL_CAPTURE"):
+            with m.State("POOL_START"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += emit_phi.eq(0)
-                with m.If(~cap_busy & ~cap[0]):
-                    m.next = "POOL_EMIT"
+                start_loader(0, C, H, W)
+                start_walk()
+                m.next = "POOL_RUN"
 
-            with m.State("POOL_EMIT"):
-                m.d.comb += [self.busy.eq(1), in_op.eq(EltOp.MUL), in_mask.eq(emit_has),
-                             in_valid.eq(emit_has[0])]
-                for i in range(L):
-                    m.d.comb += [in_a[i].eq(Array(sums[p][i] for p in range(3))[emit_phi]),
-                                 in_b[i].eq(emit_scale[i])]
-                with m.If(lane_en):
-                    m.d.sync += emit_phi.eq(emit_phi + 1)
-                    with m.If(emit_phi == 2):
-                        with m.If(row_more):
-                            m.d.sync += gx_base.eq(next_gx)
-                            m.next = "POOL_WALK"
-                        with m.Elif(plane_more):
-                            m.d.sync += [gx_base.eq(-task.px), oy_base.eq(next_oy),
-                                         oy_addr.eq(oy_addr + syW), row_addr.eq(oy_addr + syW)]
-                            m.next = "POOL_WALK"
-                        with m.Elif(cnt_c == C - 1):
-                            m.next = "DRAIN"
-                        with m.Else():
-                            m.d.sync += cnt_c.eq(cnt_c + 1)
-                            start_loader(0, H, W)
-                            m.next = "POOL_LOAD"
+            with m.State("POOL_RUN"):
+                # The loader and both filters run at the same time (the filters issue their
+                # steps by themselves, see above).
+                m.d.comb += [self.busy.eq(1), self.a.ready.eq(ld_space & ~ld_all),
+                             ld_accept.eq(self.a.valid & ld_space & ~ld_all)]
+                with m.If(~h_on & ~v_on & ~pool_busy & (pending == 0) & ld_all):
+                    m.next = "FINISH"
 
             with m.State("RED_FEED"):
                 m.d.comb += self.busy.eq(1)
