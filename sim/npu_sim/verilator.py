@@ -9,6 +9,7 @@ beats within ``max_cycles`` fails with :class:`VerilatorError` instead of hangin
 
 import hashlib
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -26,6 +27,31 @@ class VerilatorError(RuntimeError):
 
 def default_cache_dir():
     return Path(os.environ.get("NPU_CACHE", Path.home() / ".cache" / "open-npu")) / "verilator"
+
+
+_ZERO_WORD = re.compile(r"\s+\S+ ?\[\d+\] = \d+'[hdb]0+;")
+
+
+def strip_zero_memory_init(text):
+    """Drop the memory words Yosys initialises to zero one statement each.
+
+    Only statements inside ``initial begin ... end`` blocks are touched (the same form inside
+    an ``always`` block is a bit assignment). Verilator, run with ``--x-initial 0``, starts
+    every variable at zero anyway, and a large design's in-design memories otherwise take half
+    the Verilog text (and most of Verilator's time on it)."""
+    out = []
+    in_initial = False
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if in_initial:
+            if stripped == "end":
+                in_initial = False
+            elif _ZERO_WORD.fullmatch(line.rstrip("\n")):
+                continue
+        elif stripped == "initial begin":
+            in_initial = True
+        out.append(line)
+    return "".join(out)
 
 
 def _words(width):
@@ -135,7 +161,8 @@ class StreamBench:
         os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
         self.in_width = getattr(component, in_name).payload.shape().size
         self.out_width = getattr(component, out_name).payload.shape().size
-        self.verilog = verilog.convert(component, name="top", emit_src=False)
+        self.verilog = strip_zero_memory_init(
+            verilog.convert(component, name="top", emit_src=False))
         # Verilator escapes "__" in port names as "___05F".
         p = lambda s: f"{in_name}___05F{s}"  # noqa: E731
         q = lambda s: f"{out_name}___05F{s}"  # noqa: E731
@@ -169,6 +196,7 @@ class StreamBench:
         (tmp / "main.cpp").write_text(self.main_cpp)
         self.progress(f"verilator: compiling {tmp.name} (cached afterwards)")
         cmd = [verilator, "--cc", "--exe", "--build", "-O2", "-Wno-fatal", "-Wno-lint",
+               "--x-initial", "0",
                "-Wno-style", "--top-module", "top", "-j", "2", "-CFLAGS", "-O1",
                "-MAKEFLAGS", VERILATOR_MAKE_FIX,
                "top.v", "main.cpp", "-o", "Vtop"]
