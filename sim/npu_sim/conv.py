@@ -281,6 +281,24 @@ def run_rtl(case, config, *, backend="amaranth", stall=0.0, seed=0, progress=Non
                         max_cycles=max_cycles, vcd=vcd)[0]
 
 
+#: Verilator benches already converted in this process, by (config, harness arguments):
+#: converting a 256-MAC harness to Verilog takes minutes, running a layer seconds.
+_BENCHES = {}
+
+
+def _verilator_bench(config, harness_args, progress):
+    from npu_sim.conv_harness import ConvHarness
+    from npu_sim.verilator import StreamBench
+
+    key = (config, tuple(sorted((harness_args or {}).items())))
+    if key not in _BENCHES:
+        harness = ConvHarness(config, **(harness_args or {}))
+        _BENCHES[key] = harness, StreamBench(harness, in_name="cmd", out_name="res")
+    harness, bench = _BENCHES[key]
+    bench.progress = progress or (lambda msg: None)
+    return harness, bench
+
+
 def run_rtl_many(runs, config, *, backend="amaranth", stall=0.0, seed=0, progress=None,
                  harness_args=None, max_cycles=None, vcd=None):
     """Run several layers one after the other on one harness (each ``runs`` entry: a dict of
@@ -289,7 +307,10 @@ def run_rtl_many(runs, config, *, backend="amaranth", stall=0.0, seed=0, progres
     result streams."""
     from npu_sim.conv_harness import ConvHarness
 
-    harness = ConvHarness(config, **(harness_args or {}))
+    if backend == "verilator":
+        harness, bench = _verilator_bench(config, harness_args, progress)
+    else:
+        harness = ConvHarness(config, **(harness_args or {}))
     beats, sizes = [], []
     for run in runs:
         b, n_words = commands(run["case"], config, harness, run.get("stall", 0.0),
@@ -299,8 +320,6 @@ def run_rtl_many(runs, config, *, backend="amaranth", stall=0.0, seed=0, progres
     per = config.macs // 2
     expected = sum(n * per + 3 for n in sizes)
     if backend == "verilator":
-        from npu_sim.verilator import StreamBench
-        bench = StreamBench(harness, in_name="cmd", out_name="res", progress=progress)
         if max_cycles is None:
             max_cycles = 200_000 * len(runs) + 40 * len(beats) + 50 * expected + sum(
                 4 * layer_macs(r["case"].layer) // config.macs for r in runs)
