@@ -107,6 +107,18 @@ def h_ring_depth(lanes, plane_depth):
     return 1 << (n - 1).bit_length()
 
 
+def _next_group(m, desc, layout, succ, name):
+    """The last valid of a filter's three beat descriptors, and the three that follow it
+    (the group is valid only if the current one was full)."""
+    last = Signal(layout, name=f"{name}_last")
+    m.d.comb += last.eq(Mux(desc[2].valid, desc[2], Mux(desc[1].valid, desc[1], desc[0])))
+    nxt = succ(last, f"{name}_next")
+    first = Signal(layout, name=f"{name}0")
+    m.d.comb += [first.eq(nxt), first.valid.eq(nxt.valid & desc[2].valid)]
+    second = succ(first, f"{name}1")
+    return last, (first, second, succ(second, f"{name}2"))
+
+
 def _delay(m, sig, n, en, name):
     """``n`` registers after ``sig`` (advancing with ``en``); returns the list of stages."""
     stages = []
@@ -497,15 +509,7 @@ class PlanarEngine(wiring.Component):
             m.d.comb += ix.eq(ix0 + h_kx)
             has = hcur.valid & (ix0 + task.kw <= W + task.px)
             m.d.comb += h_ev[i].eq((ix >= 0) & (ix < W) & has)
-        h_last = Signal(hdesc_layout)
-        m.d.comb += h_last.eq(Mux(hdesc[2].valid, hdesc[2],
-                                  Mux(hdesc[1].valid, hdesc[1], hdesc[0])))
-        h0 = Signal(hdesc_layout)
-        h_s = hsucc(h_last, "h_next")
-        m.d.comb += h0.eq(h_s)
-        m.d.comb += h0.valid.eq(h_s.valid & hdesc[2].valid)
-        h1 = hsucc(h0, "h1")
-        h2 = hsucc(h1, "h2")
+        h_last, (h0, h1, h2) = _next_group(m, hdesc, hdesc_layout, hsucc, "h")
         hf0 = Signal(hdesc_layout)
         m.d.comb += [hf0.valid.eq(1), hf0.row.eq(0), hf0.gxb.eq(-task.px), hf0.ring.eq(0),
                      hf0.glin.eq(0), hf0.hw.eq(0)]
@@ -550,15 +554,7 @@ class PlanarEngine(wiring.Component):
         m.d.comb += v_iy.eq(vcur.oyb + v_ky)
         v_ev = Signal()
         m.d.comb += v_ev.eq(vcur.valid & (v_iy >= 0) & (v_iy < H))
-        v_last = Signal(vdesc_layout)
-        m.d.comb += v_last.eq(Mux(vdesc[2].valid, vdesc[2],
-                                  Mux(vdesc[1].valid, vdesc[1], vdesc[0])))
-        v0 = Signal(vdesc_layout)
-        v_s = vsucc(v_last, "v_next")
-        m.d.comb += v0.eq(v_s)
-        m.d.comb += v0.valid.eq(v_s.valid & vdesc[2].valid)
-        v1 = vsucc(v0, "v1")
-        v2 = vsucc(v1, "v2")
+        v_last, (v0, v1, v2) = _next_group(m, vdesc, vdesc_layout, vsucc, "v")
         vf0 = vfirst(v_pwb + HOWB, "vf0")
         vf1 = vsucc(vf0, "vf1")
         vf2 = vsucc(vf1, "vf2")
