@@ -353,7 +353,8 @@ def _tree(vals, fold):
 
 def reduce(x, op, *, lanes, pre="copy", axis="plane", scale=F32_ONE, post="none",
            in_fmt=FMT_INT8, out_fmt=FMT_INT8):
-    """Reduction mode: sum, max or min over each channel's plane (or the whole tensor).
+    """Reduction mode: sum, max or min over each channel's plane, the whole tensor, or across
+    the channels of every pixel.
 
     Parameters
     ----------
@@ -367,7 +368,8 @@ def reduce(x, op, *, lanes, pre="copy", axis="plane", scale=F32_ONE, post="none"
         A unary :data:`ELT_OPS` operation applied to every element first (``square`` for sums
         of squares, ``abs`` for L1 norms).
     axis : str
-        ``"plane"`` (one result per channel) or ``"tensor"`` (one result).
+        ``"plane"`` (one result per channel), ``"tensor"`` (one result) or ``"channel"`` (one
+        result per pixel: a ``(1, H, W)`` plane; ``post`` must be ``"none"``).
     scale : int
         Binary32 bits multiplied into the reduced value (``recip(N)`` gives a mean).
     post : str
@@ -376,7 +378,7 @@ def reduce(x, op, *, lanes, pre="copy", axis="plane", scale=F32_ONE, post="none"
     Returns
     -------
     ndarray
-        Shape ``(C,)`` or ``(1,)`` in ``out_fmt``.
+        Shape ``(C,)``, ``(1,)`` or ``(1, H, W)`` in ``out_fmt``.
     """
     code = RED_OPS[op] if isinstance(op, str) else int(op)
     pre_code = ELT_OPS[pre] if isinstance(pre, str) else int(pre)
@@ -393,16 +395,25 @@ def reduce(x, op, *, lanes, pre="copy", axis="plane", scale=F32_ONE, post="none"
          4: lambda v: fp.f32_mul(v, v)}[pre_code](X)
     ident = {0: F32_NEG_ZERO, 1: F32_NEG_INF, 2: F32_POS_INF}[code]
     fold = {0: fp.f32_add, 1: fp.f32_max, 2: fp.f32_min}[code]
-    if axis not in ("plane", "tensor"):
-        raise ValueError(f"axis must be 'plane' or 'tensor', not {axis!r}")
+    if axis not in ("plane", "tensor", "channel"):
+        raise ValueError(f"axis must be 'plane', 'tensor' or 'channel', not {axis!r}")
+    if axis == "channel":
+        if post_code != 0:
+            raise ValueError("a reduction across channels has no post function")
+        return from_f32(_reduce_channels(X, fold, ident, scale), out_fmt)
     r = _reduce_core(X, fold, ident, lanes, axis, scale)
     return from_f32(_POST[post_code](r), out_fmt)
 
 
+def _count(shape, axis):
+    """Elements per result of a reduction over ``axis``."""
+    C, H, W = shape
+    return {"plane": H * W, "tensor": C * H * W, "channel": C}[axis]
+
+
 def mean(x, *, lanes, in_fmt=FMT_INT8, out_fmt=FMT_INT8, axis="plane"):
-    """Mean of each plane: the sum times ``recip(N)``."""
-    C, H, W = np.asarray(x).shape
-    n = H * W * (C if axis == "tensor" else 1)
+    """Mean of each plane (tensor, pixel across channels): the sum times ``recip(N)``."""
+    n = _count(np.asarray(x).shape, axis)
     return reduce(x, "sum", lanes=lanes, axis=axis, scale=int(recip_count(n)),
                   in_fmt=in_fmt, out_fmt=out_fmt)
 
@@ -414,14 +425,24 @@ def variance(x, *, lanes, in_fmt=FMT_INT8, axis="plane"):
     results, no output rounding), then one fused elementwise pass ``q + m * (-m)`` (the
     ``fma`` mode). The standard deviation is :func:`f32_sqrt` of it.
     """
-    C, H, W = np.asarray(x).shape
-    n = H * W * (C if axis == "tensor" else 1)
-    s = int(recip_count(n))
+    s = int(recip_count(_count(np.asarray(x).shape, axis)))
     X = to_f32(x, in_fmt)
     X2 = fp.f32_mul(X, X)
-    m = _reduce_core(X, fp.f32_add, F32_NEG_ZERO, lanes, axis, s)
-    q = _reduce_core(X2, fp.f32_add, F32_NEG_ZERO, lanes, axis, s)
+    core = (_reduce_channels if axis == "channel"
+            else lambda v, f, i, sc: _reduce_core(v, f, i, lanes, axis, sc))
+    m = core(X, fp.f32_add, F32_NEG_ZERO, s)
+    q = core(X2, fp.f32_add, F32_NEG_ZERO, s)
     return fp.f32_add(q, fp.f32_mul(m, _neg(m)))
+
+
+def _reduce_channels(X, fold, ident, scale):
+    """Across channels, per pixel: ``acc = op(... op(op(I, x[0]), x[1]) ..., x[C-1])`` in
+    channel order (the accumulator plane's read-modify-write), then ``f32_mul(acc, scale)``;
+    shape ``(1, H, W)`` (binary32 bits)."""
+    acc = np.full(X.shape[1:], ident, dtype=np.uint32)
+    for plane in X:
+        acc = fold(acc, plane).astype(np.uint32)
+    return fp.f32_mul(acc, scale)[None]
 
 
 def _reduce_core(X, fold, ident, lanes, axis, scale):

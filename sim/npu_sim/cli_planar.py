@@ -148,12 +148,15 @@ def cmd_eltwise(args):
 
 def cmd_reduce(args):
     from npu_model import planar as pl
+    from npu_sim import planar as ps
     task = _base_task(args, 2, pl.RED_OPS[args.op])
     c, h, w = args.shape
-    n = h * w * (c if args.axis == "tensor" else 1)
+    if args.axis == "channel" and args.post != "none":
+        raise CLIError("--axis channel has no post function (--post none)", status=2)
+    n = {"plane": h * w, "tensor": c * h * w, "channel": c}[args.axis]
     scale = int(pl.recip_count(n)) if args.mean else _f32(args.scale)
     task.update(pre=pl.ELT_OPS[args.pre], post=pl.POST_FNS[args.post],
-                axis=int(args.axis == "tensor"), scale=scale)
+                axis=ps.AXES.index(args.axis), scale=scale)
     what = "mean" if args.mean else args.op
     return _run(args, task, f"reduce {what} (pre {args.pre}, post {args.post}) per "
                 f"{args.axis} on {c}x{h}x{w} {args.in_fmt}->{args.out_fmt}")
@@ -188,13 +191,16 @@ def add_sim_commands(subparsers):
 
     r = subparsers.add_parser(
         "reduce", help="reduction through the planar engine",
-        description="Sum, max or min over each channel plane (or the whole tensor) through "
-        "the reduction tree and retention registers, then scale and post-processor.")
+        description="Sum, max or min over each channel plane or the whole tensor (through "
+        "the reduction tree and retention registers, then scale and post-processor), or across "
+        "the channels of every pixel (an accumulator plane in the H ring, then scale).")
     _common(r)
     r.add_argument("--op", choices=tuple(pl.RED_OPS), default="sum")
     r.add_argument("--pre", choices=("copy", "relu", "abs", "neg", "square"), default="copy")
     r.add_argument("--post", choices=tuple(pl.POST_FNS), default="none")
-    r.add_argument("--axis", choices=("plane", "tensor"), default="plane")
+    r.add_argument("--axis", choices=("plane", "tensor", "channel"), default="plane",
+                   help="plane: one result per channel; tensor: one result; channel: one "
+                   "result per pixel, across the channels (default plane)")
     r.add_argument("--scale", default="1.0", help="multiplier of the result (default 1.0)")
     r.add_argument("--mean", action="store_true", help="scale by 1/N (a mean)")
     r.set_defaults(func=cmd_reduce)

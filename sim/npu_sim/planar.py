@@ -15,8 +15,10 @@ import numpy as np
 from npu_model import planar as pl
 
 __all__ = [
+    "AXES",
     "ERRORS",
     "TASK_FIELDS",
+    "channel_reduce_fits",
     "compare",
     "expected_beats",
     "from_beats",
@@ -35,6 +37,8 @@ TASK_FIELDS = ("mode", "op", "in_fmt", "out_fmt", "bcast", "pre", "post", "axis"
                "height", "width", "kh", "kw", "sy", "sx", "py", "px", "scale", "bias", "scalar")
 
 MODES = {"eltwise": 0, "pool": 1, "reduce": 2}
+#: Reduction axis codes (register field ``axis``) and the golden model's names.
+AXES = ("plane", "tensor", "channel")
 
 
 def make_task(**fields):
@@ -91,7 +95,7 @@ def golden(task, a, b=None, c=None, *, lanes):
         return pl.pool(a, task["op"], task["kh"], task["kw"], task["sy"], task["sx"],
                        task["py"], task["px"], **fmt)
     return pl.reduce(a, task["op"], lanes=lanes, pre=task["pre"],
-                     axis="tensor" if task["axis"] else "plane", scale=task["scale"],
+                     axis=AXES[task["axis"]], scale=task["scale"],
                      post=task["post"], **fmt)
 
 
@@ -135,12 +139,14 @@ def output_shape(task, lanes):
         oh, ow = pl.pool_shape(h, w, task["kh"], task["kw"], task["sy"], task["sx"],
                                task["py"], task["px"])
         return (c, oh, ow)
+    if task["axis"] == 2:
+        return (1, h, w)
     return (1 if task["axis"] else c, 1)
 
 
 def expected_beats(task, lanes):
     shape = output_shape(task, lanes)
-    if task["mode"] == 2:
+    if task["mode"] == 2 and task["axis"] != 2:
         return shape[0]
     return int(np.prod(shape[:-1])) * -(-shape[-1] // lanes)
 
@@ -192,8 +198,8 @@ def random_task(rng, config, mode=None, *, max_dim=9, formats=None):
     else:
         t["op"] = int(rng.integers(0, 3))
         t["pre"] = int(rng.choice([0, 1, 2, 3, 4]))
-        t["axis"] = int(rng.integers(0, 2))
-        t["post"] = int(rng.integers(0, 4))
+        t["axis"] = int(rng.integers(0, 3))
+        t["post"] = int(rng.integers(0, 4)) if t["axis"] != 2 else 0
         t["scale"] = int(np.float32(rng.choice([1.0, 1 / 3, 0.015625])).view(np.uint32))
     return t
 
@@ -216,7 +222,9 @@ def task_error(task, config, plane_depth=1024):
     mode, op = task["mode"], task["op"]
     c, h, w = _shape(task)
     if (mode == 3 or (mode == 0 and (op > 13 or task["bcast"] > 4))
-            or (mode == 1 and op > 2) or (mode == 2 and (op > 2 or task["pre"] > 4))):
+            or (mode == 1 and op > 2)
+            or (mode == 2 and (op > 2 or task["pre"] > 4 or task["axis"] > 2
+                               or (task["axis"] == 2 and task["post"])))):
         return ERRORS["bad_mode"]
     if not config.has_fp16 and (task["in_fmt"] or task["out_fmt"]):
         return ERRORS["bad_format"]
@@ -227,11 +235,22 @@ def task_error(task, config, plane_depth=1024):
         bad_window = (min(kh, kw, sy, sx) == 0 or max(kh, kw) > 8 or py >= kh or px >= kw
                       or kh > h + 2 * py or kw > w + 2 * px)
     if (min(c, h, w) == 0 or (uses_vec and vector_length(task) > plane_depth)
-            or (mode == 1 and not bad_window and not pool_fits(task, config, plane_depth))):
+            or (mode == 1 and not bad_window and not pool_fits(task, config, plane_depth))
+            or (mode == 2 and task["axis"] == 2
+                and not channel_reduce_fits(task, config, plane_depth))):
         return ERRORS["bad_shape"]
     if bad_window:
         return ERRORS["bad_window"]
     return 0
+
+
+def channel_reduce_fits(task, config, plane_depth=1024):
+    """Whether a reduction across channels fits: its accumulator plane, ``H ceil(W / L)``
+    beats, must fit the H ring (``HD`` words)."""
+    from npu.planar.engine import h_ring_depth
+    lanes = config.planar_lanes ** 2
+    c, h, w = _shape(task)
+    return h * -(-w // lanes) <= h_ring_depth(lanes, plane_depth)
 
 
 def pool_fits(task, config, plane_depth=1024):

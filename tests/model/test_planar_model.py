@@ -252,6 +252,35 @@ def test_reduce_tree_order_fp16():
     assert np.allclose(got.view(np.float16).astype(np.float64), ref, rtol=2e-3, atol=1e-3)
 
 
+def test_reduce_across_channels():
+    """Axis ``channel``: INT8 sums, sums of squares, max and min exact; an FP16 sum in channel
+    order (a float32 emulation of the accumulator); mean and variance across channels against
+    float64; a post function is refused."""
+    rng = np.random.default_rng(13)
+    x = rand_input(rng, (5, 4, 7), I8)
+    xi = x.astype(np.int64)
+    s = pl.reduce(x, "sum", lanes=4, axis="channel", out_fmt=F16).view(np.float16)
+    assert s.shape == (1, 4, 7)
+    assert np.array_equal(s[0], xi.sum(axis=0).astype(np.float16))
+    assert np.array_equal(pl.reduce(x, "max", lanes=4, axis="channel")[0], xi.max(axis=0))
+    assert np.array_equal(pl.reduce(x, "min", lanes=16, axis="channel")[0], xi.min(axis=0))
+    sq = pl.reduce(x, "sum", lanes=1, axis="channel", pre="square", out_fmt=F16)
+    assert np.array_equal(sq[0].view(np.float16), (xi ** 2).sum(axis=0).astype(np.float16))
+    h = rand_input(rng, (6, 3, 5), F16)
+    got = pl.reduce(h, "sum", lanes=4, axis="channel", in_fmt=F16, out_fmt=F16)
+    acc = np.full((3, 5), np.float32(-0.0), dtype=np.float32)
+    for plane in h.view(np.float16).astype(np.float32):
+        acc = acc + plane
+    assert same(got[0], acc.astype(np.float16).view(np.uint16), F16)
+    m = pl.mean(x, lanes=4, axis="channel", out_fmt=F16)[0].view(np.float16).astype(np.float64)
+    ref = xi.mean(axis=0)
+    assert np.all(np.abs(m - ref) <= np.spacing(np.abs(ref).astype(np.float16)))
+    v = fp.f32_value(pl.variance(x, lanes=4, axis="channel")[0]).astype(np.float64)
+    assert np.allclose(v, xi.var(axis=0), rtol=1e-5, atol=1e-3)
+    with pytest.raises(ValueError, match="post"):
+        pl.reduce(x, "sum", lanes=4, axis="channel", post="sqrt")
+
+
 def test_mean_variance_vs_float64():
     rng = np.random.default_rng(12)
     x = rand_input(rng, (4, 9, 10), I8)

@@ -162,6 +162,10 @@ def test_errors_never_hang():
         ps.make_task(mode=1, op=0, channels=1, height=4, width=4, kh=9, kw=2, py=3),
         ps.make_task(mode=1, op=0, channels=1, height=4, width=4, kh=2, kw=2, sy=0),
         ps.make_task(mode=0, op=0, in_fmt=1, channels=1, height=2, width=2),
+        ps.make_task(mode=2, op=0, axis=3, channels=1, height=2, width=2),
+        ps.make_task(mode=2, op=0, axis=2, post=1, channels=2, height=2, width=2),
+        # one beat more than the accumulator plane (the H ring: 1024 words on one lane)
+        ps.make_task(mode=2, op=0, axis=2, channels=2, height=32, width=33),
     ]
     jobs = []
     for t in bad:
@@ -172,6 +176,34 @@ def test_errors_never_hang():
     results = sweep(cfg, jobs, seed=3, stall=0.2)
     assert all(cycles < 10 for _, cycles, _ in results[:-1])
     assert results[-1][2] == 0
+
+
+def test_reduce_across_channels():
+    """Axis ``channel`` (one result per pixel): every op and pre-operation, both formats,
+    planes of 1 to 6 beats (fewer than five beats: a beat's accumulator word is still being
+    written when the next channel's beat arrives, and the lane pipeline must wait), rows
+    narrower and wider than a beat, random stalls; the mean across channels against float64."""
+    cfg = NPUConfig(planar_lanes=2)
+    rng = np.random.default_rng(50)
+    jobs = []
+    shapes = [(3, 1, 1), (5, 1, 4), (4, 2, 3), (3, 3, 4), (6, 4, 2), (3, 5, 4), (2, 3, 9),
+              (1, 2, 5), (7, 6, 7)]
+    for k, (c, h, w) in enumerate(shapes):
+        t = ps.make_task(mode=2, axis=2, op=k % 3, pre=k % 5, in_fmt=k % 2,
+                         out_fmt=(k // 2) % 2, channels=c, height=h, width=w,
+                         scale=int(np.float32([1.0, 0.25, -3.0][k % 3]).view(np.uint32)))
+        assert ps.task_error(t, cfg) == 0, t
+        jobs.append((t, *ps.random_operands(rng, t)))
+    x = rng.integers(-128, 128, (6, 3, 5)).astype(np.int8)
+    mean = ps.make_task(mode=2, axis=2, op=0, out_fmt=1, channels=6, height=3, width=5,
+                        scale=int(pl.recip_count(6)))
+    jobs.append((mean, x, None, None))
+    res = sweep(cfg, jobs, seed=51, stall=0.3)
+    got = res[-1][0].reshape(3, 5).view(np.float16).astype(np.float64)
+    ref = x.astype(np.float64).mean(axis=0)
+    # The int8 sum is exact; times recip(6) and rounded to binary16: within one binary16 ulp.
+    assert np.all(np.abs(got - ref) <= np.spacing(np.abs(ref).astype(np.float16)))
+    assert got.shape == (3, 5)
 
 
 @pytest.mark.parametrize("p", [1, 2, pytest.param(4, marks=pytest.mark.slow),

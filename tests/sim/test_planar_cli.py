@@ -41,12 +41,26 @@ def test_reduce_cli_mean(capsys):
     assert s["match"] and s["output_elements"] == 3
 
 
+def test_reduce_cli_across_channels(capsys, tmp_path):
+    dump = tmp_path / "r.npz"
+    s = run_json(capsys, ["sim", "reduce", "--backend", "amaranth", "--lanes", "1", "--axis",
+                          "channel", "--op", "max", "--pre", "abs", "--shape", "4", "2", "3",
+                          "--dump", str(dump)])
+    assert s["match"] and s["output_elements"] == 2 * 3
+    d = np.load(dump)
+    # |-128| saturates to 127 in the INT8 output
+    ref = np.minimum(np.abs(d["a"].astype(np.int64)).max(axis=0), 127)
+    assert np.array_equal(d["got"][0], ref)
+
+
 @pytest.mark.parametrize("argv", [
     ["sim", "pool", "--lanes", "3"],
     ["sim", "pool", "--lanes", "1", "--window", "2", "2", "--pad", "2", "0"],
     ["sim", "eltwise", "--lanes", "1", "--backend", "verilator", "--vcd", "x.vcd"],
     ["sim", "eltwise", "--preset", "ice40", "--in-fmt", "fp16"],
     ["sim", "reduce", "--op", "mean"],
+    ["sim", "reduce", "--axis", "channel", "--post", "sqrt"],
+    ["sim", "reduce", "--axis", "channel", "--shape", "2", "64", "70", "--lanes", "1"],
     ["sim", "eltwise", "--scale", "abc"],
 ])
 def test_bad_input_exit_2(argv, capsys):

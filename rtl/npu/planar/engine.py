@@ -40,11 +40,13 @@ from .convert import from_f32, to_f32
 from .layouts import (
     MAX_WINDOW,
     WINDOW_BITS,
+    Axis,
     Bcast,
     EltOp,
     Error,
     Mode,
     PoolOp,
+    PostFn,
     RedOp,
     beat_layout,
     config_layout,
@@ -214,6 +216,12 @@ class PlanarEngine(wiring.Component):
         is_elt = mode == Mode.ELTWISE
         is_pool = mode == Mode.POOL
         is_red = mode == Mode.REDUCE
+        # Reductions across channels (one result per pixel) accumulate a plane in the H ring
+        # through the lane pipeline; the others go through the reduction tree.
+        is_cred = Signal()
+        is_tree = Signal()
+        m.d.comb += [is_cred.eq(is_red & (task.axis == Axis.CHANNEL)),
+                     is_tree.eq(is_red & (task.axis != Axis.CHANNEL))]
 
         # ---------------------------------------------------------------- derived shapes
         C, H, W = task.channels, task.height, task.width
@@ -249,11 +257,14 @@ class PlanarEngine(wiring.Component):
             bad_mode.eq((mode == 3)
                         | (is_elt & ((task.op > EltOp.ADDMUL) | (task.bcast > Bcast.COLUMN)))
                         | (is_pool & (task.op > PoolOp.AVG))
-                        | (is_red & ((task.op > RedOp.MIN) | (task.pre > EltOp.SQUARE)))),
+                        | (is_red & ((task.op > RedOp.MIN) | (task.pre > EltOp.SQUARE)
+                                     | (task.axis > Axis.CHANNEL)))
+                        | (is_cred & (task.post != PostFn.NONE))),
             bad_fmt.eq(Const(int(not self._config.has_fp16))
                        & (task.in_fmt | task.out_fmt)),
             bad_shape.eq((C == 0) | (H == 0) | (W == 0)
                          | (uses_vec & (vec_len > D))
+                         | (is_cred & (beats_plane > HD))
                          | (is_pool & ~bad_window & ((pool_rows > D)
                                                       | (pool_hwords + 2 > HD)))),
             bad_window.eq(is_pool & (
@@ -458,6 +469,18 @@ class PlanarEngine(wiring.Component):
                          ld_len.eq(length), ld_x.eq(0), ld_row.eq(0), ld_c.eq(0),
                          ld_q.eq(0), ld_r.eq(0), ld_count.eq(0), ld_all.eq(0)]
 
+        # Reduction operation and its identity (tree, retention registers, channel
+        # accumulator).
+        red_op = Signal(MacOp)
+        red_ident = Signal(32)
+        with m.Switch(task.op):
+            with m.Case(RedOp.MAX):
+                m.d.comb += [red_op.eq(MacOp.MAX), red_ident.eq(F32_NINF)]
+            with m.Case(RedOp.MIN):
+                m.d.comb += [red_op.eq(MacOp.MIN), red_ident.eq(F32_PINF)]
+            with m.Default():
+                m.d.comb += [red_op.eq(MacOp.MAC), red_ident.eq(F32_NZ)]
+
         # ---------------------------------------------------------------- pooling
         # Separable: the horizontal filter folds each input row over kx into "H rows" of OW
         # elements (one H beat = L consecutive output columns), written to the H ring; the
@@ -625,7 +648,50 @@ class PlanarEngine(wiring.Component):
         hr_r = hring.read_port()
         v_word = Signal(signed(43))
         m.d.comb += v_word.eq(vcur.roww + v_kyW + vcur.ob)
-        m.d.comb += [hr_r.addr.eq(v_word[:HDB]), hr_r.en.eq(lane_en)]
+
+        # -- channel accumulator (reduction across channels): the H ring holds a plane of
+        # partial results, word k = beat k of the plane. Each beat of pre(A) leaving the lane
+        # pipeline reads its word (one cycle), is combined with it in the horizontal filter's
+        # pipes (three cycles) and written back. A beat whose word is still in flight (planes
+        # of fewer than five beats) holds the lane pipeline until the write is done.
+        cred_acc = Signal()   # accumulating (cleared for the output pass)
+        acc_k = Signal(range(HD))
+        acc_c = Signal(12)
+        acc_issue = Signal()
+        hazard = Signal()
+        ac_valid = Signal()
+        ac_first = Signal()
+        ac_word = Signal(range(HD))
+        ac_val = [Signal(32, name=f"ac_val{i}") for i in range(L)]
+        acw_d = _delay(m, Cat(ac_valid, ac_word), FP32AddPipe.LATENCY, None, "acw")
+        in_flight_words = [Cat(ac_valid, ac_word)] + acw_d
+        acw_valid = acw_d[-1][0]
+        acw_word = acw_d[-1][1:]
+        m.d.comb += hazard.eq(lo_valid & Cat(*(f[0] & (f[1:] == acc_k)
+                                               for f in in_flight_words)).any())
+        m.d.comb += acc_issue.eq(is_cred & cred_acc & lo_valid & ~hazard)
+        m.d.sync += ac_valid.eq(acc_issue)
+        with m.If(acc_issue):
+            m.d.sync += [ac_word.eq(acc_k), ac_first.eq(acc_c == 0)]
+            m.d.sync += [ac_val[i].eq(lo_val[i]) for i in range(L)]
+            with m.If(acc_k == beats_plane - 1):
+                m.d.sync += [acc_k.eq(0), acc_c.eq(acc_c + 1)]
+            with m.Else():
+                m.d.sync += acc_k.eq(acc_k + 1)
+        acc_busy = Cat(*(f[0] for f in in_flight_words)).any()
+        # The output pass reads the plane back, word dr_k, one beat per lane pipeline step.
+        dr_k = Signal(range(HD))
+        dr_issue = Signal()
+        dr_valid = Signal()
+        dr_mask = Signal(L)
+        with m.If(lane_en):
+            m.d.sync += [dr_valid.eq(dr_issue), dr_mask.eq(beat_mask)]
+
+        with m.If(is_cred):
+            m.d.comb += [hr_r.addr.eq(Mux(cred_acc, acc_k, dr_k)),
+                         hr_r.en.eq(cred_acc | lane_en)]
+        with m.Else():
+            m.d.comb += [hr_r.addr.eq(v_word[:HDB]), hr_r.en.eq(lane_en)]
 
         # Line buffer read addresses: lane i reads ring address base + off_i, with
         # off_i = sx * i (pooling), i (row vector) or 0; different lanes of a pooling step
@@ -706,7 +772,8 @@ class PlanarEngine(wiring.Component):
         h_busy = hw_valid | Cat(*(s[0] for s in hcap_d)).any()
         hcap_valid = hcap[0] & hcap[1]
         hcap_hw = hcap[2:42]
-        m.d.comb += [hr_w.addr.eq(hcap_hw[:HDB]), hr_w.en.eq(hcap_valid)]
+        m.d.comb += [hr_w.addr.eq(Mux(acw_valid, acw_word, hcap_hw[:HDB])),
+                     hr_w.en.eq(hcap_valid | acw_valid)]
         with m.If(hcap_valid):
             m.d.sync += h_count.eq(hcap_hw + 1)
         for i in range(L):
@@ -714,9 +781,10 @@ class PlanarEngine(wiring.Component):
             m.submodules[f"hpool{i}"] = pp
             m.d.comb += [
                 pp.en.eq(1),
-                pp.a.eq(Mux(hw_first, pool_ident, pp.result)),
-                pp.b.eq(Mux(hw_ev[i], lane_rd[i], pool_ident)),
-                pp.op.eq(pool_op),
+                pp.a.eq(Mux(is_cred, Mux(ac_first, red_ident, hr_r.data[i]),
+                            Mux(hw_first, pool_ident, pp.result))),
+                pp.b.eq(Mux(is_cred, ac_val[i], Mux(hw_ev[i], lane_rd[i], pool_ident))),
+                pp.op.eq(Mux(is_cred, red_op, pool_op)),
                 hr_w.data[i].eq(pp.result),
             ]
 
@@ -775,16 +843,12 @@ class PlanarEngine(wiring.Component):
             for i in range(L):
                 m.d.comb += [in_a[i].eq(pool_res[i]), in_b[i].eq(emit_scale[i])]
 
+        with m.If(is_cred & ~cred_acc):
+            m.d.comb += [in_op.eq(EltOp.MUL), in_mask.eq(dr_mask), in_valid.eq(dr_valid)]
+            for i in range(L):
+                m.d.comb += [in_a[i].eq(hr_r.data[i]), in_b[i].eq(task.scale)]
+
         # ---------------------------------------------------------------- reduction
-        red_op = Signal(MacOp)
-        red_ident = Signal(32)
-        with m.Switch(task.op):
-            with m.Case(RedOp.MAX):
-                m.d.comb += [red_op.eq(MacOp.MAX), red_ident.eq(F32_NINF)]
-            with m.Case(RedOp.MIN):
-                m.d.comb += [red_op.eq(MacOp.MIN), red_ident.eq(F32_PINF)]
-            with m.Default():
-                m.d.comb += [red_op.eq(MacOp.MAC), red_ident.eq(F32_NZ)]
         level = [Mux(lo_mask[i], lo_val[i], red_ident) for i in range(L)]
         depth = 0
         while len(level) > 1:
@@ -798,7 +862,7 @@ class PlanarEngine(wiring.Component):
             level = nxt
             depth += 1
         tree_out = level[0]
-        tree_in_valid = lo_valid & is_red & lane_en
+        tree_in_valid = lo_valid & is_tree & lane_en
         tree_valid = (_delay(m, tree_in_valid, FP32AddPipe.LATENCY * depth, None, "tv")[-1]
                       if depth else tree_in_valid)
 
@@ -826,13 +890,13 @@ class PlanarEngine(wiring.Component):
 
         with m.FSM(name="reduce"):
             with m.State("COLLECT"):
-                m.d.comb += [r_issue.eq(is_red),
+                m.d.comb += [r_issue.eq(is_tree),
                              ret.a.eq(Mux(fwd, ret.result, parts[r_idx])),
                              ret.b.eq(tree_out)]
-                with m.If(tree_valid & is_red):
+                with m.If(tree_valid & is_tree):
                     m.d.sync += [r_idx.eq(Mux(r_idx == 2, 0, r_idx + 1)), r_cnt.eq(r_cnt + 1)]
                 in_flight = Cat(*(s[0] for s in rv)).any()
-                with m.If(is_red & self.busy & (r_cnt == beats_group) & (beats_group != 0)
+                with m.If(is_tree & self.busy & (r_cnt == beats_group) & (beats_group != 0)
                           & ~in_flight & ~tree_valid):
                     m.d.sync += wcnt.eq(0)
                     m.next = "COMBINE1"
@@ -871,17 +935,20 @@ class PlanarEngine(wiring.Component):
         # ---------------------------------------------------------------- output stream
         pending = Signal(range(2 * LANE_LATENCY + 4))
         out_fire = self.out.valid & self.out.ready
-        lane_out_fire = out_fire & ~is_red
-        m.d.sync += pending.eq(pending + (in_valid & lane_en & ~is_red) - lane_out_fire)
+        lane_out_fire = out_fire & ~is_tree
+        cred_in = is_cred & cred_acc   # lane pipeline results go to the channel accumulator
+        m.d.sync += pending.eq(pending + (in_valid & lane_en & ~is_tree & ~cred_in)
+                               - lane_out_fire)
         lane_out = [from_f32(m, lo_val[i], task.out_fmt, f"out{i}") for i in range(L)]
-        with m.If(is_red):
+        with m.If(is_tree):
             m.d.comb += [self.out.valid.eq(red_valid),
                          self.out.payload.data[0].eq(red_out)]
         with m.Else():
-            m.d.comb += self.out.valid.eq(lo_valid)
+            m.d.comb += self.out.valid.eq(lo_valid & ~cred_in)
             for i in range(L):
                 m.d.comb += self.out.payload.data[i].eq(Mux(lo_mask[i], lane_out[i], 0))
-        m.d.comb += lane_en.eq(is_red | ~lo_valid | self.out.ready)
+        m.d.comb += lane_en.eq(Mux(is_tree, 1,
+                                   Mux(cred_in, ~hazard, ~lo_valid | self.out.ready)))
 
         # ---------------------------------------------------------------- control
         m.d.comb += [self.busy.eq(0), self.done.eq(0)]
@@ -919,10 +986,12 @@ class PlanarEngine(wiring.Component):
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [
-                    beats_group.eq(Mux(task.axis, beats_plane * C, beats_plane)),
+                    beats_group.eq(Mux(task.axis == Axis.TENSOR, beats_plane * C,
+                                       beats_plane)),
                     cnt_c.eq(0), cnt_y.eq(0), cnt_xb.eq(0),
                     h_on.eq(0), v_on.eq(0),
                     r_idx.eq(0), r_cnt.eq(0),
+                    acc_k.eq(0), acc_c.eq(0), cred_acc.eq(1), dr_k.eq(0),
                 ]
                 m.d.sync += [parts[j].eq(red_ident) for j in range(3)]
                 with m.If(err != Error.NONE):
@@ -980,14 +1049,31 @@ class PlanarEngine(wiring.Component):
 
             with m.State("RED_FEED"):
                 m.d.comb += self.busy.eq(1)
-                m.d.comb += [self.a.ready.eq(1), in_valid.eq(self.a.valid),
+                m.d.comb += [self.a.ready.eq(lane_en), in_valid.eq(self.a.valid),
                              in_op.eq(task.pre), in_mask.eq(beat_mask)]
                 for i in range(L):
                     m.d.comb += in_a[i].eq(conv_a[i])
-                with m.If(self.a.valid):
+                with m.If(self.a.valid & lane_en):
                     advance_counters()
-                    with m.If(last_x & last_y & (~task.axis.bool() | last_c)):
-                        m.next = "RED_WAIT"
+                    with m.If(last_x & last_y):
+                        with m.If(is_cred):
+                            with m.If(last_c):
+                                m.next = "CRED_WAIT"
+                        with m.Elif((task.axis == Axis.PLANE) | last_c):
+                            m.next = "RED_WAIT"
+            with m.State("CRED_WAIT"):
+                # Every beat accumulated and written: read the plane back.
+                m.d.comb += self.busy.eq(1)
+                with m.If((acc_c == C) & ~acc_busy):
+                    m.d.sync += [cred_acc.eq(0), dr_k.eq(0), cnt_y.eq(0), cnt_xb.eq(0)]
+                    m.next = "CRED_OUT"
+            with m.State("CRED_OUT"):
+                m.d.comb += [self.busy.eq(1), dr_issue.eq(1)]
+                with m.If(lane_en):
+                    m.d.sync += dr_k.eq(dr_k + 1)
+                    advance_counters()
+                    with m.If(last_x & last_y):
+                        m.next = "DRAIN"
             with m.State("RED_WAIT"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(group_done):
@@ -998,7 +1084,7 @@ class PlanarEngine(wiring.Component):
 
             with m.State("DRAIN"):
                 m.d.comb += self.busy.eq(1)
-                with m.If(pending == 0):
+                with m.If((pending == 0) & ~dr_valid):
                     m.next = "FINISH"
             with m.State("FINISH"):
                 m.d.comb += [self.busy.eq(1), self.done.eq(1)]

@@ -87,16 +87,21 @@ class Fmt(enum.Enum, shape=1):
     FP16 = 1
 
 
-class Axis(enum.Enum, shape=1):
+class Axis(enum.Enum, shape=2):
+    #: One result per channel plane.
     PLANE = 0
+    #: One result for the whole tensor.
     TENSOR = 1
+    #: One result per pixel, across the channels (a plane).
+    CHANNEL = 2
 
 
 class Error(enum.Enum, shape=3):
     NONE = 0
-    #: Unknown mode, operation, broadcast kind, pre-operation or post function.
+    #: Unknown mode, operation, broadcast kind, pre-operation, axis or post function (or a
+    #: post function on a reduction across channels).
     BAD_MODE = 1
-    #: A zero dimension, or a plane / broadcast vector larger than the line buffer.
+    #: A zero dimension, or a plane / broadcast vector larger than the line buffers.
     BAD_SHAPE = 2
     #: A window, stride or padding that is zero, too large, or leaves a window empty.
     BAD_WINDOW = 3
@@ -108,7 +113,7 @@ def config_layout():
     """The task configuration (one register field per member, see ``registers.py``)."""
     return data.StructLayout({
         "mode": unsigned(2), "op": unsigned(4), "in_fmt": unsigned(1), "out_fmt": unsigned(1),
-        "bcast": unsigned(3), "pre": unsigned(4), "post": unsigned(2), "axis": unsigned(1),
+        "bcast": unsigned(3), "pre": unsigned(4), "post": unsigned(2), "axis": unsigned(2),
         "channels": unsigned(SHAPE_BITS), "height": unsigned(SHAPE_BITS),
         "width": unsigned(SHAPE_BITS),
         "kh": unsigned(WINDOW_BITS), "kw": unsigned(WINDOW_BITS),

@@ -10,47 +10,19 @@ import enum
 
 from ..registers import ADDRESS_WINDOWS
 from ..regmap import Field, Register, RegisterMap
+from . import layouts
 
 __all__ = ["PLANAR_ENGINE", "REGISTER_MAPS", "TASK_REGISTERS", "encode_task"]
 
 
-class Mode(enum.IntEnum):
-    ELTWISE = 0
-    POOL = 1
-    REDUCE = 2
+def _int_enum(e):
+    """The register map's view (an ``IntEnum``) of one of the engine's enums."""
+    return enum.IntEnum(e.__name__, {m.name: m.value for m in e})
 
 
-class Fmt(enum.IntEnum):
-    INT8 = 0
-    FP16 = 1
-
-
-class Bcast(enum.IntEnum):
-    NONE = 0
-    SCALAR = 1
-    CHANNEL = 2
-    ROW = 3
-    COLUMN = 4
-
-
-class PostFn(enum.IntEnum):
-    NONE = 0
-    SQRT = 1
-    RECIP = 2
-    RSQRT = 3
-
-
-class Axis(enum.IntEnum):
-    PLANE = 0
-    TENSOR = 1
-
-
-class Error(enum.IntEnum):
-    NONE = 0
-    BAD_MODE = 1
-    BAD_SHAPE = 2
-    BAD_WINDOW = 3
-    BAD_FORMAT = 4
+Mode, Fmt, Bcast, PostFn, Axis, Error = (
+    _int_enum(e) for e in (layouts.Mode, layouts.Fmt, layouts.Bcast, layouts.PostFn,
+                           layouts.Axis, layouts.Error))
 
 
 _BASE = ADDRESS_WINDOWS["PLANAR_ENGINE"][0]
@@ -84,8 +56,9 @@ PLANAR_ENGINE = RegisterMap("PLANAR_ENGINE", base=_BASE, doc=(
         Field("pre", 4, offset=16, doc="Reduction: unary elementwise op applied first (0-4)."),
         Field("post", 2, offset=20, enum=PostFn,
               doc="Reduction: 0 none, 1 sqrt, 2 reciprocal, 3 reciprocal sqrt."),
-        Field("axis", 1, offset=24, enum=Axis,
-              doc="Reduction: 0 one result per channel plane, 1 one result for the tensor."),
+        Field("axis", 2, offset=24, enum=Axis,
+              doc="Reduction: 0 one result per channel plane, 1 one result for the tensor, "
+                  "2 one result per pixel across the channels (a plane; `post` must be 0)."),
     ]),
     Register("SHAPE0", offset=0x3, doc="Plane size.", fields=[
         Field("width", 12, doc="W, elements per row (1-4095)."),
