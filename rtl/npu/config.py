@@ -128,7 +128,7 @@ PRESETS = {
         target="iCEBreaker, iCE40UP5K (5,280 LUT, 8 DSP, 128 KiB SPRAM)"),
     "ecp5": NPUConfig(
         name="ecp5", cores=2, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
-        planar_lanes=4, buffer_kib=256, task_queues=8,
+        planar_lanes=2, buffer_kib=256, task_queues=8,
         target="ULX3S, LFE5U-85F (84k LUT, 156 MULT18X18, 208 EBR)"),
     "ane": NPUConfig(
         name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from amaranth.hdl import Fragment
 from npu.config import NPUConfig, preset
-from npu.planar.engine import PlanarEngine, recip_bits
+from npu.planar.engine import PlanarEngine, div_params, recip_bits
 from npu.planar.layouts import config_layout
 from npu.planar.registers import PLANAR_ENGINE, TASK_REGISTERS, encode_task
 from npu_model import planar as pl
@@ -35,6 +35,17 @@ def random_jobs(config, seed, n, modes=(None,), max_dim=9):
         task = ps.random_task(rng, config, modes[k % len(modes)], max_dim=max_dim)
         jobs.append((task, *ps.random_operands(rng, task)))
     return jobs
+
+
+def test_div_params():
+    """Division by a constant (or a table of constants) as a multiplication and a shift."""
+    rng = np.random.default_rng(0)
+    for nbits, divisors in [(11, [17]), (13, range(1, 16)), (12, [67])]:
+        s, ms = div_params(nbits, divisors)
+        xs = [0, (1 << nbits) - 1, *rng.integers(0, 1 << nbits, 200).tolist()]
+        for d in divisors:
+            assert all((x * ms[d]) >> s == x // d for x in xs)
+    assert div_params(13, range(1, 16))[0] <= 13 + 4
 
 
 def test_recip_rom():

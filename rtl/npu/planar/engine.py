@@ -25,6 +25,7 @@ The engine processes ``L = P * P`` elements per beat (``P = config.planar_lanes`
 """
 
 from fractions import Fraction
+from functools import lru_cache
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
@@ -39,6 +40,7 @@ from ..layouts import MacOp
 from .convert import from_f32, to_f32
 from .layouts import (
     MAX_WINDOW,
+    SHAPE_BITS,
     WINDOW_BITS,
     Axis,
     Bcast,
@@ -53,7 +55,8 @@ from .layouts import (
 )
 from .postproc import PostProcessor
 
-__all__ = ["LANE_LATENCY", "PlanarEngine", "h_ring_depth", "line_buffer_banks", "recip_bits"]
+__all__ = ["LANE_LATENCY", "PlanarEngine", "div_params", "h_ring_depth", "line_buffer_banks",
+           "recip_bits"]
 
 F32_ONE = 0x3F80_0000
 F32_NZ = 0x8000_0000
@@ -92,14 +95,36 @@ def line_buffer_banks(lanes, plane_depth):
 
     ``NB`` is the smallest prime above ``lanes`` and above the largest stride (15), so that
     ``lanes`` elements at a stride of 1 to 15 always fall in different banks;
-    ``NB * BD >= plane_depth``.
+    ``NB * BD >= plane_depth + 15``.
     """
-    nb = max(lanes, 2 ** WINDOW_BITS - 1) + 1
+    smax = 2 ** WINDOW_BITS - 1
+    nb = max(lanes, smax) + 1
     while not _is_prime(nb):
         nb += 1
     # At least one more word than a lane's largest offset (15 (L - 1)) spans, so that a read
-    # address wraps around the ring at most once.
-    return nb, max(-(-plane_depth // nb), (2 ** WINDOW_BITS - 1) * (lanes - 1) // nb + 1)
+    # address wraps around the ring at most once; and 15 elements more than a row, so that a
+    # window step's first address (ring address of its row + a column up to W + 14) is below
+    # twice the ring.
+    return nb, max(-(-(plane_depth + smax) // nb), smax * (lanes - 1) // nb + 1)
+
+
+@lru_cache(maxsize=None)
+def _div_params(nbits, divisors):
+    xs = range(1 << nbits)
+    s = (max(divisors) - 1).bit_length()
+    while True:
+        ms = {d: -(-(1 << s) // d) for d in divisors}
+        if all((x * ms[d]) >> s == x // d for d in divisors for x in xs):
+            return s, ms
+        s += 1
+
+
+def div_params(nbits, divisors):
+    """``(s, {d: M})``: ``x // d == (x * M) >> s`` for every ``x < 2**nbits`` and every
+    divisor ``d`` (checked exhaustively), so that division by a constant, or by a small field
+    through a table of ``M``, is a multiplication instead of a divider."""
+    s, ms = _div_params(nbits, tuple(sorted(set(divisors))))
+    return s, dict(ms)
 
 
 def h_ring_depth(lanes, plane_depth):
@@ -708,11 +733,14 @@ class PlanarEngine(wiring.Component):
                 m.d.comb += rd_base.eq(Cat(Const(0, lg), cnt_xb))
             with m.Case(Bcast.COLUMN):
                 m.d.comb += rd_base.eq(cnt_y)
+        # -15 <= rd_base < 2 DR (line_buffer_banks); bank and word by a multiplication.
         rd_ring = Signal(range(DR))
-        m.d.comb += rd_ring.eq(rd_base % DR)
+        m.d.comb += rd_ring.eq(Mux(rd_base < 0, rd_base + DR,
+                                   Mux(rd_base >= DR, rd_base - DR, rd_base)))
+        nb_s, nb_m = div_params(len(rd_ring), [NB])
         rd_qb = Signal(range(BD))
         rd_rb = Signal(range(NB))
-        m.d.comb += [rd_qb.eq(rd_ring // NB), rd_rb.eq(rd_ring % NB)]
+        m.d.comb += [rd_qb.eq((rd_ring * nb_m[NB])[nb_s:]), rd_rb.eq(rd_ring - rd_qb * NB)]
         lane_bank = []
         lane_word = []
         for i in range(L):
@@ -951,6 +979,10 @@ class PlanarEngine(wiring.Component):
                                    Mux(cred_in, ~hazard, ~lo_valid | self.out.ready)))
 
         # ---------------------------------------------------------------- control
+        # (W + 2 px - kw) // sx by a table of multipliers (meaningful only for a valid window).
+        ow_num = Signal(SHAPE_BITS + 1)
+        m.d.comb += ow_num.eq(W + 2 * task.px - task.kw)
+        sx_s, sx_m = div_params(len(ow_num), range(1, 2 ** WINDOW_BITS))
         m.d.comb += [self.busy.eq(0), self.done.eq(0)]
         need_b = (arity >= 2) & (task.bcast == Bcast.NONE)
         need_c = arity == 3
@@ -964,7 +996,8 @@ class PlanarEngine(wiring.Component):
                 m.d.sync += [
                     plane_elems.eq(H * W), beats_plane.eq(H * wb), lsx.eq(task.sx << lg),
                     CH.eq(C * H), pool_rows.eq(Mux(C * H < 3, C * H, 3) * W),
-                    ow.eq((W + 2 * task.px - task.kw) // task.sx + 1),
+                    ow.eq((ow_num * Array(Const(sx_m.get(k, 0)) for k in range(16))[task.sx])
+                          [sx_s:] + 1),
                 ]
                 with m.If(is_pool):
                     m.next = "SIZES2"
