@@ -217,6 +217,23 @@ def test_reduce_across_channels():
     assert got.shape == (3, 5)
 
 
+@pytest.mark.slow
+def test_reduce_across_channels_full_plane():
+    """The largest accumulator plane (HD = 256 beats on four lanes: 16 rows of 64) at heavy
+    output back-pressure, and one column more rejected."""
+    cfg = NPUConfig(planar_lanes=2)
+    rng = np.random.default_rng(5)
+    jobs = []
+    for c, h, w in [(2, 16, 64), (3, 16, 61)]:
+        t = ps.make_task(mode=2, axis=2, op=0, in_fmt=1, out_fmt=1, channels=c, height=h,
+                         width=w)
+        jobs.append((t, *ps.random_operands(rng, t)))
+    too_big = ps.make_task(mode=2, axis=2, op=0, channels=2, height=16, width=65)
+    assert ps.task_error(too_big, cfg) == ps.ERRORS["bad_shape"]
+    jobs.append((too_big, None, None, None))
+    sweep(cfg, jobs, seed=3, stall=0.7)
+
+
 @pytest.mark.parametrize("p", [1, 2, pytest.param(4, marks=pytest.mark.slow),
                                pytest.param(8, marks=pytest.mark.slow)])
 def test_elaborates(p):
