@@ -55,6 +55,7 @@ __all__ = [
     "pool_shape",
     "recip_count",
     "reduce",
+    "reduction_count",
     "to_f32",
     "variance",
 ]
@@ -302,6 +303,28 @@ def pool_shape(h, w, kh, kw, sy, sx, py, px):
     return (h + 2 * py - kh) // sy + 1, (w + 2 * px - kw) // sx + 1
 
 
+def _window_fold(v, axis, n_out, k, stride, pad, fold, ident):
+    """One separable filter along ``axis`` of ``v``: output ``o`` is
+    ``op(... op(op(I, v[o s - p]), v[o s - p + 1]) ...)`` over the window's valid positions in
+    increasing order. Returns the ``n_out`` results along ``axis`` and the count of valid
+    positions of each."""
+    n = v.shape[axis]
+    o = np.arange(n_out)
+    shape = [1] * v.ndim
+    shape[axis] = n_out
+    out_shape = list(v.shape)
+    out_shape[axis] = n_out
+    acc = np.full(out_shape, ident, dtype=np.uint32)
+    count = np.zeros(n_out, dtype=np.int64)
+    for j in range(k):
+        i = o * stride - pad + j
+        valid = (i >= 0) & (i < n)
+        val = np.take(v, np.clip(i, 0, n - 1), axis=axis)
+        acc = np.where(valid.reshape(shape), fold(acc, val), acc).astype(np.uint32)
+        count += valid
+    return acc, count
+
+
 def pool(x, op, kh, kw, sy=1, sx=1, py=0, px=0, *, in_fmt=FMT_INT8, out_fmt=FMT_INT8):
     """Pooling mode: max, min or average over ``kh x kw`` windows of every channel.
 
@@ -309,31 +332,14 @@ def pool(x, op, kh, kw, sy=1, sx=1, py=0, px=0, *, in_fmt=FMT_INT8, out_fmt=FMT_
     """
     code = POOL_OPS[op] if isinstance(op, str) else int(op)
     x = np.asarray(x)
-    C, H, W = x.shape
+    _, H, W = x.shape
     OH, OW = pool_shape(H, W, kh, kw, sy, sx, py, px)
     X = to_f32(x, in_fmt)
     ident = {0: F32_NEG_INF, 1: F32_POS_INF, 2: F32_NEG_ZERO}[code]
     fold = {0: fp.f32_max, 1: fp.f32_min, 2: fp.f32_add}[code]
-    # Horizontal filter: every input row, every output column, folded over kx.
-    ox = np.arange(OW)
-    hacc = np.full((C, H, OW), ident, dtype=np.uint32)
-    ncols = np.zeros(OW, dtype=np.int64)
-    for kx in range(kw):
-        ix = ox * sx - px + kx
-        valid = (ix >= 0) & (ix < W)
-        val = X[:, :, np.clip(ix, 0, W - 1)]
-        hacc = np.where(valid[None, None, :], fold(hacc, val), hacc).astype(np.uint32)
-        ncols += valid
-    # Vertical filter: the horizontal results of the window's rows, folded over ky.
-    oy = np.arange(OH)
-    acc = np.full((C, OH, OW), ident, dtype=np.uint32)
-    nrows = np.zeros(OH, dtype=np.int64)
-    for ky in range(kh):
-        iy = oy * sy - py + ky
-        valid = (iy >= 0) & (iy < H)
-        val = hacc[:, np.clip(iy, 0, H - 1), :]
-        acc = np.where(valid[None, :, None], fold(acc, val), acc).astype(np.uint32)
-        nrows += valid
+    # Horizontal filter over every input row, then vertical filter over its results.
+    hacc, ncols = _window_fold(X, 2, OW, kw, sx, px, fold, ident)
+    acc, nrows = _window_fold(hacc, 1, OH, kh, sy, py, fold, ident)
     count = nrows[:, None] * ncols[None, :]
     if code == 2:
         acc = fp.f32_mul(acc, recip_count(count)[None])
@@ -405,15 +411,15 @@ def reduce(x, op, *, lanes, pre="copy", axis="plane", scale=F32_ONE, post="none"
     return from_f32(_POST[post_code](r), out_fmt)
 
 
-def _count(shape, axis):
-    """Elements per result of a reduction over ``axis``."""
+def reduction_count(shape, axis):
+    """Elements per result of a reduction of a ``(C, H, W)`` tensor over ``axis``."""
     C, H, W = shape
     return {"plane": H * W, "tensor": C * H * W, "channel": C}[axis]
 
 
 def mean(x, *, lanes, in_fmt=FMT_INT8, out_fmt=FMT_INT8, axis="plane"):
     """Mean of each plane (tensor, pixel across channels): the sum times ``recip(N)``."""
-    n = _count(np.asarray(x).shape, axis)
+    n = reduction_count(np.asarray(x).shape, axis)
     return reduce(x, "sum", lanes=lanes, axis=axis, scale=int(recip_count(n)),
                   in_fmt=in_fmt, out_fmt=out_fmt)
 
@@ -425,7 +431,7 @@ def variance(x, *, lanes, in_fmt=FMT_INT8, axis="plane"):
     results, no output rounding), then one fused elementwise pass ``q + m * (-m)`` (the
     ``fma`` mode). The standard deviation is :func:`f32_sqrt` of it.
     """
-    s = int(recip_count(_count(np.asarray(x).shape, axis)))
+    s = int(recip_count(reduction_count(np.asarray(x).shape, axis)))
     X = to_f32(x, in_fmt)
     X2 = fp.f32_mul(X, X)
     core = (_reduce_channels if axis == "channel"

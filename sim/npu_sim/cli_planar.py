@@ -153,7 +153,7 @@ def cmd_reduce(args):
     c, h, w = args.shape
     if args.axis == "channel" and args.post != "none":
         raise CLIError("--axis channel has no post function (--post none)", status=2)
-    n = {"plane": h * w, "tensor": c * h * w, "channel": c}[args.axis]
+    n = pl.reduction_count((c, h, w), args.axis)
     scale = int(pl.recip_count(n)) if args.mean else _f32(args.scale)
     task.update(pre=pl.ELT_OPS[args.pre], post=pl.POST_FNS[args.post],
                 axis=ps.AXES.index(args.axis), scale=scale)
