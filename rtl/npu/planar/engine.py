@@ -625,8 +625,14 @@ class PlanarEngine(wiring.Component):
         m.d.comb += v_low.eq(Mux(vdesc[0].roww < v_pwb, v_pwb, vdesc[0].roww))
         h_ready = ((ld_count >= h_last.glin + W)
                    & (~v_on | (h_last.hw < v_low + HD)))
+        # The H filter reads a step one cycle after its issue, so the loader keeps the rows of
+        # the H filter's group of one cycle before (``h_glin``, ``h_on_d``) as well.
         ld_space = Signal()
-        m.d.comb += ld_space.eq(~is_pool | ~h_on | (ld_count + ld_n <= hdesc[0].glin + DR))
+        h_glin = Signal.like(hdesc[0].glin)
+        h_on_d = Signal()
+        m.d.sync += [h_glin.eq(hdesc[0].glin), h_on_d.eq(h_on)]
+        m.d.comb += ld_space.eq(~is_pool | ~(h_on | h_on_d)
+                                | (ld_count + ld_n <= Mux(h_on_d, h_glin, hdesc[0].glin) + DR))
 
         def start_walk():
             m.d.sync += [hdesc[0].eq(hf0), hdesc[1].eq(hf1), hdesc[2].eq(hf2),
@@ -721,26 +727,42 @@ class PlanarEngine(wiring.Component):
         # Line buffer read addresses: lane i reads ring address base + off_i, with
         # off_i = sx * i (pooling), i (row vector) or 0; different lanes of a pooling step
         # or a row vector read different banks (NB is a prime above L and above sx).
+        # The base's bank and word (a multiplication) are registered, and the bank select
+        # works from the register: a pooling step is read one cycle after its issue; an
+        # elementwise beat's vector element is read in the cycle the beat enters the lane
+        # pipeline, from the register computed with the counters' next values.
         rd_en = Signal()
         m.d.comb += rd_en.eq(is_pool | lane_en)
+        elt_fire = Signal()   # an elementwise beat enters the lane pipeline
+        nx_c = Signal.like(cnt_c)
+        nx_y = Signal.like(cnt_y)
+        nx_xb = Signal.like(cnt_xb)
+        m.d.comb += [nx_c.eq(cnt_c), nx_y.eq(cnt_y), nx_xb.eq(cnt_xb)]
+        with m.If(elt_fire):
+            m.d.comb += nx_xb.eq(Mux(last_x, 0, cnt_xb + 1))
+            with m.If(last_x):
+                m.d.comb += [nx_y.eq(Mux(last_y, 0, cnt_y + 1)),
+                             nx_c.eq(Mux(last_y, cnt_c + 1, cnt_c))]
         rd_base = Signal(signed(30))
         with m.If(is_pool):
             m.d.comb += rd_base.eq(hcur.ring + hcur.gxb + h_kx)
         with m.Else(), m.Switch(task.bcast):
             with m.Case(Bcast.CHANNEL):
-                m.d.comb += rd_base.eq(cnt_c)
+                m.d.comb += rd_base.eq(nx_c)
             with m.Case(Bcast.ROW):
-                m.d.comb += rd_base.eq(Cat(Const(0, lg), cnt_xb))
+                m.d.comb += rd_base.eq(Cat(Const(0, lg), nx_xb))
             with m.Case(Bcast.COLUMN):
-                m.d.comb += rd_base.eq(cnt_y)
+                m.d.comb += rd_base.eq(nx_y)
         # -15 <= rd_base < 2 DR (line_buffer_banks); bank and word by a multiplication.
         rd_ring = Signal(range(DR))
         m.d.comb += rd_ring.eq(Mux(rd_base < 0, rd_base + DR,
                                    Mux(rd_base >= DR, rd_base - DR, rd_base)))
         nb_s, nb_m = div_params(len(rd_ring), [NB])
+        rd_qn = Signal(range(BD))
         rd_qb = Signal(range(BD))
         rd_rb = Signal(range(NB))
-        m.d.comb += [rd_qb.eq((rd_ring * nb_m[NB])[nb_s:]), rd_rb.eq(rd_ring - rd_qb * NB)]
+        m.d.comb += rd_qn.eq((rd_ring * nb_m[NB])[nb_s:])
+        m.d.sync += [rd_qb.eq(rd_qn), rd_rb.eq(rd_ring - rd_qn * NB)]
         lane_bank = []
         lane_word = []
         for i in range(L):
@@ -787,17 +809,24 @@ class PlanarEngine(wiring.Component):
 
         # -- horizontal filter pipeline (never stalls): one cycle later the line buffer data
         # is there; three more and the pipe's result, written to the H ring.
-        hw_valid = Signal()
+        hx_valid = Signal()   # the step's address is in the register
+        hx_first = Signal()
+        hx_last = Signal()
+        hx_ev = Signal(L)
+        hx_info = Signal(41)   # the H beat's valid, hw
+        m.d.sync += [hx_valid.eq(h_issue), hx_first.eq(h_kx == 0),
+                     hx_last.eq(h_kx == task.kw - 1), hx_ev.eq(h_ev),
+                     hx_info.eq(Cat(hcur.valid, hcur.hw))]
+        hw_valid = Signal()   # the step's line buffer data is there
         hw_first = Signal()
         hw_last = Signal()
         hw_ev = Signal(L)
-        hw_info = Signal(41)   # the H beat's valid, hw
-        m.d.sync += [hw_valid.eq(h_issue), hw_first.eq(h_kx == 0),
-                     hw_last.eq(h_kx == task.kw - 1), hw_ev.eq(h_ev),
-                     hw_info.eq(Cat(hcur.valid, hcur.hw))]
+        hw_info = Signal(41)
+        m.d.sync += [hw_valid.eq(hx_valid), hw_first.eq(hx_first), hw_last.eq(hx_last),
+                     hw_ev.eq(hx_ev), hw_info.eq(hx_info)]
         hcap_d = _delay(m, Cat(hw_valid & hw_last, hw_info), FP32AddPipe.LATENCY, None, "hcap")
         hcap = hcap_d[-1]
-        h_busy = hw_valid | Cat(*(s[0] for s in hcap_d)).any()
+        h_busy = hx_valid | hw_valid | Cat(*(s[0] for s in hcap_d)).any()
         hcap_valid = hcap[0] & hcap[1]
         hcap_hw = hcap[2:42]
         m.d.comb += [hr_w.addr.eq(Mux(acw_valid, acw_word, hcap_hw[:HDB])),
@@ -1061,6 +1090,7 @@ class PlanarEngine(wiring.Component):
                 for i in range(L):
                     m.d.comb += [in_a[i].eq(conv_a[i]), in_b[i].eq(conv_b[i]),
                                  in_c[i].eq(conv_c[i])]
+                m.d.comb += elt_fire.eq(fire)
                 with m.If(fire):
                     advance_counters()
                     with m.If(last_x & last_y & last_c):
