@@ -37,6 +37,11 @@ class NPUConfig:
         out are removed from the hardware, not just disabled.
     planar_lanes : int
         P of the planar engine's P x P array.
+    planar_pool_beats : int
+        Width of the planar engine's pooling filters in beats of ``P * P`` lanes (K): the
+        horizontal and vertical filters have ``K * P * P`` lanes, so that overlapping windows
+        (``kw / sx`` horizontal steps per input beat) still pool about ``P * P`` elements per
+        cycle; 1 for FPGAs short of logic.
     buffer_kib : int
         Size of the data processor's on-chip buffer in KiB.
     task_queues : int
@@ -54,6 +59,7 @@ class NPUConfig:
     acc_slots: int = 8
     formats: tuple = ("int8", "fp16", "mixed")
     planar_lanes: int = 4
+    planar_pool_beats: int = 1
     buffer_kib: int = 64
     task_queues: int = 8
     acc_memory: str = "logic"
@@ -67,7 +73,8 @@ class NPUConfig:
             if f.type is str and not isinstance(value, str):
                 raise TypeError(f"NPUConfig.{f.name} must be a string, not {value!r}")
         for name, lo, hi in (("cores", 1, 64), ("macs", 2, 4096), ("acc_slots", 1, 64),
-                             ("planar_lanes", 1, 32), ("buffer_kib", 1, 1 << 16),
+                             ("planar_lanes", 1, 32), ("planar_pool_beats", 1, 4),
+                             ("buffer_kib", 1, 1 << 16),
                              ("task_queues", 1, 32)):
             value = getattr(self, name)
             if not lo <= value <= hi:

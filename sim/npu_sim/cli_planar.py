@@ -37,6 +37,10 @@ def _config(args):
         if args.lanes & (args.lanes - 1):
             raise CLIError(f"--lanes must be a power of two, not {args.lanes}", status=2)
         cfg = cfg.replace(planar_lanes=args.lanes)
+    if args.pool_beats is not None:
+        if not 1 <= args.pool_beats <= 4:
+            raise CLIError(f"--pool-beats must be 1 to 4, not {args.pool_beats}", status=2)
+        cfg = cfg.replace(planar_pool_beats=args.pool_beats)
     if "fp16" in (args.in_fmt, args.out_fmt) and not cfg.has_fp16:
         raise CLIError(f"preset {cfg.name!r} has no fp16 hardware "
                        f"(formats: {', '.join(cfg.formats)})", status=2)
@@ -47,6 +51,9 @@ def _common(p):
     add_sim_options(p, backend_default="verilator")
     p.add_argument("--lanes", type=positive, default=None,
                    help="P of the P x P lanes (default: the preset's planar_lanes)")
+    p.add_argument("--pool-beats", type=positive, default=None, metavar="K",
+                   help="width of the pooling filters in beats, 1 to 4 (default: the preset's "
+                        "planar_pool_beats); overlapping windows need about kw / sx")
     p.add_argument("--shape", type=positive, nargs=3, default=(2, 8, 8),
                    metavar=("C", "H", "W"), help="input tensor shape (default 2 8 8)")
     p.add_argument("--in-fmt", choices=tuple(_FMTS), default="int8")
@@ -92,7 +99,8 @@ def _run(args, task, label):
     n_in = int(np.asarray(a).size)
     n_out = int(np.asarray(expected).size)
     summary = {
-        "command": label, "preset": cfg.name, "lanes": lanes, "backend": args.backend,
+        "command": label, "preset": cfg.name, "lanes": lanes,
+        "pool_beats": cfg.planar_pool_beats, "backend": args.backend,
         "seed": args.seed, "stall": args.stall, "task": task,
         "input_elements": n_in, "output_elements": n_out,
         "mismatches": int(bad.size), "match": bool(bad.size == 0), "cycles": int(cycles),

@@ -256,13 +256,14 @@ def channel_reduce_fits(task, config, plane_depth=1024):
 def pool_fits(task, config, plane_depth=1024):
     """Whether a pooling task fits the line buffers (``docs/planar.md``, "Line buffers"):
     ``min(C H, 3) W <= plane_depth`` (input rows of a horizontal group) and
-    ``min(H, kh + 2 sy) ceil(OW / L) + 2 <= HD`` (H ring words of a vertical group)."""
+    ``min(H, kh + 2 sy) ceil(OW / (K L)) + 2 <= HD`` (H ring words of a vertical group, a
+    word being ``K = planar_pool_beats`` beats)."""
     from npu.planar.engine import h_ring_depth
     lanes = config.planar_lanes ** 2
     c, h, w = _shape(task)
     kh, kw, sy, sx, px = (task[k] for k in ("kh", "kw", "sy", "sx", "px"))
     ow = (w + 2 * px - kw) // sx + 1
-    owb = -(-ow // lanes)
+    owb = -(-ow // (lanes * config.planar_pool_beats))
     return (min(c * h, 3) * w <= plane_depth
             and min(h, kh + 2 * sy) * owb + 2 <= h_ring_depth(lanes, plane_depth))
 

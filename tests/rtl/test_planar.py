@@ -154,6 +154,39 @@ def test_pool_streams_through_small_rings():
     assert np.all(results[-1][0] == 0)
 
 
+def test_wide_pool_filters():
+    """planar_pool_beats = 3 (filters of 3 L lanes, results leaving the queue as up to three
+    output beats each): random tasks of every mode with stalls, and pooling streamed through
+    small rings (rows wider and narrower than a filter word, strides 1 to 15)."""
+    cfg = NPUConfig(planar_lanes=2, planar_pool_beats=3)
+    jobs = random_jobs(cfg, 60, 6, modes=("pool", "eltwise", "pool", "reduce"), max_dim=9)
+    t = ps.make_task(mode=1, op=2, in_fmt=1, out_fmt=1, channels=2, height=9, width=30,
+                     kh=3, kw=3, sy=1, sx=1, py=1, px=1)
+    jobs.append((t, *ps.random_operands(np.random.default_rng(61), t)))
+    sweep(cfg, jobs, seed=6, stall=0.3)
+    depth = 64
+    tasks = [
+        ps.make_task(mode=1, op=0, channels=3, height=17, width=8, kh=3, kw=3, sy=1, sx=1,
+                     py=1, px=1),
+        ps.make_task(mode=1, op=2, in_fmt=1, out_fmt=1, channels=1, height=12, width=21,
+                     kh=3, kw=4, sy=2, sx=4, py=2, px=3),
+        ps.make_task(mode=1, op=1, channels=2, height=9, width=21, kh=2, kw=3, sy=5, sx=15,
+                     py=1, px=1),
+        ps.make_task(mode=1, op=2, channels=1, height=11, width=12, kh=7, kw=7, sy=2, sx=1,
+                     py=3, px=3),
+        ps.make_task(mode=1, op=0, in_fmt=1, out_fmt=1, channels=2, height=9, width=21, kh=2,
+                     kw=3, sy=1, sx=1, px=1),
+    ]
+    assert all(ps.task_error(t, cfg, depth) == 0 for t in tasks)
+    rng = np.random.default_rng(62)
+    jobs = [(t, *ps.random_operands(rng, t)) for t in tasks]
+    for (task, a, b, c), (got, _cycles, err) in zip(
+            jobs, ps.run_tasks(cfg, jobs, seed=63, stall=0.3, plane_depth=depth)):
+        assert err == 0, task
+        exp = ps.golden(task, a, b, c, lanes=4)
+        assert ps.compare(exp, got, task["out_fmt"]).size == 0, task
+
+
 def test_errors_never_hang():
     """Bad codes and impossible shapes set the error status, consume nothing, and the next
     task still runs."""
@@ -234,10 +267,11 @@ def test_reduce_across_channels_full_plane():
     sweep(cfg, jobs, seed=3, stall=0.7)
 
 
-@pytest.mark.parametrize("p", [1, 2, pytest.param(4, marks=pytest.mark.slow),
-                               pytest.param(8, marks=pytest.mark.slow)])
-def test_elaborates(p):
-    Fragment.get(PlanarEngine(NPUConfig(planar_lanes=p)), None)
+@pytest.mark.parametrize("p,k", [(1, 1), (2, 1), (1, 4),
+                                 pytest.param(4, 1, marks=pytest.mark.slow),
+                                 pytest.param(8, 3, marks=pytest.mark.slow)])
+def test_elaborates(p, k):
+    Fragment.get(PlanarEngine(NPUConfig(planar_lanes=p, planar_pool_beats=k)), None)
 
 
 def test_rejects_bad_lanes():
@@ -246,9 +280,10 @@ def test_rejects_bad_lanes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("p,seed", [(1, 10), (2, 11), (2, 12), (4, 13)])
-def test_sweep_big(p, seed):
-    cfg = NPUConfig(planar_lanes=p)
+@pytest.mark.parametrize("p,k,seed", [(1, 1, 10), (2, 1, 11), (2, 1, 12), (4, 1, 13),
+                                      (2, 3, 14), (1, 4, 15)])
+def test_sweep_big(p, k, seed):
+    cfg = NPUConfig(planar_lanes=p, planar_pool_beats=k)
     sweep(cfg, random_jobs(cfg, seed, 40 if p < 4 else 12, max_dim=11), seed=seed, stall=0.3)
 
 

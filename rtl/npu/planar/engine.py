@@ -232,7 +232,9 @@ class PlanarEngine(wiring.Component):
         L = self._lanes
         lg = L.bit_length() - 1
         D = self._plane_depth
-        NB, BD = line_buffer_banks(L, D)
+        K = self._config.planar_pool_beats
+        FL = K * L            # lanes of the pooling filters
+        NB, BD = line_buffer_banks(FL, D)
         DR = NB * BD
         HD = h_ring_depth(L, D)
         HDB = HD.bit_length() - 1
@@ -259,7 +261,8 @@ class PlanarEngine(wiring.Component):
         pool_rows = Signal(24)  # min(C H, 3) W: input rows a horizontal group may need
         pool_hwords = Signal(24)  # min(H, kh + 2 sy) ceil(OW / L): H ring words a vertical
                                   # group may need
-        lsx = Signal(16)     # L * sx
+        lsx = Signal(16)     # FL * sx: window columns between two H beats
+        lsx_beat = Signal(16)  # L * sx: between two output beats
 
         # ---------------------------------------------------------------- error check
         arity = Signal(2)
@@ -339,7 +342,7 @@ class PlanarEngine(wiring.Component):
             banks.append(bank)
         wports = [bank.write_port() for bank in banks]
         rports = [bank.read_port() for bank in banks]
-        lane_rd = [Signal(32, name=f"lane_rd{i}") for i in range(L)]
+        lane_rd = [Signal(32, name=f"lane_rd{i}") for i in range(FL)]
 
         v_d = _delay(m, s0_valid, LANE_LATENCY - 1, lane_en, "v")
         mask_d = _delay(m, s0_mask, LANE_LATENCY - 1, lane_en, "mask")
@@ -549,8 +552,8 @@ class PlanarEngine(wiring.Component):
         h_issue = Signal()
         hcur = Signal(hdesc_layout)
         m.d.comb += hcur.eq(Array(hdesc)[h_phi])
-        h_ev = Signal(L)
-        for i in range(L):
+        h_ev = Signal(FL)
+        for i in range(FL):
             ix0 = Signal(signed(18), name=f"hix0_{i}")
             m.d.comb += ix0.eq(hcur.gxb + task.sx * i)
             ix = Signal(signed(18), name=f"hix_{i}")
@@ -655,7 +658,8 @@ class PlanarEngine(wiring.Component):
                     m.d.sync += h_kx.eq(h_kx + 1)
 
         v_start = (v_ky == 0) & (v_phi == 0)
-        m.d.comb += v_issue.eq(is_pool & v_on & lane_en & (~v_start | v_ready))
+        q_room = Signal()     # the result queue has room for a group's three results
+        m.d.comb += v_issue.eq(is_pool & v_on & (~v_start | (v_ready & q_room)))
         with m.If(v_issue):
             m.d.sync += v_phi.eq(Mux(v_phi == 2, 0, v_phi + 1))
             with m.If(v_phi == 2):
@@ -673,7 +677,7 @@ class PlanarEngine(wiring.Component):
 
         # -- H ring: HD words of L elements (one write port for the H filter's results, one
         # read port for the V filter; word n of the task at address n mod HD).
-        hring = Memory(shape=ArrayLayout(32, L), depth=HD, init=[])
+        hring = Memory(shape=ArrayLayout(32, FL), depth=HD, init=[])
         m.submodules.h_ring = hring
         hr_w = hring.write_port()
         hr_r = hring.read_port()
@@ -722,7 +726,7 @@ class PlanarEngine(wiring.Component):
             m.d.comb += [hr_r.addr.eq(Mux(cred_acc, acc_k, dr_k)),
                          hr_r.en.eq(cred_acc | lane_en)]
         with m.Else():
-            m.d.comb += [hr_r.addr.eq(v_word[:HDB]), hr_r.en.eq(lane_en)]
+            m.d.comb += [hr_r.addr.eq(v_word[:HDB]), hr_r.en.eq(1)]
 
         # Line buffer read addresses: lane i reads ring address base + off_i, with
         # off_i = sx * i (pooling), i (row vector) or 0; different lanes of a pooling step
@@ -765,7 +769,7 @@ class PlanarEngine(wiring.Component):
         m.d.sync += [rd_qb.eq(rd_qn), rd_rb.eq(rd_ring - rd_qn * NB)]
         lane_bank = []
         lane_word = []
-        for i in range(L):
+        for i in range(FL):
             qo = Signal(range(BD), name=f"rd_qo{i}")
             ro = Signal(range(NB), name=f"rd_ro{i}")
             qtab = Array(Const((s * i) // NB, range(BD)) for s in range(16))
@@ -785,13 +789,13 @@ class PlanarEngine(wiring.Component):
             lane_bank.append(r_i)
             lane_word.append(q_i)
         for b in range(NB):
-            terms = [Mux(lane_bank[i] == b, lane_word[i], 0) for i in range(L)]
+            terms = [Mux(lane_bank[i] == b, lane_word[i], 0) for i in range(FL)]
             addr = terms[0]
             for t in terms[1:]:
                 addr = addr | t
             m.d.comb += [rports[b].addr.eq(addr), rports[b].en.eq(rd_en)]
         bank_data = Array(rports[b].data for b in range(NB))
-        for i in range(L):
+        for i in range(FL):
             rb_d = Signal(range(NB), name=f"rd_bank_d{i}")
             with m.If(rd_en):
                 m.d.sync += rb_d.eq(lane_bank[i])
@@ -812,7 +816,7 @@ class PlanarEngine(wiring.Component):
         hx_valid = Signal()   # the step's address is in the register
         hx_first = Signal()
         hx_last = Signal()
-        hx_ev = Signal(L)
+        hx_ev = Signal(FL)
         hx_info = Signal(41)   # the H beat's valid, hw
         m.d.sync += [hx_valid.eq(h_issue), hx_first.eq(h_kx == 0),
                      hx_last.eq(h_kx == task.kw - 1), hx_ev.eq(h_ev),
@@ -820,7 +824,7 @@ class PlanarEngine(wiring.Component):
         hw_valid = Signal()   # the step's line buffer data is there
         hw_first = Signal()
         hw_last = Signal()
-        hw_ev = Signal(L)
+        hw_ev = Signal(FL)
         hw_info = Signal(41)
         m.d.sync += [hw_valid.eq(hx_valid), hw_first.eq(hx_first), hw_last.eq(hx_last),
                      hw_ev.eq(hx_ev), hw_info.eq(hx_info)]
@@ -833,52 +837,97 @@ class PlanarEngine(wiring.Component):
                      hr_w.en.eq(hcap_valid | acw_valid)]
         with m.If(hcap_valid):
             m.d.sync += h_count.eq(hcap_hw + 1)
-        for i in range(L):
+        for i in range(FL):
             pp = FP32AddPipe()
             m.submodules[f"hpool{i}"] = pp
+            acv = ac_val[i] if i < L else red_ident
             m.d.comb += [
                 pp.en.eq(1),
                 pp.a.eq(Mux(is_cred, Mux(ac_first, red_ident, hr_r.data[i]),
                             Mux(hw_first, pool_ident, pp.result))),
-                pp.b.eq(Mux(is_cred, ac_val[i], Mux(hw_ev[i], lane_rd[i], pool_ident))),
+                pp.b.eq(Mux(is_cred, acv, Mux(hw_ev[i], lane_rd[i], pool_ident))),
                 pp.op.eq(Mux(is_cred, red_op, pool_op)),
                 hr_w.data[i].eq(pp.result),
             ]
 
-        # -- vertical filter pipeline (advances with the lane pipeline).
+        # -- vertical filter pipeline (never stalls; a group starts only when the result
+        # queue has room for its three results).
         w_valid = Signal()
         w_first = Signal()
         w_last = Signal()
         w_ev = Signal()
         w_info = Signal(1 + 14 + 16)   # the output beat's valid, oyb, gxb
-        with m.If(lane_en):
-            m.d.sync += [w_valid.eq(v_issue), w_first.eq(v_ky == 0),
-                         w_last.eq(v_ky == task.kh - 1), w_ev.eq(v_ev),
-                         w_info.eq(Cat(vcur.valid, vcur.oyb, vcur.gxb))]
-        cap_d = _delay(m, Cat(w_valid & w_last, w_info), FP32AddPipe.LATENCY, lane_en, "cap")
+        m.d.sync += [w_valid.eq(v_issue), w_first.eq(v_ky == 0),
+                     w_last.eq(v_ky == task.kh - 1), w_ev.eq(v_ev),
+                     w_info.eq(Cat(vcur.valid, vcur.oyb, vcur.gxb))]
+        cap_d = _delay(m, Cat(w_valid & w_last, w_info), FP32AddPipe.LATENCY, None, "cap")
         cap = cap_d[-1]
-        pool_busy = Signal()
-        m.d.comb += pool_busy.eq(h_busy | w_valid | Cat(*(s[0] for s in cap_d)).any())
-        cap_valid = Signal()
-        cap_oyb = Signal(signed(14))
-        cap_gxb = Signal(signed(16))
-        m.d.comb += [cap_valid.eq(cap[0] & cap[1]), cap_oyb.eq(cap[2:16]),
-                     cap_gxb.eq(cap[16:32])]
-        pool_res = []
-        for i in range(L):
+        v_res = []
+        for i in range(FL):
             pp = FP32AddPipe()
             m.submodules[f"vpool{i}"] = pp
             m.d.comb += [
-                pp.en.eq(lane_en),
+                pp.en.eq(1),
                 pp.a.eq(Mux(w_first, pool_ident, pp.result)),
                 pp.b.eq(Mux(w_ev, hr_r.data[i], pool_ident)),
                 pp.op.eq(pool_op),
             ]
-            pool_res.append(pp.result)
+            v_res.append(pp.result)
+
+        # -- result queue: QD entries of one vertical filter result (FL values, the window
+        # position of its lane 0); each leaves as up to K output beats of L lanes, one per lane
+        # pipeline step. ``q_cnt`` counts entries held and reserved by started groups.
+        QD = 8
+        q_layout = StructLayout({"val": ArrayLayout(32, FL), "oyb": signed(14),
+                                 "gxb": signed(16)})
+        rqueue = Memory(shape=q_layout, depth=QD, init=[])
+        m.submodules.result_queue = rqueue
+        q_w = rqueue.write_port()
+        q_r = rqueue.read_port(domain="comb")
+        q_wp = Signal(4)
+        q_rp = Signal(4)
+        q_cnt = Signal(range(QD + 1))
+        m.d.comb += q_room.eq(q_cnt <= QD - 3)
+        cap_valid = Signal()
+        m.d.comb += [
+            cap_valid.eq(cap[0] & cap[1]),
+            q_w.addr.eq(q_wp[:3]), q_w.en.eq(cap_valid),
+            q_w.data.oyb.eq(cap[2:16]), q_w.data.gxb.eq(cap[16:32]),
+            q_r.addr.eq(q_rp[:3]),
+        ]
+        m.d.comb += [q_w.data.val[i].eq(v_res[i]) for i in range(FL)]
+        with m.If(cap_valid):
+            m.d.sync += q_wp.eq(q_wp + 1)
+        q_any = Signal()
+        m.d.comb += q_any.eq(q_wp != q_rp)
+        q_k = Signal(range(max(K, 2)))     # output beat of the head entry
+        q_off = Signal(16)                 # its first window column: head gxb + q_k L sx
+        q_gxb = Signal(signed(18))
+        m.d.comb += q_gxb.eq(q_r.data.gxb + q_off)
+        q_more = Signal()                  # the head entry has another output beat
+        m.d.comb += q_more.eq((q_k != K - 1) & (q_gxb + lsx_beat + task.kw <= W + task.px))
+        q_take = Signal()                  # the head output beat enters the lane pipeline
+        m.d.comb += q_take.eq(is_pool & q_any & lane_en)
+        q_pop = Signal()
+        m.d.comb += q_pop.eq(q_take & ~q_more)
+        with m.If(q_take):
+            with m.If(q_more):
+                m.d.sync += [q_k.eq(q_k + 1), q_off.eq(q_off + lsx_beat)]
+            with m.Else():
+                m.d.sync += [q_k.eq(0), q_off.eq(0), q_rp.eq(q_rp + 1)]
+        # Reserve three entries at a group's start; release a reservation when an invalid
+        # beat of a group ends (nothing written) or when an entry leaves.
+        q_rel = Signal(2)
+        m.d.comb += q_rel.eq((cap[0] & ~cap[1]) + q_pop)
+        m.d.sync += q_cnt.eq(q_cnt + Mux(v_issue & v_start, 3, 0) - q_rel)
+        pool_busy = Signal()
+        m.d.comb += pool_busy.eq(h_busy | w_valid | Cat(*(s[0] for s in cap_d)).any()
+                                 | (q_cnt != 0))
 
         # Divisors of the average: valid rows times valid columns of each window.
-        rows_lo = Mux(cap_oyb < 0, 0, cap_oyb)
-        rows_hi = Mux(cap_oyb + task.kh > H, H, cap_oyb + task.kh)
+        q_oyb = q_r.data.oyb
+        rows_lo = Mux(q_oyb < 0, 0, q_oyb)
+        rows_hi = Mux(q_oyb + task.kh > H, H, q_oyb + task.kh)
         n_rows = Signal(5)
         m.d.comb += n_rows.eq(rows_hi - rows_lo)
         rom = Array(Const(recip_bits(n), 32) for n in range(MAX_WINDOW * MAX_WINDOW + 1))
@@ -886,8 +935,8 @@ class PlanarEngine(wiring.Component):
         emit_has = Signal(L)
         for i in range(L):
             ix0 = Signal(signed(18), name=f"eix0_{i}")
-            m.d.comb += ix0.eq(cap_gxb + task.sx * i)
-            m.d.comb += emit_has[i].eq(cap_valid & (ix0 + task.kw <= W + task.px))
+            m.d.comb += ix0.eq(q_gxb + task.sx * i)
+            m.d.comb += emit_has[i].eq(q_any & (ix0 + task.kw <= W + task.px))
             cols_lo = Mux(ix0 < 0, 0, ix0)
             cols_hi = Mux(ix0 + task.kw > W, W, ix0 + task.kw)
             n_cols = Signal(5, name=f"ncols{i}")
@@ -898,7 +947,9 @@ class PlanarEngine(wiring.Component):
         with m.If(is_pool):
             m.d.comb += [in_op.eq(EltOp.MUL), in_mask.eq(emit_has), in_valid.eq(emit_has[0])]
             for i in range(L):
-                m.d.comb += [in_a[i].eq(pool_res[i]), in_b[i].eq(emit_scale[i])]
+                val = (Array(q_r.data.val[k * L + i] for k in range(K))[q_k] if K > 1
+                       else q_r.data.val[i])
+                m.d.comb += [in_a[i].eq(val), in_b[i].eq(emit_scale[i])]
 
         with m.If(is_cred & ~cred_acc):
             m.d.comb += [in_op.eq(EltOp.MUL), in_mask.eq(dr_mask), in_valid.eq(dr_valid)]
@@ -1012,6 +1063,9 @@ class PlanarEngine(wiring.Component):
         ow_num = Signal(SHAPE_BITS + 1)
         m.d.comb += ow_num.eq(W + 2 * task.px - task.kw)
         sx_s, sx_m = div_params(len(ow_num), range(1, 2 ** WINDOW_BITS))
+        # ceil(OW / FL) (FL need not be a power of two).
+        owb_s, owb_ms = div_params(len(ow) + 1, [FL])
+        owb_m = owb_ms[FL]
         m.d.comb += [self.busy.eq(0), self.done.eq(0)]
         need_b = (arity >= 2) & (task.bcast == Bcast.NONE)
         need_c = arity == 3
@@ -1023,7 +1077,8 @@ class PlanarEngine(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 # Products of shape fields, registered once per task.
                 m.d.sync += [
-                    plane_elems.eq(H * W), beats_plane.eq(H * wb), lsx.eq(task.sx << lg),
+                    plane_elems.eq(H * W), beats_plane.eq(H * wb), lsx.eq(task.sx * FL),
+                    lsx_beat.eq(task.sx << lg),
                     CH.eq(C * H), pool_rows.eq(Mux(C * H < 3, C * H, 3) * W),
                     ow.eq((ow_num * Array(Const(sx_m.get(k, 0)) for k in range(16))[task.sx])
                           [sx_s:] + 1),
@@ -1034,7 +1089,7 @@ class PlanarEngine(wiring.Component):
                     m.next = "CHECK"
             with m.State("SIZES2"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += OWB.eq((ow + (L - 1)) >> lg)
+                m.d.sync += OWB.eq((ow + (FL - 1)) * owb_m >> owb_s)
                 m.next = "SIZES3"
             with m.State("SIZES3"):
                 m.d.comb += self.busy.eq(1)
