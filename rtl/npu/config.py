@@ -127,7 +127,7 @@ class NPUConfig:
 PRESETS = {
     "small": NPUConfig(
         name="small", cores=1, macs=16, acc_slots=8, formats=("int8", "fp16", "mixed"),
-        planar_lanes=4, buffer_kib=64, task_queues=8,
+        planar_lanes=4, planar_pool_beats=3, buffer_kib=64, task_queues=8,
         target="fast simulation; default for tests"),
     "ice40": NPUConfig(
         name="ice40", cores=1, macs=8, acc_slots=8, formats=("int8",),
@@ -139,7 +139,7 @@ PRESETS = {
         target="ULX3S, LFE5U-85F (84k LUT, 156 MULT18X18, 208 EBR)"),
     "ane": NPUConfig(
         name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),
-        planar_lanes=8, buffer_kib=4096, task_queues=8,
+        planar_lanes=8, planar_pool_beats=3, buffer_kib=4096, task_queues=8,
         target="Verilog and simulation only: the full Neural Engine shape"),
 }
 

@@ -26,7 +26,7 @@ MAGIC = 0x4E50_5530
 #: Version of the register interface: the major number changes when a register or field moves,
 #: changes meaning or disappears; the minor number when registers or fields are added.
 VERSION_MAJOR = 0
-VERSION_MINOR = 1
+VERSION_MINOR = 2
 
 
 NPU_INFO = RegisterMap("NPU_INFO", base=0x0000, doc=(
@@ -57,6 +57,8 @@ NPU_INFO = RegisterMap("NPU_INFO", base=0x0000, doc=(
         Field("planar_lanes", 8, offset=8, access="ro",
               doc="P of the planar engine's P x P array."),
         Field("task_queues", 8, access="ro", doc="Number of task queues."),
+        Field("planar_pool_beats", 4, access="ro",
+              doc="Width K of the planar engine's pooling filters, in beats of P x P lanes."),
     ]),
     Register("CONFIG2", offset=0x4, doc="On-chip buffer of this build.", fields=[
         Field("buffer_kib", 32, access="ro", doc="Size of the data processor's buffer in KiB."),
@@ -129,7 +131,8 @@ def npu_info_values(config):
         "CONFIG0": {"cores": config.cores, "acc_slots": config.acc_slots, "macs": config.macs},
         "CONFIG1": {"int8": int(config.has_int8), "fp16": int(config.has_fp16),
                     "mixed": int(config.has_mixed), "planar_lanes": config.planar_lanes,
-                    "task_queues": config.task_queues},
+                    "task_queues": config.task_queues,
+                    "planar_pool_beats": config.planar_pool_beats},
         "CONFIG2": {"buffer_kib": config.buffer_kib},
     }
     for reg_name, fields in values.items():

@@ -17,8 +17,8 @@ def test_pool_cli(capsys):
     s = run_json(capsys, ["sim", "pool", "--backend", "amaranth", "--lanes", "1", "--op", "avg",
                           "--window", "3", "3",
                           "--stride", "2", "1", "--pad", "1", "0", "--shape", "1", "5", "6",
-                          "--seed", "3"])
-    assert s["match"] and s["mismatches"] == 0
+                          "--seed", "3", "--pool-beats", "2"])
+    assert s["match"] and s["mismatches"] == 0 and s["pool_beats"] == 2
     assert s["output_elements"] == 3 * 4 and s["cycles"] > 0
 
 
@@ -62,6 +62,7 @@ def test_reduce_cli_across_channels(capsys, tmp_path):
     ["sim", "reduce", "--axis", "channel", "--post", "sqrt"],
     ["sim", "reduce", "--axis", "channel", "--shape", "2", "64", "70", "--lanes", "1"],
     ["sim", "eltwise", "--scale", "abc"],
+    ["sim", "pool", "--lanes", "1", "--pool-beats", "5"],
 ])
 def test_bad_input_exit_2(argv, capsys):
     assert main(argv) == 2
