@@ -10,11 +10,13 @@ Datapath (``docs/planar.md`` has the full description and the golden contract):
   largest stride), so that a beat's ``L`` consecutive elements and a window step's ``L``
   elements ``sx`` apart always fall in different banks; holds the few input rows the
   horizontal filter reads (pooling) or a broadcast vector (elementwise);
-* **horizontal filter** (per lane, pooling): folds each window row over ``kx`` with a binary32
-  add/max/min pipe, interleaving three beats so that the pipe accepts one step per cycle; its
-  results go to the **H ring** (the line buffer between the filters, ``L`` elements a word);
-* **vertical filter** (per lane, pooling): folds the H ring rows of each window over ``ky``
-  the same way; loader, horizontal and vertical filter run at the same time;
+* **horizontal filter** (pooling, ``FL = K * L`` lanes, ``K = config.planar_pool_beats``):
+  folds each window row over ``kx`` with a binary32 add/max/min pipe per lane, interleaving
+  three beats so that the pipe accepts one step per cycle; its results go to the **H ring**
+  (the line buffer between the filters, ``FL`` elements a word);
+* **vertical filter** (pooling, ``FL`` lanes): folds the H ring rows of each window over
+  ``ky`` the same way, into a **result queue** whose entries leave as up to ``K`` beats of
+  ``L``; loader, horizontal and vertical filter run at the same time;
 * **reduction tree** (``L -> L/2 -> ... -> 1``, one beat per cycle) and the **retention
   registers** (three, one per cycle of the accumulator latency);
 * **post-processor** (scale multiply, then square root / reciprocal);
@@ -168,7 +170,8 @@ class PlanarEngine(wiring.Component):
     Parameters
     ----------
     config : NPUConfig
-        ``planar_lanes`` (P) must be a power of two; the engine has ``L = P * P`` lanes.
+        ``planar_lanes`` (P) must be a power of two; the engine has ``L = P * P`` lanes and
+        pooling filters of ``planar_pool_beats * L`` lanes.
     plane_depth : int
         Elements of the line buffer (a pooling plane ``H * W`` or a broadcast vector must fit).
 
