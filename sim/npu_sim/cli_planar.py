@@ -38,9 +38,10 @@ def _config(args):
             raise CLIError(f"--lanes must be a power of two, not {args.lanes}", status=2)
         cfg = cfg.replace(planar_lanes=args.lanes)
     if args.pool_beats is not None:
-        if not 1 <= args.pool_beats <= 4:
-            raise CLIError(f"--pool-beats must be 1 to 4, not {args.pool_beats}", status=2)
-        cfg = cfg.replace(planar_pool_beats=args.pool_beats)
+        try:
+            cfg = cfg.replace(planar_pool_beats=args.pool_beats)
+        except ValueError as e:   # NPUConfig checks the range
+            raise CLIError(f"--pool-beats: {e}", status=2) from None
     if "fp16" in (args.in_fmt, args.out_fmt) and not cfg.has_fp16:
         raise CLIError(f"preset {cfg.name!r} has no fp16 hardware "
                        f"(formats: {', '.join(cfg.formats)})", status=2)

@@ -262,10 +262,14 @@ class PlanarEngine(wiring.Component):
         plane_elems = Signal(24)
         ow = Signal(13)       # output columns of a pooling task
         pool_rows = Signal(24)  # min(C H, 3) W: input rows a horizontal group may need
-        pool_hwords = Signal(24)  # min(H, kh + 2 sy) ceil(OW / L): H ring words a vertical
+        pool_hwords = Signal(24)  # min(H, kh + 2 sy) ceil(OW / FL): H ring words a vertical
                                   # group may need
         lsx = Signal(16)     # FL * sx: window columns between two H beats
         lsx_beat = Signal(16)  # L * sx: between two output beats
+
+        def has_window(x):
+            """A window whose first column is ``x`` ends within the padded row."""
+            return x + task.kw <= W + task.px
 
         # ---------------------------------------------------------------- error check
         arity = Signal(2)
@@ -428,15 +432,16 @@ class PlanarEngine(wiring.Component):
         last_y = cnt_y == H - 1
         last_c = cnt_c == C - 1
 
+        # The counters' values after the current beat (raster order: beat, row, channel).
+        adv_c = Signal.like(cnt_c)
+        adv_y = Signal.like(cnt_y)
+        adv_xb = Signal.like(cnt_xb)
+        m.d.comb += [adv_xb.eq(Mux(last_x, 0, cnt_xb + 1)),
+                     adv_y.eq(Mux(last_x, Mux(last_y, 0, cnt_y + 1), cnt_y)),
+                     adv_c.eq(Mux(last_x & last_y, cnt_c + 1, cnt_c))]
+
         def advance_counters():
-            with m.If(last_x):
-                m.d.sync += cnt_xb.eq(0)
-                with m.If(last_y):
-                    m.d.sync += [cnt_y.eq(0), cnt_c.eq(cnt_c + 1)]
-                with m.Else():
-                    m.d.sync += cnt_y.eq(cnt_y + 1)
-            with m.Else():
-                m.d.sync += cnt_xb.eq(cnt_xb + 1)
+            m.d.sync += [cnt_xb.eq(adv_xb), cnt_y.eq(adv_y), cnt_c.eq(adv_c)]
 
         # ---------------------------------------------------------------- first converter
         conv_a = [to_f32(m, self.a.payload.data[i], task.in_fmt, f"ia{i}") for i in range(L)]
@@ -538,7 +543,7 @@ class PlanarEngine(wiring.Component):
             ring_n = Signal(range(2 * DR), name=f"{name}_ring")
             m.d.comb += [gx_n.eq(d.gxb + lsx), ring_n.eq(d.ring + W)]
             m.d.comb += n.hw.eq(d.hw + 1)
-            with m.If(gx_n + task.kw <= W + task.px):
+            with m.If(has_window(gx_n)):
                 m.d.comb += [n.valid.eq(d.valid), n.row.eq(d.row), n.gxb.eq(gx_n),
                              n.ring.eq(d.ring), n.glin.eq(d.glin)]
             with m.Else():
@@ -561,7 +566,7 @@ class PlanarEngine(wiring.Component):
             m.d.comb += ix0.eq(hcur.gxb + task.sx * i)
             ix = Signal(signed(18), name=f"hix_{i}")
             m.d.comb += ix.eq(ix0 + h_kx)
-            has = hcur.valid & (ix0 + task.kw <= W + task.px)
+            has = hcur.valid & has_window(ix0)
             m.d.comb += h_ev[i].eq((ix >= 0) & (ix < W) & has)
         h_last, (h0, h1, h2) = _next_group(m, hdesc, hdesc_layout, hsucc, "h")
         hf0 = Signal(hdesc_layout)
@@ -741,15 +746,9 @@ class PlanarEngine(wiring.Component):
         rd_en = Signal()
         m.d.comb += rd_en.eq(is_pool | lane_en)
         elt_fire = Signal()   # an elementwise beat enters the lane pipeline
-        nx_c = Signal.like(cnt_c)
-        nx_y = Signal.like(cnt_y)
-        nx_xb = Signal.like(cnt_xb)
-        m.d.comb += [nx_c.eq(cnt_c), nx_y.eq(cnt_y), nx_xb.eq(cnt_xb)]
-        with m.If(elt_fire):
-            m.d.comb += nx_xb.eq(Mux(last_x, 0, cnt_xb + 1))
-            with m.If(last_x):
-                m.d.comb += [nx_y.eq(Mux(last_y, 0, cnt_y + 1)),
-                             nx_c.eq(Mux(last_y, cnt_c + 1, cnt_c))]
+        nx_c = Mux(elt_fire, adv_c, cnt_c)
+        nx_y = Mux(elt_fire, adv_y, cnt_y)
+        nx_xb = Mux(elt_fire, adv_xb, cnt_xb)
         rd_base = Signal(signed(30))
         with m.If(is_pool):
             m.d.comb += rd_base.eq(hcur.ring + hcur.gxb + h_kx)
@@ -816,24 +815,18 @@ class PlanarEngine(wiring.Component):
 
         # -- horizontal filter pipeline (never stalls): one cycle later the line buffer data
         # is there; three more and the pipe's result, written to the H ring.
-        hx_valid = Signal()   # the step's address is in the register
-        hx_first = Signal()
-        hx_last = Signal()
-        hx_ev = Signal(FL)
-        hx_info = Signal(41)   # the H beat's valid, hw
-        m.d.sync += [hx_valid.eq(h_issue), hx_first.eq(h_kx == 0),
-                     hx_last.eq(h_kx == task.kw - 1), hx_ev.eq(h_ev),
-                     hx_info.eq(Cat(hcur.valid, hcur.hw))]
-        hw_valid = Signal()   # the step's line buffer data is there
-        hw_first = Signal()
-        hw_last = Signal()
-        hw_ev = Signal(FL)
-        hw_info = Signal(41)
-        m.d.sync += [hw_valid.eq(hx_valid), hw_first.eq(hx_first), hw_last.eq(hx_last),
-                     hw_ev.eq(hx_ev), hw_info.eq(hx_info)]
+        # Stage 1: the step's bank and word are in the register; stage 2: its data is there.
+        h_step = Signal(StructLayout({"valid": 1, "first": 1, "last": 1, "ev": FL,
+                                      "info": 41}))   # info: the H beat's valid, hw
+        m.d.comb += h_step.eq(Cat(h_issue, h_kx == 0, h_kx == task.kw - 1, h_ev,
+                                  hcur.valid, hcur.hw))
+        h_stages = _delay(m, h_step, 2, None, "hstep")
+        hw = h_stages[-1]
+        hw_valid, hw_first, hw_last, hw_ev, hw_info = (hw.valid, hw.first, hw.last, hw.ev,
+                                                       hw.info)
         hcap_d = _delay(m, Cat(hw_valid & hw_last, hw_info), FP32AddPipe.LATENCY, None, "hcap")
         hcap = hcap_d[-1]
-        h_busy = hx_valid | hw_valid | Cat(*(s[0] for s in hcap_d)).any()
+        h_busy = Cat(*(s.valid for s in h_stages), *(s[0] for s in hcap_d)).any()
         hcap_valid = hcap[0] & hcap[1]
         hcap_hw = hcap[2:42]
         m.d.comb += [hr_w.addr.eq(Mux(acw_valid, acw_word, hcap_hw[:HDB])),
@@ -908,7 +901,7 @@ class PlanarEngine(wiring.Component):
         q_gxb = Signal(signed(18))
         m.d.comb += q_gxb.eq(q_r.data.gxb + q_off)
         q_more = Signal()                  # the head entry has another output beat
-        m.d.comb += q_more.eq((q_k != K - 1) & (q_gxb + lsx_beat + task.kw <= W + task.px))
+        m.d.comb += q_more.eq((q_k != K - 1) & has_window(q_gxb + lsx_beat))
         q_take = Signal()                  # the head output beat enters the lane pipeline
         m.d.comb += q_take.eq(is_pool & q_any & lane_en)
         q_pop = Signal()
@@ -939,7 +932,7 @@ class PlanarEngine(wiring.Component):
         for i in range(L):
             ix0 = Signal(signed(18), name=f"eix0_{i}")
             m.d.comb += ix0.eq(q_gxb + task.sx * i)
-            m.d.comb += emit_has[i].eq(q_any & (ix0 + task.kw <= W + task.px))
+            m.d.comb += emit_has[i].eq(q_any & has_window(ix0))
             cols_lo = Mux(ix0 < 0, 0, ix0)
             cols_hi = Mux(ix0 + task.kw > W, W, ix0 + task.kw)
             n_cols = Signal(5, name=f"ncols{i}")
