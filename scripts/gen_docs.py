@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from npu.registers import registers_markdown, write_docs
+from npu_spec.registers import registers_markdown, write_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,11 +11,11 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import NPUConfig
-from .csr import CSRSignature, RegisterFile
-from .layouts import mac_command_layout, mac_result_layout
-from .mac import MacArray
-from .registers import NPU_INFO, npu_info_values
+from npu_spec.config import NPUConfig
+from .lib.csr import CSRSignature, RegisterFile
+from .neural.layouts import mac_command_layout, mac_result_layout
+from .neural.mac import MacArray
+from npu_spec.registers import NPU_INFO, npu_info_values
 
 __all__ = ["NPUInfo", "NPUTop"]
 

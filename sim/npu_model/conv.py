@@ -21,13 +21,18 @@ The contract with the RTL:
 from dataclasses import dataclass
 
 import numpy as np
+from npu_spec.formats import F32_NEG_INF
+
+from npu_spec.neural import result_order, work_unit
 
 from . import fp
+from .kernel_codec import beats as kernel_beats
 from .mac import FMT
+from .postproc import lfsr_init, postprocess
 
-__all__ = ["ConvLayer", "conv_accumulate", "fc_as_conv", "layer_macs"]
+__all__ = ["ConvLayer", "conv_accumulate", "engine_output", "fc_as_conv", "layer_macs"]
 
-_F32_MINUS_INF = np.uint32(0xFF80_0000)
+_F32_MINUS_INF = np.uint32(F32_NEG_INF)
 
 
 @dataclass(frozen=True)
@@ -193,3 +198,37 @@ def fc_as_conv(in_features, out_features, batch, fmt, mapping="batch"):
         swapped = {"f16i8": "i8f16", "i8f16": "f16i8"}.get(fmt, fmt)
         return ConvLayer(in_features, 1, out_features, batch, 1, 1, fmt=swapped)
     raise ValueError(f"unknown mapping {mapping!r}; choose batch or weights")
+
+
+def engine_output(layer, config, fields, inputs, weights, bias, scale, shift, post, groups):
+    """The outputs of a neural engine core of ``config``: ``(out, acc)``.
+
+    ``fields`` are the layer-register fields (:func:`npu_spec.neural.make_layer`; the
+    work-unit shape ``log2w`` is read from them), ``weights`` the effective weights the kernel
+    blobs encode, ``scale`` / ``shift`` the per-channel rescale, ``post`` the
+    :class:`npu_model.postproc.PostprocConfig` and ``groups`` the
+    :class:`npu_model.kernel_codec.EncodedGroup` of each output-channel group. The result beats
+    are post-processed in the core's order (:func:`npu_spec.neural.result_order`), which sets
+    the stochastic-rounding stream. ``out`` is ``[K, OH, OW]`` uint16 (binary16 codes or
+    sign-extended int8), ``acc`` the accumulators before post-processing.
+    """
+    acc = conv_accumulate(layer, inputs, weights, bias)
+    macs = config.macs
+    w, h = work_unit(macs, fields["log2w"])
+    oh, ow = layer.out_height, layer.out_width
+    out = np.zeros(layer.output_shape, np.uint16)
+    lane_y = np.arange(macs) // w
+    lane_x = np.arange(macs) % w
+    fmt = FMT[layer.fmt]
+    slot_orders = [[b.slot for b in kernel_beats(g.header, g.body, g.config) if b.last]
+                   for g in groups]
+    state = lfsr_init(post.seed, macs)
+    for k, ty, tx in result_order(fields, config, slot_orders):
+        ys, xs = ty * h + lane_y, tx * w + lane_x
+        inside = (ys < oh) & (xs < ow)
+        vals = np.zeros(macs, np.uint32)
+        vals[inside] = acc[k, ys[inside], xs[inside]]
+        res, state = postprocess(vals, fmt, int(scale[k]), int(shift[k]), post, state,
+                                 config.formats)
+        out[k, ys[inside], xs[inside]] = np.asarray(res)[inside]
+    return out, acc

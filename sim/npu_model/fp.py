@@ -28,6 +28,7 @@ This module never imports Amaranth.
 """
 
 import numpy as np
+from npu_spec.formats import F16_POS_INF, F16_QNAN, F32_POS_INF, F32_QNAN
 
 __all__ = [
     "F16_QNAN",
@@ -51,13 +52,8 @@ __all__ = [
     "rescale_int32",
 ]
 
-#: Canonical quiet NaN of binary16 (sign 0, exponent all ones, top fraction bit set).
-F16_QNAN = 0x7E00
-#: Canonical quiet NaN of binary32 (sign 0, exponent all ones, top fraction bit set).
-F32_QNAN = 0x7FC00000
-
-_F16_INF = 0x7C00
-_F32_INF = 0x7F800000
+_F16_INF = F16_POS_INF
+_F32_INF = F32_POS_INF
 
 # Largest significand accepted by the rounding primitive (exclusive).
 _SIG_LIMIT = 1 << 62

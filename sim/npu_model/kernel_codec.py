@@ -20,6 +20,14 @@ from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import numpy as np
+from npu_spec.kernel import (
+    CHUNK,
+    HEADER_CHANNEL_BYTES,
+    MAX_ICG,
+    MAX_KERNEL,
+    PALETTE_BITS,
+    KernelError,
+)
 
 __all__ = [
     "CHUNK",
@@ -46,26 +54,8 @@ __all__ = [
     "word_stream",
 ]
 
-#: Positions per chunk (one bitmap byte in sparse bodies).
-CHUNK = 8
-#: Largest kernel height or width.
-MAX_KERNEL = 16
-#: Largest number of input channels per kernel.
-MAX_ICG = 4095
-#: Allowed palette index widths (0 = not palettized).
-PALETTE_BITS = (0, 1, 2, 4, 6, 8)
-#: Header bytes per output channel.
-HEADER_CHANNEL_BYTES = 12
-
-#: Error codes of the extractor (``npu.neural.kernel_extract.KernelError``).
-ERRORS = {
-    "none": 0,
-    "bad_config": 1,     # palette bits, icg, kh, kw, ocg or coefficient format not supported
-    "early_end": 2,      # the part's final word came before the decoder finished
-    "trailing": 3,       # the decoder finished with at least one whole word left over
-    "nnz_mismatch": 4,   # more nonzero coefficients than nnz for a channel, or fewer at the end
-    "reserved": 5,       # reserved header byte not zero, or shift above 63
-}
+#: Error codes of the extractor by name (:class:`npu_spec.kernel.KernelError`).
+ERRORS = {e.name.lower(): e.value for e in KernelError}
 
 
 class KernelFormatError(ValueError):

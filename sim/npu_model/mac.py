@@ -1,4 +1,4 @@
-"""Golden model of the MAC array (``npu.mac.MacArray``), bit for bit.
+"""Golden model of the MAC array (``npu.neural.mac.MacArray``), bit for bit.
 
 A MAC program is a dict of numpy arrays, one row per command (see :func:`empty_program`);
 it is the same structure the simulation harnesses drive into the RTL and ``--dump`` writes.
@@ -7,18 +7,20 @@ Commands run in order; each lane applies the command to its own accumulator slot
 """
 
 import numpy as np
+from npu_spec.formats import F32_MINUS_ONE, F32_ONE
+from npu_spec.mac import FORMAT_NEEDS, MacFormat, MacOp
 
 from . import fp
 
 __all__ = ["OP", "FMT", "empty_program", "program_beats", "mac_products", "run_mac_program"]
 
-#: Operation codes (``npu.layouts.MacOp``).
-OP = {"mac": 0, "max": 1, "min": 2, "cmp": 3}
-#: Format codes (``npu.layouts.MacFormat``): data x coefficient.
-FMT = {"int8": 0, "fp16": 1, "i8f16": 2, "f16i8": 3}
+#: Operation codes by name (:class:`npu_spec.mac.MacOp`).
+OP = {op.name.lower(): op.value for op in MacOp}
+#: Format codes by name (:class:`npu_spec.mac.MacFormat`): data x coefficient.
+FMT = {fmt.name.lower(): fmt.value for fmt in MacFormat}
 
-_F32_PLUS_ONE = np.uint32(0x3F80_0000)
-_F32_MINUS_ONE = np.uint32(0xBF80_0000)
+_F32_PLUS_ONE = np.uint32(F32_ONE)
+_F32_MINUS_ONE = np.uint32(F32_MINUS_ONE)
 
 
 def empty_program(count, lanes):
@@ -95,13 +97,7 @@ def run_mac_program(program, lanes, slots, formats=("int8", "fp16", "mixed")):
     outside ``formats`` writes no slot and yields zeros (the RTL also sets its error flag).
     The initial slot contents are zero.
     """
-    supported = set()
-    if "int8" in formats:
-        supported.add(FMT["int8"])
-    if "fp16" in formats:
-        supported.add(FMT["fp16"])
-    if "mixed" in formats:
-        supported |= {FMT["i8f16"], FMT["f16i8"]}
+    supported = {fmt for fmt, needs in FORMAT_NEEDS.items() if needs in formats}
     state = np.zeros((slots, lanes), np.uint32)
     results = []
     for i in range(program_beats(program)):

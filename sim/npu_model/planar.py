@@ -29,6 +29,8 @@ This module never imports Amaranth.
 import math
 
 import numpy as np
+from npu_spec import planar as spec
+from npu_spec.formats import F32_NEG_INF, F32_NEG_ZERO, F32_ONE, F32_POS_INF
 
 from . import fp
 
@@ -60,35 +62,30 @@ __all__ = [
     "variance",
 ]
 
-FMT_INT8 = 0
-FMT_FP16 = 1
+FMT_INT8 = spec.Fmt.INT8
+FMT_FP16 = spec.Fmt.FP16
 
-F32_ONE = 0x3F80_0000
-F32_NEG_ZERO = 0x8000_0000
-F32_POS_INF = 0x7F80_0000
-F32_NEG_INF = 0xFF80_0000
 
-#: Elementwise operation codes (register field ``MODE.op`` in elementwise mode).
-ELT_OPS = {
-    "copy": 0, "relu": 1, "abs": 2, "neg": 3, "square": 4, "gain_bias": 5,
-    "add": 6, "sub": 7, "mul": 8, "max": 9, "min": 10, "cmp": 11,
-    "fma": 12,      # A + B * C
-    "addmul": 13,   # (A + B) * C
-}
+
+def _names(codes):
+    return {member.name.lower(): member.value for member in codes}
+
+
+#: Elementwise operation codes by name (:class:`npu_spec.planar.EltOp`).
+ELT_OPS = _names(spec.EltOp)
 #: Number of stream operands of each elementwise operation.
-ELT_ARITY = {name: (1 if code <= 5 else 2 if code <= 11 else 3) for name, code in ELT_OPS.items()}
-
+ELT_ARITY = {op.name.lower(): arity for op, arity in spec.ELT_ARITY.items()}
 #: Pooling operation codes.
-POOL_OPS = {"max": 0, "min": 1, "avg": 2}
+POOL_OPS = _names(spec.PoolOp)
 #: Reduction operation codes.
-RED_OPS = {"sum": 0, "max": 1, "min": 2}
+RED_OPS = _names(spec.RedOp)
 #: Post-processor functions (reduction mode).
-POST_FNS = {"none": 0, "sqrt": 1, "recip": 2, "rsqrt": 3}
+POST_FNS = _names(spec.PostFn)
 #: Broadcast kinds of operand B.
-BCASTS = {"none": 0, "scalar": 1, "channel": 2, "row": 3, "column": 4}
+BCASTS = _names(spec.Bcast)
 
 #: Retention registers of the reduction (one per cycle of the accumulator's latency).
-RETAIN = 3
+RETAIN = spec.RETAIN
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,7 +190,8 @@ def recip_count(n):
     return f32_recip(fp.f32_bits(np.asarray(n, dtype=np.float64)))
 
 
-_POST = {0: lambda x: np.asarray(x, dtype=np.uint32), 1: f32_sqrt, 2: f32_recip, 3: f32_rsqrt}
+_POST = {spec.PostFn.NONE: lambda x: np.asarray(x, dtype=np.uint32), spec.PostFn.SQRT: f32_sqrt,
+         spec.PostFn.RECIP: f32_recip, spec.PostFn.RSQRT: f32_rsqrt}
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,42 +243,42 @@ def eltwise(op, a, b=None, c=None, *, in_fmt=FMT_INT8, out_fmt=FMT_INT8, scale=F
     ndarray
         The result in ``out_fmt``, shape of ``a``.
     """
-    code = ELT_OPS[op] if isinstance(op, str) else int(op)
+    code = spec.EltOp(ELT_OPS[op] if isinstance(op, str) else int(op))
     a = np.asarray(a)
     shape = a.shape
+    arity = spec.ELT_ARITY[code]
     A = to_f32(a, in_fmt)
-    B = broadcast_operand(b, bcast, shape, in_fmt, scalar) if code >= 6 else None
-    C = to_f32(np.asarray(c), in_fmt).reshape(shape) if code >= 12 else None
-    if code == 0:
+    B = broadcast_operand(b, bcast, shape, in_fmt, scalar) if arity >= 2 else None
+    C = to_f32(np.asarray(c), in_fmt).reshape(shape) if arity == 3 else None
+    E = spec.EltOp
+    if code == E.COPY:
         y = A
-    elif code == 1:
+    elif code == E.RELU:
         y = fp.f32_max(A, 0)
-    elif code == 2:
+    elif code == E.ABS:
         y = _abs(A)
-    elif code == 3:
+    elif code == E.NEG:
         y = _neg(A)
-    elif code == 4:
+    elif code == E.SQUARE:
         y = fp.f32_mul(A, A)
-    elif code == 5:
+    elif code == E.GAIN_BIAS:
         y = fp.f32_add(fp.f32_mul(A, scale), bias)
-    elif code == 6:
+    elif code == E.ADD:
         y = fp.f32_add(A, B)
-    elif code == 7:
+    elif code == E.SUB:
         y = fp.f32_add(A, _neg(B))
-    elif code == 8:
+    elif code == E.MUL:
         y = fp.f32_mul(A, B)
-    elif code == 9:
+    elif code == E.MAX:
         y = fp.f32_max(A, B)
-    elif code == 10:
+    elif code == E.MIN:
         y = fp.f32_min(A, B)
-    elif code == 11:
+    elif code == E.CMP:
         y = fp.f32_bits(fp.f32_cmp(A, B).astype(np.float32))
-    elif code == 12:
+    elif code == E.FMA:
         y = fp.f32_add(A, fp.f32_mul(B, C))
-    elif code == 13:
+    else:  # ADDMUL
         y = fp.f32_mul(fp.f32_add(A, B), C)
-    else:
-        raise ValueError(f"unknown elementwise op {op!r}")
     return from_f32(y, out_fmt)
 
 
@@ -330,18 +328,19 @@ def pool(x, op, kh, kw, sy=1, sx=1, py=0, px=0, *, in_fmt=FMT_INT8, out_fmt=FMT_
 
     Global pooling is the reduction mode (or a window as large as the plane).
     """
-    code = POOL_OPS[op] if isinstance(op, str) else int(op)
+    code = spec.PoolOp(POOL_OPS[op] if isinstance(op, str) else int(op))
     x = np.asarray(x)
     _, H, W = x.shape
     OH, OW = pool_shape(H, W, kh, kw, sy, sx, py, px)
     X = to_f32(x, in_fmt)
-    ident = {0: F32_NEG_INF, 1: F32_POS_INF, 2: F32_NEG_ZERO}[code]
-    fold = {0: fp.f32_max, 1: fp.f32_min, 2: fp.f32_add}[code]
+    P = spec.PoolOp
+    ident = {P.MAX: F32_NEG_INF, P.MIN: F32_POS_INF, P.AVG: F32_NEG_ZERO}[code]
+    fold = {P.MAX: fp.f32_max, P.MIN: fp.f32_min, P.AVG: fp.f32_add}[code]
     # Horizontal filter over every input row, then vertical filter over its results.
     hacc, ncols = _window_fold(X, 2, OW, kw, sx, px, fold, ident)
     acc, nrows = _window_fold(hacc, 1, OH, kh, sy, py, fold, ident)
     count = nrows[:, None] * ncols[None, :]
-    if code == 2:
+    if code == P.AVG:
         acc = fp.f32_mul(acc, recip_count(count)[None])
     return from_f32(acc, out_fmt)
 
@@ -386,9 +385,9 @@ def reduce(x, op, *, lanes, pre="copy", axis="plane", scale=F32_ONE, post="none"
     ndarray
         Shape ``(C,)``, ``(1,)`` or ``(1, H, W)`` in ``out_fmt``.
     """
-    code = RED_OPS[op] if isinstance(op, str) else int(op)
+    code = spec.RedOp(RED_OPS[op] if isinstance(op, str) else int(op))
     pre_code = ELT_OPS[pre] if isinstance(pre, str) else int(pre)
-    if pre_code >= 5:
+    if pre_code > spec.EltOp.SQUARE:
         raise ValueError(f"pre must be one of copy, relu, abs, neg, square, not {pre!r}")
     if lanes < 1 or lanes & (lanes - 1):
         raise ValueError(f"lanes must be a power of two, not {lanes!r}")
@@ -397,14 +396,15 @@ def reduce(x, op, *, lanes, pre="copy", axis="plane", scale=F32_ONE, post="none"
     if x.ndim != 3:
         raise ValueError(f"x must have shape (C, H, W), not {x.shape}")
     X = to_f32(x, in_fmt)
-    X = {0: lambda v: v, 1: lambda v: fp.f32_max(v, 0), 2: _abs, 3: _neg,
-         4: lambda v: fp.f32_mul(v, v)}[pre_code](X)
-    ident = {0: F32_NEG_ZERO, 1: F32_NEG_INF, 2: F32_POS_INF}[code]
-    fold = {0: fp.f32_add, 1: fp.f32_max, 2: fp.f32_min}[code]
+    E, R = spec.EltOp, spec.RedOp
+    X = {E.COPY: lambda v: v, E.RELU: lambda v: fp.f32_max(v, 0), E.ABS: _abs, E.NEG: _neg,
+         E.SQUARE: lambda v: fp.f32_mul(v, v)}[pre_code](X)
+    ident = {R.SUM: F32_NEG_ZERO, R.MAX: F32_NEG_INF, R.MIN: F32_POS_INF}[code]
+    fold = {R.SUM: fp.f32_add, R.MAX: fp.f32_max, R.MIN: fp.f32_min}[code]
     if axis not in ("plane", "tensor", "channel"):
         raise ValueError(f"axis must be 'plane', 'tensor' or 'channel', not {axis!r}")
     if axis == "channel":
-        if post_code != 0:
+        if post_code != spec.PostFn.NONE:
             raise ValueError("a reduction across channels has no post function")
         return from_f32(_reduce_channels(X, fold, ident, scale), out_fmt)
     r = _reduce_core(X, fold, ident, lanes, axis, scale)

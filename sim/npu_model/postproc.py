@@ -16,15 +16,30 @@ NaN). This module never imports Amaranth.
 
 import math
 from dataclasses import dataclass
-from enum import IntEnum
 from functools import cache
 
 import numpy as np
+from npu_spec.mac import MacFormat
+from npu_spec.postproc import (
+    INT_ACTS,
+    LFSR_BITS,
+    LFSR_LANE_CONST,
+    LFSR_STEPS,
+    LFSR_TAPS,
+    PWL_EMIN,
+    PWL_FUNCS,
+    PWL_OCTAVES,
+    PWL_SUBSEGMENTS,
+    PWL_TABLES,
+    Act,
+    postproc_error,
+)
 
 from . import fp
 
 __all__ = [
     "FMT_F16I8",
+    "INT_ACTS",
     "FMT_FP16",
     "FMT_I8F16",
     "FMT_INT8",
@@ -42,6 +57,7 @@ __all__ = [
     "Act",
     "PostprocConfig",
     "beat_error",
+    "fit_pwl_tables",
     "f32_to_f16_stochastic",
     "f32_to_int_rne",
     "int_rescale",
@@ -58,32 +74,9 @@ __all__ = [
     "run_stream",
 ]
 
-#: MAC formats (the values of ``npu.layouts.MacFormat``).
-FMT_INT8, FMT_FP16, FMT_I8F16, FMT_F16I8 = 0, 1, 2, 3
-
-
-class Act(IntEnum):
-    """Activation codes of the ``act`` configuration field (other codes are errors)."""
-    NONE = 0
-    RELU = 1
-    CLAMP = 2
-    LEAKY = 3
-    ABS = 4
-    SIGMOID = 5
-    TANH = 6
-    GELU = 7
-
-
-#: Activations allowed on int32 accumulators.
-INT_ACTS = (Act.NONE, Act.RELU, Act.CLAMP)
-#: Functions of the piecewise-linear table, in table order (``Act.SIGMOID + index``).
-PWL_FUNCS = ("sigmoid", "tanh", "gelu")
-#: ``|x| < 2**PWL_EMIN`` is the core segment (one per sign).
-PWL_EMIN = -3
-#: Octaves ``[2**PWL_EMIN, 2**(PWL_EMIN + PWL_OCTAVES))`` are split into sub-segments.
-PWL_OCTAVES = 6
-#: Sub-segments per octave (the top three fraction bits of ``x``).
-PWL_SUBSEGMENTS = 8
+#: MAC formats (:class:`npu_spec.mac.MacFormat`).
+FMT_INT8, FMT_FP16, FMT_I8F16, FMT_F16I8 = (MacFormat.INT8, MacFormat.FP16, MacFormat.I8F16,
+                                            MacFormat.F16I8)
 #: ``|x| >= PWL_RANGE`` (and infinities) is the tail: the asymptote.
 PWL_RANGE = 2.0 ** (PWL_EMIN + PWL_OCTAVES)
 #: Stated bound on ``|pwl(x) - f(x)|`` (binary32 result against float64) over every finite
@@ -91,16 +84,6 @@ PWL_RANGE = 2.0 ** (PWL_EMIN + PWL_OCTAVES)
 PWL_ERROR_BOUND = {"sigmoid": 4.0e-4, "tanh": 6.0e-4, "gelu": 1.1e-3}
 #: The same bound after rounding the result to binary16 (RNE), as for fp16 outputs.
 PWL_ERROR_BOUND_F16 = {"sigmoid": 6.0e-4, "tanh": 9.0e-4, "gelu": 1.4e-3}
-
-#: Galois LFSR feedback mask (right-shifting form) of x^32 + x^22 + x^2 + x + 1.
-LFSR_TAPS = 0x80200003
-#: LFSR steps per result beat.
-LFSR_STEPS = 16
-#: Random bits added below the binary16 LSB (the state's bits 0..12 after the advance).
-LFSR_BITS = 13
-#: Lane ``i`` starts at ``seed ^ (LFSR_LANE_CONST * (i + 1) mod 2**32)``.
-LFSR_LANE_CONST = 0x9E3779B9
-
 
 @dataclass(frozen=True)
 class PostprocConfig:
@@ -268,7 +251,10 @@ _TAILS = {  # (a, b) for (positive, negative) tails
 
 
 @cache
-def _tables():
+def fit_pwl_tables():
+    """Fit the piecewise-linear tables against the float64 references: ``{name: (a_bits,
+    b_bits)}`` as :func:`pwl_tables`. The specification's :data:`~npu_spec.postproc.PWL_TABLES`
+    holds the result of this fit (a test checks that they agree)."""
     out = {}
     for name in PWL_FUNCS:
         a_bits = np.zeros(128, np.uint32)
@@ -308,9 +294,22 @@ def _tables():
     return out
 
 
+@cache
+def _tables():
+    out = {}
+    for name, (a, b) in PWL_TABLES.items():
+        a_bits = np.array(a, np.uint32)
+        b_bits = np.array(b, np.uint32)
+        a_bits.setflags(write=False)
+        b_bits.setflags(write=False)
+        out[name] = (a_bits, b_bits)
+    return out
+
+
 def pwl_tables():
     """``{name: (a_bits, b_bits)}``: 128 binary32 slopes and intercepts per function, indexed
-    by :func:`pwl_segment`. Tail entries hold the asymptote (see :func:`pwl`)."""
+    by :func:`pwl_segment`, from :data:`npu_spec.postproc.PWL_TABLES`. Tail entries hold the
+    asymptote (see :func:`pwl`)."""
     return _tables()
 
 
@@ -370,16 +369,9 @@ def _fmt_value(fmt):
 
 def beat_error(fmt, cfg, formats=("int8", "fp16", "mixed")):
     """True if a result beat of format ``fmt`` cannot be processed under ``cfg`` by a build
-    with ``formats``: an unknown activation code, int32 accumulators without an int8 build,
-    with binary16 output or with a float-only activation, binary32 accumulators without a
-    float build. Such beats give zeros and set the sticky error."""
-    fmt = _fmt_value(fmt)
-    act = int(cfg.act)
-    if act > max(Act):
-        return True
-    if fmt == FMT_INT8:
-        return "int8" not in formats or bool(cfg.out_fp16) or act not in INT_ACTS
-    return not ({"fp16", "mixed"} & set(formats))
+    with ``formats`` (:func:`npu_spec.postproc.postproc_error`). Such beats give zeros and set
+    the sticky error."""
+    return postproc_error(_fmt_value(fmt) == FMT_INT8, cfg.act, cfg.out_fp16, formats)
 
 
 def _sext8(v):

@@ -22,10 +22,11 @@ Plain Python (no Amaranth, no numpy). Three parts:
 import zlib
 from dataclasses import dataclass
 
-from npu.regmap import WriteBlock
-from npu.taskman.registers import Cause
+from npu_spec.regmap import WriteBlock
+from npu_spec.registers import ADDRESS_WINDOWS
+from npu_spec.taskman import Cause
 
-from .descriptors import (
+from npu_spec.descriptors import (
     NE,
     PE,
     AddressError,
@@ -53,7 +54,7 @@ __all__ = [
 
 #: First register word of each engine's window; the behavioural engines take their run length
 #: from the last word written there.
-ENGINE_WINDOW = {NE: 0x2000, PE: 0x3000}
+ENGINE_WINDOW = {NE: ADDRESS_WINDOWS["NEURAL_ENGINE"][0], PE: ADDRESS_WINDOWS["PLANAR_ENGINE"][0]}
 
 
 def engine_cycles(engine, writes):

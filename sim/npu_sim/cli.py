@@ -28,7 +28,7 @@ _probability = probability
 _progress = progress
 
 #: Modules that add commands and blocks. Each may define ``BLOCKS`` (name -> factory taking an
-#: :class:`npu.config.NPUConfig`), ``add_sim_commands(subparsers)`` and
+#: :class:`npu_spec.config.NPUConfig`), ``add_sim_commands(subparsers)`` and
 #: ``add_bench_commands(subparsers)``. A module that does not exist yet is skipped.
 EXTENSIONS = ("npu_sim.cli_neural", "npu_sim.cli_planar", "npu_sim.cli_tasks")
 
@@ -57,13 +57,13 @@ def _block(config, name):
         from npu.top import NPUTop
         return NPUTop(config)
     if name == "mac_array":
-        from npu.mac import MacArray
+        from npu.neural.mac import MacArray
         return MacArray(config)
     if name == "mac_unit":
-        from npu.mac import MacUnit
+        from npu.neural.mac import MacUnit
         return MacUnit(config)
     if name == "fp32_add":
-        from npu.arith.fp32 import FP32AddPipe
+        from npu.lib.fp32 import FP32AddPipe
         return FP32AddPipe()
     if name == "npu_info":
         from npu.top import NPUInfo
@@ -214,7 +214,7 @@ def cmd_synth(args):
 # ---- parser ---------------------------------------------------------------------------------
 
 def build_parser():
-    from npu.config import PRESETS
+    from npu_spec.config import PRESETS
 
     p = _Parser(prog="npu", description=__doc__.split("\n\n")[0] + " Commands: generate, "
                 "sim, synth.", formatter_class=argparse.RawDescriptionHelpFormatter)

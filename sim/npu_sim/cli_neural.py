@@ -62,7 +62,7 @@ def run_layer(config, layer, *, seed, sparsity=0.0, palette=0, activation="none"
                        activation=activation, log2w=log2w)
     say(f"golden model: {layer.out_channels}x{layer.out_height}x{layer.out_width} outputs, "
         f"{layer_macs(layer)} MACs")
-    expected, _ = golden_output(case, config.macs, config.formats)
+    expected, _ = golden_output(case, config)
     say(f"RTL on {backend} (work unit {case.width}x{config.macs // case.width})")
     t0 = time.perf_counter()
     try:
@@ -244,7 +244,7 @@ def bench_layers(config):
 
 
 def cmd_bench_neural(args):
-    from npu.config import NPUConfig
+    from npu_spec.config import NPUConfig
     say = progress(args.json)
     from npu_sim.toolenv import apply_tool_env
     apply_tool_env()

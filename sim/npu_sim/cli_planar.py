@@ -74,8 +74,7 @@ def _run(args, task, label):
         raise CLIError("--vcd is only supported with --backend amaranth", status=2)
     err = ps.task_error(task, cfg)
     if err:
-        name = next(k for k, v in ps.ERRORS.items() if v == err)
-        raise CLIError(f"{label}: the engine rejects this task ({name})", status=2)
+        raise CLIError(f"{label}: the engine rejects this task ({err.name.lower()})", status=2)
     rng = np.random.default_rng(args.seed)
     a, b, c = ps.random_operands(rng, task)
     expected = ps.golden(task, a, b, c, lanes=lanes)
@@ -157,7 +156,7 @@ def cmd_eltwise(args):
 
 def cmd_reduce(args):
     from npu_model import planar as pl
-    from npu_sim import planar as ps
+    from npu_spec.planar import Axis
     task = _base_task(args, 2, pl.RED_OPS[args.op])
     c, h, w = args.shape
     if args.axis == "channel" and args.post != "none":
@@ -165,7 +164,7 @@ def cmd_reduce(args):
     n = pl.reduction_count((c, h, w), args.axis)
     scale = int(pl.recip_count(n)) if args.mean else _f32(args.scale)
     task.update(pre=pl.ELT_OPS[args.pre], post=pl.POST_FNS[args.post],
-                axis=ps.AXES.index(args.axis), scale=scale)
+                axis=Axis[args.axis.upper()], scale=scale)
     what = "mean" if args.mean else args.op
     return _run(args, task, f"reduce {what} (pre {args.pre}, post {args.post}) per "
                 f"{args.axis} on {c}x{h}x{w} {args.in_fmt}->{args.out_fmt}")
@@ -173,6 +172,7 @@ def cmd_reduce(args):
 
 def add_sim_commands(subparsers):
     from npu_model import planar as pl
+    from npu_spec.planar import Axis, EltOp
 
     p = subparsers.add_parser(
         "pool", help="pooling through the planar engine",
@@ -205,9 +205,10 @@ def add_sim_commands(subparsers):
         "the channels of every pixel (an accumulator plane in the H ring, then scale).")
     _common(r)
     r.add_argument("--op", choices=tuple(pl.RED_OPS), default="sum")
-    r.add_argument("--pre", choices=("copy", "relu", "abs", "neg", "square"), default="copy")
+    r.add_argument("--pre", choices=tuple(op.name.lower() for op in EltOp
+                                          if op <= EltOp.SQUARE), default="copy")
     r.add_argument("--post", choices=tuple(pl.POST_FNS), default="none")
-    r.add_argument("--axis", choices=("plane", "tensor", "channel"), default="plane",
+    r.add_argument("--axis", choices=tuple(a.name.lower() for a in Axis), default="plane",
                    help="plane: one result per channel; tensor: one result; channel: one "
                    "result per pixel, across the channels (default plane)")
     r.add_argument("--scale", default="1.0", help="multiplier of the result (default 1.0)")

@@ -31,8 +31,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def preset_arg(name):
-    """``type=`` for ``--preset``: the :class:`npu.config.NPUConfig` of a preset name."""
-    from npu.config import preset
+    """``type=`` for ``--preset``: the :class:`npu_spec.config.NPUConfig` of a preset name."""
+    from npu_spec.config import preset
     try:
         return preset(name)
     except ValueError as e:
@@ -83,7 +83,7 @@ def progress(quiet):
 def add_sim_options(parser, *, backend_default="verilator", stall=True):
     """The options every ``npu sim`` command has: ``--preset --seed --backend --dump --json``
     (and ``--stall`` unless ``stall=False``)."""
-    from npu.config import PRESETS
+    from npu_spec.config import PRESETS
     parser.add_argument("--preset", type=preset_arg, default="small",
                         help=f"one of {', '.join(PRESETS)} (default small)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npu_model import fp
-from npu_model.conv import ConvLayer, conv_accumulate, layer_macs
-from npu_model.kernel_codec import beats as kernel_beats
+from npu_model.conv import ConvLayer, engine_output, layer_macs
 from npu_model.kernel_codec import encode as kernel_encode
 from npu_model.kernel_codec import pack_words
 from npu_model.mac import FMT
-from npu_model.postproc import Act, PostprocConfig, lfsr_init, postprocess
+from npu_model.postproc import Act, PostprocConfig
+from npu_spec.neural import best_log2w, layer_writes, make_layer
 
-__all__ = ["ConvCase", "random_case", "golden_output", "commands", "run_rtl", "run_rtl_many",
-           "ACTIVATIONS", "best_log2w"]
+__all__ = ["ACTIVATIONS", "ConvCase", "commands", "golden_output", "layer_fields", "random_case",
+           "run_rtl", "run_rtl_many"]
 
 #: Activation names of ``--activation``.
 ACTIVATIONS = {a.name.lower(): a for a in Act}
@@ -67,35 +67,13 @@ class ConvCase:
         return 1 << self.log2w
 
 
-def best_log2w(macs, max_rows, out_w, row_values=None, layer=None):
-    """The work-unit shape that wastes the fewest lanes on ``out_w`` columns (the wider on a
-    tie), among those whose halo row fits ``row_values`` inputs."""
-    best = None
-    log2n = macs.bit_length() - 1
-    for log2w in range(log2n, -1, -1):
-        h = macs >> log2w
-        if h > max_rows:
-            continue
-        w = 1 << log2w
-        if layer is not None and row_values is not None and \
-                (w - 1) * layer.stride + (layer.kw - 1) * layer.dilation + 1 > row_values:
-            continue
-        waste = (-(-out_w // w)) * w - out_w
-        key = (waste, -w)
-        if best is None or key < best[0]:
-            best = (key, log2w)
-    if best is None:     # no shape fits: the narrowest (the engine reports HALO)
-        return log2n - (max_rows.bit_length() - 1)
-    return best[1]
-
-
 def _random_f16(rng, shape, scale=1.0):
     v = (rng.standard_normal(shape) * scale).astype(np.float16)
     return v.view(np.uint16)
 
 
 def random_case(config, layer, *, seed, sparsity=0.0, palette_bits=0, sparse=None,
-                activation="none", out_fp16=None, stochastic=False, log2w=None, max_rows=None):
+                activation="none", out_fp16=None, stochastic=False, log2w=None):
     """A random case of ``layer`` for a build ``config``: inputs, weights with the given
     fraction of zeros, biases, scales and a post-processor configuration."""
     rng = np.random.default_rng(seed)
@@ -133,54 +111,41 @@ def random_case(config, layer, *, seed, sparsity=0.0, palette_bits=0, sparse=Non
             alpha=int(fp.f32_bits(np.float32(0.125))), stochastic=stochastic,
             seed=int(rng.integers(1, 1 << 32)))
     if log2w is None:
-        from npu.neural.engine import engine_geometry
-        rows, row_values, _ = engine_geometry(config)
-        log2w = best_log2w(config.macs, max_rows or rows, L.out_width, row_values, L)
+        log2w = best_log2w(config, L.out_width, L.kw, L.stride, L.dilation)
     return ConvCase(L, inputs, weights, np.asarray(bias, np.uint32), np.asarray(scale, np.uint32),
                     np.asarray(shift, np.int64), post, sparse=sparse, palette_bits=palette_bits,
                     log2w=log2w, slots=config.acc_slots)
 
 
-def golden_output(case, macs, formats=("int8", "fp16", "mixed")):
-    """Expected outputs ``[K, OH, OW]`` (uint16: binary16 codes or sign-extended int8) and the
-    accumulators ``[K, OH, OW]`` (uint32) before post-processing."""
+def layer_fields(case):
+    """The layer-register fields of ``case`` (:func:`npu_spec.neural.make_layer`)."""
     L = case.layer
-    acc = conv_accumulate(L, case.inputs, case.effective_weights, case.bias)
-    w = case.width
-    h = macs // w
-    oh, ow = L.out_height, L.out_width
-    tiles_y, tiles_x = -(-oh // h), -(-ow // w)
-    out = np.zeros(L.output_shape, np.uint16)
-    state = None
-    lane_y = np.arange(macs) // w
-    lane_x = np.arange(macs) % w
-    fmt = FMT[L.fmt]
-    for gi, g in enumerate(case.groups_enc):
-        base = gi * case.slots
-        order = [b.slot for b in kernel_beats(g.header, g.body, g.config) if b.last]
-        for ty in range(tiles_y):
-            for tx in range(tiles_x):
-                ys, xs = ty * h + lane_y, tx * w + lane_x
-                inside = (ys < oh) & (xs < ow)
-                for slot in order:
-                    k = base + slot
-                    vals = np.zeros(macs, np.uint32)
-                    vals[inside] = acc[k, ys[inside], xs[inside]]
-                    if state is None:
-                        state = lfsr_init(case.post.seed, macs)
-                    res, state = postprocess(vals, fmt, int(case.scale[k]), int(case.shift[k]),
-                                             case.post, state, formats)
-                    out[k, ys[inside], xs[inside]] = np.asarray(res)[inside]
-    return out, acc
+    p = case.post
+    return make_layer(
+        fmt=FMT[L.fmt], log2w=case.log2w, sparse=int(case.sparse), palette=case.palette_bits,
+        groups=L.groups, icpg=L.icpg, ocpg=L.ocpg, in_h=L.height, in_w=L.width,
+        out_h=L.out_height, out_w=L.out_width, kh=L.kh, kw=L.kw, stride=L.stride,
+        dilation=L.dilation, pad=L.pad, addr=0, out_fp16=int(p.out_fp16),
+        stochastic=int(p.stochastic), act=int(p.act), zero_point=int(p.zero_point) & 0xFF,
+        lo=p.lo, hi=p.hi, alpha=p.alpha, seed=p.seed)
+
+
+def golden_output(case, config):
+    """Expected outputs ``[K, OH, OW]`` (uint16) and accumulators ``[K, OH, OW]`` (uint32)
+    of ``case`` on a core of ``config`` (:func:`npu_model.conv.engine_output`)."""
+    return engine_output(case.layer, config, layer_fields(case), case.inputs,
+                         case.effective_weights, case.bias, case.scale, case.shift, case.post,
+                         case.groups_enc)
 
 
 def commands(case, config, harness, stall=0.0, overrides=None, kernel_patch=None):
     """Command beats (``CMD_LAYOUT`` ints) that load and run ``case`` on ``harness``; and the
     number of output-memory words the run sends back. ``stall`` is the probability that the
     harness's input and output memories refuse a request in a cycle (1.0: always).
-    ``overrides`` maps register names to fields written after the layer's own values (to test
-    bad programs); ``kernel_patch`` maps kernel-memory addresses to replacement words."""
-    from npu.neural.registers import NEURAL_ENGINE as R
+    ``overrides`` maps register names to fields (a dict) or to a raw word (an int, which may
+    hold codes the encoder refuses), written after the layer's own values (to test bad
+    programs); ``kernel_patch`` maps kernel-memory addresses to replacement words."""
+    from npu_spec.neural import NEURAL_ENGINE as R
     from npu_sim.conv_harness import STALL_ADDR, input_address, output_words
 
     L = case.layer
@@ -224,23 +189,13 @@ def commands(case, config, harness, stall=0.0, overrides=None, kernel_patch=None
             for x in range(L.width):
                 cmd(1, input_address(rv, L.width, c, y, x, L.height), inputs[c, y, x])
 
-    reg("FORMAT", fmt=FMT[L.fmt], log2w=case.log2w, sparse=int(case.sparse),
-        palette=case.palette_bits)
-    reg("GROUPS", groups=L.groups, icpg=L.icpg)
-    reg("OCPG", ocpg=L.ocpg)
-    reg("IN_SIZE", in_h=L.height, in_w=L.width)
-    reg("OUT_SIZE", out_h=L.out_height, out_w=L.out_width)
-    reg("KERNEL", kh=L.kh, kw=L.kw, stride=L.stride, dilation=L.dilation, pad=L.pad)
-    reg("KTABLE", addr=0)
-    p = case.post
-    reg("POST_CTRL", out_fp16=int(p.out_fp16), stochastic=int(p.stochastic), act=int(p.act),
-        zero_point=int(p.zero_point) & 0xFF)
-    reg("POST_LO", value=p.lo)
-    reg("POST_HI", value=p.hi)
-    reg("POST_ALPHA", value=p.alpha)
-    reg("POST_SEED", value=p.seed)
+    for addr, word in layer_writes(layer_fields(case)):
+        cmd(0, addr, word)
     for name, fields in (overrides or {}).items():
-        reg(name, **fields)
+        if isinstance(fields, int):
+            cmd(0, R.address(name), fields)
+        else:
+            reg(name, **fields)
     words = output_words(config.macs, L.out_channels, L.out_height, L.out_width)
     if words > harness.output_depth:
         raise ValueError(f"the output needs {words} output-memory words, the harness has "

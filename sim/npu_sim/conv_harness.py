@@ -32,9 +32,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from npu.csr import RegisterFile
+from npu.lib.csr import RegisterFile
 from npu.neural.engine import NeuralEngine
-from npu.neural.registers import LAYER_FIELDS, NEURAL_ENGINE
+from npu_spec.neural import LAYER_REGISTERS, NEURAL_ENGINE
 
 __all__ = ["ConvHarness", "CMD_LAYOUT", "STALL_ADDR", "input_address", "output_words"]
 
@@ -85,11 +85,15 @@ class ConvHarness(wiring.Component):
         m.submodules.engine = eng = self.engine
         m.submodules.regs = regs = RegisterFile(NEURAL_ENGINE)
         L = eng.layer
-        for reg, field, path in LAYER_FIELDS:
-            target = L
-            for p in path:
-                target = getattr(target, p)
-            m.d.comb += target.eq(getattr(regs.port(reg), field))
+        for reg in LAYER_REGISTERS:
+            for f in reg.fields:
+                if reg.name.startswith("POST_"):
+                    target = getattr(L.post, f.name)
+                elif reg.name == "KTABLE":
+                    target = L.ktable
+                else:
+                    target = getattr(L, f.name)
+                m.d.comb += target.eq(getattr(regs.port(reg.name), f.name))
         start_cmd = Signal()
         m.d.comb += [
             eng.start.eq(regs.ctrl.start | start_cmd),

@@ -3,7 +3,7 @@
 :func:`random_program` builds accumulate sequences that cover the format corner cases
 (subnormals, signed zeros, infinities, NaNs, overflow, exact cancellation) with slots
 interleaved so the read-after-write interlock is exercised. :func:`run_amaranth` drives a
-program through :class:`npu.mac.MacArray` with random stalls on both streams.
+program through :class:`npu.neural.mac.MacArray` with random stalls on both streams.
 """
 
 import numpy as np
@@ -166,11 +166,11 @@ def results_from_words(layout, words):
 
 
 def run_amaranth(config, program, *, seed=0, stall=0.3, vcd=None):
-    """Run ``program`` through :class:`npu.mac.MacArray` in the Amaranth simulator.
+    """Run ``program`` through :class:`npu.neural.mac.MacArray` in the Amaranth simulator.
 
     Returns ``(results, cycles)``: decoded result beats and the cycles until the last one.
     """
-    from npu.mac import MacArray
+    from npu.neural.mac import MacArray
     from .streams import run_simulation, seeded_rng, stream_get, stream_put
 
     dut = MacArray(config)
@@ -218,11 +218,11 @@ def compare_results(expected, actual, limit=10):
 
 
 def run_verilator(config, program, *, seed=0, stall=0.3, progress=None):
-    """Run ``program`` through :class:`npu.mac.MacArray` compiled with Verilator.
+    """Run ``program`` through :class:`npu.neural.mac.MacArray` compiled with Verilator.
 
     Returns ``(results, stats)`` with ``stats`` = dict(cycles, sent, active).
     """
-    from npu.mac import MacArray
+    from npu.neural.mac import MacArray
     from .verilator import StreamBench
 
     dut = MacArray(config)

@@ -1,64 +1,46 @@
 """Planar engine runs: random tasks, stream packing, the Amaranth runner and the comparison.
 
-A *task* is a dict of the register fields (``mode op in_fmt out_fmt bcast pre post axis
-channels height width kh kw sy sx py px scale bias scalar``, see ``npu.planar.registers``).
-Operands are numpy arrays in the task's input format (``np.int8`` values or ``np.uint16``
-binary16 bits): ``a`` is ``(C, H, W)``; ``b`` is ``(C, H, W)`` or the broadcast vector; ``c``
-is ``(C, H, W)``.
-
-Streams carry beats of ``L`` 16-bit elements, ``L`` consecutive elements of one row; a row of
-``W`` elements takes ``ceil(W / L)`` beats, the missing lanes of the last one are ignored on
-input and zero on output (``docs/planar.md``).
+A *task* is a dict of the register fields (:func:`npu_spec.planar.make_task`). Operands are
+numpy arrays in the task's input format (``np.int8`` values or ``np.uint16`` binary16 bits):
+``a`` is ``(C, H, W)``; ``b`` is ``(C, H, W)`` or the broadcast vector; ``c`` is ``(C, H, W)``.
+The task rules, the beat counts and the order of the streams are the specification's
+(:mod:`npu_spec.planar`); this module packs arrays into beats and back and runs the RTL.
 """
 
 import numpy as np
 from npu_model import planar as pl
+from npu_spec.planar import (
+    Axis,
+    Bcast,
+    Fmt,
+    Mode,
+    TASK_FIELDS,
+    make_task,
+    operand_beats,
+    output_beats,
+    output_shape,
+    task_error,
+    vector_length,
+)
 
 __all__ = [
-    "AXES",
-    "ERRORS",
-    "TASK_FIELDS",
-    "channel_reduce_fits",
     "compare",
-    "expected_beats",
     "from_beats",
     "golden",
+    "input_streams",
     "make_task",
-    "pool_fits",
     "random_operands",
     "random_task",
     "run_amaranth",
     "run_tasks",
+    "run_verilator",
     "task_error",
     "to_beats",
 ]
 
-TASK_FIELDS = ("mode", "op", "in_fmt", "out_fmt", "bcast", "pre", "post", "axis", "channels",
-               "height", "width", "kh", "kw", "sy", "sx", "py", "px", "scale", "bias", "scalar")
-
-MODES = {"eltwise": 0, "pool": 1, "reduce": 2}
-#: Reduction axis codes (register field ``axis``) and the golden model's names.
-AXES = ("plane", "tensor", "channel")
-
-
-def make_task(**fields):
-    task = dict.fromkeys(TASK_FIELDS, 0)
-    task.update(scale=pl.F32_ONE, kh=1, kw=1, sy=1, sx=1)
-    for k, v in fields.items():
-        if k not in TASK_FIELDS:
-            raise ValueError(f"unknown task field {k!r}")
-        task[k] = int(v)
-    return task
-
 
 def _shape(task):
     return task["channels"], task["height"], task["width"]
-
-
-def vector_length(task):
-    c, h, w = _shape(task)
-    return {pl.BCASTS["channel"]: c, pl.BCASTS["row"]: w, pl.BCASTS["column"]: h}.get(
-        task["bcast"], 0)
 
 
 def random_operands(rng, task):
@@ -66,7 +48,7 @@ def random_operands(rng, task):
     shape = _shape(task)
 
     def rand(sh):
-        if task["in_fmt"] == pl.FMT_INT8:
+        if task["in_fmt"] == Fmt.INT8:
             return rng.integers(-128, 128, sh).astype(np.int8)
         v = rng.standard_normal(sh) * rng.choice([0.01, 1.0, 40.0, 2000.0], sh)
         h = v.astype(np.float16).view(np.uint16).copy()
@@ -88,14 +70,14 @@ def golden(task, a, b=None, c=None, *, lanes):
     """Expected output array of ``task`` from the golden model."""
     mode = task["mode"]
     fmt = {"in_fmt": task["in_fmt"], "out_fmt": task["out_fmt"]}
-    if mode == 0:
+    if mode == Mode.ELTWISE:
         return pl.eltwise(task["op"], a, b, c, scale=task["scale"], bias=task["bias"],
                           bcast=task["bcast"], scalar=task["scalar"], **fmt)
-    if mode == 1:
+    if mode == Mode.POOL:
         return pl.pool(a, task["op"], task["kh"], task["kw"], task["sy"], task["sx"],
                        task["py"], task["px"], **fmt)
     return pl.reduce(a, task["op"], lanes=lanes, pre=task["pre"],
-                     axis=AXES[task["axis"]], scale=task["scale"],
+                     axis=Axis(task["axis"]).name.lower(), scale=task["scale"],
                      post=task["post"], **fmt)
 
 
@@ -126,43 +108,23 @@ def from_beats(beats, shape, lanes, fmt):
     vals = np.array([[(bt >> (16 * i)) & 0xFFFF for i in range(lanes)] for bt in beats],
                     dtype=np.int64).reshape(-1, wb * lanes)[:, :w]
     vals = vals.astype(np.uint16)
-    if fmt == pl.FMT_INT8:
+    if fmt == Fmt.INT8:
         vals = (vals & 0xFF).astype(np.uint8).view(np.int8)
     return vals.reshape(shape)
 
 
-def output_shape(task, lanes):
-    c, h, w = _shape(task)
-    if task["mode"] == 0:
-        return (c, h, w)
-    if task["mode"] == 1:
-        oh, ow = pl.pool_shape(h, w, task["kh"], task["kw"], task["sy"], task["sx"],
-                               task["py"], task["px"])
-        return (c, oh, ow)
-    if task["axis"] == 2:
-        return (1, h, w)
-    return (1 if task["axis"] else c, 1)
-
-
-def expected_beats(task, lanes):
-    shape = output_shape(task, lanes)
-    if task["mode"] == 2 and task["axis"] != 2:
-        return shape[0]
-    return int(np.prod(shape[:-1])) * -(-shape[-1] // lanes)
-
-
 def input_streams(task, a, b, c, lanes):
-    """Beats per input stream (``a``, ``b``, ``c``) the engine consumes for ``task``."""
-    mode, op = task["mode"], task["op"]
+    """Beats per input stream (``a``, ``b``, ``c``) the engine consumes for ``task``, in the
+    order of :func:`npu_spec.planar.operand_beats`."""
+    counts = operand_beats(task, lanes)
     streams = {"a": to_beats(a, lanes), "b": [], "c": []}
-    if mode == 0:
-        arity = pl.ELT_ARITY[next(k for k, v in pl.ELT_OPS.items() if v == op)]
-        if arity >= 2 and task["bcast"] == 0:
-            streams["b"] = to_beats(b, lanes)
-        elif arity >= 2 and task["bcast"] >= 2:
-            streams["b"] = to_beats(np.asarray(b).reshape(-1), lanes)
-        if arity == 3:
-            streams["c"] = to_beats(c, lanes)
+    if counts["b"]:
+        vec = task["bcast"] >= Bcast.CHANNEL
+        streams["b"] = to_beats(np.asarray(b).reshape(-1) if vec else b, lanes)
+    if counts["c"]:
+        streams["c"] = to_beats(c, lanes)
+    for name, n in counts.items():
+        assert len(streams[name]) == n, (name, len(streams[name]), n)
     return streams
 
 
@@ -171,7 +133,7 @@ def random_task(rng, config, mode=None, *, max_dim=9, formats=None):
     if mode is None:
         mode = int(rng.integers(0, 3))
     elif isinstance(mode, str):
-        mode = MODES[mode]
+        mode = Mode[mode.upper()]
     fmts = formats or ([0, 1] if config.has_fp16 else [0])
     t = make_task(mode=mode, in_fmt=rng.choice(fmts), out_fmt=rng.choice(fmts),
                   channels=rng.integers(1, 4), height=rng.integers(1, max_dim + 1),
@@ -208,64 +170,10 @@ def compare(expected, got, fmt):
     """Indices (flat) where ``got`` differs from ``expected``, NaNs compared as a class."""
     e = np.asarray(expected).reshape(-1)
     g = np.asarray(got).reshape(-1)
-    if fmt == pl.FMT_FP16:
+    if fmt == Fmt.FP16:
         e = e.astype(np.uint16)
         g = g.astype(np.uint16)
     return np.nonzero(e != g)[0]
-
-
-ERRORS = {"none": 0, "bad_mode": 1, "bad_shape": 2, "bad_window": 3, "bad_format": 4}
-
-
-def task_error(task, config, plane_depth=1024):
-    """The error code the engine must report for ``task`` (0 if it runs)."""
-    mode, op = task["mode"], task["op"]
-    c, h, w = _shape(task)
-    if (mode == 3 or (mode == 0 and (op > 13 or task["bcast"] > 4))
-            or (mode == 1 and op > 2)
-            or (mode == 2 and (op > 2 or task["pre"] > 4 or task["axis"] > 2
-                               or (task["axis"] == 2 and task["post"])))):
-        return ERRORS["bad_mode"]
-    if not config.has_fp16 and (task["in_fmt"] or task["out_fmt"]):
-        return ERRORS["bad_format"]
-    uses_vec = mode == 0 and op >= 6 and task["bcast"] >= 2
-    bad_window = False
-    if mode == 1:
-        kh, kw, sy, sx, py, px = (task[k] for k in ("kh", "kw", "sy", "sx", "py", "px"))
-        bad_window = (min(kh, kw, sy, sx) == 0 or max(kh, kw) > 8 or py >= kh or px >= kw
-                      or kh > h + 2 * py or kw > w + 2 * px)
-    if (min(c, h, w) == 0 or (uses_vec and vector_length(task) > plane_depth)
-            or (mode == 1 and not bad_window and not pool_fits(task, config, plane_depth))
-            or (mode == 2 and task["axis"] == 2
-                and not channel_reduce_fits(task, config, plane_depth))):
-        return ERRORS["bad_shape"]
-    if bad_window:
-        return ERRORS["bad_window"]
-    return 0
-
-
-def channel_reduce_fits(task, config, plane_depth=1024):
-    """Whether a reduction across channels fits: its accumulator plane, ``H ceil(W / L)``
-    beats, must fit the H ring (``HD`` words)."""
-    from npu.planar.engine import h_ring_depth
-    lanes = config.planar_lanes ** 2
-    c, h, w = _shape(task)
-    return h * -(-w // lanes) <= h_ring_depth(lanes, plane_depth)
-
-
-def pool_fits(task, config, plane_depth=1024):
-    """Whether a pooling task fits the line buffers (``docs/planar.md``, "Line buffers"):
-    ``min(C H, 3) W <= plane_depth`` (input rows of a horizontal group) and
-    ``min(H, kh + 2 sy) ceil(OW / (K L)) + 2 <= HD`` (H ring words of a vertical group, a
-    word being ``K = planar_pool_beats`` beats)."""
-    from npu.planar.engine import h_ring_depth
-    lanes = config.planar_lanes ** 2
-    c, h, w = _shape(task)
-    kh, kw, sy, sx, px = (task[k] for k in ("kh", "kw", "sy", "sx", "px"))
-    ow = (w + 2 * px - kw) // sx + 1
-    owb = -(-ow // (lanes * config.planar_pool_beats))
-    return (min(c * h, 3) * w <= plane_depth
-            and min(h, kh + 2 * sy) * owb + 2 <= h_ring_depth(lanes, plane_depth))
 
 
 def run_tasks(config, jobs, *, seed=1, stall=0.2, vcd=None, plane_depth=1024):
@@ -288,7 +196,7 @@ def run_tasks(config, jobs, *, seed=1, stall=0.2, vcd=None, plane_depth=1024):
         if task_error(task, config, plane_depth):
             plan.append(({"a": [], "b": [], "c": []}, 0))
         else:
-            plan.append((input_streams(task, a, b, c, lanes), expected_beats(task, lanes)))
+            plan.append((input_streams(task, a, b, c, lanes), output_beats(task, lanes)))
     results = []
     state = {"task": -1}
     outs = [[] for _ in jobs]
@@ -351,7 +259,7 @@ def run_tasks(config, jobs, *, seed=1, stall=0.2, vcd=None, plane_depth=1024):
         if err or len(outs[k]) != plan[k][1]:
             done.append((None, cycles, err))
         else:
-            done.append((from_beats(outs[k], output_shape(task, lanes), lanes,
+            done.append((from_beats(outs[k], output_shape(task), lanes,
                                     task["out_fmt"]), cycles, err))
     return done
 
@@ -373,7 +281,7 @@ def run_verilator(config, jobs, *, seed=1, stall=0.2, plane_depth=1024, progress
 
     dut = PlanarBench(config, plane_depth=plane_depth)
     lanes = dut.lanes
-    from npu.planar.registers import encode_task
+    from npu_spec.planar import PLANAR_ENGINE, task_writes
     words = []
     plan = []
     width = dut.cmd.payload.shape().size - 3
@@ -382,8 +290,8 @@ def run_verilator(config, jobs, *, seed=1, stall=0.2, plane_depth=1024, progress
         return tag | (value << 3)
 
     for task, a, b, c in jobs:
-        for addr, value in encode_task(task):
-            words.append(cmd(0, value | ((addr - 0x3000) << 32)))
+        for addr, value in task_writes(task):
+            words.append(cmd(0, value | ((addr - PLANAR_ENGINE.base) << 32)))
         words.append(cmd(1, 0))
         if task_error(task, config, plane_depth):
             plan.append(0)
@@ -398,7 +306,7 @@ def run_verilator(config, jobs, *, seed=1, stall=0.2, plane_depth=1024, progress
                 words.append(cmd(3, rest_b[k]))
             if streams["c"]:
                 words.append(cmd(4, streams["c"][k]))
-        plan.append(expected_beats(task, lanes))
+        plan.append(output_beats(task, lanes))
     expected = sum(plan) + len(plan)
     bench = StreamBench(dut, in_name="cmd", out_name="res", progress=progress)
     outs, _stats = bench.run(words, expected, stall=stall, seed=seed,
@@ -419,6 +327,6 @@ def run_verilator(config, jobs, *, seed=1, stall=0.2, plane_depth=1024, progress
         if err or len(beats) != n:
             results.append((None, cycles, err))
         else:
-            results.append((from_beats(beats, output_shape(task, lanes), lanes,
+            results.append((from_beats(beats, output_shape(task), lanes,
                                        task["out_fmt"]), cycles, err))
     return results

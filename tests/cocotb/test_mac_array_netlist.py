@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from npu.config import preset
-from npu.mac import MacArray
+from npu_spec.config import preset
+from npu.neural.mac import MacArray
 from npu_sim.cocotb_runner import SIMULATORS, run_cocotb
 
 HERE = Path(__file__).parent

@@ -680,7 +680,7 @@ def test_model_does_not_use_the_fpu_or_amaranth():
     tree = ast.parse(inspect.getsource(fp))
     imports = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imports |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imports == {"numpy"}
+    assert imports == {"numpy", "npu_spec.formats"}
     # host floating point appears only in the four helpers that convert to and from it
     helpers = {"f32_bits", "f32_value", "f16_bits", "f16_value"}
     floaty = {"float16", "float32", "float64", "longdouble", "half", "single", "double",

@@ -12,10 +12,10 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from npu.top import NPUInfo
-from npu.config import PRESETS
-from npu.csr import CSRSignature, RegisterFile, register_layout, register_signature
-from npu.regmap import Field, Register, RegisterMap
-from npu.registers import MAGIC, NPU_INFO, VERSION_MAJOR, VERSION_MINOR, npu_info_values
+from npu_spec.config import PRESETS
+from npu.lib.csr import CSRSignature, RegisterFile, register_layout, register_signature
+from npu_spec.regmap import Field, Register, RegisterMap
+from npu_spec.registers import MAGIC, NPU_INFO, VERSION_MAJOR, VERSION_MINOR, npu_info_values
 
 
 class Mode(enum.IntEnum):

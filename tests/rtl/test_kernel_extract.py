@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
-from npu.config import NPUConfig, preset
+from npu_spec.config import NPUConfig, preset
 from npu.neural.kernel_extract import KernelError, KernelExtract
 from npu.neural.layouts import coef_beat_layout, param_beat_layout
 from npu_model import kernel_codec as kc

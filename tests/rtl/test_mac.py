@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from npu.config import NPUConfig, preset
-from npu.mac import MacArray, pipeline_stages
+from npu_spec.config import NPUConfig, preset
+from npu.neural.mac import MacArray, pipeline_stages
 from npu_model import fp
 from npu_model.mac import FMT, OP, empty_program, run_mac_program
 from npu_sim.mac import compare_results, random_program, run_amaranth

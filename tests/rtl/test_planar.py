@@ -4,10 +4,11 @@
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
-from npu.config import NPUConfig, preset
-from npu.planar.engine import PlanarEngine, div_params, recip_bits
+from npu_spec.config import NPUConfig, preset
+from npu.planar.engine import PlanarEngine, div_params
 from npu.planar.layouts import config_layout
-from npu.planar.registers import PLANAR_ENGINE, TASK_REGISTERS, encode_task
+from npu_spec.planar import (PLANAR_ENGINE, TASK_FIELDS, PlanarError, make_task, recip_bits,
+                             task_writes)
 from npu_model import planar as pl
 from npu_sim import planar as ps
 
@@ -54,10 +55,13 @@ def test_recip_rom():
 
 
 def test_register_fields_match_config_layout():
-    assert set(TASK_REGISTERS) == set(config_layout().members)
-    for name, reg in TASK_REGISTERS.items():
-        assert PLANAR_ENGINE[reg][name].width == config_layout().members[name].width
-    writes = dict(encode_task({"mode": 1, "kh": 3, "py": 2, "scale": 0x40000000}))
+    members = config_layout().members
+    assert set(TASK_FIELDS) == set(members)
+    for reg in PLANAR_ENGINE.registers:
+        for f in reg.fields:
+            if f.name in members:
+                assert f.width == members[f.name].width
+    writes = dict(task_writes(make_task(mode=1, kh=3, py=2, scale=0x40000000)))
     window = PLANAR_ENGINE.decode(PLANAR_ENGINE.address("WINDOW"),
                                   writes[PLANAR_ENGINE.address("WINDOW")])
     assert window["kh"] == 3 and window["py"] == 2
@@ -133,7 +137,7 @@ def test_pool_streams_through_small_rings():
         jobs.append((t, *ps.random_operands(rng, t)))
     too_wide = ps.make_task(mode=1, op=0, channels=1, height=4, width=22, kh=2, kw=2, sy=2,
                             sx=2)
-    assert ps.task_error(too_wide, cfg, depth) == ps.ERRORS["bad_shape"]
+    assert ps.task_error(too_wide, cfg, depth) == PlanarError.BAD_SHAPE
     fits = ps.make_task(mode=1, op=0, channels=1, height=4, width=21, kh=2, kw=2, sy=2, sx=2)
     assert ps.task_error(fits, cfg, depth) == 0
     jobs.insert(2, (too_wide, None, None, None))
@@ -252,7 +256,7 @@ def test_reduce_across_channels_full_plane():
                          width=w)
         jobs.append((t, *ps.random_operands(rng, t)))
     too_big = ps.make_task(mode=2, axis=2, op=0, channels=2, height=16, width=65)
-    assert ps.task_error(too_big, cfg) == ps.ERRORS["bad_shape"]
+    assert ps.task_error(too_big, cfg) == PlanarError.BAD_SHAPE
     jobs.append((too_big, None, None, None))
     sweep(cfg, jobs, seed=3, stall=0.7)
 

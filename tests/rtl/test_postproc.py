@@ -5,7 +5,7 @@ bit for bit, with random stalls on the result, parameter and output streams."""
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
-from npu.config import NPUConfig, preset
+from npu_spec.config import NPUConfig, preset
 from npu.neural.postproc import PostProcessor, pipeline_latency, postproc_config_layout
 from npu_model import fp
 from npu_model import postproc as gm

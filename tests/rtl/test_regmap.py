@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from npu.config import NPUConfig, PRESETS
-from npu.regmap import Field, Register, RegisterMap, WriteBlock, document
-from npu.registers import (MAGIC, NPU_INFO, register_maps, VERSION_MAJOR, VERSION_MINOR,
+from npu_spec.config import NPUConfig, PRESETS
+from npu_spec.regmap import Field, Register, RegisterMap, WriteBlock, document
+from npu_spec.registers import (MAGIC, NPU_INFO, register_maps, VERSION_MAJOR, VERSION_MINOR,
                            npu_info_values, registers_markdown, write_docs)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -449,7 +449,7 @@ class TestDocs:
 
 
 def test_no_amaranth_import():
-    code = ("import sys, npu.regmap, npu.registers; "
+    code = ("import sys, npu_spec.regmap, npu_spec.registers; "
             "assert 'amaranth' not in sys.modules, sorted(m for m in sys.modules "
             "if m.startswith('amaranth'))")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -6,7 +6,7 @@ the golden model."""
 import numpy as np
 import pytest
 
-from npu.config import preset
+from npu_spec.config import preset
 from npu_model.mac import run_mac_program
 from npu_sim.mac import compare_results, random_program, run_verilator
 from npu_sim.toolenv import apply_tool_env

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from npu.config import preset
+from npu_spec.config import preset
 from npu.neural.engine import EngineError, engine_geometry
 from npu_model.conv import ConvLayer, fc_as_conv
 from npu_sim.conv import golden_output, random_case, run_rtl, run_rtl_many
@@ -19,7 +19,7 @@ def _tools():
 
 def _check(cases, results, config=SMALL):
     for i, (case, (got, stats)) in enumerate(zip(cases, results)):
-        exp, _ = golden_output(case, config.macs, config.formats)
+        exp, _ = golden_output(case, config)
         assert not stats["error"], (i, case.layer, stats)
         bad = np.argwhere(exp != got)
         assert bad.size == 0, (i, case.layer, f"{len(bad)} outputs differ, first at "
@@ -87,7 +87,7 @@ def test_bad_programs_set_error_and_the_next_layer_runs():
         dict(case=wide),
         dict(case=deep),
         dict(case=good, kernel_patch={3: body_words - 1}),      # short kernel body
-        dict(case=good, overrides={"POST_CTRL": dict(act=12)}),  # no such activation
+        dict(case=good, overrides={"POST_CTRL": 12 << 4}),       # no such activation
         dict(case=good, stall=1.0),                              # data never arrives
         dict(case=good),
     ]

@@ -3,9 +3,9 @@
 import random
 
 import pytest
-from npu.registers import NPU_INFO, register_maps
-from npu.regmap import WriteBlock
-from npu_model.descriptors import (
+from npu_spec.registers import NPU_INFO, register_maps
+from npu_spec.regmap import WriteBlock
+from npu_spec.descriptors import (
     FLAGS,
     MAGIC,
     NE,

@@ -4,8 +4,8 @@
 import random
 
 import pytest
-from npu.taskman.registers import Cause
-from npu_model.descriptors import AddressError, DecodeError, WindowError, decode, encode
+from npu_spec.taskman import Cause
+from npu_spec.descriptors import AddressError, DecodeError, WindowError, decode, encode
 from npu_model.taskman import task
 from tm_common import WINDOWS, Scenario, chain, values
 

@@ -1,6 +1,6 @@
 """The reference model against the seed's expectations (pure Python)."""
 
-from npu.taskman.registers import Cause
+from npu_spec.taskman import Cause
 from npu_model.taskman import TaskManagerModel, layout, task
 from tm_common import CONFIG, WINDOWS, chain, inputs_for, serial_values
 

@@ -7,7 +7,7 @@ end: no task lost or run twice, per-engine order kept, every input equal to the 
 import random
 
 import pytest
-from npu_model.descriptors import NE, PE
+from npu_spec.descriptors import NE, PE
 from npu_model.taskman import task
 from tm_common import IN_OFF, WINDOWS, Scenario
 

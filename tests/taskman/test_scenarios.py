@@ -3,7 +3,7 @@
 (seed 001, Fig. 8), on the RTL with behavioural engines, checked against the seed's text and
 against the reference model."""
 
-from npu_model.descriptors import NE, PE
+from npu_spec.descriptors import NE, PE
 from tm_common import Scenario, chain, summary, values
 
 FIG15 = [{}, {"tse": True, "dpc": True, "tsr": True}, {"spc": True, "spl": True}, {}]

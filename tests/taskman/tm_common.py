@@ -1,7 +1,7 @@
 """Shared builders for the task-manager tests."""
 
-from npu.config import NPUConfig
-from npu_model.descriptors import NE
+from npu_spec.config import NPUConfig
+from npu_spec.descriptors import NE
 from npu_model.taskman import layout, serial_run, task
 from npu_sim.taskman import TaskBench
 

@@ -19,15 +19,19 @@ positions with ``W * H = macs``; lane ``i`` is position ``(i // W, i % W)``.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..config import NPUConfig
-from ..layouts import MacFormat, MacOp
-from ..mac import MacArray, format_supported
+from npu_spec import neural as neural_spec
+from npu_spec.config import NPUConfig
+from npu_spec.neural import engine_geometry
+
+from ..lib.enums import hw_enum
+from .layouts import MacFormat, MacOp
+from .mac import MacArray, format_supported
 from .kernel_extract import KernelExtract
 from .layouts import KERNEL_WORD, MAX_KERNEL
 from .postproc import PostProcessor, postproc_config_layout
@@ -35,42 +39,8 @@ from .postproc import PostProcessor, postproc_config_layout
 __all__ = ["EngineError", "NeuralEngine", "engine_geometry", "layer_layout"]
 
 
-class EngineError(enum.Enum, shape=4):
-    """``error_code`` of the neural engine (0: no error)."""
-    NONE = 0
-    #: The layer's format is not built in (or not a MAC format).
-    FORMAT = 1
-    #: A zero-sized loop: groups, channels, output size, kernel size, stride or dilation 0.
-    SHAPE = 2
-    #: Kernel larger than 16x16, or a work-unit width code the build does not offer.
-    KERNEL = 3
-    #: The work unit's halo row is wider than the input buffer's rows.
-    HALO = 4
-    #: The input channels of one group times the kernel height exceed the input buffer.
-    BUFFER = 5
-    #: The kernel extractor reported an error (malformed or short kernel stream).
-    EXTRACT = 6
-    #: No stream moved for ``timeout`` cycles.
-    TIMEOUT = 7
-    #: The post-processor reported an error (unsupported activation or output format).
-    POSTPROC = 8
-
-
-def engine_geometry(config, row_values=None, buffer_rows=None):
-    """Build parameters of the input buffer: ``(max_rows, row_values, buffer_rows)``.
-
-    ``max_rows`` is the largest work-unit height ``H`` (the shapes are ``W x H`` with ``W >= H``),
-    ``row_values`` the widest halo row, ``buffer_rows`` the rows (input channels x kernel rows)
-    each lane row holds per bank.
-    """
-    n = config.macs
-    log2n = exact_log2(n)
-    max_rows = 1 << (log2n // 2)
-    if row_values is None:
-        row_values = min(2 * n, 64)
-    if buffer_rows is None:
-        buffer_rows = 256 if n <= 64 else 1024
-    return max_rows, row_values, buffer_rows
+#: ``error_code`` of the neural engine (0: no error).
+EngineError = hw_enum(neural_spec.NeuralError)
 
 
 def layer_layout():

@@ -25,12 +25,15 @@ Structure of the body decoder (one coefficient position per cycle at most)::
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import enum, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config import NPUConfig
-from ..layouts import slot_shape
+from npu_spec import kernel as kernel_spec
+from npu_spec.config import NPUConfig
+
+from ..lib.enums import hw_enum
+from .layouts import slot_shape
 from .layouts import (
     KERNEL_WORD,
     MAX_KERNEL,
@@ -47,21 +50,8 @@ BUFFER_WORDS = 4
 REFILL_AT = 32 * (BUFFER_WORDS - 1)
 
 
-class KernelError(enum.Enum, shape=3):
-    """Error codes of :class:`KernelExtract` (same numbers as ``kernel_codec.ERRORS``)."""
-    #: No error.
-    NONE = 0
-    #: Palette bits not in {0, 1, 2, 4, 6, 8}, icg 0, kh or kw 0 or above 16, ocg 0 or above
-    #: the slot count, or a coefficient format the build does not have.
-    BAD_CONFIG = 1
-    #: The part's final word (``last``) came before the decoder finished.
-    EARLY_END = 2
-    #: The decoder finished with at least one whole word of the part left over.
-    TRAILING = 3
-    #: A channel got more nonzero coefficients than its header nnz, or fewer at the end.
-    NNZ_MISMATCH = 4
-    #: A header's reserved byte is not zero, or its shift is above 63.
-    RESERVED = 5
+#: Error codes of :class:`KernelExtract`.
+KernelError = hw_enum(kernel_spec.KernelError)
 
 
 def _lowest_set(m, mask, width, name):

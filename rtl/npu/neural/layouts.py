@@ -1,4 +1,7 @@
-"""Payloads shared by the neural engine's sub-blocks (``docs/neural_engine.md``).
+"""Payloads and enums shared by the neural engine's sub-blocks (``docs/neural_engine.md``,
+``docs/mac.md``).
+
+The MAC array (``npu.neural.mac``) takes command beats and gives result beats.
 
 The kernel extractor (``npu.neural.kernel_extract``) turns the kernel DMA's word stream into
 parameter beats (one per output channel of a group, decoded once per group) and coefficient
@@ -7,19 +10,73 @@ beats into MAC commands and hands parameter beats to the post-processor
 (``npu.neural.postproc``), which turns MAC results into output values.
 """
 
+from amaranth.hdl import unsigned
 from amaranth.lib import data
+from amaranth.utils import ceil_log2
+from npu_spec import mac as mac_spec
+from npu_spec.kernel import MAX_KERNEL
 
-from ..layouts import slot_shape
+from ..lib.enums import hw_enum
 
 __all__ = [
-    "KERNEL_WORD", "MAX_KERNEL", "MAX_KERNEL_CHANNELS",
-    "kernel_config_layout", "coef_beat_layout", "param_beat_layout", "postproc_out_layout",
+    "KERNEL_WORD", "MAX_KERNEL", "MacFormat", "MacOp",
+    "coef_beat_layout", "kernel_config_layout", "mac_command_layout", "mac_result_layout",
+    "param_beat_layout", "postproc_out_layout", "slot_shape",
 ]
 
-#: Largest kernel height or width the extractor and shifter support.
-MAX_KERNEL = 16
-#: Largest number of input channels in one kernel (``icg``).
-MAX_KERNEL_CHANNELS = 4095
+MacOp = hw_enum(mac_spec.MacOp)
+MacFormat = hw_enum(mac_spec.MacFormat)
+
+
+def slot_shape(slots):
+    """Shape of an accumulator slot index for ``slots`` slots (at least one bit wide)."""
+    return unsigned(max(1, ceil_log2(slots)))
+
+
+def mac_command_layout(lanes, slots):
+    """One beat of the MAC array's command stream.
+
+    ========  ======================  ===================================================
+    field     shape                   meaning
+    ========  ======================  ===================================================
+    op        :class:`MacOp`          operation applied to every lane
+    fmt       :class:`MacFormat`      operand formats
+    slot      ``slot_shape(slots)``   accumulator slot read and written
+    first     1                       use ``bias`` instead of the slot's value
+    last      1                       emit the slot's new value on the result stream
+    dual      1                       dual-kernel mode: lane ``2i`` and ``2i+1`` both take
+                                      ``data[i]``, with ``coef[0]`` and ``coef[1]``
+    bias      32                      int32 or binary32 bits, broadcast to every lane
+    coef      2 x 16                  broadcast coefficients (``coef[1]`` only in dual mode);
+                                      int8 operands are the low 8 bits
+    data      lanes x 16              one operand per lane (int8: low 8 bits)
+    ========  ======================  ===================================================
+    """
+    return data.StructLayout({
+        "op":    MacOp,
+        "fmt":   MacFormat,
+        "slot":  slot_shape(slots),
+        "first": 1,
+        "last":  1,
+        "dual":  1,
+        "bias":  32,
+        "coef":  data.ArrayLayout(16, 2),
+        "data":  data.ArrayLayout(16, lanes),
+    })
+
+
+def mac_result_layout(lanes, slots):
+    """One beat of the MAC array's result stream (emitted for commands with ``last`` set).
+
+    ``acc[i]`` is lane ``i``'s slot value after the command: int32 for ``INT8``, binary32 bits
+    for the other formats.
+    """
+    return data.StructLayout({
+        "fmt":  MacFormat,
+        "slot": slot_shape(slots),
+        "acc":  data.ArrayLayout(32, lanes),
+    })
+
 
 #: One word of the kernel DMA stream: 4 bytes of the kernel blob, little-endian (byte 0 in
 #: bits 0-7), ``last`` on the final word of the part being streamed (header or body).

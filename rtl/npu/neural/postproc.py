@@ -21,21 +21,21 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from npu_model import postproc as golden
+from npu_spec import postproc as spec
 
-from ..arith.fp32 import F32_QNAN, FP32AddPipe
-from ..arith.fp32mul import MulProduct, f32_mul_product, f32_mul_round
-from ..config import NPUConfig
-from ..layouts import MacFormat, MacOp, mac_result_layout
+from ..lib.fp32 import F16_QNAN, F32_QNAN, FP32AddPipe
+from ..lib.fp32mul import MulProduct, f32_mul_product, f32_mul_round
+from npu_spec.config import NPUConfig
+from npu_spec.formats import F32_MINUS_ONE as F32_MONE
+from npu_spec.formats import F32_NEG_ZERO as F32_MZERO
+from npu_spec.formats import F32_ONE
+from .layouts import MacFormat, MacOp, mac_result_layout
 from .layouts import param_beat_layout, postproc_out_layout
 
 __all__ = ["Act", "PostProcessor", "pipeline_latency", "postproc_config_layout"]
 
-Act = golden.Act
+Act = spec.Act
 
-F32_ONE = 0x3F80_0000
-F32_MONE = 0xBF80_0000
-F32_MZERO = 0x8000_0000
 
 
 def postproc_config_layout():
@@ -72,23 +72,22 @@ def pipeline_latency(config):
 
 
 def _lfsr_matrix():
-    """Each bit of the state after :data:`golden.LFSR_STEPS` steps as a mask of old bits."""
+    """Each bit of the state after :data:`spec.LFSR_STEPS` steps as a mask of old bits."""
     bits = [1 << i for i in range(32)]
-    for _ in range(golden.LFSR_STEPS):
+    for _ in range(spec.LFSR_STEPS):
         lsb = bits[0]
         bits = bits[1:] + [0]
         for j in range(32):
-            if (golden.LFSR_TAPS >> j) & 1:
+            if (spec.LFSR_TAPS >> j) & 1:
                 bits[j] ^= lsb
     return bits
 
 
 def _pwl_rom():
-    tables = golden.pwl_tables()
     words = []
-    for name in golden.PWL_FUNCS:
-        a_tab, b_tab = tables[name]
-        words += [int(a) | (int(b) << 32) for a, b in zip(a_tab, b_tab)]
+    for name in spec.PWL_FUNCS:
+        a_tab, b_tab = spec.PWL_TABLES[name]
+        words += [a | (b << 32) for a, b in zip(a_tab, b_tab)]
     return words
 
 
@@ -307,7 +306,7 @@ class PostProcessor(wiring.Component):
             advance = en & valid[last - 1] & last_ctl
             rnd_lane = []
             for i in range(lanes):
-                c = (golden.LFSR_LANE_CONST * (i + 1)) & 0xFFFF_FFFF
+                c = (spec.LFSR_LANE_CONST * (i + 1)) & 0xFFFF_FFFF
                 state = Signal(32, name=f"lfsr{i}", init=c)
                 nxt = Signal(32, name=f"lfsr{i}_next")
                 m.d.comb += nxt.eq(Cat(*[(state & mask).xor() for mask in matrix]))
@@ -315,7 +314,7 @@ class PostProcessor(wiring.Component):
                     m.d.sync += state.eq(Mux((cfg.seed ^ c) == 0, c, cfg.seed ^ c))
                 with m.Elif(advance):
                     m.d.sync += state.eq(nxt)
-                rnd_lane.append(nxt[:golden.LFSR_BITS])
+                rnd_lane.append(nxt[:spec.LFSR_BITS])
             for j in range(units):
                 if folds == 1:
                     rnd_out.append(rnd_lane[j])
@@ -394,10 +393,10 @@ class PostProcessor(wiring.Component):
 
             # S3: activation operands; the PWL table is read with the segment of y1.
             e1 = y1[23:31]
-            e0 = 127 + golden.PWL_EMIN
-            octave = Mux(e1 < e0, 0, Mux(e1 >= e0 + golden.PWL_OCTAVES, 7, e1 - (e0 - 1)))
+            e0 = 127 + spec.PWL_EMIN
+            octave = Mux(e1 < e0, 0, Mux(e1 >= e0 + spec.PWL_OCTAVES, 7, e1 - (e0 - 1)))
             func = Mux(act == TANH, 1, Mux(act == GELU, 2, 0))
-            rom = Memory(shape=64, depth=128 * len(golden.PWL_FUNCS), init=_pwl_rom())
+            rom = Memory(shape=64, depth=128 * len(spec.PWL_FUNCS), init=_pwl_rom())
             m.submodules[f"pwl_{i}"] = rom
             rp = rom.read_port(domain="sync")
             m.d.comb += [
@@ -466,7 +465,7 @@ class PostProcessor(wiring.Component):
         bits = Signal(20, name=f"{name}_bits")
         m.d.comb += bits.eq(Cat(Const(0, 10), base[:8]) + total[13:25])
         with m.If((e == 0xFF) & (frac != 0)):
-            m.d.comb += out.eq(golden.fp.F16_QNAN)
+            m.d.comb += out.eq(F16_QNAN)
         with m.Elif((e == 0xFF) | (bits >= 0x7C00)):
             m.d.comb += out.eq(Cat(Const(0x7C00, 15), z[31]))
         with m.Else():

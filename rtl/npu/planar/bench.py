@@ -4,7 +4,7 @@ The engine has a configuration port and three operand streams; the Verilator har
 (:class:`npu_sim.verilator.StreamBench`) drives one input stream and reads one output stream.
 This wrapper serialises everything onto ``cmd`` beats (``tag``, ``data``):
 
-* ``tag 0``: register write, ``data[32:36]`` = word offset in ``PLANAR_ENGINE`` (2-8),
+* ``tag 0``: register write, ``data[32:36]`` = word offset in ``PLANAR_ENGINE`` (a task register),
   ``data[0:32]`` = value;
 * ``tag 1``: start (accepted when the engine is idle);
 * ``tag 2, 3, 4``: one beat of stream A, B, C (through four-beat FIFOs).
@@ -18,7 +18,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .engine import PlanarEngine
-from .registers import PLANAR_ENGINE, TASK_REGISTERS
+from npu_spec.planar import TASK_REGISTERS
 
 __all__ = ["PlanarBench", "bench_width"]
 
@@ -50,12 +50,12 @@ class PlanarBench(wiring.Component):
         lanes = eng.lanes
         bw = 16 * lanes
 
-        # Task registers (MODE at offset 2 .. SCALAR at offset 8).
-        regs = [Signal(32, name=f"reg{k}") for k in range(9)]
-        for name, reg_name in TASK_REGISTERS.items():
-            reg = PLANAR_ENGINE[reg_name]
-            f = reg[name]
-            m.d.comb += getattr(eng.cfg, name).eq(regs[reg.offset][f.offset:f.offset + f.width])
+        # Task registers, by offset.
+        regs = {reg.offset: Signal(32, name=f"reg{reg.offset}") for reg in TASK_REGISTERS}
+        for reg in TASK_REGISTERS:
+            for f in reg.fields:
+                m.d.comb += getattr(eng.cfg, f.name).eq(
+                    regs[reg.offset][f.offset:f.offset + f.width])
 
         fifos = {}
         for k, name in enumerate(("a", "b", "c")):
@@ -71,9 +71,9 @@ class PlanarBench(wiring.Component):
             with m.Case(0):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid), m.Switch(tag[32:36]):
-                    for k in range(2, 9):
+                    for k, reg in regs.items():
                         with m.Case(k):
-                            m.d.sync += regs[k].eq(tag[:32])
+                            m.d.sync += reg.eq(tag[:32])
             with m.Case(1):
                 m.d.comb += [self.cmd.ready.eq(~eng.busy),
                              eng.start.eq(self.cmd.valid & ~eng.busy)]

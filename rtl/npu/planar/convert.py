@@ -10,7 +10,7 @@ They match :mod:`npu_model.fp` bit for bit.
 
 from amaranth.hdl import Cat, Const, Mux, Signal, Value, signed
 
-from ..arith.fp32 import F32_QNAN, count_leading_zeros, decode_operand, product_to_f32
+from ..lib.fp32 import F32_QNAN, count_leading_zeros, decode_operand, product_to_f32
 
 __all__ = ["f32_round_pack", "from_f32", "to_f32"]
 

@@ -26,7 +26,6 @@ The engine processes ``L = P * P`` elements per beat (``P = config.planar_lanes`
 ``L`` consecutive elements of one row of one channel (see :func:`beat_layout`).
 """
 
-from fractions import Fraction
 from functools import lru_cache
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
@@ -35,10 +34,15 @@ from amaranth.lib.data import ArrayLayout, StructLayout
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..arith.fp32 import FP32AddPipe
-from ..arith.fp32mul import FP32Mul
-from ..config import NPUConfig
-from ..layouts import MacOp
+from ..lib.fp32 import FP32AddPipe
+from ..lib.fp32mul import FP32Mul
+from npu_spec.config import NPUConfig
+from npu_spec.planar import h_ring_depth, line_buffer_banks, recip_bits
+from npu_spec.formats import F32_NEG_INF as F32_NINF
+from npu_spec.formats import F32_NEG_ZERO as F32_NZ
+from npu_spec.formats import F32_ONE
+from npu_spec.formats import F32_POS_INF as F32_PINF
+from ..lib.fp32 import MacOp
 from .convert import from_f32, to_f32
 from .layouts import (
     MAX_WINDOW,
@@ -57,57 +61,11 @@ from .layouts import (
 )
 from .postproc import PostProcessor
 
-__all__ = ["LANE_LATENCY", "PlanarEngine", "div_params", "h_ring_depth", "line_buffer_banks",
-           "recip_bits"]
+__all__ = ["LANE_LATENCY", "PlanarEngine", "div_params"]
 
-F32_ONE = 0x3F80_0000
-F32_NZ = 0x8000_0000
-F32_PINF = 0x7F80_0000
-F32_NINF = 0xFF80_0000
 
 #: Cycles from the lane pipeline's input register to its output register.
 LANE_LATENCY = FP32AddPipe.LATENCY + FP32Mul.LATENCY + FP32AddPipe.LATENCY + 1
-
-
-def recip_bits(n):
-    """Binary32 bits of ``1/n`` rounded to nearest even (pure Python, exact)."""
-    if n < 1:
-        return F32_PINF
-    x = Fraction(1, n)
-    e = 0
-    while x < 1:
-        x *= 2
-        e -= 1
-    sig = x * (1 << 23)
-    q = sig.numerator // sig.denominator
-    r = sig - q
-    if r > Fraction(1, 2) or (r == Fraction(1, 2) and q & 1):
-        q += 1
-    if q == 1 << 24:
-        q, e = 1 << 23, e + 1
-    return ((e + 127) << 23) | (q & 0x7F_FFFF)
-
-
-def _is_prime(n):
-    return n > 1 and all(n % k for k in range(2, int(n ** 0.5) + 1))
-
-
-def line_buffer_banks(lanes, plane_depth):
-    """``(NB, BD)``: the line buffer's bank count and words per bank.
-
-    ``NB`` is the smallest prime above ``lanes`` and above the largest stride (15), so that
-    ``lanes`` elements at a stride of 1 to 15 always fall in different banks;
-    ``NB * BD >= plane_depth + 15``.
-    """
-    smax = 2 ** WINDOW_BITS - 1
-    nb = max(lanes, smax) + 1
-    while not _is_prime(nb):
-        nb += 1
-    # At least one more word than a lane's largest offset (15 (L - 1)) spans, so that a read
-    # address wraps around the ring at most once; and 15 elements more than a row, so that a
-    # window step's first address (ring address of its row + a column up to W + 14) is below
-    # twice the ring.
-    return nb, max(-(-(plane_depth + smax) // nb), smax * (lanes - 1) // nb + 1)
 
 
 @lru_cache(maxsize=None)
@@ -127,13 +85,6 @@ def div_params(nbits, divisors):
     through a table of ``M``, is a multiplication instead of a divider."""
     s, ms = _div_params(nbits, tuple(sorted(set(divisors))))
     return s, dict(ms)
-
-
-def h_ring_depth(lanes, plane_depth):
-    """Words (of ``lanes`` elements) of the H ring: a power of two, at least
-    ``plane_depth / lanes`` and 4."""
-    n = max(4, -(-plane_depth // lanes))
-    return 1 << (n - 1).bit_length()
 
 
 def _next_group(m, desc, layout, succ, name):

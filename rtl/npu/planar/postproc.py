@@ -10,7 +10,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arith.fp32 import F32_QNAN, count_leading_zeros
+from ..lib.fp32 import F32_QNAN, count_leading_zeros
 from .convert import f32_round_pack
 from .layouts import PostFn
 

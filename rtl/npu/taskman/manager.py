@@ -6,9 +6,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config import NPUConfig
-from ..csr import CSRSignature, RegisterFile
-from ..registers import ADDRESS_WINDOWS
+from npu_spec.config import NPUConfig
+from ..lib.csr import CSRSignature, RegisterFile
+from npu_spec.registers import ADDRESS_WINDOWS
 from .arbiter import Arbiter
 from .layouts import (
     ADDR_WIDTH,
@@ -17,14 +17,14 @@ from .layouts import (
     MemReadSignature,
     WriteLayout,
 )
-from .registers import BASE_TABLE_SIZE, PRIORITY_WIDTH, Cause, task_manager_map
+from npu_spec.taskman import BASE_TABLE_SIZE, PRIORITY_WIDTH, Cause, task_manager_map
 from .slots import SlotRing
 from .taskbuffer import ENGINES, TaskBuffer
 
 __all__ = ["DESCRIPTOR_MAGIC", "HEADER_WORDS", "TaskManager"]
 
 #: Descriptor format constants (see ``docs/descriptors.md``; the Python encoder is
-#: ``npu_model.descriptors``).
+#: ``npu_spec.descriptors``).
 DESCRIPTOR_MAGIC = 0xD7
 HEADER_WORDS = 4
 

@@ -1,8 +1,8 @@
-"""The CSR bus and the register file generated from a :class:`~npu.regmap.RegisterMap`.
+"""The CSR bus and the register file generated from a :class:`~npu_spec.regmap.RegisterMap`.
 
 Bus protocol
 ------------
-The CSR bus is a single-cycle, no-wait-state bus with word addresses (see :mod:`npu.regmap`):
+The CSR bus is a single-cycle, no-wait-state bus with word addresses (see :mod:`npu_spec.regmap`):
 
 * **Write**: the initiator holds ``w_en`` high for one cycle with ``addr`` and ``w_data``. The
   register takes the new value at the end of that cycle; from the next cycle the hardware sees it
@@ -20,7 +20,7 @@ from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .regmap import DATA_WIDTH, Register, RegisterMap
+from npu_spec.regmap import DATA_WIDTH, Register, RegisterMap
 
 __all__ = ["CSRSignature", "RegisterFile", "register_layout", "register_signature"]
 
@@ -137,10 +137,10 @@ def register_signature(register):
 
 
 class RegisterFile(wiring.Component):
-    """The registers of one :class:`~npu.regmap.RegisterMap`, on a CSR bus.
+    """The registers of one :class:`~npu_spec.regmap.RegisterMap`, on a CSR bus.
 
     The bus decodes the map's word offsets (``addr`` is the offset within the map; an
-    interconnect in front of it strips the map's base). Timing is described in :mod:`npu.csr`.
+    interconnect in front of it strips the map's base). Timing is described in :mod:`npu.lib.csr`.
     Per access type:
 
     * ``rw``: reads return the stored value, writes replace it.

@@ -7,18 +7,20 @@ states the rules (round to nearest even, subnormals kept, canonical NaN, exact z
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from npu_spec import mac as mac_spec
+from npu_spec.formats import F16_QNAN, F32_ONE, F32_QNAN
 
-from ..layouts import MacOp
+from .enums import hw_enum
 
 __all__ = [
-    "F32_QNAN", "F32_ONE", "FP32AddPipe", "Operand", "count_leading_zeros",
+    "F16_QNAN", "F32_QNAN", "F32_ONE", "FP32AddPipe", "MacOp", "Operand", "count_leading_zeros",
     "count_trailing_zeros", "decode_operand",
     "product_to_f32",
 ]
 
+#: The adder's operation: add, max, min, compare (the MAC array's operations).
+MacOp = hw_enum(mac_spec.MacOp)
 
-F32_QNAN = 0x7FC0_0000
-F32_ONE = 0x3F80_0000
 
 
 class F32(data.Struct):

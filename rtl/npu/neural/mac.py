@@ -1,7 +1,7 @@
 """The MAC unit and the MAC array of the neural engine.
 
 A MAC unit multiplies two operands (int8 or binary16, in the combinations of
-:class:`~npu.layouts.MacFormat`) and combines the exact product with one of its accumulator
+:class:`~npu.neural.layouts.MacFormat`) and combines the exact product with one of its accumulator
 slots (add, max, min or compare). A MAC array is N units sharing one command stream: the
 coefficient is broadcast, each unit gets its own data operand, every unit uses the same slot.
 ``docs/mac.md`` documents the command format, the pipeline and its latency.
@@ -12,8 +12,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .arith.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
-from .config import NPUConfig
+from ..lib.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
+from npu_spec.config import NPUConfig
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 
 __all__ = ["MacUnit", "MacArray", "format_supported", "pipeline_stages"]
@@ -66,7 +66,7 @@ class MacUnit(wiring.Component):
     kill : In(1)
         The command must not write its slot (unsupported format); its result is zero.
     op, fmt, slot, first, last, bias : In
-        The command (see :func:`npu.layouts.mac_command_layout`).
+        The command (see :func:`npu.neural.layouts.mac_command_layout`).
     a, b : In(16)
         Data and coefficient operands.
     result : Out(32)

@@ -1,15 +1,17 @@
-"""Register map of the neural task manager (plain Python, no Amaranth).
+"""The neural task manager: register map, queue layout, exception causes, counters.
 
-The map lies in ``npu.registers.ADDRESS_WINDOWS["TASK_MANAGER"]`` (word addresses 0x1000 to
-0x1FFF). Its layout does not depend on the number of task queues: queue ``i`` always has its six
-registers at offset ``0x40 + 8 * i``, so a build with fewer queues simply has fewer registers.
-:func:`task_manager_map` builds the map for a given count; :data:`REGISTER_MAPS` holds the map
-of the default configuration (8 queues), which ``docs/registers.md`` documents.
+The map lies in ``ADDRESS_WINDOWS["TASK_MANAGER"]`` (word addresses 0x1000 to 0x1FFF). Its
+layout does not depend on the number of task queues: queue ``i`` always has its six registers at
+offset ``0x40 + 8 * i``, so a build with fewer queues simply has fewer registers.
+:func:`task_manager_map` builds the map for a given count; :data:`TASK_MANAGER` is the map of
+the default configuration (8 queues), which ``docs/registers.md`` documents.
 """
 
 import enum
 
-from ..regmap import Field, Register, RegisterMap
+from .codes import coded
+from .regmap import Field, Register, RegisterMap
+from .registers import ADDRESS_WINDOWS
 
 __all__ = [
     "BASE",
@@ -19,14 +21,13 @@ __all__ = [
     "PRIORITY_WIDTH",
     "QUEUE_OFFSET",
     "QUEUE_STRIDE",
-    "REGISTER_MAPS",
-    "TASK_MANAGER",
+        "TASK_MANAGER",
     "Cause",
     "task_manager_map",
 ]
 
 #: Word address of the map (start of the TASK_MANAGER address window).
-BASE = 0x1000
+BASE = ADDRESS_WINDOWS["TASK_MANAGER"][0]
 #: Offset of queue 0's registers, and the distance between two queues' registers.
 QUEUE_OFFSET = 0x40
 QUEUE_STRIDE = 8
@@ -39,6 +40,7 @@ PRIORITY_WIDTH = 4
 MAX_QUEUES = 32
 
 
+@coded(3)
 class Cause(enum.IntEnum):
     """Exception causes reported in ``EXC_STATUS.cause``."""
     NONE = 0
@@ -139,7 +141,7 @@ def task_manager_map(queues=8):
             Field("task_done", 1, reset=1, doc="Raise the interrupt on an IRQ-flagged task."),
         ]),
         Register("EXC_STATUS", offset=0x05, doc="The most recent exception.", fields=[
-            Field("cause", 3, access="ro", enum=Cause, reset=Cause.NONE, doc="What went wrong."),
+            Field("cause", Cause.bits, access="ro", enum=Cause, reset=Cause.NONE, doc="What went wrong."),
             Field("queue", 5, offset=8, access="ro", reset=0, doc="Queue that was retired."),
             Field("count", 8, offset=16, access="ro", reset=0, doc="Exceptions so far "
                   "(saturates at 255)."),
@@ -187,5 +189,3 @@ def task_manager_map(queues=8):
 
 #: The map of the default configuration.
 TASK_MANAGER = task_manager_map(8)
-
-REGISTER_MAPS = (TASK_MANAGER,)

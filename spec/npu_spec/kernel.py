@@ -1,0 +1,68 @@
+"""The compressed kernel format's constants and error codes (``docs/kernel_format.md``).
+
+A kernel group (the kernels of up to ``acc_slots`` output channels) is stored as a header part
+(per-channel parameters, then the palette) and a body part (the coefficients in scan order, in
+chunks of :data:`CHUNK` positions, raw or palettized, optionally with a zero bitmap per chunk),
+each streamed as 32-bit little-endian words. The encoder and the golden model of the kernel
+extractor are :mod:`npu_model.kernel_codec`; the gateware is :mod:`npu.neural.kernel_extract`.
+"""
+
+import enum
+
+from .codes import coded
+from .regmap import Field, Register
+
+__all__ = [
+    "CHANNEL_WORDS",
+    "CHUNK",
+    "GROUP_TABLE_WORDS",
+    "HEADER_CHANNEL_BYTES",
+    "MAX_ICG",
+    "MAX_KERNEL",
+    "MAX_SHIFT",
+    "PALETTE_BITS",
+    "SHIFT_WORD",
+    "KernelError",
+]
+
+#: Positions per chunk (one bitmap byte in sparse bodies).
+CHUNK = 8
+#: Largest kernel height or width.
+MAX_KERNEL = 16
+#: Largest number of input channels per kernel.
+MAX_ICG = 4095
+#: Allowed palette index widths (0 = not palettized).
+PALETTE_BITS = (0, 1, 2, 4, 6, 8)
+#: Header words per output channel: bias, scale, then :data:`SHIFT_WORD`.
+CHANNEL_WORDS = 3
+#: Header bytes per output channel.
+HEADER_CHANNEL_BYTES = 4 * CHANNEL_WORDS
+#: Largest right shift of the int32 rescale.
+MAX_SHIFT = 63
+#: Words per output-channel group in the neural engine's kernel group table (``KTABLE``):
+#: header address, header words, body address, body words.
+GROUP_TABLE_WORDS = 4
+
+#: The third header word of a channel.
+SHIFT_WORD = Register("SHIFT_WORD", doc="Third header word of an output channel.", fields=[
+    Field("shift", 8, doc=f"Right shift of the int32 rescale (0-{MAX_SHIFT})."),
+    Field("reserved", 8, doc="Must be 0."),
+    Field("nnz", 16, doc="Nonzero coefficients of the channel's kernel."),
+])
+
+
+@coded(3)
+class KernelError(enum.IntEnum):
+    """Error codes of the kernel extractor."""
+    NONE = 0
+    #: Palette bits not in :data:`PALETTE_BITS`, icg 0, kh or kw 0 or above 16, ocg 0 or above
+    #: the slot count, or a coefficient format the build does not have.
+    BAD_CONFIG = 1
+    #: The part's final word came before the decoder finished.
+    EARLY_END = 2
+    #: The decoder finished with at least one whole word of the part left over.
+    TRAILING = 3
+    #: A channel got more nonzero coefficients than its header nnz, or fewer at the end.
+    NNZ_MISMATCH = 4
+    #: A header's reserved byte is not zero, or its shift is above :data:`MAX_SHIFT`.
+    RESERVED = 5
