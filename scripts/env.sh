@@ -4,7 +4,7 @@
 #
 # It activates the repository's .venv (made by scripts/setup.sh) and exports the toolchain
 # variables (YOSYS, NEXTPNR_ECP5, ECPPACK, NEXTPNR_ICE40, ICEPACK, SBY, SMTBMC, WITNESS,
-# AMARANTH_USE_YOSYS). Their values live in one place, TOOL_DEFAULTS in sim/npu_sim/toolenv.py,
+# AMARANTH_USE_YOSYS). Their values live in one place, TOOL_DEFAULTS in fpga/npu_fpga/toolenv.py,
 # which Python code applies by itself too; a variable that is already set is kept.
 
 NPU_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +17,7 @@ fi
 
 # shellcheck disable=SC1091
 . "$NPU_ROOT/.venv/bin/activate"
-eval "$(python "$NPU_ROOT/sim/npu_sim/toolenv.py")" || {
-    echo "error: could not read the tool defaults from sim/npu_sim/toolenv.py" >&2
+eval "$(python "$NPU_ROOT/fpga/npu_fpga/toolenv.py")" || {
+    echo "error: could not read the tool defaults from fpga/npu_fpga/toolenv.py" >&2
     return 1 2>/dev/null || exit 1
 }

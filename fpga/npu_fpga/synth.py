@@ -52,7 +52,7 @@ both.
 Tools
 -----
 The tools are found through the environment variables ``YOSYS``, ``NEXTPNR_ECP5`` and
-``NEXTPNR_ICE40`` (defaults in :data:`npu_sim.toolenv.TOOL_DEFAULTS`: the YoWASP builds), looked
+``NEXTPNR_ICE40`` (defaults in :data:`npu_fpga.toolenv.TOOL_DEFAULTS`: the YoWASP builds), looked
 up on ``PATH`` and then in the directory of the running Python (the venv's ``bin``). A tool that
 cannot be found or that fails raises :class:`SynthError`.
 """
@@ -72,7 +72,7 @@ from amaranth.hdl import ClockDomain, Module, Signal, Value, Cat
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from npu_sim.toolenv import TOOL_DEFAULTS, venv_bin_dir
+from .toolenv import TOOL_DEFAULTS, venv_bin_dir
 
 __all__ = ["TARGETS", "Target", "SynthError", "SynthReport", "OutOfContextHarness",
            "find_tool", "synthesize"]
@@ -183,7 +183,7 @@ class SynthError(Exception):
 def find_tool(var):
     """Path of the tool named by environment variable ``var``.
 
-    The variable (or its default from :data:`~npu_sim.toolenv.TOOL_DEFAULTS`) may be a path or a
+    The variable (or its default from :data:`~npu_fpga.toolenv.TOOL_DEFAULTS`) may be a path or a
     command name; a name is looked up on ``PATH`` and then next to the running Python.
 
     Raises

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .toolenv import VERILATOR_MAKE_FIX, apply_tool_env
+from npu_fpga.toolenv import VERILATOR_MAKE_FIX, apply_tool_env
 
 __all__ = ["SIMULATORS", "CocotbBuildError", "CocotbResult", "CocotbTestFailure", "run_cocotb",
            "write_verilog"]

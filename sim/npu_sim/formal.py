@@ -24,7 +24,7 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 
-from .toolenv import apply_tool_env
+from npu_fpga.toolenv import apply_tool_env
 
 __all__ = ["FormalResult", "prove", "sby_text"]
 

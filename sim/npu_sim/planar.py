@@ -270,12 +270,12 @@ def run_amaranth(config, task, a, b=None, c=None, **kwargs):
 
 
 def run_verilator(config, jobs, *, seed=1, stall=0.2, plane_depth=1024, progress=None):
-    """Run tasks through the engine compiled with Verilator (:mod:`npu.planar.bench`).
+    """Run tasks through the engine compiled with Verilator (:mod:`npu_sim.planar_bench`).
 
     Same ``jobs`` and result format as :func:`run_tasks`. Stalls (probability ``stall``) hit
     the serialised command stream and the result stream.
     """
-    from npu.planar.bench import PlanarBench
+    from .planar_bench import PlanarBench
 
     from .verilator import StreamBench
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .toolenv import VERILATOR_MAKE_FIX
+from npu_fpga.toolenv import VERILATOR_MAKE_FIX
 
 __all__ = ["VerilatorError", "StreamBench", "default_cache_dir"]
 

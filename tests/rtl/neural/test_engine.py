@@ -1,0 +1,160 @@
+"""The RTL neural engine (in its standalone harness) against the golden model, bit for bit."""
+
+import numpy as np
+import pytest
+
+from npu_spec.config import preset
+from npu.neural.engine import EngineError, engine_geometry
+from npu_model.conv import ConvLayer, fc_as_conv
+from npu_sim.conv import golden_output, random_case, run_rtl, run_rtl_many
+from npu_fpga.toolenv import apply_tool_env
+
+SMALL = preset("small")
+
+
+@pytest.fixture(autouse=True)
+def _tools():
+    apply_tool_env()
+
+
+def _check(cases, results, config=SMALL):
+    for i, (case, (got, stats)) in enumerate(zip(cases, results)):
+        exp, _ = golden_output(case, config)
+        assert not stats["error"], (i, case.layer, stats)
+        bad = np.argwhere(exp != got)
+        assert bad.size == 0, (i, case.layer, f"{len(bad)} outputs differ, first at "
+                               f"{tuple(bad[0])}: golden {exp[tuple(bad[0])]:#06x} rtl "
+                               f"{got[tuple(bad[0])]:#06x}")
+        assert stats["cycles"] > 0 and 0 < stats["mac_active"] <= stats["cycles"]
+
+
+# Non-power-of-two shapes, shapes smaller than a work unit, strides 1-2, padding, dilation,
+# groups and depthwise, every format, every kernel encoding, sparsity 0-90%, activations.
+QUICK = [
+    (dict(channels=3, height=7, width=9, out_channels=5, kh=3, kw=3, pad=1, fmt="int8"),
+     dict(activation="relu")),
+    (dict(channels=4, height=9, width=9, out_channels=6, kh=3, kw=3, stride=2, pad=1,
+          fmt="fp16"), dict(activation="leaky")),
+    (dict(channels=8, height=6, width=6, out_channels=8, kh=3, kw=3, pad=1, groups=8,
+          fmt="int8"), dict(sparsity=0.3)),
+    (dict(channels=6, height=6, width=10, out_channels=12, kh=3, kw=3, pad=2, dilation=2,
+          groups=3, fmt="f16i8"), dict(activation="sigmoid")),
+    (dict(channels=5, height=5, width=5, out_channels=9, kh=1, kw=1, fmt="i8f16"), {}),
+    (dict(channels=4, height=6, width=6, out_channels=8, kh=3, kw=3, pad=1, fmt="fp16"),
+     dict(sparsity=0.7, palette_bits=4, activation="gelu")),
+    (dict(channels=4, height=5, width=6, out_channels=8, kh=3, kw=3, pad=1, fmt="int8"),
+     dict(palette_bits=2, sparse=False, activation="clamp")),
+    (dict(channels=3, height=2, width=3, out_channels=3, kh=2, kw=2, fmt="fp16"),
+     dict(activation="tanh", stochastic=True)),
+    (dict(channels=3, height=5, width=5, out_channels=3, kh=5, kw=5, pad=2, fmt="int8"),
+     dict(sparsity=0.9)),
+]
+
+
+def test_layers_verilator_with_stalls():
+    cases = [random_case(SMALL, ConvLayer(**la), seed=100 + i, **kw)
+             for i, (la, kw) in enumerate(QUICK)]
+    results = run_rtl_many([dict(case=c, stall=0.25) for c in cases], SMALL,
+                           backend="verilator", stall=0.25, seed=3)
+    _check(cases, results)
+
+
+def test_fully_connected_both_mappings():
+    cases = [random_case(SMALL, fc_as_conv(40, 21, 3, "int8", "weights"), seed=5),
+             random_case(SMALL, fc_as_conv(24, 10, 5, "fp16", "batch"), seed=6)]
+    _check(cases, run_rtl_many([dict(case=c) for c in cases], SMALL, backend="verilator"))
+
+
+def test_every_work_unit_shape():
+    layer = ConvLayer(3, 9, 11, 9, 3, 3, pad=1, fmt="int8")
+    max_rows = engine_geometry(SMALL)[0]
+    shapes = [w for w in range(5) if SMALL.macs >> w <= max_rows]
+    assert shapes == [2, 3, 4]         # 4x4, 8x2, 16x1
+    cases = [random_case(SMALL, layer, seed=7, log2w=w) for w in shapes]
+    _check(cases, run_rtl_many([dict(case=c, stall=0.1) for c in cases], SMALL,
+                               backend="verilator"))
+
+
+def test_bad_programs_set_error_and_the_next_layer_runs():
+    good = random_case(SMALL, ConvLayer(2, 5, 5, 3, 3, 3, pad=1, fmt="int8"), seed=9)
+    wide = random_case(SMALL, ConvLayer(2, 5, 40, 3, 3, 3, stride=2, fmt="int8"), seed=9,
+                       log2w=4)                              # halo 33 > 32 values
+    deep = random_case(SMALL, ConvLayer(90, 3, 3, 2, 3, 3, fmt="int8"), seed=9)
+    body_words = len(good.groups_enc[0].body) // 4
+    runs = [
+        dict(case=good, overrides={"OUT_SIZE": dict(out_h=0, out_w=5)}),
+        dict(case=good, overrides={"KERNEL": dict(kh=17, kw=3, stride=1, dilation=1, pad=1)}),
+        dict(case=wide),
+        dict(case=deep),
+        dict(case=good, kernel_patch={3: body_words - 1}),      # short kernel body
+        dict(case=good, overrides={"POST_CTRL": 12 << 4}),       # no such activation
+        dict(case=good, stall=1.0),                              # data never arrives
+        dict(case=good),
+    ]
+    results = run_rtl_many(runs, SMALL, backend="verilator")
+    codes = [stats["error_code"] for _, stats in results]
+    assert codes == [EngineError.SHAPE.value, EngineError.KERNEL.value, EngineError.HALO.value,
+                     EngineError.BUFFER.value, EngineError.EXTRACT.value,
+                     EngineError.POSTPROC.value, EngineError.TIMEOUT.value, 0]
+    assert all(stats["error"] for _, stats in results[:-1])
+    assert all(not stats["busy"] for _, stats in results)
+    _check([good], results[-1:])
+
+
+def test_amaranth_backend_and_missing_format():
+    """The same design in amaranth.sim; a format the build leaves out is refused."""
+    ice40 = preset("ice40")
+    ok = random_case(ice40, ConvLayer(2, 3, 4, 2, 2, 2, fmt="int8"), seed=11)
+    fp = random_case(SMALL, ConvLayer(2, 3, 4, 2, 2, 2, fmt="fp16"), seed=11)
+    results = run_rtl_many([dict(case=fp), dict(case=ok)], ice40, backend="amaranth",
+                           stall=0.2)
+    assert results[0][1]["error"] and results[0][1]["error_code"] == EngineError.FORMAT.value
+    _check([ok], results[1:], ice40)
+
+
+def test_dense_3x3_utilization():
+    """Cycle counts, not time: a dense 3x3 layer with 16 channels keeps the MACs >= 90% busy."""
+    case = random_case(SMALL, ConvLayer(16, 8, 8, 16, 3, 3, pad=1, fmt="int8"), seed=12)
+    case.weights[case.weights == 0] = 1
+    case.groups_enc.clear()
+    case.__post_init__()
+    got, stats = run_rtl(case, SMALL, backend="verilator")
+    _check([case], [(got, stats)])
+    # One MAC cycle per coefficient and work unit, none for anything else.
+    h = SMALL.macs // case.width
+    units = -(-8 // h) * -(-8 // case.width)
+    assert stats["mac_active"] == case.nonzero_weights * units == 16 * 16 * 9 * units
+    assert 16 * 8 * 8 * 16 * 9 / (16 * stats["cycles"]) >= 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+def test_random_sweep(seed):
+    rng = np.random.default_rng(seed)
+    cases = []
+    for i in range(10):
+        fmt = ["int8", "fp16", "f16i8", "i8f16"][int(rng.integers(4))]
+        groups = int(rng.choice([1, 1, 2, 3]))
+        dw = rng.random() < 0.2
+        icpg = 1 if dw else int(rng.integers(1, 6))
+        ocpg = 1 if dw else int(rng.integers(1, 7))
+        if dw:
+            groups = int(rng.integers(2, 12))
+        k = int(rng.choice([1, 2, 3, 5]))
+        stride = int(rng.integers(1, 3))
+        dil = int(rng.choice([1, 1, 2]))
+        pad = int(rng.integers(0, k))
+        span = dil * (k - 1) + 1
+        h = int(rng.integers(max(1, span - 2 * pad), 14))
+        w = int(rng.integers(max(1, span - 2 * pad), 14))
+        layer = ConvLayer(icpg * groups, h, w, ocpg * groups, k, k, stride=stride, pad=pad,
+                          dilation=dil, groups=groups, fmt=fmt)
+        pal = int(rng.choice([0, 0, 1, 2, 4, 6, 8]))
+        sp = float(rng.choice([0.0, 0.3, 0.5, 0.9]))
+        act = str(rng.choice(["none", "relu", "clamp"] if fmt == "int8" else
+                             ["none", "relu", "leaky", "abs", "sigmoid", "tanh", "gelu"]))
+        cases.append(random_case(SMALL, layer, seed=1000 * seed + i, sparsity=sp,
+                                 palette_bits=pal, activation=act,
+                                 stochastic=bool(rng.random() < 0.3) and fmt != "int8"))
+    _check(cases, run_rtl_many([dict(case=c, stall=0.3) for c in cases], SMALL,
+                               backend="verilator", stall=0.3, seed=seed))

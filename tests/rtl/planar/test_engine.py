@@ -1,0 +1,302 @@
+# amaranth: UnusedElaboratable=no
+"""The planar engine RTL against the golden model, bit for bit, with random stalls."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Fragment
+from npu_spec.config import NPUConfig, preset
+from npu.planar.engine import PlanarEngine, div_params
+from npu.planar.layouts import config_layout
+from npu_spec.planar import (PLANAR_ENGINE, TASK_FIELDS, PlanarError, make_task, recip_bits,
+                             task_writes)
+from npu_model import planar as pl
+from npu_sim import planar as ps
+
+
+def sweep(config, jobs, *, seed, stall, plane_depth=1024):
+    lanes = config.planar_lanes ** 2
+    results = ps.run_tasks(config, jobs, seed=seed, stall=stall, plane_depth=plane_depth)
+    for (task, a, b, c), (got, cycles, err) in zip(jobs, results):
+        assert err == ps.task_error(task, config, plane_depth), task
+        if err:
+            assert got is None
+            continue
+        exp = ps.golden(task, a, b, c, lanes=lanes)
+        assert got is not None, task
+        bad = ps.compare(exp, got, task["out_fmt"])
+        assert bad.size == 0, (task, np.asarray(exp).reshape(-1)[bad[:6]],
+                               np.asarray(got).reshape(-1)[bad[:6]])
+    return results
+
+
+def random_jobs(config, seed, n, modes=(None,), max_dim=9):
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for k in range(n):
+        task = ps.random_task(rng, config, modes[k % len(modes)], max_dim=max_dim)
+        jobs.append((task, *ps.random_operands(rng, task)))
+    return jobs
+
+
+def test_div_params():
+    """Division by a constant (or a table of constants) as a multiplication and a shift."""
+    rng = np.random.default_rng(0)
+    for nbits, divisors in [(11, [17]), (13, range(1, 16)), (12, [67])]:
+        s, ms = div_params(nbits, divisors)
+        xs = [0, (1 << nbits) - 1, *rng.integers(0, 1 << nbits, 200).tolist()]
+        for d in divisors:
+            assert all((x * ms[d]) >> s == x // d for x in xs)
+    assert div_params(13, range(1, 16))[0] <= 13 + 4
+
+
+def test_recip_rom():
+    n = np.arange(1, 65)
+    assert [recip_bits(int(k)) for k in n] == pl.recip_count(n).tolist()
+
+
+def test_register_fields_match_config_layout():
+    members = config_layout().members
+    assert set(TASK_FIELDS) == set(members)
+    for reg in PLANAR_ENGINE.registers:
+        for f in reg.fields:
+            if f.name in members:
+                assert f.width == members[f.name].width
+    writes = dict(task_writes(make_task(mode=1, kh=3, py=2, scale=0x40000000)))
+    window = PLANAR_ENGINE.decode(PLANAR_ENGINE.address("WINDOW"),
+                                  writes[PLANAR_ENGINE.address("WINDOW")])
+    assert window["kh"] == 3 and window["py"] == 2
+
+
+def test_one_lane_all_modes():
+    """P = 1: every elementwise op, pooling op and reduction in one simulation."""
+    cfg = NPUConfig(planar_lanes=1)
+    rng = np.random.default_rng(1)
+    jobs = []
+    for op in range(14):
+        t = ps.random_task(rng, cfg, "eltwise", max_dim=5)
+        t["op"] = op
+        t["bcast"] = [0, 1, 2, 3, 4][op % 5] if op >= 6 else 0
+        jobs.append((t, *ps.random_operands(rng, t)))
+    jobs += random_jobs(cfg, 2, 6, modes=("pool",), max_dim=7)
+    jobs += random_jobs(cfg, 3, 5, modes=("reduce",), max_dim=7)
+    sweep(cfg, jobs, seed=1, stall=0.25)
+
+
+def test_four_lanes_mixed():
+    """P = 2 (four lanes, a two-level tree): random tasks with shapes smaller and larger than a
+    beat, a 7x7 padded average, a mean (scale = recip(N)) and a reciprocal L2 norm
+    (pre = square, post = rsqrt)."""
+    cfg = NPUConfig(planar_lanes=2)
+    jobs = random_jobs(cfg, 4, 6, modes=("eltwise", "pool", "reduce"), max_dim=7)
+    t = ps.make_task(mode=1, op=2, in_fmt=1, out_fmt=1, channels=1, height=9, width=9,
+                     kh=7, kw=7, sy=2, sx=2, py=3, px=3)
+    jobs.append((t, *ps.random_operands(np.random.default_rng(5), t)))
+    x = np.random.default_rng(8).integers(-128, 128, (3, 5, 6)).astype(np.int8)
+    mean = ps.make_task(mode=2, op=0, out_fmt=1, channels=3, height=5, width=6,
+                        scale=int(pl.recip_count(30)))
+    rnorm = ps.make_task(mode=2, op=0, pre=4, post=3, out_fmt=1, channels=3, height=5,
+                         width=6)
+    jobs += [(mean, x, None, None), (rnorm, x, None, None)]
+    res = sweep(cfg, jobs, seed=2, stall=0.3)
+    m = res[-2][0].reshape(-1).view(np.float16).astype(np.float64)
+    assert np.allclose(m, x.reshape(3, -1).mean(axis=1), rtol=1e-3, atol=1e-3)
+    r = res[-1][0].reshape(-1).view(np.float16).astype(np.float64)
+    ref = 1 / np.sqrt((x.reshape(3, -1).astype(np.float64) ** 2).sum(axis=1))
+    assert np.allclose(r, ref, rtol=1e-3)
+
+
+def test_pool_streams_through_small_rings():
+    """Pooling streams rows through the line buffer ring and the H ring: with
+    plane_depth = 64 on four lanes (ring of 68 elements, H ring of 16 words) planes far larger
+    than the rings run, strides 1-15 (even ones included: every bank is read once per step),
+    groups that span output rows, FP16 averages, random stalls; a task one row too wide for
+    the ring is rejected."""
+    cfg = NPUConfig(planar_lanes=2)
+    depth = 64
+
+    def pt(**fields):
+        return ps.make_task(mode=1, **fields)
+
+    tasks = [
+        pt(op=2, in_fmt=1, out_fmt=1, channels=2, height=21, width=13, kh=2, kw=2, sy=2,
+           sx=2),
+        pt(op=0, channels=3, height=17, width=8, kh=3, kw=3, sy=1, sx=1, py=1, px=1),
+        pt(op=2, in_fmt=1, out_fmt=1, channels=1, height=12, width=21, kh=3, kw=4, sy=2,
+           sx=4, py=2, px=3),
+        pt(op=1, in_fmt=1, out_fmt=0, channels=2, height=9, width=21, kh=2, kw=3, sy=5,
+           sx=15, py=1, px=1),
+        pt(op=2, channels=1, height=11, width=11, kh=7, kw=7, sy=2, sx=3, py=3, px=3),
+        pt(op=0, in_fmt=1, out_fmt=1, channels=2, height=16, width=3, kh=8, kw=2, sy=1,
+           sx=1, py=4, px=1),
+    ]
+    rng = np.random.default_rng(40)
+    jobs = []
+    for t in tasks:
+        assert ps.task_error(t, cfg, depth) == 0, t
+        assert t["channels"] * t["height"] * t["width"] > 68 or t["height"] * t["width"] > 68
+        jobs.append((t, *ps.random_operands(rng, t)))
+    too_wide = ps.make_task(mode=1, op=0, channels=1, height=4, width=22, kh=2, kw=2, sy=2,
+                            sx=2)
+    assert ps.task_error(too_wide, cfg, depth) == PlanarError.BAD_SHAPE
+    fits = ps.make_task(mode=1, op=0, channels=1, height=4, width=21, kh=2, kw=2, sy=2, sx=2)
+    assert ps.task_error(fits, cfg, depth) == 0
+    jobs.insert(2, (too_wide, None, None, None))
+    jobs.append((fits, *ps.random_operands(rng, fits)))
+    # The fold order shows in the result: in the window [[2^15, 2^-10], [-2^15, 2^-10]] the row
+    # sums cancel to 0, while a row-major fold keeps the last 2^-10 (average 2^-12).
+    order = ps.make_task(mode=1, op=2, in_fmt=1, out_fmt=1, channels=1, height=4, width=8,
+                         kh=2, kw=2, sy=2, sx=2)
+    x = np.tile(np.array([[0x7800, 0x1400], [0xF800, 0x1400]], dtype=np.uint16), (2, 4))
+    jobs.append((order, x[None], None, None))
+    results = sweep(cfg, jobs, seed=41, stall=0.3, plane_depth=depth)
+    assert np.all(results[-1][0] == 0)
+
+
+def test_wide_pool_filters():
+    """planar_pool_beats = 3 (filters of 3 L lanes, results leaving the queue as up to three
+    output beats each): random tasks of every mode with stalls, and pooling streamed through
+    small rings (rows wider and narrower than a filter word, strides 1 to 15)."""
+    cfg = NPUConfig(planar_lanes=2, planar_pool_beats=3)
+    jobs = random_jobs(cfg, 60, 6, modes=("pool", "eltwise", "pool", "reduce"), max_dim=9)
+    t = ps.make_task(mode=1, op=2, in_fmt=1, out_fmt=1, channels=2, height=9, width=30,
+                     kh=3, kw=3, sy=1, sx=1, py=1, px=1)
+    jobs.append((t, *ps.random_operands(np.random.default_rng(61), t)))
+    sweep(cfg, jobs, seed=6, stall=0.3)
+    depth = 64
+    tasks = [
+        ps.make_task(mode=1, op=0, channels=3, height=17, width=8, kh=3, kw=3, sy=1, sx=1,
+                     py=1, px=1),
+        ps.make_task(mode=1, op=2, in_fmt=1, out_fmt=1, channels=1, height=12, width=21,
+                     kh=3, kw=4, sy=2, sx=4, py=2, px=3),
+        ps.make_task(mode=1, op=1, channels=2, height=9, width=21, kh=2, kw=3, sy=5, sx=15,
+                     py=1, px=1),
+        ps.make_task(mode=1, op=2, channels=1, height=11, width=12, kh=7, kw=7, sy=2, sx=1,
+                     py=3, px=3),
+        ps.make_task(mode=1, op=0, in_fmt=1, out_fmt=1, channels=2, height=9, width=21, kh=2,
+                     kw=3, sy=1, sx=1, px=1),
+    ]
+    assert all(ps.task_error(t, cfg, depth) == 0 for t in tasks)
+    rng = np.random.default_rng(62)
+    sweep(cfg, [(t, *ps.random_operands(rng, t)) for t in tasks], seed=63, stall=0.3,
+          plane_depth=depth)
+
+
+def test_errors_never_hang():
+    """Bad codes and impossible shapes set the error status, consume nothing, and the next
+    task still runs."""
+    cfg = NPUConfig(planar_lanes=1, formats=("int8",))
+    rng = np.random.default_rng(6)
+    bad = [
+        ps.make_task(mode=3, channels=1, height=2, width=2),
+        ps.make_task(mode=0, op=14, channels=1, height=2, width=2),
+        ps.make_task(mode=0, op=6, bcast=5, channels=1, height=2, width=2),
+        ps.make_task(mode=1, op=3, channels=1, height=2, width=2),
+        ps.make_task(mode=2, op=0, pre=5, channels=1, height=2, width=2),
+        ps.make_task(mode=0, op=0, channels=0, height=2, width=2),
+        ps.make_task(mode=1, op=0, channels=1, height=40, width=400, kh=2, kw=2),
+        ps.make_task(mode=0, op=6, bcast=3, channels=1, height=1, width=2000),
+        ps.make_task(mode=1, op=0, channels=1, height=4, width=4, kh=2, kw=2, py=2),
+        ps.make_task(mode=1, op=0, channels=1, height=2, width=4, kh=5, kw=2, py=1),
+        ps.make_task(mode=1, op=0, channels=1, height=4, width=4, kh=9, kw=2, py=3),
+        ps.make_task(mode=1, op=0, channels=1, height=4, width=4, kh=2, kw=2, sy=0),
+        ps.make_task(mode=0, op=0, in_fmt=1, channels=1, height=2, width=2),
+        ps.make_task(mode=2, op=0, axis=3, channels=1, height=2, width=2),
+        ps.make_task(mode=2, op=0, axis=2, post=1, channels=2, height=2, width=2),
+        # one beat more than the accumulator plane (the H ring: 1024 words on one lane)
+        ps.make_task(mode=2, op=0, axis=2, channels=2, height=32, width=33),
+    ]
+    jobs = []
+    for t in bad:
+        assert ps.task_error(t, cfg) != 0, t
+        jobs.append((t, None, None, None))
+    good = ps.random_task(rng, cfg, "pool")
+    jobs.append((good, *ps.random_operands(rng, good)))
+    results = sweep(cfg, jobs, seed=3, stall=0.2)
+    assert all(cycles < 10 for _, cycles, _ in results[:-1])
+    assert results[-1][2] == 0
+
+
+def test_reduce_across_channels():
+    """Axis ``channel`` (one result per pixel): every op and pre-operation, both formats,
+    planes of 1 to 6 beats (fewer than five beats: a beat's accumulator word is still being
+    written when the next channel's beat arrives, and the lane pipeline must wait), rows
+    narrower and wider than a beat, random stalls; the mean across channels against float64."""
+    cfg = NPUConfig(planar_lanes=2)
+    rng = np.random.default_rng(50)
+    jobs = []
+    shapes = [(3, 1, 1), (5, 1, 4), (4, 2, 3), (3, 3, 4), (6, 4, 2), (3, 5, 4), (2, 3, 9),
+              (1, 2, 5), (7, 6, 7)]
+    for k, (c, h, w) in enumerate(shapes):
+        t = ps.make_task(mode=2, axis=2, op=k % 3, pre=k % 5, in_fmt=k % 2,
+                         out_fmt=(k // 2) % 2, channels=c, height=h, width=w,
+                         scale=int(np.float32([1.0, 0.25, -3.0][k % 3]).view(np.uint32)))
+        assert ps.task_error(t, cfg) == 0, t
+        jobs.append((t, *ps.random_operands(rng, t)))
+    x = rng.integers(-128, 128, (6, 3, 5)).astype(np.int8)
+    mean = ps.make_task(mode=2, axis=2, op=0, out_fmt=1, channels=6, height=3, width=5,
+                        scale=int(pl.recip_count(6)))
+    jobs.append((mean, x, None, None))
+    res = sweep(cfg, jobs, seed=51, stall=0.3)
+    got = res[-1][0].reshape(3, 5).view(np.float16).astype(np.float64)
+    ref = x.astype(np.float64).mean(axis=0)
+    # The int8 sum is exact; times recip(6) and rounded to binary16: within one binary16 ulp.
+    assert np.all(np.abs(got - ref) <= np.spacing(np.abs(ref).astype(np.float16)))
+    assert got.shape == (3, 5)
+
+
+@pytest.mark.slow
+def test_reduce_across_channels_full_plane():
+    """The largest accumulator plane (HD = 256 beats on four lanes: 16 rows of 64) at heavy
+    output back-pressure, and one column more rejected."""
+    cfg = NPUConfig(planar_lanes=2)
+    rng = np.random.default_rng(5)
+    jobs = []
+    for c, h, w in [(2, 16, 64), (3, 16, 61)]:
+        t = ps.make_task(mode=2, axis=2, op=0, in_fmt=1, out_fmt=1, channels=c, height=h,
+                         width=w)
+        jobs.append((t, *ps.random_operands(rng, t)))
+    too_big = ps.make_task(mode=2, axis=2, op=0, channels=2, height=16, width=65)
+    assert ps.task_error(too_big, cfg) == PlanarError.BAD_SHAPE
+    jobs.append((too_big, None, None, None))
+    sweep(cfg, jobs, seed=3, stall=0.7)
+
+
+@pytest.mark.parametrize("p,k", [(1, 1), (2, 1), (1, 4),
+                                 pytest.param(4, 1, marks=pytest.mark.slow),
+                                 pytest.param(8, 3, marks=pytest.mark.slow)])
+def test_elaborates(p, k):
+    Fragment.get(PlanarEngine(NPUConfig(planar_lanes=p, planar_pool_beats=k)), None)
+
+
+def test_rejects_bad_lanes():
+    with pytest.raises(ValueError, match="power of two"):
+        PlanarEngine(NPUConfig(planar_lanes=3))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p,k,seed", [(1, 1, 10), (2, 1, 11), (2, 1, 12), (4, 1, 13),
+                                      (2, 3, 14), (1, 4, 15)])
+def test_sweep_big(p, k, seed):
+    cfg = NPUConfig(planar_lanes=p, planar_pool_beats=k)
+    sweep(cfg, random_jobs(cfg, seed, 40 if p < 4 else 12, max_dim=11), seed=seed, stall=0.3)
+
+
+@pytest.mark.slow
+def test_sweep_ice40():
+    cfg = preset("ice40")
+    sweep(cfg, random_jobs(cfg, 20, 30), seed=20, stall=0.3)
+
+
+@pytest.mark.slow
+def test_sweep_verilator():
+    """60 random tasks through the Verilator bench (4 lanes, stalls on both bench streams)."""
+    from npu_fpga.toolenv import apply_tool_env
+    apply_tool_env()
+    cfg = NPUConfig(planar_lanes=2)
+    jobs = random_jobs(cfg, 30, 60, max_dim=14)
+    results = ps.run_verilator(cfg, jobs, seed=30, stall=0.3)
+    for (task, a, b, c), (got, _cycles, err) in zip(jobs, results):
+        assert err == ps.task_error(task, cfg)
+        if not err:
+            exp = ps.golden(task, a, b, c, lanes=4)
+            assert ps.compare(exp, got, task["out_fmt"]).size == 0, task

@@ -1,0 +1,67 @@
+# amaranth: UnusedElaboratable=no
+"""The NPU top level: its NPU_INFO register file as the top wires it."""
+
+import pytest
+
+from npu.lib.csr import RegisterFile
+from npu.top import NPUInfo
+from npu_spec.config import PRESETS
+from npu_spec.registers import MAGIC, NPU_INFO, VERSION_MAJOR, VERSION_MINOR, npu_info_values
+from tests.support.csr import csr_read, csr_write, run
+
+
+# NPU_INFO as the NPU top wires it (npu.top.NPUInfo) ------------------------------------------
+
+def test_npu_info_undriven_constants():
+    dut = RegisterFile(NPU_INFO)
+
+    async def tb(ctx):
+        assert await csr_read(ctx, dut.bus, NPU_INFO.address("ID")) == (MAGIC, 0)
+        assert await csr_read(ctx, dut.bus, NPU_INFO.address("VERSION")) == (
+            VERSION_MAJOR << 16 | VERSION_MINOR, 0)
+
+    run(dut, tb)
+
+
+@pytest.mark.parametrize("preset", ["small", "ice40", "ecp5"])
+def test_npu_info(preset):
+    config = PRESETS[preset]
+    dut = NPUInfo(config)
+
+    async def tb(ctx):
+        # Identification and configuration read back as the model says.
+        for reg_name, fields in npu_info_values(config).items():
+            address = NPU_INFO.address(reg_name)
+            data, error = await csr_read(ctx, dut.bus, address)
+            assert error == 0
+            assert NPU_INFO.decode(address, data) == fields
+        assert (await csr_read(ctx, dut.bus, NPU_INFO.address("ID")))[0] == 0x4E50_5530
+
+        # SCRATCH holds what was written.
+        for value in (0xA5A5_5A5A, 0, 0xFFFF_FFFF):
+            assert await csr_write(ctx, dut.bus, *NPU_INFO.encode("SCRATCH", value=value)) == 0
+            data, _ = await csr_read(ctx, dut.bus, NPU_INFO.address("SCRATCH"))
+            assert NPU_INFO.decode(NPU_INFO.address("SCRATCH"), data) == {"value": value}
+
+        status = NPU_INFO.address("IRQ_STATUS")
+        assert await csr_read(ctx, dut.bus, status) == (0, 0)
+        # An unmapped read sets bus_read_error, an unmapped write bus_write_error.
+        assert await csr_read(ctx, dut.bus, 0x6) == (0, 1)
+        await ctx.tick()
+        data, _ = await csr_read(ctx, dut.bus, status)
+        assert NPU_INFO.decode(status, data) == {"bus_read_error": 1, "bus_write_error": 0}
+        assert await csr_write(ctx, dut.bus, 0xF, 0x1234) == 1
+        await ctx.tick()
+        data, _ = await csr_read(ctx, dut.bus, status)
+        assert NPU_INFO.decode(status, data) == {"bus_read_error": 1, "bus_write_error": 1}
+        # Write one to clear, one flag at a time.
+        await csr_write(ctx, dut.bus, *NPU_INFO.encode("IRQ_STATUS", bus_read_error=1))
+        data, _ = await csr_read(ctx, dut.bus, status)
+        assert NPU_INFO.decode(status, data) == {"bus_read_error": 0, "bus_write_error": 1}
+        await csr_write(ctx, dut.bus, *NPU_INFO.encode("IRQ_STATUS", bus_write_error=1))
+        assert await csr_read(ctx, dut.bus, status) == (0, 0)
+        # SCRATCH was not disturbed by the failed write.
+        data, _ = await csr_read(ctx, dut.bus, NPU_INFO.address("SCRATCH"))
+        assert data == 0xFFFF_FFFF
+
+    run(dut, tb)
