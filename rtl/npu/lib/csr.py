@@ -16,13 +16,14 @@ The CSR bus is a single-cycle, no-wait-state bus with word addresses (see :mod:`
 * A read and a write in the same cycle are allowed; the read returns the value before the write.
 """
 
-from amaranth.hdl import Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.regmap import DATA_WIDTH, Register, RegisterMap
 
-__all__ = ["CSRSignature", "RegisterFile", "register_layout", "register_signature"]
+__all__ = ["CSRDecoder", "CSRSignature", "RegisterFile", "register_layout",
+           "register_signature"]
 
 
 class CSRSignature(wiring.Signature):
@@ -267,4 +268,82 @@ class RegisterFile(wiring.Component):
                 with m.If(bus.r_en | bus.w_en):
                     m.d.sync += bus.error.eq(1)
 
+        return m
+
+
+class CSRDecoder(wiring.Component):
+    """One CSR bus onto several targets, each at a window of word addresses.
+
+    The windows come from the register maps (``npu_spec.registers.ADDRESS_WINDOWS``, or each
+    map's ``(base, size)``). An access inside a window goes to that window's target with the
+    window's start subtracted; the read data of all targets are ORed (each answers 0 unless it
+    was read); an access outside every window gets the error strobe in the next cycle, like an
+    unmapped register.
+
+    Parameters
+    ----------
+    windows : dict of str to (int, int)
+        ``{name: (start, size)}``; windows must not overlap.
+    addr_width : int
+        Width of the initiator's word address.
+
+    Members
+    -------
+    bus : In(CSRSignature(addr_width))
+        The initiator.
+    <name> : Out(CSRSignature(ceil_log2(size)))
+        One target bus per window.
+    """
+
+    def __init__(self, windows, addr_width):
+        windows = dict(windows)
+        if not windows:
+            raise ValueError("a CSR decoder needs at least one window")
+        spans = sorted((start, start + size, name) for name, (start, size) in windows.items())
+        for (s0, e0, n0), (s1, e1, n1) in zip(spans, spans[1:]):
+            if s1 < e0:
+                raise ValueError(f"windows {n0} and {n1} overlap")
+        for name, (start, size) in windows.items():
+            if not name.isidentifier() or name in ("bus", "signature"):
+                raise ValueError(f"window name must be an identifier other than 'bus', "
+                                 f"not {name!r}")
+            if size < 1 or start < 0 or start + size > (1 << addr_width):
+                raise ValueError(f"window {name} ({start:#x}, {size:#x}) does not fit a "
+                                 f"{addr_width}-bit address")
+        self._windows = windows
+        members = {"bus": In(CSRSignature(addr_width))}
+        for name, (start, size) in windows.items():
+            members[name.lower()] = Out(CSRSignature(max(1, (size - 1).bit_length())))
+        super().__init__(members)
+
+    @property
+    def windows(self):
+        return dict(self._windows)
+
+    def target(self, name):
+        """The bus of window ``name``."""
+        return getattr(self, name.lower())
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        hits = []
+        r_data = 0
+        error = 0
+        for name, (start, size) in self._windows.items():
+            target = self.target(name)
+            hit = Signal(name=f"hit_{name.lower()}")
+            m.d.comb += [
+                hit.eq((bus.addr >= start) & (bus.addr < start + size)),
+                target.addr.eq(bus.addr - start),
+                target.w_data.eq(bus.w_data),
+                target.w_en.eq(bus.w_en & hit),
+                target.r_en.eq(bus.r_en & hit),
+            ]
+            hits.append(hit)
+            r_data = r_data | target.r_data
+            error = error | target.error
+        missed = Signal()
+        m.d.sync += missed.eq((bus.r_en | bus.w_en) & ~Cat(*hits).any())
+        m.d.comb += [bus.r_data.eq(r_data), bus.error.eq(error | missed)]
         return m

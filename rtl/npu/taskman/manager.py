@@ -10,13 +10,8 @@ from npu_spec.config import NPUConfig
 from ..lib.csr import CSRSignature, RegisterFile
 from npu_spec.registers import ADDRESS_WINDOWS
 from .arbiter import Arbiter
-from .layouts import (
-    ADDR_WIDTH,
-    QUEUE_WIDTH,
-    EngineSignature,
-    MemReadSignature,
-    WriteLayout,
-)
+from ..lib.engine import ADDR_WIDTH, QUEUE_WIDTH, EngineSignature, WriteLayout
+from .layouts import MemReadSignature
 from npu_spec.taskman import BASE_TABLE_SIZE, PRIORITY_WIDTH, Cause, task_manager_map
 from .slots import SlotRing
 from .taskbuffer import ENGINES, TaskBuffer

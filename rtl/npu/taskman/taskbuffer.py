@@ -4,7 +4,7 @@ from amaranth.hdl import Array, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import QUEUE_WIDTH, SEQ_WIDTH, TaskEntry
+from ..lib.engine import QUEUE_WIDTH, SEQ_WIDTH, TaskEntry
 
 __all__ = ["ENGINES", "TaskBuffer"]
 

@@ -377,3 +377,45 @@ def test_random_against_model(seed):
                     assert ctx.get(port.written) == ref.written[r.name], r.name
 
     run(dut, tb)
+
+
+# The decoder in front of several register files ------------------------------------------------
+
+def test_decoder_routes_windows():
+    from npu.lib.csr import CSRDecoder
+    from npu_spec.registers import ADDRESS_WINDOWS
+
+    windows = {name: ADDRESS_WINDOWS[name] for name in ("NPU_INFO", "PLANAR_ENGINE")}
+    other = RegisterMap("OTHER", base=ADDRESS_WINDOWS["PLANAR_ENGINE"][0], registers=[
+        Register("A", offset=0x3, fields=[Field("v", 32)])])
+    m = Module()
+    m.submodules.dec = dec = CSRDecoder(windows, 16)
+    m.submodules.info = info = RegisterFile(NPU_INFO, addr_width=8)   # the window's width
+    m.submodules.other = rf = RegisterFile(other)
+    wiring.connect(m, dec.target("NPU_INFO"), info.bus)
+    m.d.comb += [rf.bus.addr.eq(dec.planar_engine.addr), rf.bus.w_en.eq(dec.planar_engine.w_en),
+                 rf.bus.r_en.eq(dec.planar_engine.r_en),
+                 rf.bus.w_data.eq(dec.planar_engine.w_data),
+                 dec.planar_engine.r_data.eq(rf.bus.r_data),
+                 dec.planar_engine.error.eq(rf.bus.error)]
+
+    async def tb(ctx):
+        scratch = NPU_INFO.address("SCRATCH")
+        assert await csr_write(ctx, dec.bus, scratch, 0x1234) == 0
+        assert await csr_write(ctx, dec.bus, other.address("A"), 0x5678) == 0
+        assert await csr_read(ctx, dec.bus, scratch) == (0x1234, 0)
+        assert await csr_read(ctx, dec.bus, other.address("A")) == (0x5678, 0)
+        # Unmapped inside a window (the target's error) and outside every window (the
+        # decoder's own).
+        assert await csr_read(ctx, dec.bus, other.base + 1) == (0, 1)
+        assert await csr_read(ctx, dec.bus, 0x2000) == (0, 1)
+        assert await csr_write(ctx, dec.bus, 0x2000, 1) == 1
+        assert ctx.get(info.scratch.value) == 0x1234
+
+    run(m, tb)
+
+
+def test_decoder_rejects_overlapping_windows():
+    from npu.lib.csr import CSRDecoder
+    with pytest.raises(ValueError, match="overlap"):
+        CSRDecoder({"A": (0, 0x100), "B": (0x80, 0x100)}, 16)

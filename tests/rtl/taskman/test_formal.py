@@ -7,7 +7,7 @@ from amaranth.hdl import Array, Assert, Assume, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 from npu.taskman import Arbiter, TaskBuffer
-from npu.taskman.layouts import SEQ_WIDTH, TaskEntry
+from npu.lib.engine import SEQ_WIDTH, TaskEntry
 from npu.taskman.slots import SlotRing
 from npu.taskman.taskbuffer import ENGINES
 from npu_sim.formal import prove

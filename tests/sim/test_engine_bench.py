@@ -1,0 +1,134 @@
+# amaranth: UnusedElaboratable=no
+"""The engine bench protocol on a small engine with the shared interface."""
+
+import enum
+
+import pytest
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from npu.lib.engine import EngineControl, EngineSignature, WriteLayout
+from npu.lib.csr import CSRSignature
+from npu_sim.engine_bench import BenchProgram, EngineBench, StreamDataSide, run_bench
+from npu_spec.codes import coded
+from npu_spec.engine import TASK_OFFSET, control_registers
+from npu_spec.regmap import Field, Register, RegisterMap
+
+
+@coded(4)
+class AddError(enum.IntEnum):
+    NONE = 0
+    EMPTY = 3
+
+
+MAP = RegisterMap("ADDER", base=0x6000, registers=control_registers(AddError) + [
+    Register("COUNT", offset=TASK_OFFSET, fields=[Field("n", 8)]),
+    Register("OFFSET", fields=[Field("k", 16)]),
+])
+
+
+class AddEngine(wiring.Component):
+    """Adds OFFSET to each of COUNT beats of stream ``a``; COUNT 0 is an error."""
+
+    def __init__(self):
+        self._control = EngineControl(MAP)
+        super().__init__({
+            "writes": In(stream.Signature(WriteLayout)),
+            "csr": In(CSRSignature(self._control.csr.addr.shape().width)),
+            "task": In(EngineSignature()),
+            "a": In(stream.Signature(16)),
+            "out": Out(stream.Signature(16)),
+        })
+
+    @property
+    def base(self):
+        return MAP.base
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.control = ctl = self._control
+        for name in ("writes", "csr", "task"):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(ctl, name))
+        regs = ctl.regs
+        left = Signal(8)
+        running = Signal()
+        with m.If(ctl.go):
+            m.d.sync += [left.eq(regs.count.n), running.eq(regs.count.n != 0)]
+        m.d.comb += [self.out.valid.eq(self.a.valid & running),
+                     self.out.payload.eq(self.a.payload + regs.offset.k),
+                     self.a.ready.eq(self.out.ready & running)]
+        with m.If(self.out.valid & self.out.ready):
+            m.d.sync += left.eq(left - 1)
+            with m.If(left == 1):
+                m.d.sync += running.eq(0)
+        # The task ends the cycle after its last beat (or at once for COUNT 0).
+        m.d.comb += ctl.finish.eq(ctl.busy & ~running)
+        empty = Signal()
+        with m.If(ctl.go):
+            m.d.sync += empty.eq(regs.count.n == 0)
+        with m.If(empty):
+            m.d.comb += ctl.code.eq(AddError.EMPTY)
+        return m
+
+
+def make_bench():
+    engine = AddEngine()
+    side = StreamDataSide(["a"], "out", 16, 32)
+    return EngineBench(engine, side, data_width=32)
+
+
+def program(tasks):
+    p = BenchProgram(32)
+    for n, k, values in tasks:
+        p.writes([MAP.encode("COUNT", n=n), MAP.encode("OFFSET", k=k)])
+        p.start()
+        for v in values:
+            p.load(0, v)
+        p.wait(outputs=len(values) if n else 0)
+        p.read(MAP.address("STATUS")).read(MAP.address("CYCLES"))
+    return p
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.4])
+def test_protocol(stall):
+    bench = make_bench()
+    tasks = [(3, 100, [1, 2, 3]), (0, 5, []), (2, 7, [40, 50])]
+    p = program(tasks)
+    records = run_bench(bench, p, stall=stall, seed=3)
+    assert len(records) == 3 * len(tasks)
+    for t, (n, k, values) in enumerate(tasks):
+        (kind, code, data), (_, status), (_, cycles) = records[3 * t:3 * t + 3]
+        assert kind == "wait"
+        assert data == [v + k for v in values]
+        fields = MAP.decode(MAP.address("STATUS"), status)
+        if n:
+            assert code == 0 and fields["error"] == 0 and cycles >= n
+        else:
+            assert code == AddError.EMPTY and fields["error_code"] == AddError.EMPTY
+        assert fields["busy"] == 0
+
+
+def test_parse_reports_a_missing_answer():
+    p = BenchProgram(32).wait()
+    with pytest.raises(RuntimeError, match="no answer"):
+        p.parse([])
+
+
+def test_protocol_under_verilator():
+    from npu_fpga.toolenv import apply_tool_env
+    from npu_sim.verilator import StreamBench
+
+    apply_tool_env()
+    bench = make_bench()
+    tasks = [(4, 1, [10, 20, 30, 40]), (0, 0, [])]
+    verilator = StreamBench(bench, in_name="cmd", out_name="res")
+    # Without stalls every answer, cycle counts included, is the same in both simulators;
+    # with stalls (drawn differently) everything but the cycle counts.
+    amaranth = run_bench(make_bench(), program(tasks), seed=5)
+    assert run_bench(bench, program(tasks), backend="verilator", verilator=verilator) == amaranth
+    stalled = run_bench(bench, program(tasks), backend="verilator", stall=0.3, seed=5,
+                        verilator=verilator)
+    cycles = [2, 5]     # the CYCLES reads
+    assert [r for i, r in enumerate(stalled) if i not in cycles] == \
+        [r for i, r in enumerate(amaranth) if i not in cycles]
