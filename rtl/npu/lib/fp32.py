@@ -8,7 +8,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from npu_spec import mac as mac_spec
-from npu_spec.formats import F16_QNAN, F32_ONE, F32_QNAN
+from npu_spec.formats import F16_QNAN, F32_NEG_INF, F32_ONE, F32_POS_INF, F32_QNAN
 
 from .enums import hw_enum
 
@@ -65,6 +65,15 @@ def count_leading_zeros(m, value, name):
 def count_trailing_zeros(m, value, name):
     """Combinational count of trailing zeros of ``value`` (``len(value)`` if it is zero)."""
     return count_leading_zeros(m, Cat(*reversed(list(value))), name)
+
+
+#: What the adder's stages A, B and C hold (``is_add``: the operation is an add, else ``sel``
+#: holds the max / min / compare result already).
+_STAGE_COMMON = {"is_add": 1, "sel": 32, "nan": 1, "inf": 1, "sign": 1}
+_STAGE_A = data.StructLayout({**_STAGE_COMMON, "sub": 1, "exp": 8, "mbig": 24, "msmall": 24,
+                              "diff": 8})
+_STAGE_B = data.StructLayout({**_STAGE_COMMON, "sub": 1, "exp": 8, "total": 28})
+_STAGE_C = data.StructLayout({**_STAGE_COMMON, "zero": 1, "exp": 9, "norm": 27})
 
 
 class FP32AddPipe(wiring.Component):
@@ -148,122 +157,98 @@ class FP32AddPipe(wiring.Component):
             with m.Default():
                 m.d.comb += sel_val.eq(cmp_val)
 
-        sa_is_add = Signal(name="sa_is_add")
-        sa_sel    = Signal(32, name="sa_sel")
-        sa_nan    = Signal(name="sa_nan")
-        sa_inf    = Signal(name="sa_inf")
-        sa_sign   = Signal(name="sa_sign")
-        sa_sub    = Signal(name="sa_sub")
-        sa_exp    = Signal(8, name="sa_exp")
-        sa_mbig   = Signal(24, name="sa_mbig")
-        sa_msmall = Signal(24, name="sa_msmall")
-        sa_diff   = Signal(8, name="sa_diff")
+        sa = Signal(_STAGE_A, name="sa")
         with m.If(self.en):
             m.d.sync += [
-                sa_is_add.eq(self.op == MacOp.MAC),
-                sa_sel.eq(sel_val),
-                sa_nan.eq(a_nan | b_nan | (a_inf & b_inf & (a.sign != b.sign))),
-                sa_inf.eq(a_inf | b_inf),
+                sa.is_add.eq(self.op == MacOp.MAC),
+                sa.sel.eq(sel_val),
+                sa.nan.eq(a_nan | b_nan | (a_inf & b_inf & (a.sign != b.sign))),
+                sa.inf.eq(a_inf | b_inf),
                 # An infinite operand is the larger magnitude, so its sign is big.sign.
-                sa_sign.eq(big.sign),
-                sa_sub.eq(a.sign != b.sign),
-                sa_exp.eq(big_e),
-                sa_mbig.eq(Mux(big.exp != 0, (1 << 23) | big.frac, big.frac)),
-                sa_msmall.eq(Mux(small.exp != 0, (1 << 23) | small.frac, small.frac)),
-                sa_diff.eq(big_e - small_e),
+                sa.sign.eq(big.sign),
+                sa.sub.eq(a.sign != b.sign),
+                sa.exp.eq(big_e),
+                sa.mbig.eq(Mux(big.exp != 0, (1 << 23) | big.frac, big.frac)),
+                sa.msmall.eq(Mux(small.exp != 0, (1 << 23) | small.frac, small.frac)),
+                sa.diff.eq(big_e - small_e),
             ]
 
         # ---- Stage B: align the smaller significand (guard, round, sticky) and add ----
         small3 = Signal(27)
-        m.d.comb += small3.eq(sa_msmall.shift_left(3))
+        m.d.comb += small3.eq(sa.msmall.shift_left(3))
         shifted = Signal(27)
-        m.d.comb += shifted.eq(Mux(sa_diff >= 27, 0, small3 >> sa_diff[:5]))
+        m.d.comb += shifted.eq(Mux(sa.diff >= 27, 0, small3 >> sa.diff[:5]))
         # A set bit is shifted out iff the lowest set bit of small3 (at 3 + trailing zeros of
         # the significand) lies below the shift distance.
-        small_tz = count_trailing_zeros(m, sa_msmall, name="sa_small_tz")
-        sticky = (sa_msmall != 0) & ((small_tz + 3) < sa_diff)
+        small_tz = count_trailing_zeros(m, sa.msmall, name="sa_small_tz")
+        sticky = (sa.msmall != 0) & ((small_tz + 3) < sa.diff)
         aligned = shifted | sticky
-        big3 = sa_mbig.shift_left(3)
+        big3 = sa.mbig.shift_left(3)
         total = Signal(28)
-        m.d.comb += total.eq(Mux(sa_sub, big3 - aligned, big3 + aligned))
+        m.d.comb += total.eq(Mux(sa.sub, big3 - aligned, big3 + aligned))
 
-        sb_is_add = Signal(name="sb_is_add")
-        sb_sel    = Signal(32, name="sb_sel")
-        sb_nan    = Signal(name="sb_nan")
-        sb_inf    = Signal(name="sb_inf")
-        sb_sign   = Signal(name="sb_sign")
-        sb_sub    = Signal(name="sb_sub")
-        sb_exp    = Signal(8, name="sb_exp")
-        sb_total  = Signal(28, name="sb_total")
+        sb = Signal(_STAGE_B, name="sb")
         with m.If(self.en):
             m.d.sync += [
-                sb_is_add.eq(sa_is_add), sb_sel.eq(sa_sel), sb_nan.eq(sa_nan),
-                sb_inf.eq(sa_inf), sb_sign.eq(sa_sign), sb_sub.eq(sa_sub), sb_exp.eq(sa_exp),
-                sb_total.eq(total),
+                sb.is_add.eq(sa.is_add), sb.sel.eq(sa.sel), sb.nan.eq(sa.nan),
+                sb.inf.eq(sa.inf), sb.sign.eq(sa.sign), sb.sub.eq(sa.sub), sb.exp.eq(sa.exp),
+                sb.total.eq(total),
             ]
 
         # ---- Stage C: normalise (right by one on carry, else left, not below exponent 1) ----
-        lz = count_leading_zeros(m, sb_total[:27], name="sb_lz")
-        room = sb_exp - 1
+        lz = count_leading_zeros(m, sb.total[:27], name="sb_lz")
+        room = sb.exp - 1
         shift = Signal(8)
         m.d.comb += shift.eq(Mux(lz < room, lz, room))
         norm = Signal(27)
         norm_exp = Signal(9)
-        with m.If(sb_total[27]):
+        with m.If(sb.total[27]):
             m.d.comb += [
-                norm.eq(sb_total[1:28] | sb_total[0]),
-                norm_exp.eq(sb_exp + 1),
+                norm.eq(sb.total[1:28] | sb.total[0]),
+                norm_exp.eq(sb.exp + 1),
             ]
         with m.Else():
             m.d.comb += [
-                norm.eq((sb_total[:27] << shift[:5])[:27]),
-                norm_exp.eq(sb_exp - shift),
+                norm.eq((sb.total[:27] << shift[:5])[:27]),
+                norm_exp.eq(sb.exp - shift),
             ]
 
-        sc_is_add = Signal(name="sc_is_add")
-        sc_sel    = Signal(32, name="sc_sel")
-        sc_nan    = Signal(name="sc_nan")
-        sc_inf    = Signal(name="sc_inf")
-        sc_sign   = Signal(name="sc_sign")
-        sc_zero   = Signal(name="sc_zero")
-        sc_exp    = Signal(9, name="sc_exp")
-        sc_norm   = Signal(27, name="sc_norm")
+        sc = Signal(_STAGE_C, name="sc")
         with m.If(self.en):
             m.d.sync += [
-                sc_is_add.eq(sb_is_add), sc_sel.eq(sb_sel), sc_nan.eq(sb_nan),
-                sc_inf.eq(sb_inf),
+                sc.is_add.eq(sb.is_add), sc.sel.eq(sb.sel), sc.nan.eq(sb.nan), sc.inf.eq(sb.inf),
                 # An exact zero sum is +0 unless both operands were -0.
-                sc_sign.eq(Mux(sb_total == 0, sb_sign & ~sb_sub, sb_sign)),
-                sc_zero.eq(sb_total == 0),
-                sc_exp.eq(norm_exp),
-                sc_norm.eq(norm),
+                sc.sign.eq(Mux(sb.total == 0, sb.sign & ~sb.sub, sb.sign)),
+                sc.zero.eq(sb.total == 0),
+                sc.exp.eq(norm_exp),
+                sc.norm.eq(norm),
             ]
 
         # ---- Stage D (combinational): round to nearest even and pack ----
-        lsb = sc_norm[3]
-        guard = sc_norm[2]
-        rest = sc_norm[1] | sc_norm[0]
+        lsb = sc.norm[3]
+        guard = sc.norm[2]
+        rest = sc.norm[1] | sc.norm[0]
         rounded = Signal(25)
-        m.d.comb += rounded.eq(sc_norm[3:27] + (guard & (rest | lsb)))
+        m.d.comb += rounded.eq(sc.norm[3:27] + (guard & (rest | lsb)))
         sig = Signal(24)
         exp = Signal(9)
         with m.If(rounded[24]):
-            m.d.comb += [sig.eq(rounded[1:25]), exp.eq(sc_exp + 1)]
+            m.d.comb += [sig.eq(rounded[1:25]), exp.eq(sc.exp + 1)]
         with m.Else():
-            m.d.comb += [sig.eq(rounded[:24]), exp.eq(sc_exp)]
+            m.d.comb += [sig.eq(rounded[:24]), exp.eq(sc.exp)]
         exp_field = Mux(sig[23], exp, 0)
 
         sum_val = Signal(32)
-        with m.If(sc_nan):
+        with m.If(sc.nan):
             m.d.comb += sum_val.eq(F32_QNAN)
-        with m.Elif(sc_inf | (exp_field >= 0xFF)):
-            m.d.comb += sum_val.eq(Mux(sc_sign, 0xFF80_0000, 0x7F80_0000))
-        with m.Elif(sc_zero):
-            m.d.comb += sum_val.eq(sc_sign << 31)
+        with m.Elif(sc.inf | (exp_field >= 0xFF)):
+            m.d.comb += sum_val.eq(Mux(sc.sign, F32_NEG_INF, F32_POS_INF))
+        with m.Elif(sc.zero):
+            m.d.comb += sum_val.eq(sc.sign << 31)
         with m.Else():
-            m.d.comb += sum_val.eq(Cat(sig[:23], exp_field[:8], sc_sign))
+            m.d.comb += sum_val.eq(Cat(sig[:23], exp_field[:8], sc.sign))
 
-        m.d.comb += self.result.eq(Mux(sc_is_add, sum_val, sc_sel))
+        m.d.comb += self.result.eq(Mux(sc.is_add, sum_val, sc.sel))
         return m
 
 
@@ -315,7 +300,7 @@ def product_to_f32(m, sign, sig, exp, inf, nan, name):
     with m.If(nan):
         m.d.comb += out.eq(F32_QNAN)
     with m.Elif(inf):
-        m.d.comb += out.eq(Mux(sign, 0xFF80_0000, 0x7F80_0000))
+        m.d.comb += out.eq(Mux(sign, F32_NEG_INF, F32_POS_INF))
     with m.Elif(sig == 0):
         m.d.comb += out.eq(sign << 31)
     with m.Else():
