@@ -3,8 +3,8 @@
 Plain Python (no Amaranth, no numpy). Three parts:
 
 * **Behavioural engines** (:func:`engine_cycles`, :func:`task_value`, :class:`DataSpace`): a task
-  runs for the number of cycles written to its engine's first register (word ``0x2000`` for the
-  neural engine, ``0x3000`` for the planar engine; a simulation convention of the behavioural
+  runs for the number of cycles written to its engine's first register (the first word of the
+  engine's address window, :data:`ENGINE_WINDOW`; a simulation convention of the behavioural
   models only), reads ``src_len`` words at ``src`` from the data buffer or from system memory
   (``base + src``), and writes one tagged word, a hash of its network, task ID and inputs, to
   the buffer at ``dst`` and, when told to, to system memory at ``base + dst``. Every access is

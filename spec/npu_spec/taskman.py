@@ -1,8 +1,8 @@
 """The neural task manager: register map, queue layout, exception causes, counters.
 
-The map lies in ``ADDRESS_WINDOWS["TASK_MANAGER"]`` (word addresses 0x1000 to 0x1FFF). Its
-layout does not depend on the number of task queues: queue ``i`` always has its six registers at
-offset ``0x40 + 8 * i``, so a build with fewer queues simply has fewer registers.
+The map lies in the ``TASK_MANAGER`` window of ``ADDRESS_WINDOWS``. Its layout does not depend
+on the number of task queues: queue ``i`` always has its six registers at offset
+``0x40 + 8 * i``, so a build with fewer queues simply has fewer registers.
 :func:`task_manager_map` builds the map for a given count; :data:`TASK_MANAGER` is the map of
 the default configuration (8 queues), which ``docs/registers.md`` documents.
 """
