@@ -1,5 +1,7 @@
 """Amaranth gateware of the open neural processor.
 
-Importing ``npu`` itself pulls in nothing heavy: ``npu_spec.config`` is plain Python and is shared
-with the golden model (``npu_model``) and the compiler.
+``npu.lib`` holds what the blocks share (the CSR bus and register files, loop-nest counters,
+pipeline helpers, binary32 units, the engine interface); ``npu.neural``, ``npu.planar`` and
+``npu.taskman`` are the blocks, one sub-unit a file; ``npu.top`` composes the NPU. Every fact the
+gateware shares with the golden model and the compiler comes from ``npu_spec``.
 """

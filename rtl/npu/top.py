@@ -1,10 +1,10 @@
-"""The NPU top level as it exists so far.
+"""The NPU top level.
 
-Today the top holds the host register file (``NPU_INFO``: identification, the build's
-configuration, a scratch register and bus-error interrupt status) and the MAC arrays of the
-neural engine cores, whose command and result streams are ports until the engine's input
-buffer, rasterizer and post-processor (which will drive them) exist. ``docs/architecture.md``
-shows where each later block plugs in.
+:class:`NPUInfo` is the host register file ``NPU_INFO`` (identification, the build's
+configuration, a scratch register and bus-error interrupt status). :class:`NPUTop` holds it and
+one MAC array per neural engine core with the arrays' command and result streams as ports: the
+engines, the task manager, the data processor and the DMA are composed here once the data
+processor exists (``docs/architecture.md``).
 """
 
 from amaranth.hdl import Module, Signal
