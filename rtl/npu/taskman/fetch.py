@@ -77,6 +77,16 @@ class Fetch(wiring.Component):
             raise ValueError(f"Slot size must be a power of two in [8, 256], not {slot_words!r}")
         self._queues = queues
         self._slot_words = slot_words
+        # Fetch state; attributes (not locals of elaborate) so that formal harnesses can state
+        # invariants over them.
+        self.busy = Signal()            # reading a descriptor
+        self.valid = Signal()           # the fetch queue holds a complete descriptor
+        self.fetched = Signal(Fetched)  # its queue, address, base, TSR flag and length
+        self.length_known = Signal()
+        self.issued = Signal(8)         # words requested
+        self.received = Signal(8)       # words arrived
+        self.pending = Signal()         # a word was requested last cycle
+        self.stale = Signal()           # the fetch no longer matches the target
         super().__init__({
             "queue": In(data.ArrayLayout(QueueStatus, queues)),
             "control": In(data.ArrayLayout(QueueControl, queues)),
@@ -104,19 +114,14 @@ class Fetch(wiring.Component):
         control = Array(self.control[i] for i in range(nq))
         window = Array(self.window[j] for j in range(BASE_TABLE_SIZE))
 
-        busy = Signal()            # reading a descriptor
-        valid = Signal()           # the fetch queue holds a complete descriptor
-        fetched = Signal(Fetched)  # its queue, address, base, TSR flag and length
+        busy, valid, fetched = self.busy, self.valid, self.fetched
         slot = fetched.slot
-        length_known = Signal()
+        length_known, issued, received = self.length_known, self.issued, self.received
+        pending, stale = self.pending, self.stale
         limit = Signal(ADDR_WIDTH)
-        issued = Signal(8)         # words requested
-        received = Signal(8)       # words arrived
-        pending = Signal()         # a word was requested last cycle
         entry_left = Signal(ENTRY["count"].width)   # data words left in the current entry
 
         # The fetch queue is replaced (no side effects) when it no longer matches the target.
-        stale = Signal()
         m.d.comb += stale.eq(~self.target_valid | (slot.queue != self.target) |
                              (queue[slot.queue].head != slot.addr) | queue[slot.queue].retired)
 
