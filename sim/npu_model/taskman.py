@@ -219,14 +219,18 @@ class TaskManagerModel:
         Number of task queues.
     config_depth, buffer_depth : int
         Configuration-queue and task-buffer depths.
+    slot_words : int
+        Largest descriptor accepted, in words.
     skew : int
         Skew limit (0: the buffer depth).
     watchdog : int
         Watchdog limit in cycles (0: off).
     """
 
-    def __init__(self, image, queues=4, *, config_depth=2, buffer_depth=4, skew=0, watchdog=0):
+    def __init__(self, image, queues=4, *, config_depth=2, buffer_depth=4, slot_words=32, skew=0,
+                 watchdog=0):
         self.space = DataSpace(image)
+        self.slot_words = slot_words
         self.image = dict(image)
         self.q = [_Queue() for _ in range(queues)]
         self.config_depth = config_depth
@@ -308,10 +312,8 @@ class TaskManagerModel:
             self.fetches.append(self.fetch)
             try:
                 desc = decode(self._words(q.head), network=q.network,
-                              window=(q.base, q.limit), address=q.head)
-                length = desc.length
-                if q.tail and q.head + length > q.tail:
-                    raise WindowError("Descriptor beyond the tail")
+                              window=(q.base, q.limit), address=q.head, tail=q.tail,
+                              max_length=self.slot_words)
             except DescriptorError as e:
                 cause = {DecodeError: Cause.DECODE, AddressError: Cause.ADDRESS,
                          WindowError: Cause.WINDOW}[type(e)]

@@ -29,7 +29,7 @@ network's memory window).
 from dataclasses import dataclass, field
 
 from .engine import Engine
-from .regmap import Field, Register, WriteBlock
+from .regmap import DATA_WIDTH, Field, Register, WriteBlock
 from .registers import ADDRESS_WINDOWS
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "MAX_LENGTH",
     "NE",
     "PE",
+    "SWITCH_POINTS",
     "AddressError",
     "DecodeError",
     "Descriptor",
@@ -51,6 +52,7 @@ __all__ = [
     "check_window",
     "decode",
     "encode",
+    "reserved_mask",
 ]
 
 #: ``H0.magic`` of every descriptor.
@@ -61,6 +63,9 @@ PE = Engine.PLANAR
 
 #: Task flags, in ``H0`` bit order.
 FLAGS = ("tse", "spc", "dpc", "tsr", "spl", "src_mem", "dst_mem", "irq")
+#: The flags that make a task a switch point: the task manager starts it only when every older
+#: task has completed and starts no younger task before it completes (a barrier).
+SWITCH_POINTS = ("tse", "tsr", "spl")
 
 #: The header words.
 HEADER = (
@@ -101,6 +106,17 @@ ENTRY = Register("ENTRY", doc="Entry header: a run of consecutive register write
     Field("address", 16, doc="Word address of the first register written."),
     Field("count", 16, doc="Registers written (>= 1); that many data words follow."),
 ])
+
+
+def reserved_mask(register):
+    """Bits of a descriptor word declared by ``register`` (an element of :data:`HEADER`, or
+    :data:`ENTRY`) that lie outside every field: they must be 0."""
+    if not isinstance(register, Register):
+        raise TypeError(f"Register must be a Register, not {register!r}")
+    declared = 0
+    for f in register.fields:
+        declared |= f.mask
+    return ~declared & ((1 << DATA_WIDTH) - 1)
 
 
 class DescriptorError(ValueError):
@@ -213,12 +229,29 @@ def _unpack(register, word, what):
         raise DecodeError(f"Reserved bits set in {what}: 0x{word:08X}") from None
 
 
-def decode(words, *, network=None, window=None, address=0):
+def decode(words, *, network=None, window=None, address=0, tail=None,
+           max_length=MAX_LENGTH):
     """Parse and check the descriptor at the start of ``words``.
 
     ``network`` (the queue's network ID) and ``window`` (``(base, words)`` of the queue's base
     table entry) enable the corresponding checks; ``address`` is where the descriptor sits in
-    memory. Returns a :class:`Descriptor` or raises a :class:`DescriptorError` subclass.
+    memory; ``tail`` (the queue's ``TAIL``; ``None`` or 0: unchecked) is the end of the list:
+    a descriptor reaching past it is a :class:`WindowError`; ``max_length`` is the largest
+    length accepted (the task manager's slot size).
+
+    The words are checked in memory order, as the task manager's DMA checks them while they
+    arrive, so the first failing word decides the error class; within a word, a
+    :class:`DecodeError` comes before a :class:`WindowError` or an :class:`AddressError`:
+
+    * H0: magic, reserved bits, length below :data:`HEADER_WORDS` or above ``max_length``
+      (decode); the descriptor outside the window or past the tail (window);
+    * H1: network ID (decode);
+    * H2: reserved bits (decode); ``src + src_len`` beyond the window (window);
+    * H3: reserved bits (decode); ``dst + 1`` beyond the window (window);
+    * each entry: count 0 or running past the length (decode); registers outside every window
+      of :data:`npu_spec.registers.ADDRESS_WINDOWS` (address).
+
+    Returns a :class:`Descriptor` or raises a :class:`DescriptorError` subclass.
     """
     words = list(words)
     if not words:
@@ -230,29 +263,35 @@ def decode(words, *, network=None, window=None, address=0):
     length = h0["length"]
     if length < HEADER_WORDS:
         raise DecodeError(f"Length {length} is shorter than the {HEADER_WORDS}-word header")
+    if length > max_length:
+        raise DecodeError(f"Length {length} is longer than {max_length} words")
     if window is not None:
         check_window("Descriptor", address, length, window)
+    if tail and address + length > tail:
+        raise WindowError(f"Descriptor 0x{address:X}..0x{address + length - 1:X} reaches past "
+                          f"the tail 0x{tail:X}")
     if len(words) < length:
         raise DecodeError(f"Descriptor of length {length} truncated to {len(words)} words")
-    h1 = HEADER[1].unpack(words[1])
-    h2 = _unpack(HEADER[2], words[2], "header word 2")
-    h3 = _unpack(HEADER[3], words[3], "header word 3")
+    h1 = _unpack(HEADER[1], words[1], "header word 1")
     if network is not None and h1["network"] != network:
         raise DecodeError(f"Network ID {h1['network']} differs from the queue's network "
                           f"{network}")
+    h2 = _unpack(HEADER[2], words[2], "header word 2")
     if window is not None:
         check_window("Source", window[0] + h2["src"], h2["src_len"], window)
+    h3 = _unpack(HEADER[3], words[3], "header word 3")
+    if window is not None:
         check_window("Destination", window[0] + h3["dst"], 1, window)
     blocks = []
     k = HEADER_WORDS
     while k < length:
-        entry = ENTRY.unpack(words[k])
+        entry = _unpack(ENTRY, words[k], f"entry word {k}")
         reg, count = entry["address"], entry["count"]
         if count == 0:
             raise DecodeError(f"Entry at word {k} has count 0")
-        check_address(reg, count)
         if k + 1 + count > length:
             raise DecodeError(f"Entry at word {k} (count {count}) runs past the length {length}")
+        check_address(reg, count)
         blocks.append(WriteBlock(reg, count, tuple(words[k + 1:k + 1 + count])))
         k += 1 + count
     return Descriptor(engine=int(h0["engine"]), blocks=tuple(blocks), **h1, **h2, **h3,

@@ -6,7 +6,9 @@ import pytest
 from npu_spec.registers import NPU_INFO, register_maps
 from npu_spec.regmap import WriteBlock
 from npu_spec.descriptors import (
+    ENTRY,
     FLAGS,
+    HEADER,
     MAGIC,
     NE,
     PE,
@@ -18,6 +20,7 @@ from npu_spec.descriptors import (
     check_address,
     decode,
     encode,
+    reserved_mask,
 )
 
 
@@ -117,3 +120,39 @@ def test_network_and_window_checks():
 def test_encode_range_errors(field, value):
     with pytest.raises(DecodeError):
         encode(Descriptor(**{"task_id": 0, field: value}))
+
+
+def test_reserved_masks():
+    # The bits above the last field of each word (docs/descriptors.md, "Layout").
+    assert [reserved_mask(r) for r in HEADER] == [0xFE00_0000, 0, 0xFF00_0000, 0xFFFF_0000]
+    assert reserved_mask(ENTRY) == 0
+
+
+def test_tail_and_max_length():
+    words = encode(Descriptor(task_id=1, blocks=(WriteBlock(0x2000, 2, (5, 6)),)))
+    assert len(words) == 7
+    decode(words, address=0x100, tail=0x107, max_length=7)
+    decode(words, address=0x100, tail=0)                       # 0: unchecked
+    with pytest.raises(WindowError):
+        decode(words, address=0x100, tail=0x106)
+    with pytest.raises(DecodeError):
+        decode(words, max_length=6)
+
+
+@pytest.mark.parametrize("mutate,address,error", [
+    # H2's window error comes before H3's reserved bits.
+    (lambda w: (w.__setitem__(2, (2 << 16) | 0x3FF), w.__setitem__(3, w[3] | 1 << 20)),
+     0x1000, WindowError),
+    # H1's network comes before H2's window.
+    (lambda w: (w.__setitem__(1, w[1] ^ 1 << 16), w.__setitem__(2, (2 << 16) | 0x3FF)),
+     0x1000, DecodeError),
+    # An entry running past the length is a decode error even when its registers are unmapped.
+    (lambda w: w.__setitem__(4, 0x5000 | 9 << 16), 0x1000, DecodeError),
+    # H0's window error (the descriptor starts below the window) comes before H1's network.
+    (lambda w: w.__setitem__(1, w[1] ^ 1 << 16), 0x0FFF, WindowError),
+])
+def test_first_failing_word_decides(mutate, address, error):
+    words = encode(Descriptor(task_id=1, network=4, blocks=(WriteBlock(0x2000, 1, (5,)),)))
+    mutate(words)
+    with pytest.raises(error):
+        decode(words, network=4, window=(0x1000, 0x400), address=address)

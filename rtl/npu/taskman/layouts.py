@@ -1,12 +1,98 @@
-"""Interface signatures of the task manager (its engine and register-write ports are the
-shared ones of :mod:`npu.lib.engine`)."""
+"""Layouts and signatures shared by the task manager's sub-units (its engine and register-write
+ports are the shared ones of :mod:`npu.lib.engine`).
 
-from amaranth.lib import wiring
+Field widths come from the specification: the TASK_MANAGER register map
+(:func:`npu_spec.taskman.task_manager_map`) and the descriptor format
+(:data:`npu_spec.descriptors.HEADER`).
+"""
+
+from amaranth.hdl import unsigned
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib.engine import ADDR_WIDTH
+from npu_spec.descriptors import HEADER
+from npu_spec.taskman import Cause, task_manager_map
 
-__all__ = ["MemReadSignature"]
+from ..lib.engine import ADDR_WIDTH, QUEUE_WIDTH
+from ..lib.enums import hw_enum
+
+__all__ = [
+    "CauseCode",
+    "ExceptionEvent",
+    "Fetched",
+    "MemReadSignature",
+    "MemoryWindow",
+    "QueueControl",
+    "QueueStatus",
+    "SlotInfo",
+    "SlotReadSignature",
+    "slot_word",
+]
+
+_MAP = task_manager_map(1)
+
+
+def _width(register, field):
+    return unsigned(_MAP[register][field].width)
+
+
+#: Exception causes as an Amaranth enum (``EXC_STATUS.cause``).
+CauseCode = hw_enum(Cause)
+
+#: The host-set parameters of one task queue (``Qi_CTRL`` and ``Qi_TAIL``).
+QueueControl = data.StructLayout({
+    "priority":   _width("Q0_CTRL", "priority"),
+    "network":    _width("Q0_CTRL", "network"),
+    "base_index": _width("Q0_CTRL", "base_index"),
+    "secure":     _width("Q0_CTRL", "secure"),
+    "tail":       _width("Q0_TAIL", "address"),
+})
+
+#: The state of one task queue: head pointer, descriptors not yet committed, TQSP, retired (by
+#: an exception) and drop (retired by the watchdog: its committed and loaded tasks are removed).
+QueueStatus = data.StructLayout({
+    "head":    unsigned(ADDR_WIDTH),
+    "count":   _width("Q0_STATUS", "count"),
+    "tqsp":    _width("Q0_STATUS", "tqsp"),
+    "retired": _width("Q0_STATUS", "retired"),
+    "drop":    unsigned(1),
+})
+
+#: One entry of the base-address table: a network's memory window ``[base, base + limit)``.
+MemoryWindow = data.StructLayout({
+    "base":  _width("BASE0", "address"),
+    "limit": _width("LIMIT0", "words"),
+})
+
+#: What the configuration queue keeps of a committed descriptor besides its words.
+SlotInfo = data.StructLayout({
+    "queue": unsigned(QUEUE_WIDTH),
+    "addr":  unsigned(ADDR_WIDTH),       # descriptor address (exceptions)
+    "base":  unsigned(ADDR_WIDTH),       # the network's base address
+    "tsr":   unsigned(1),                # a TSR task: no commit until it completes
+})
+
+#: A complete, checked descriptor in the fetch queue, ready to commit.
+Fetched = data.StructLayout({
+    "slot":   SlotInfo,
+    "length": unsigned(HEADER[0]["length"].width),
+})
+
+#: An exception: ``cause`` is ``NONE`` when nothing is raised; ``queue`` is retired and ``addr``
+#: is the descriptor's address.
+ExceptionEvent = data.StructLayout({
+    "cause": CauseCode,
+    "queue": unsigned(QUEUE_WIDTH),
+    "addr":  unsigned(ADDR_WIDTH),
+})
+
+
+def slot_word(slot_words):
+    """Layout of one word written into a descriptor slot of ``slot_words`` words."""
+    return data.StructLayout({
+        "index": unsigned((slot_words - 1).bit_length()),
+        "data":  unsigned(32),
+    })
 
 
 class MemReadSignature(wiring.Signature):
@@ -21,3 +107,49 @@ class MemReadSignature(wiring.Signature):
             "en":   Out(1),
             "data": In(32),
         })
+
+
+class SlotReadSignature(wiring.Signature):
+    """Read side of the configuration queue, from the reader's (the programming stage's) side.
+
+    Parameters
+    ----------
+    slot_words : int
+        Words per descriptor slot.
+
+    Members
+    -------
+    valid : In(1)
+        A committed descriptor is waiting (the queue is not empty).
+    info : In(SlotInfo)
+        Where the oldest committed descriptor came from.
+    index : Out(range(slot_words))
+        Word of the oldest committed descriptor to read.
+    data : In(32)
+        The word at ``index``, in the cycle after.
+    pop : Out(1)
+        Release the oldest committed descriptor.
+    """
+
+    def __init__(self, slot_words):
+        self._slot_words = slot_words
+        super().__init__({
+            "valid": In(1),
+            "info":  In(SlotInfo),
+            "index": Out(range(slot_words)),
+            "data":  In(32),
+            "pop":   Out(1),
+        })
+
+    @property
+    def slot_words(self):
+        return self._slot_words
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.slot_words == self.slot_words
+
+    def __hash__(self):
+        return hash((type(self), self._slot_words))
+
+    def __repr__(self):
+        return f"SlotReadSignature({self._slot_words})"

@@ -1,15 +1,20 @@
 # amaranth: UnusedElaboratable=no
-"""k-induction proofs (yowasp-sby) of the task manager's arbiter, configuration queue and task
-buffer."""
+"""k-induction proofs (yowasp-sby) of the task manager's arbiter, configuration queue, task
+buffer, queue state and fetch queue."""
 
 import pytest
 from amaranth.hdl import Array, Assert, Assume, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In
+from npu.lib.engine import ADDR_WIDTH, QUEUE_WIDTH, SEQ_WIDTH, TaskEntry
 from npu.taskman import Arbiter, TaskBuffer
-from npu.lib.engine import SEQ_WIDTH, TaskEntry
+from npu.taskman.fetch import Fetch
+from npu.taskman.layouts import CauseCode, MemoryWindow, QueueControl, QueueStatus
+from npu.taskman.queues import Queues
 from npu.taskman.slots import SlotRing
 from npu.taskman.taskbuffer import ENGINES
+from npu_spec.descriptors import HEADER_WORDS
+from npu_spec.taskman import BASE_TABLE_SIZE
 from npu_sim.formal import prove
 
 pytestmark = pytest.mark.formal
@@ -183,6 +188,144 @@ class TaskBufferProof(wiring.Component):
         return m
 
 
+class QueuesProof(wiring.Component):
+    """A queue's head pointer and descriptor count change only by a host write (``HEAD``,
+    ``PUSH``) or a commit of that queue (by its length, by one); TQSP only by rules 3 and 5 of
+    that queue or a head write; retired and drop only by an exception of that queue or a head
+    write, and drop implies retired. Nothing else (a fetch, its replacement) can move them."""
+
+    def __init__(self, queues):
+        self.queues = queues
+        super().__init__({
+            "set_head": In(1).array(queues), "head": In(ADDR_WIDTH).array(queues),
+            "push": In(16).array(queues), "commit": In(1), "commit_queue": In(QUEUE_WIDTH),
+            "commit_length": In(8), "tqsp_set": In(1), "tqsp_clear": In(1),
+            "flag_queue": In(QUEUE_WIDTH), "retire": In(1), "retire_queue": In(QUEUE_WIDTH),
+            "retire_drop": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nq = self.queues
+        m.submodules.dut = dut = Queues(nq)
+        for name in ("commit", "commit_queue", "commit_length", "tqsp_set", "tqsp_clear",
+                     "flag_queue", "retire", "retire_queue", "retire_drop"):
+            m.d.comb += getattr(dut, name).eq(getattr(self, name))
+        for i in range(nq):
+            m.d.comb += [dut.set_head[i].eq(self.set_head[i]), dut.head[i].eq(self.head[i]),
+                         dut.push[i].eq(self.push[i])]
+        # Last cycle's state and inputs.
+        past = Signal(data.ArrayLayout(QueueStatus, nq))
+        past_valid = Signal()
+        m.d.sync += [past.eq(dut.state), past_valid.eq(1)]
+        events = {}
+        for i in range(nq):
+            for name, value in (
+                    ("set_head", self.set_head[i]), ("head", self.head[i]),
+                    ("push", self.push[i]),
+                    ("commit", self.commit & (self.commit_queue == i)),
+                    ("length", self.commit_length),
+                    ("tqsp_set", self.tqsp_set & (self.flag_queue == i)),
+                    ("tqsp_clear", self.tqsp_clear & (self.flag_queue == i)),
+                    ("retire", self.retire & (self.retire_queue == i)),
+                    ("drop", self.retire & (self.retire_queue == i) & self.retire_drop)):
+                events[name, i] = Signal.like(value, name=f"past_{name}{i}")
+                m.d.sync += events[name, i].eq(value)
+        for i in range(nq):
+            now, before = dut.state[i], past[i]
+
+            def event(name):
+                return events[name, i]
+            m.d.comb += Assert(~now.drop | now.retired)
+            with m.If(past_valid):
+                m.d.comb += Assert(now.count == (before.count + event("push") -
+                                                 event("commit"))[:16])
+                with m.If(event("set_head")):
+                    m.d.comb += [Assert(now.head == event("head")), Assert(~now.tqsp),
+                                 Assert(~now.retired), Assert(~now.drop)]
+                with m.Else():
+                    m.d.comb += Assert(now.head == Mux(event("commit"),
+                                                       (before.head + event("length"))[:32],
+                                                       before.head))
+                    with m.If(now.tqsp != before.tqsp):
+                        m.d.comb += Assert(Mux(now.tqsp, event("tqsp_set") &
+                                               ~event("tqsp_clear"), event("tqsp_clear")))
+                    m.d.comb += [Assert(now.retired == (before.retired | event("retire"))),
+                                 Assert(now.drop == (before.drop | event("drop")))]
+        return m
+
+
+class FetchProof(wiring.Component):
+    """The fetch queue: its descriptor leaves only by a commit or a replacement (it no longer
+    matches the target), unchanged while it waits; a complete descriptor has had every one of
+    its words checked, at least the header and at most a slot; reads and slot writes stay inside
+    the slot, each word at its index; nothing is offered or raised for a stale fetch. Memory
+    data, queue state, registers and commits are arbitrary."""
+
+    def __init__(self, queues, slot_words, fetch=Fetch):
+        self.queues = queues
+        self.slot_words = slot_words
+        self.fetch = fetch
+        super().__init__({
+            "queue": In(data.ArrayLayout(QueueStatus, queues)),
+            "control": In(data.ArrayLayout(QueueControl, queues)),
+            "window": In(data.ArrayLayout(MemoryWindow, BASE_TABLE_SIZE)),
+            "target": In(QUEUE_WIDTH), "target_valid": In(1), "data": In(32), "ready": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self.slot_words
+        m.submodules.dut = dut = self.fetch(self.queues, w)
+        m.d.comb += [dut.queue.eq(self.queue), dut.control.eq(self.control),
+                     dut.window.eq(self.window), dut.target.eq(self.target),
+                     dut.target_valid.eq(self.target_valid), dut.mem.data.eq(self.data),
+                     dut.descriptor.ready.eq(self.ready)]
+        m.d.comb += Assume(self.target < self.queues)
+        fetched = dut.fetched
+        commit = dut.descriptor.valid & dut.descriptor.ready
+        past_valid = Signal()
+        past_waiting = Signal()          # a complete descriptor was held, not stale, not taken
+        past_held = Signal()             # the fetch queue held a complete descriptor
+        past_left = Signal()             # ... and it was committed or stale
+        past_fetched = Signal.like(fetched)
+        m.d.sync += [past_valid.eq(1), past_waiting.eq(dut.descriptor.valid & ~self.ready),
+                     past_held.eq(dut.valid), past_left.eq(commit | dut.stale),
+                     past_fetched.eq(fetched)]
+        with m.If(past_valid):
+            with m.If(past_waiting):
+                m.d.comb += [Assert(dut.valid), Assert(fetched.as_value() ==
+                                                       past_fetched.as_value())]
+            with m.If(past_held & ~dut.valid):
+                m.d.comb += Assert(past_left)
+        # Nothing is offered or raised for a stale fetch.
+        with m.If(dut.stale):
+            m.d.comb += [Assert(~dut.descriptor.valid),
+                         Assert(dut.exception.cause == CauseCode.NONE), Assert(~dut.mem.en),
+                         Assert(~dut.fill.valid)]
+        # Inside the slot, word by word.
+        m.d.comb += Assert(~(dut.busy & dut.valid))
+        with m.If(dut.mem.en):
+            m.d.comb += [Assert(dut.issued < w), Assert(dut.mem.addr == (fetched.slot.addr +
+                                                                       dut.issued)[:32])]
+        with m.If(dut.fill.valid):
+            index = dut.fill.payload.index
+            m.d.comb += [Assert(dut.received < w),
+                         Assert(index == dut.received[:len(index)])]
+        with m.If(dut.busy):
+            m.d.comb += Assert(dut.received + dut.pending == dut.issued)
+            with m.If(dut.length_known):
+                m.d.comb += [Assert(fetched.length >= HEADER_WORDS),
+                             Assert(fetched.length <= w), Assert(dut.issued <= fetched.length),
+                             Assert(dut.received >= 1)]
+            with m.Else():
+                m.d.comb += [Assert(dut.received == 0), Assert(dut.issued <= 1)]
+        with m.If(dut.valid):
+            m.d.comb += [Assert(dut.length_known), Assert(dut.received == fetched.length),
+                         Assert(fetched.length >= HEADER_WORDS), Assert(fetched.length <= w)]
+        return m
+
+
 class OverflowingRing(SlotRing):
     """A broken ring that takes a commit even when full (the proof must catch it)."""
 
@@ -190,6 +333,17 @@ class OverflowingRing(SlotRing):
         m = super().elaborate(platform)
         m.d.comb += self.committed.eq(self.commit)
         return m
+
+
+class OverlongFetch(Fetch):
+    """A broken fetch that accepts descriptors up to twice its slot (the proof must catch it)."""
+
+    def elaborate(self, platform):
+        self._slot_words *= 2
+        try:
+            return super().elaborate(platform)
+        finally:
+            self._slot_words //= 2
 
 
 def check(result):
@@ -208,6 +362,21 @@ def test_task_buffer_waits_for_dependencies():
     check(prove(TaskBufferProof(3), "taskman_taskbuffer", mode="prove", depth=3, timeout=900))
 
 
+def test_queue_state_changes_only_by_its_events():
+    check(prove(QueuesProof(3), "taskman_queues", mode="prove", depth=1))
+
+
+def test_fetch_queue_leaves_only_by_commit_or_replacement():
+    check(prove(FetchProof(2, 8), "taskman_fetch", mode="prove", depth=2, timeout=900))
+
+
 def test_config_queue_proof_catches_overflow():
     result = prove(RingProof(3, OverflowingRing), "taskman_ring_broken", mode="prove", depth=4)
+    assert not result.passed and result.status == "FAIL"
+
+
+def test_fetch_proof_catches_overlong_descriptor():
+    # A bounded check long enough for a 9-word descriptor in an 8-word slot.
+    result = prove(FetchProof(1, 8, OverlongFetch), "taskman_fetch_broken", mode="bmc",
+                   depth=14, timeout=900)
     assert not result.passed and result.status == "FAIL"

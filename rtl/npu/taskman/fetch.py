@@ -1,0 +1,231 @@
+"""The descriptor DMA and the fetch queue: reads the target queue's head descriptor into the
+fetch slot and checks every word as it arrives."""
+
+from amaranth.hdl import Array, Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from npu_spec.descriptors import ENTRY, HEADER, HEADER_WORDS, MAGIC, reserved_mask
+from npu_spec.registers import ADDRESS_WINDOWS
+from npu_spec.taskman import BASE_TABLE_SIZE, MAX_QUEUES
+
+from ..lib.csr import register_layout
+from ..lib.engine import ADDR_WIDTH, QUEUE_WIDTH
+from .layouts import (CauseCode, ExceptionEvent, Fetched, MemReadSignature, MemoryWindow,
+                      QueueControl, QueueStatus, slot_word)
+
+__all__ = ["Fetch"]
+
+
+class Fetch(wiring.Component):
+    """Descriptor DMA and fetch queue.
+
+    When the fetch queue is empty and there is a target, the DMA reads the target queue's head
+    descriptor: word 0 first, then, once the length is known, the rest, one word per cycle.
+    Each word is written into the fetch slot and checked in the cycle it arrives (a
+    :class:`~npu_spec.descriptors.DecodeError` check of a word comes before its window or
+    address check, and the first failing word decides the cause, as in
+    :func:`npu_spec.descriptors.decode`):
+
+    * H0: magic, reserved bits, length below the header or above the slot (``DECODE``); the
+      descriptor outside the window ``[BASE, BASE + LIMIT)`` or past the queue's ``TAIL``
+      (``WINDOW``);
+    * H1: network ID differing from the queue's (``DECODE``);
+    * H2: reserved bits (``DECODE``); ``src + src_len`` beyond ``LIMIT`` (``WINDOW``);
+    * H3: reserved bits (``DECODE``); ``dst + 1`` beyond ``LIMIT`` (``WINDOW``);
+    * an entry word: count 0 or running past the length (``DECODE``); registers outside every
+      window of ``ADDRESS_WINDOWS`` (``ADDRESS``).
+
+    An error ends the fetch (the descriptor is dropped; the caller retires the queue). The last
+    word completes the descriptor, which waits in the fetch queue until it is committed. The
+    fetch queue has no side effects: when it no longer matches the target (another target, the
+    head moved, the queue retired) it is dropped, and the new target is fetched.
+
+    Parameters
+    ----------
+    queues : int
+        Number of task queues.
+    slot_words : int
+        Words of the fetch slot: the largest descriptor accepted (a power of two).
+
+    Members
+    -------
+    queue : In(data.ArrayLayout(QueueStatus, queues))
+        State of every queue (head pointers, retired flags).
+    control : In(data.ArrayLayout(QueueControl, queues))
+        Network ID, base-table index and tail of every queue.
+    window : In(data.ArrayLayout(MemoryWindow, BASE_TABLE_SIZE))
+        The base-address table.
+    target : In(QUEUE_WIDTH); target_valid : In(1)
+        The queue to fetch from.
+    mem : Out(MemReadSignature())
+        Descriptor reads.
+    fill : Out(stream.Signature(slot_word(slot_words), always_ready=True))
+        The words of the descriptor, written into the fetch slot as they arrive.
+    descriptor : Out(stream.Signature(Fetched))
+        The complete, checked descriptor in the fetch queue; a transfer is its commit.
+    exception : Out(ExceptionEvent)
+        A word of the descriptor failed its check (``cause`` is ``NONE`` otherwise;
+        combinational).
+    """
+
+    def __init__(self, queues, slot_words):
+        if not isinstance(queues, int) or not 1 <= queues <= MAX_QUEUES:
+            raise ValueError(f"Number of queues must be in [1, {MAX_QUEUES}], not {queues!r}")
+        if (not isinstance(slot_words, int) or slot_words < 8 or slot_words > 256
+                or slot_words & (slot_words - 1)):
+            raise ValueError(f"Slot size must be a power of two in [8, 256], not {slot_words!r}")
+        self._queues = queues
+        self._slot_words = slot_words
+        # Fetch state; attributes (not locals of elaborate) so that formal harnesses can state
+        # invariants over them.
+        self.busy = Signal()            # reading a descriptor
+        self.valid = Signal()           # the fetch queue holds a complete descriptor
+        self.fetched = Signal(Fetched)  # its queue, address, base, TSR flag and length
+        self.length_known = Signal()
+        self.issued = Signal(8)         # words requested
+        self.received = Signal(8)       # words arrived
+        self.pending = Signal()         # a word was requested last cycle
+        self.stale = Signal()           # the fetch no longer matches the target
+        super().__init__({
+            "queue": In(data.ArrayLayout(QueueStatus, queues)),
+            "control": In(data.ArrayLayout(QueueControl, queues)),
+            "window": In(data.ArrayLayout(MemoryWindow, BASE_TABLE_SIZE)),
+            "target": In(QUEUE_WIDTH),
+            "target_valid": In(1),
+            "mem": Out(MemReadSignature()),
+            "fill": Out(stream.Signature(slot_word(slot_words), always_ready=True)),
+            "descriptor": Out(stream.Signature(Fetched)),
+            "exception": Out(ExceptionEvent),
+        })
+
+    @property
+    def queues(self):
+        return self._queues
+
+    @property
+    def slot_words(self):
+        return self._slot_words
+
+    def elaborate(self, platform):
+        m = Module()
+        nq = self._queues
+        queue = Array(self.queue[i] for i in range(nq))
+        control = Array(self.control[i] for i in range(nq))
+        window = Array(self.window[j] for j in range(BASE_TABLE_SIZE))
+
+        busy, valid, fetched = self.busy, self.valid, self.fetched
+        slot = fetched.slot
+        length_known, issued, received = self.length_known, self.issued, self.received
+        pending, stale = self.pending, self.stale
+        limit = Signal(ADDR_WIDTH)
+        entry_left = Signal(ENTRY["count"].width)   # data words left in the current entry
+
+        # The fetch queue is replaced (no side effects) when it no longer matches the target.
+        m.d.comb += stale.eq(~self.target_valid | (slot.queue != self.target) |
+                             (queue[slot.queue].head != slot.addr) | queue[slot.queue].retired)
+
+        # Requests: word 0 first, the rest once the length is known.
+        issue = Signal()
+        m.d.comb += issue.eq(busy & ~stale &
+                             ((issued == 0) | (length_known & (issued < fetched.length))))
+        m.d.comb += [self.mem.addr.eq(slot.addr + issued), self.mem.en.eq(issue)]
+        with m.If(issue):
+            m.d.sync += issued.eq(issued + 1)
+        m.d.sync += pending.eq(issue)
+
+        # Arriving words go into the fetch slot.
+        word = self.mem.data
+        k = received
+        arrive = Signal()
+        m.d.comb += arrive.eq(busy & ~stale & pending)
+        m.d.comb += [self.fill.valid.eq(arrive), self.fill.payload.index.eq(k),
+                     self.fill.payload.data.eq(word)]
+
+        # The word seen through each declaration.
+        h0, h1, h2, h3 = (data.View(register_layout(r), word) for r in HEADER)
+        entry = data.View(register_layout(ENTRY), word)
+        reserved = [(word & reserved_mask(r)) != 0 for r in HEADER]
+        desc_end = Signal(ADDR_WIDTH + 1)
+        window_end = Signal(ADDR_WIDTH + 1)
+        tail = Signal(ADDR_WIDTH)
+        m.d.comb += [desc_end.eq(slot.addr + h0.length), window_end.eq(slot.base + limit),
+                     tail.eq(control[slot.queue].tail)]
+        reg_end = Signal(ENTRY["address"].width + 1)
+        m.d.comb += reg_end.eq(entry.address + entry.count)
+        in_map = 0
+        for start, size in ADDRESS_WINDOWS.values():
+            in_map = in_map | ((entry.address >= start) & (reg_end <= start + size))
+
+        # The checks of word k: a decode error, else a misplaced word (window or address).
+        undecodable = Signal()
+        misplaced = Signal()
+        misplaced_cause = Signal(CauseCode)
+        with m.Switch(k):
+            with m.Case(0):
+                m.d.comb += [
+                    undecodable.eq((h0.magic != MAGIC) | reserved[0] |
+                                   (h0.length < HEADER_WORDS) |
+                                   (h0.length > self._slot_words)),
+                    misplaced.eq((slot.addr < slot.base) | (desc_end > window_end) |
+                                 ((tail != 0) & (desc_end > tail))),
+                    misplaced_cause.eq(CauseCode.WINDOW),
+                ]
+            with m.Case(1):
+                m.d.comb += undecodable.eq(reserved[1] |
+                                           (h1.network != control[slot.queue].network))
+            with m.Case(2):
+                m.d.comb += [undecodable.eq(reserved[2]),
+                             misplaced.eq(h2.src + h2.src_len > limit),
+                             misplaced_cause.eq(CauseCode.WINDOW)]
+            with m.Case(3):
+                m.d.comb += [undecodable.eq(reserved[3]),
+                             misplaced.eq(h3.dst + 1 > limit),
+                             misplaced_cause.eq(CauseCode.WINDOW)]
+            with m.Default():
+                with m.If(entry_left == 0):
+                    m.d.comb += [undecodable.eq((entry.count == 0) |
+                                                (k + 1 + entry.count > fetched.length)),
+                                 misplaced.eq(~in_map),
+                                 misplaced_cause.eq(CauseCode.ADDRESS)]
+        error = self.exception
+        m.d.comb += [error.queue.eq(slot.queue), error.addr.eq(slot.addr)]
+        with m.If(arrive):
+            with m.If(undecodable):
+                m.d.comb += error.cause.eq(CauseCode.DECODE)
+            with m.Elif(misplaced):
+                m.d.comb += error.cause.eq(misplaced_cause)
+        failed = Signal()
+        m.d.comb += failed.eq(error.cause != CauseCode.NONE)
+
+        # Progress: the length from H0, the entry headers' counts; the last word completes the
+        # descriptor (word 0 never is the last: a descriptor has the 4 header words at least).
+        with m.If(arrive):
+            m.d.sync += received.eq(received + 1)
+            with m.If(k == 0):
+                m.d.sync += [fetched.length.eq(h0.length), length_known.eq(1),
+                             slot.tsr.eq(h0.tsr)]
+            with m.Elif(k >= HEADER_WORDS):
+                with m.If(entry_left == 0):
+                    m.d.sync += entry_left.eq(entry.count)
+                with m.Else():
+                    m.d.sync += entry_left.eq(entry_left - 1)
+            with m.If(length_known & (k + 1 == fetched.length) & ~failed):
+                m.d.sync += [busy.eq(0), valid.eq(1)]
+        with m.If(failed):
+            m.d.sync += [busy.eq(0), valid.eq(0)]
+
+        # Replacement, or a new fetch from the target's head; the commit empties the queue.
+        m.d.comb += [self.descriptor.valid.eq(valid & ~stale),
+                     self.descriptor.payload.eq(fetched)]
+        with m.If((busy | valid) & stale):
+            m.d.sync += [busy.eq(0), valid.eq(0)]
+        with m.Elif(~busy & ~valid & self.target_valid):
+            table = window[control[self.target].base_index]
+            m.d.sync += [busy.eq(1), slot.queue.eq(self.target),
+                         slot.addr.eq(queue[self.target].head),
+                         issued.eq(0), received.eq(0), length_known.eq(0), entry_left.eq(0),
+                         slot.base.eq(table.base), limit.eq(table.limit)]
+        with m.If(self.descriptor.valid & self.descriptor.ready):
+            m.d.sync += valid.eq(0)
+        return m

@@ -1,0 +1,158 @@
+"""The programming stage: the oldest committed descriptor becomes register writes to the blocks
+and a task in the task buffer."""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from npu_spec.descriptors import ENTRY, HEADER, HEADER_WORDS, SWITCH_POINTS
+from npu_spec.taskman import MAX_QUEUES
+
+from ..lib.csr import register_layout
+from ..lib.engine import SEQ_WIDTH, TaskEntry, WriteLayout
+from .layouts import SlotReadSignature
+
+__all__ = ["Programmer"]
+
+
+class Programmer(wiring.Component):
+    """Reads the oldest committed descriptor word by word, sends its entries as register writes
+    and then loads its task into the task buffer.
+
+    The header words H0..H3 are kept (their fields, through the declarations of
+    :data:`npu_spec.descriptors.HEADER`, make the task entry); each entry word gives the first
+    register address and the count of the data words that follow, each sent on ``writes`` as
+    ``(address + i, data[i])`` when the blocks are ready, tagged with the sequence number the
+    task gets in the task buffer. After the last word the task is loaded, then the descriptor
+    is popped. The slot memory is read one word ahead, so one word is handled per cycle.
+
+    A descriptor of a dropped queue (a watchdog timeout) is popped without further writes or a
+    load, in whatever state the stage is.
+
+    Parameters
+    ----------
+    queues : int
+        Number of task queues (width of ``drop``).
+    slot_words : int
+        Words per descriptor slot.
+
+    Members
+    -------
+    slot : Out(SlotReadSignature(slot_words))
+        The configuration queue's read side.
+    drop : In(queues)
+        Bit ``i``: queue ``i``'s committed descriptors are dropped.
+    next_seq : In(SEQ_WIDTH)
+        The sequence number the next loaded task gets (the tag of the writes).
+    writes : Out(stream.Signature(WriteLayout))
+        Register writes to the blocks.
+    load : Out(stream.Signature(TaskEntry))
+        The task, after its writes (``seq`` is left to the task buffer).
+    dropped_tsr : Out(1)
+        A TSR task is dropped from the configuration queue in this cycle (combinational).
+    """
+
+    def __init__(self, queues, slot_words):
+        if not isinstance(queues, int) or not 1 <= queues <= MAX_QUEUES:
+            raise ValueError(f"Number of queues must be in [1, {MAX_QUEUES}], not {queues!r}")
+        if (not isinstance(slot_words, int) or slot_words < 8 or slot_words > 256
+                or slot_words & (slot_words - 1)):
+            raise ValueError(f"Slot size must be a power of two in [8, 256], not {slot_words!r}")
+        self._queues = queues
+        self._slot_words = slot_words
+        super().__init__({
+            "slot": Out(SlotReadSignature(slot_words)),
+            "drop": In(queues),
+            "next_seq": In(SEQ_WIDTH),
+            "writes": Out(stream.Signature(WriteLayout)),
+            "load": Out(stream.Signature(TaskEntry)),
+            "dropped_tsr": Out(1),
+        })
+
+    @property
+    def queues(self):
+        return self._queues
+
+    @property
+    def slot_words(self):
+        return self._slot_words
+
+    def elaborate(self, platform):
+        m = Module()
+        slot = self.slot
+        word = slot.data
+        k = Signal(8)                                   # word of the descriptor on ``word``
+        length = Signal(HEADER[0]["length"].width)
+        header = [Signal(register_layout(r), name=f"h{n}") for n, r in enumerate(HEADER)]
+        word_h0 = data.View(register_layout(HEADER[0]), word)     # the word seen as H0
+        entry = data.View(register_layout(ENTRY), word)
+        address = Signal(unsigned(ENTRY["address"].width))      # register of the next write
+        left = Signal(unsigned(ENTRY["count"].width))            # data words left in the entry
+        dropped = Signal()
+        m.d.comb += dropped.eq(self.drop.bit_select(slot.info.queue, 1))
+
+        # The task entry: every header field the entry has, plus where the task came from.
+        load = self.load.payload
+        for n, register in enumerate(HEADER):
+            for f in register.fields:
+                if f.name in TaskEntry.members:
+                    m.d.comb += load[f.name].eq(header[n][f.name])
+        m.d.comb += [
+            load.barrier.eq(Cat(header[0][name] for name in SWITCH_POINTS).any()),
+            load.queue.eq(slot.info.queue), load.base.eq(slot.info.base),
+            load.addr.eq(slot.info.addr),
+        ]
+        m.d.comb += [self.writes.payload.addr.eq(address), self.writes.payload.data.eq(word),
+                     self.writes.payload.seq.eq(self.next_seq)]
+
+        # The slot memory is read one word ahead: ``index`` is the word presented next cycle.
+        advance = Signal()
+        m.d.comb += slot.index.eq(Mux(advance, k + 1, k))
+        with m.FSM(name="program"):
+            with m.State("IDLE"):
+                m.d.comb += slot.index.eq(0)
+                with m.If(slot.valid):
+                    with m.If(dropped):
+                        m.d.comb += slot.pop.eq(1)
+                    with m.Else():
+                        m.d.sync += [k.eq(0), left.eq(0)]
+                        m.next = "WORD"
+            with m.State("WORD"):
+                with m.If(dropped):
+                    m.d.comb += slot.pop.eq(1)
+                    m.next = "IDLE"
+                with m.Elif(k < HEADER_WORDS):
+                    # A header word.
+                    for n in range(HEADER_WORDS):
+                        with m.If(k == n):
+                            m.d.sync += header[n].eq(word)
+                    with m.If(k == 0):
+                        m.d.sync += length.eq(word_h0.length)
+                    m.d.comb += advance.eq(1)
+                with m.Elif(left == 0):
+                    # An entry word.
+                    m.d.sync += [address.eq(entry.address), left.eq(entry.count)]
+                    m.d.comb += advance.eq(1)
+                with m.Else():
+                    # A data word.
+                    m.d.comb += self.writes.valid.eq(1)
+                    with m.If(self.writes.ready):
+                        m.d.sync += [address.eq(address + 1), left.eq(left - 1)]
+                        m.d.comb += advance.eq(1)
+                with m.If(advance):
+                    m.d.sync += k.eq(k + 1)
+                    with m.If((k != 0) & (k + 1 == length)):
+                        m.next = "LOAD"
+            with m.State("LOAD"):
+                with m.If(dropped):
+                    m.d.comb += slot.pop.eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += self.load.valid.eq(1)
+                    with m.If(self.load.ready):
+                        m.d.comb += slot.pop.eq(1)
+                        m.next = "IDLE"
+        # A dropped TSR task no longer blocks commits.
+        m.d.comb += self.dropped_tsr.eq(slot.pop & dropped & slot.info.tsr)
+        return m
+
