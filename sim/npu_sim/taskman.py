@@ -243,7 +243,7 @@ def switch_latency(config, *, task_cycles=64, positions=None, seed=0):
     if positions is None:
         positions = [0, task_cycles // 4, task_cycles // 2, 3 * task_cycles // 4,
                      task_cycles - 4]
-    windows = [(0x1000, 0x1000), (0x2000, 0x1000)]
+    windows = [(0x8000, 0xC00), (0x9000, 0xC00)]    # system-memory windows of the networks
     a = [task(0, NE, 16, network=1, src=0x800, src_mem=True, dst=0x400),
          task(1, NE, task_cycles, network=1, src=0x400, dst=0x401, tse=True, dpc=True,
               tsr=True),
