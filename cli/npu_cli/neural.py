@@ -1,8 +1,9 @@
 """``npu sim conv``, ``npu sim fc`` and ``npu bench neural``: layers on the RTL neural engine.
 
 Each run builds a random layer (inputs, weights with the requested sparsity and encoding,
-biases, scales), computes the expected output with the golden model, runs the RTL engine in the
-standalone harness (``npu_sim.conv_harness``) and compares every output bit for bit.
+biases, scales), computes the expected output with the golden model, runs the RTL engine on the
+engine bench with its data side (``npu_sim.conv_harness.conv_bench``) and compares every output
+bit for bit.
 """
 
 import json

@@ -22,6 +22,8 @@ from typing import NamedTuple
 import numpy as np
 from npu_spec.kernel import (
     CHUNK,
+    GROUP_TABLE,
+    GROUP_TABLE_WORDS,
     HEADER_CHANNEL_BYTES,
     MAX_ICG,
     MAX_KERNEL,
@@ -48,6 +50,7 @@ __all__ = [
     "encode",
     "encode_group",
     "is_zero",
+    "kernel_memory",
     "pack_words",
     "parse_header",
     "reference_beats",
@@ -352,6 +355,23 @@ def _pad_words(data):
 def pack_words(data):
     """Bytes of a part -> numpy uint32 words, little-endian, zero padded to a word."""
     return np.frombuffer(_pad_words(data), dtype="<u4").astype(np.uint32)
+
+
+def kernel_memory(groups, base=0):
+    """The kernel-memory words of a layer's :class:`EncodedGroup` list, from word ``base`` on:
+    the kernel group table (``npu_spec.kernel.GROUP_TABLE``, one entry of
+    ``GROUP_TABLE_WORDS`` words per group), then each group's header part and body part."""
+    table, parts = [], []
+    start = base + GROUP_TABLE_WORDS * len(groups)
+    for group in groups:
+        entry = {}
+        for part, data in (("header", group.header), ("body", group.body)):
+            words = [int(w) for w in pack_words(data)]
+            entry[f"{part}_addr"] = start + len(parts)
+            entry[f"{part}_words"] = len(words)
+            parts += words
+        table += [entry[name] for name in GROUP_TABLE]
+    return table + parts
 
 
 def word_stream(data):

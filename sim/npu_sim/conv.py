@@ -4,8 +4,8 @@ A :class:`ConvCase` is everything a layer needs: shape, inputs, weights (as the 
 stores them), per-channel bias / scale / shift, the post-processor configuration and the
 work-unit shape. :func:`golden_output` computes the expected output with the golden model
 (:mod:`npu_model.conv`, :mod:`npu_model.kernel_codec`, :mod:`npu_model.postproc`) in the
-engine's order; :func:`run_rtl` runs the same case on :class:`npu_sim.conv_harness.ConvHarness`
-in ``amaranth.sim`` or Verilator.
+engine's order; :func:`run_rtl` runs the same case on the engine bench
+(:func:`npu_sim.conv_harness.conv_bench`) in ``amaranth.sim`` or Verilator.
 """
 
 from dataclasses import dataclass, field
@@ -15,13 +15,14 @@ import numpy as np
 from npu_model import fp
 from npu_model.conv import ConvLayer, engine_output, layer_macs
 from npu_model.kernel_codec import encode as kernel_encode
-from npu_model.kernel_codec import pack_words
+from npu_model.kernel_codec import kernel_memory
 from npu_model.mac import FMT
 from npu_model.postproc import Act, PostprocConfig
-from npu_spec.neural import best_log2w, layer_writes, make_layer
+from npu_spec.neural import NEURAL_ENGINE, best_log2w, layer_writes, make_layer
 
-__all__ = ["ACTIVATIONS", "ConvCase", "commands", "golden_output", "layer_fields", "random_case",
-           "run_rtl", "run_rtl_many"]
+__all__ = ["ACTIVATIONS", "ConvCase", "commands", "golden_output", "kernel_image",
+           "layer_fields", "load_commands", "parse_run", "random_case", "run_rtl",
+           "run_rtl_many"]
 
 #: Activation names of ``--activation``.
 ACTIVATIONS = {a.name.lower(): a for a in Act}
@@ -138,73 +139,94 @@ def golden_output(case, config):
                          case.groups_enc)
 
 
-def commands(case, config, harness, stall=0.0, overrides=None, kernel_patch=None):
-    """Command beats (``CMD_LAYOUT`` ints) that load and run ``case`` on ``harness``; and the
-    number of output-memory words the run sends back. ``stall`` is the probability that the
-    harness's input and output memories refuse a request in a cycle (1.0: always).
-    ``overrides`` maps register names to fields (a dict) or to a raw word (an int, which may
-    hold codes the encoder refuses), written after the layer's own values (to test bad
-    programs); ``kernel_patch`` maps kernel-memory addresses to replacement words."""
-    from npu_spec.neural import NEURAL_ENGINE as R
-    from npu_sim.conv_harness import STALL_ADDR, input_address, output_words
+def kernel_image(case):
+    """The kernel-memory words of ``case``: the group table at word 0, then each group's
+    header and body (:func:`npu_model.kernel_codec.kernel_memory`)."""
+    return kernel_memory(case.groups_enc)
 
+
+def load_commands(case, config, bench, program, stall=0.0, overrides=None, kernel_patch=None):
+    """Append to ``program`` the commands that load ``case`` into ``bench``
+    (:func:`npu_sim.conv_harness.conv_bench`) and program its layer, up to the start: the
+    data side's stall probability ``stall``, the kernel memory, the input memory, the layer
+    registers and ``overrides`` (see :func:`commands`)."""
+    from npu_sim.conv_harness import MemorySel, input_address
+
+    engine, side = bench.engine, bench.data_side
     L = case.layer
-    beats = []
-
-    def cmd(op, addr, value):
-        beats.append(op | (addr << 2) | ((int(value) & 0xFFFFFFFF) << 24))
-
-    def reg(name, **fields):
-        addr, word = R.encode(name, **fields)
-        cmd(0, addr, word)
-
-    cmd(0, STALL_ADDR, min(256, int(round(stall * 256))))
-    # Kernel memory: the group table, then each group's header and body.
-    ntab = 4 * len(case.groups_enc)
-    kwords = []
-    table = []
-    for g in case.groups_enc:
-        hw, bw = pack_words(g.header), pack_words(g.body)
-        table += [ntab + len(kwords), len(hw)]
-        kwords += list(hw)
-        table += [ntab + len(kwords), len(bw)]
-        kwords += list(bw)
-    kwords = table + kwords
+    program.stall(stall)
+    kwords = kernel_image(case)
     for addr, word in (kernel_patch or {}).items():
         kwords[addr] = word
-    if len(kwords) > harness.kernel_words:
+    if len(kwords) > side.kernel_words:
         raise ValueError(f"kernels need {len(kwords)} words, the harness has "
-                         f"{harness.kernel_words}")
-    for i, w in enumerate(kwords):
-        cmd(2, i, w)
+                         f"{side.kernel_words}")
+    for addr, word in enumerate(kwords):
+        program.load(MemorySel.KERNEL, int(word), addr)
 
-    rv = harness.row_values
+    rv = side.row_values
     inputs = np.asarray(case.inputs).astype(np.uint16)
     n_in = input_address(rv, L.width, L.channels - 1, L.height - 1, L.width - 1, L.height) + 1
-    if n_in > harness.input_depth * rv:
+    if n_in > side.input_depth * rv:
         raise ValueError(f"the input needs {n_in} input-memory places, the harness has "
-                         f"{harness.input_depth * rv}")
+                         f"{side.input_depth * rv}")
     for c in range(L.channels):
         for y in range(L.height):
             for x in range(L.width):
-                cmd(1, input_address(rv, L.width, c, y, x, L.height), inputs[c, y, x])
+                program.load(MemorySel.INPUT, int(inputs[c, y, x]),
+                             input_address(rv, L.width, c, y, x, L.height))
 
-    for addr, word in layer_writes(layer_fields(case)):
-        cmd(0, addr, word)
+    program.writes(layer_writes(layer_fields(case), engine.core))
     for name, fields in (overrides or {}).items():
         if isinstance(fields, int):
-            cmd(0, R.address(name), fields)
+            word = fields
         else:
-            reg(name, **fields)
+            _, word = NEURAL_ENGINE.encode(name, **fields)
+        program.write(engine.base + NEURAL_ENGINE[name].offset, word)
+    return program
+
+
+def commands(case, config, bench, stall=0.0, overrides=None, kernel_patch=None, program=None):
+    """Append to ``program`` (a new :class:`npu_sim.engine_bench.BenchProgram` if None) the
+    commands that load and run ``case`` on ``bench`` (:func:`npu_sim.conv_harness.conv_bench`)
+    and read back its status, counters and output; returns ``(program, output-memory words)``.
+
+    ``stall`` is the probability that the data side's input and output memories refuse a
+    request in a cycle (1.0: always). ``overrides`` maps register names to fields (a dict) or
+    to a raw word (an int, which may hold codes the encoder refuses), written after the layer's
+    own values (to test bad programs); ``kernel_patch`` maps kernel-memory addresses to
+    replacement words."""
+    from npu_sim.conv_harness import DATA_WIDTH, MemorySel, output_words
+    from npu_sim.engine_bench import BenchProgram
+
+    engine, side = bench.engine, bench.data_side
+    program = program or BenchProgram(DATA_WIDTH)
+    L = case.layer
+    load_commands(case, config, bench, program, stall, overrides, kernel_patch)
     words = output_words(config.macs, L.out_channels, L.out_height, L.out_width)
-    if words > harness.output_depth:
+    if words > side.output_depth:
         raise ValueError(f"the output needs {words} output-memory words, the harness has "
-                         f"{harness.output_depth}")
-    cmd(3, 0, words)
-    return beats, words
+                         f"{side.output_depth}")
+    program.start().wait()
+    for name in ("STATUS", "CYCLES", "MAC_ACTIVE"):
+        program.read(engine.base + NEURAL_ENGINE[name].offset)
+    program.dump(MemorySel.OUTPUT, 0, words * (config.macs // 2))
+    return program, words
 
 
-def _parse(words_out, case, config, n_words):
+def parse_run(records, case, config):
+    """``(outputs [K, OH, OW], stats)`` of one run of ``case`` from its five bench records
+    (the WAIT, three READs, the DUMP of :func:`commands`)."""
+    from npu_sim.conv_harness import output_words
+    L = case.layer
+    return _parse(records, case, config,
+                  output_words(config.macs, L.out_channels, L.out_height, L.out_width))
+
+
+def _parse(records, case, config, n_words):
+    """Outputs ``[K, OH, OW]`` and stats of one run from its bench records (a WAIT, three
+    READs, a DUMP)."""
+    (_, code, _), (_, status), (_, cycles), (_, mac_active), (_, words_out) = records
     L = case.layer
     n = config.macs
     per = n // 2
@@ -220,10 +242,13 @@ def _parse(words_out, case, config, n_words):
         for y in range(L.out_height):
             for x in range(L.out_width):
                 out[oc, y, x] = vals[(oc * L.out_height + y) * opr + x // n, x % n]
-    status = words_out[n_words * per:]
-    return out, {"busy": status[0] & 1, "error": (status[0] >> 1) & 1,
-                 "error_code": (status[0] >> 4) & 0xF, "cycles": int(status[1]),
-                 "mac_active": int(status[2])}
+    fields = NEURAL_ENGINE.decode(NEURAL_ENGINE.address("STATUS"), status)
+    if fields["error_code"] != code:
+        raise RuntimeError(f"the engine ended with code {code}, STATUS says "
+                           f"{fields['error_code']}")
+    return out, {"busy": int(fields["busy"]), "error": int(fields["error"]),
+                 "error_code": int(fields["error_code"]), "cycles": int(cycles),
+                 "mac_active": int(mac_active)}
 
 
 def run_rtl(case, config, *, backend="amaranth", stall=0.0, seed=0, progress=None,
@@ -237,66 +262,45 @@ def run_rtl(case, config, *, backend="amaranth", stall=0.0, seed=0, progress=Non
 
 
 #: Verilator benches already converted in this process, by (config, harness arguments):
-#: converting a 256-MAC harness to Verilog takes minutes, running a layer seconds.
+#: converting a 256-MAC engine bench to Verilog takes minutes, running a layer seconds.
 _BENCHES = {}
 
 
 def _verilator_bench(config, harness_args, progress):
-    from npu_sim.conv_harness import ConvHarness
+    from npu_sim.conv_harness import conv_bench
     from npu_sim.verilator import StreamBench
 
     key = (config, tuple(sorted((harness_args or {}).items())))
     if key not in _BENCHES:
-        harness = ConvHarness(config, **(harness_args or {}))
-        _BENCHES[key] = harness, StreamBench(harness, in_name="cmd", out_name="res")
-    harness, bench = _BENCHES[key]
-    bench.progress = progress or (lambda msg: None)
-    return harness, bench
+        bench = conv_bench(config, **(harness_args or {}))
+        _BENCHES[key] = bench, StreamBench(bench, in_name="cmd", out_name="res")
+    bench, verilator = _BENCHES[key]
+    verilator.progress = progress or (lambda msg: None)
+    return bench, verilator
 
 
 def run_rtl_many(runs, config, *, backend="amaranth", stall=0.0, seed=0, progress=None,
                  harness_args=None, max_cycles=None, vcd=None):
-    """Run several layers one after the other on one harness (each ``runs`` entry: a dict of
-    ``case`` and optional ``stall``, ``overrides``, ``kernel_patch``); returns a list of
-    ``(outputs, stats)``. ``stall`` here is the probability of stalls on the command and
-    result streams."""
-    from npu_sim.conv_harness import ConvHarness
+    """Run several layers one after the other on one engine bench (each ``runs`` entry: a dict
+    of ``case`` and optional ``stall``, ``overrides``, ``kernel_patch``); returns a list of
+    ``(outputs, stats)``. ``stall`` here is the probability of stalls on the bench's command
+    and response streams."""
+    from npu_sim.conv_harness import conv_bench
+    from npu_sim.engine_bench import run_bench
 
+    verilator = None
     if backend == "verilator":
-        harness, bench = _verilator_bench(config, harness_args, progress)
+        bench, verilator = _verilator_bench(config, harness_args, progress)
     else:
-        harness = ConvHarness(config, **(harness_args or {}))
-    beats, sizes = [], []
+        bench = conv_bench(config, **(harness_args or {}))
+    program = None
     for run in runs:
-        b, n_words = commands(run["case"], config, harness, run.get("stall", 0.0),
-                              run.get("overrides"), run.get("kernel_patch"))
-        beats += b
-        sizes.append(n_words)
-    per = config.macs // 2
-    expected = sum(n * per + 3 for n in sizes)
-    if backend == "verilator":
-        if max_cycles is None:
-            max_cycles = 200_000 * len(runs) + 40 * len(beats) + 50 * expected + sum(
-                4 * layer_macs(r["case"].layer) // config.macs for r in runs)
-        out_words, _ = bench.run(beats, expected, stall=stall, seed=seed, max_cycles=max_cycles)
-    else:
-        from npu_sim.streams import run_simulation, seeded_rng, stream_get, stream_put
-        out_words = []
-
-        async def producer(ctx):
-            rng = seeded_rng(seed, "cmd")
-            for b in beats:
-                await stream_put(ctx, harness.cmd, b, rng, stall)
-
-        async def consumer(ctx):
-            rng = seeded_rng(seed, "res")
-            for _ in range(expected):
-                out_words.append(await stream_get(ctx, harness.res, rng, stall))
-
-        run_simulation(harness, [producer, consumer], vcd=vcd)
-        out_words = [int(w) for w in out_words]
-    results, pos = [], 0
-    for run, n in zip(runs, sizes):
-        results.append(_parse(out_words[pos:pos + n * per + 3], run["case"], config, n))
-        pos += n * per + 3
-    return results
+        program, _ = commands(run["case"], config, bench, run.get("stall", 0.0),
+                              run.get("overrides"), run.get("kernel_patch"), program)
+    if backend == "verilator" and max_cycles is None:
+        max_cycles = (200_000 * len(runs) + 40 * len(program.beats) + 50 * program.expected
+                      + sum(4 * layer_macs(r["case"].layer) // config.macs for r in runs))
+    records = run_bench(bench, program, backend=backend, stall=stall, seed=seed,
+                        max_cycles=max_cycles, verilator=verilator, vcd=vcd)
+    return [parse_run(records[5 * i:5 * i + 5], run["case"], config)
+            for i, run in enumerate(runs)]

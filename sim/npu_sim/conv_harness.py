@@ -1,47 +1,59 @@
-"""A standalone neural-engine harness: the engine with behavioural memories inside the design.
+"""The neural engine's data side for the engine bench (simulation only).
 
-Until the data processor and the DMA exist, :class:`ConvHarness` stands in for them: an input
-memory that answers row requests (``row_values`` inputs per cycle, zeros outside the image), a
-kernel memory read by the engine's kernel DMA, and an output memory taking the output
-circuit's row writes. Everything is loaded and read back through one command stream and one
-result stream, so the same design runs in ``amaranth.sim`` and under Verilator with no Python
-per cycle.
+Until the data processor and the DMA exist, :class:`ConvDataSide` stands in for them inside an
+:class:`npu_sim.engine_bench.EngineBench`: an input memory that answers row requests
+(``row_values`` inputs per cycle, zeros outside the image), a kernel memory read by the
+engine's kernel DMA, and an output memory taking the output circuit's row writes with one
+write enable per value. :func:`conv_bench` builds the bench.
 
-Command beats (``cmd``): ``op`` / ``addr`` / ``data``
+The bench's ``LOAD`` and ``DUMP`` commands address the memories by ``sel``:
 
-====  ====================================================================================
-op    meaning
-====  ====================================================================================
-0     write register ``addr`` (word address in the ``NEURAL_ENGINE`` map) with ``data``;
-      ``addr`` = :data:`STALL_ADDR` sets the harness's stall probability to ``data / 256``
-      (256: the memories never answer, to test the engine's timeout):
-      in each cycle the input memory refuses a row request and the output memory refuses a
-      write with that probability (a 16-bit LFSR decides)
-1     write input value ``data[0:16]`` at input-memory position ``addr`` (see
-      :func:`input_address`)
-2     write kernel-memory word ``addr``
-3     run: start the layer, wait for the end, then send ``data`` output-memory words (each as
-      ``macs / 2`` result beats, value ``2k`` in bits 0-15 of beat ``k``) and three status
-      beats: ``STATUS``, ``CYCLES``, ``MAC_ACTIVE``
-====  ====================================================================================
+====  ========  =============================================================================
+sel   command   memory
+====  ========  =============================================================================
+0     LOAD      input memory: value ``data[0:16]`` at position ``addr`` (:func:`input_address`)
+1     LOAD      kernel memory: word ``data`` at ``addr``
+2     DUMP      output memory, as 32-bit beats: beat ``b`` holds values ``2k`` (bits 0-15)
+                and ``2k + 1`` (bits 16-31) of word ``b // (macs / 2)``, ``k = b mod (macs /
+                2)``; words hold ``macs`` values, row-major by channel and row
+                (:func:`output_words`)
+====  ========  =============================================================================
+
+The bench's ``STALL`` sets the probability with which, in each cycle, the input memory refuses a
+row request and the output memory refuses a write (a 16-bit LFSR decides; 256/256: they never
+answer, to test the engine's timeout). The memories' layout depends on the layer's input and
+output sizes: the data side keeps its own copy of ``IN_SIZE`` and ``OUT_SIZE`` from the register
+writes it sees on the engine's ``writes`` port. A ``LOAD`` waits until a ``DUMP`` has sent its
+last beat.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+import enum
+
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from npu.lib.csr import RegisterFile
+from npu.lib.csr import register_layout
 from npu.neural.engine import NeuralEngine
-from npu_spec.neural import LAYER_REGISTERS, NEURAL_ENGINE
+from npu.neural.layouts import KernelReadSignature, row_data_layout, row_request_layout
+from npu.neural.layouts import row_write_layout
+from npu_sim.engine_bench import DataSideSignature, EngineBench
+from npu_spec.neural import NEURAL_ENGINE
 
-__all__ = ["ConvHarness", "CMD_LAYOUT", "STALL_ADDR", "input_address", "output_words"]
+__all__ = ["DATA_WIDTH", "ConvDataSide", "MemorySel", "conv_bench", "input_address",
+           "output_words"]
 
-#: Command address of the harness's own stall register.
-STALL_ADDR = 0x3FFFFF
+#: Width of the bench's data fields.
+DATA_WIDTH = 32
 
-CMD_LAYOUT = data.StructLayout({"op": 2, "addr": 22, "data": 32})
+
+class MemorySel(enum.IntEnum):
+    """The ``sel`` codes of the data side's memories."""
+    INPUT = 0
+    KERNEL = 1
+    OUTPUT = 2
 
 
 def input_address(row_values, in_w, c, y, x, in_h):
@@ -56,189 +68,213 @@ def output_words(macs, out_channels, out_h, out_w):
     return out_channels * out_h * -(-out_w // macs)
 
 
-class ConvHarness(wiring.Component):
-    """The neural engine with its memories (see the module documentation)."""
+class ConvDataSide(wiring.Component):
+    """Input, kernel and output memories of one neural engine core (see the module
+    documentation).
 
-    def __init__(self, config, *, input_values=None, kernel_words=1 << 14,
-                 output_values=None, **engine_args):
-        self._config = config
+    Parameters
+    ----------
+    engine : NeuralEngine
+        The engine served: its geometry, tag layout and register base.
+    input_values, kernel_words, output_values : int or None
+        Sizes of the memories (defaults scale with the MAC count).
+
+    Members
+    -------
+    bench : In(DataSideSignature(DATA_WIDTH))
+        LOAD, DUMP, STALL and the DATA beats of a DUMP.
+    row_req : In(stream.Signature(row_request_layout(tag)))
+    row_data : Out(stream.Signature(row_data_layout(row_values, tag)))
+    kmem : In(KernelReadSignature())
+    out : In(stream.Signature(row_write_layout(macs)))
+        The engine's data ports.
+    reg_write : In(StructLayout({en, addr, data}))
+        The register writes taken by the engine (``IN_SIZE`` and ``OUT_SIZE`` are kept).
+    """
+
+    def __init__(self, engine, *, input_values=None, kernel_words=1 << 14,
+                 output_values=None):
+        if not isinstance(engine, NeuralEngine):
+            raise TypeError(f"engine must be a NeuralEngine, not {engine!r}")
+        config = engine.config
         scale = max(1, config.macs // 16)
-        input_values = input_values or (1 << 15) * scale
-        output_values = output_values or (1 << 15) * scale
-        self.engine = NeuralEngine(config, **engine_args)
-        self.row_values = self.engine.row_values
-        self.input_depth = max(1, input_values // self.row_values)
+        self._macs = config.macs
+        self._base = engine.base
+        self.row_values = engine.row_values
+        self.input_depth = max(1, (input_values or (1 << 15) * scale) // self.row_values)
         self.kernel_words = kernel_words
-        self.output_depth = max(1, output_values // config.macs)
+        self.output_depth = max(1, (output_values or (1 << 15) * scale) // config.macs)
+        tag = engine.tag_layout
         super().__init__({
-            "cmd":    In(stream.Signature(CMD_LAYOUT)),
-            "res":    Out(stream.Signature(data.StructLayout({"data": 32}))),
-            "active": Out(1),
+            "bench":     In(DataSideSignature(DATA_WIDTH)),
+            "row_req":   In(stream.Signature(row_request_layout(tag))),
+            "row_data":  Out(stream.Signature(row_data_layout(self.row_values, tag))),
+            "kmem":      In(KernelReadSignature()),
+            "out":       In(stream.Signature(row_write_layout(config.macs))),
+            "reg_write": In(data.StructLayout({"en": 1, "addr": 16, "data": 32})),
         })
+
+    def connect_engine(self, m, engine):
+        wiring.connect(m, engine.row_req, self.row_req)
+        wiring.connect(m, self.row_data, engine.row_data)
+        wiring.connect(m, engine.kmem, self.kmem)
+        wiring.connect(m, engine.out, self.out)
+        writes = engine.writes
+        m.d.comb += [
+            self.reg_write.en.eq(writes.valid & writes.ready),
+            self.reg_write.addr.eq(writes.payload.addr),
+            self.reg_write.data.eq(writes.payload.data),
+        ]
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self._config
-        n = cfg.macs
-        RV = self.row_values
-        log2rv = exact_log2(RV)
-        m.submodules.engine = eng = self.engine
-        m.submodules.regs = regs = RegisterFile(NEURAL_ENGINE)
-        L = eng.layer
-        for reg in LAYER_REGISTERS:
-            for f in reg.fields:
-                if reg.name.startswith("POST_"):
-                    target = getattr(L.post, f.name)
-                elif reg.name == "KTABLE":
-                    target = L.ktable
-                else:
-                    target = getattr(L, f.name)
-                m.d.comb += target.eq(getattr(regs.port(reg.name), f.name))
-        start_cmd = Signal()
-        m.d.comb += [
-            eng.start.eq(regs.ctrl.start | start_cmd),
-            regs.status.busy.eq(eng.busy),
-            regs.status.error.eq(eng.error),
-            regs.status.error_code.eq(eng.error_code),
-            regs.cycles.count.eq(eng.cycles),
-            regs.mac_active.count.eq(eng.mac_active),
-        ]
+        load = self.bench.load
 
-        # ---- Random stalls of the input and output memories ----------------------------------
-        cmd = self.cmd.payload
-        stall = Signal(9)
+        # The layer's sizes, from the engine's register writes.
+        sizes = {}
+        for name in ("IN_SIZE", "OUT_SIZE"):
+            reg = NEURAL_ENGINE[name]
+            sizes[name] = Signal(register_layout(reg), name=name.lower())
+            with m.If(self.reg_write.en & (self.reg_write.addr == self._base + reg.offset)):
+                m.d.sync += sizes[name].eq(self.reg_write.data)
+        in_size, out_size = sizes["IN_SIZE"], sizes["OUT_SIZE"]
+
+        # Random stalls of the input and output memories.
         lfsr = Signal(16, init=0xACE1)
         m.d.sync += lfsr.eq(Mux(lfsr[0], (lfsr >> 1) ^ 0xB400, lfsr >> 1))
-        with m.If(self.cmd.valid & self.cmd.ready & (cmd.op == 0) & (cmd.addr == STALL_ADDR)):
-            m.d.sync += stall.eq(cmd.data[:9])
         take_row = Signal()
         take_out = Signal()
-        m.d.comb += [take_row.eq(lfsr[:8] >= stall), take_out.eq(lfsr[8:] >= stall)]
+        m.d.comb += [take_row.eq(lfsr[:8] >= self.bench.stall),
+                     take_out.eq(lfsr[8:] >= self.bench.stall)]
 
-        # ---- Input memory: one bank per column modulo row_values --------------------------
-        wpr = Signal(12)
-        m.d.comb += wpr.eq((L.in_w + RV - 1) >> log2rv)
-        req = eng.row_req
-        m.d.comb += req.ready.eq(take_row)
+        dumping = Signal()
+        m.d.comb += load.ready.eq(~dumping)
+        loading = load.valid & load.ready
+        self._input_memory(m, in_size, take_row, loading)
+
+        # Kernel memory.
+        m.submodules.kmem = kmem = Memory(shape=32, depth=self.kernel_words, init=[])
+        kwp = kmem.write_port()
+        krp = kmem.read_port()
+        m.d.comb += [
+            kwp.addr.eq(load.payload.addr), kwp.data.eq(load.payload.data),
+            kwp.en.eq(loading & (load.payload.sel == MemorySel.KERNEL)),
+            krp.addr.eq(self.kmem.addr), krp.en.eq(self.kmem.en), self.kmem.data.eq(krp.data),
+        ]
+
+        self._output_memory(m, out_size, take_out, dumping)
+        return m
+
+    def _input_memory(self, m, in_size, take_row, loading):
+        """One memory per column modulo ``row_values``; a row segment is one read of each,
+        rotated by its first column."""
+        rv = self.row_values
+        log2rv = exact_log2(rv)
+        load = self.bench.load
+        req = self.row_req
+        wpr = Signal(12)        # words per input row
+        m.d.comb += [wpr.eq((in_size.in_w + rv - 1) >> log2rv), req.ready.eq(take_row)]
         r1_valid = Signal()
         r1_tag = Signal.like(req.payload.tag)
         r1_x = Signal(signed(14))
-        r1_ok = Signal(RV)           # bank holds an input inside the image
+        r1_inside = Signal(rv)        # bank holds an input inside the image
         m.d.sync += [r1_valid.eq(req.valid & req.ready), r1_tag.eq(req.payload.tag),
                      r1_x.eq(req.payload.x)]
-        row_ok = (req.payload.y >= 0) & (req.payload.y < L.in_h)
+        row_inside = (req.payload.y >= 0) & (req.payload.y < in_size.in_h)
         row_base = Signal(32)
-        m.d.comb += row_base.eq((req.payload.c * L.in_h + req.payload.y.as_unsigned()[:12]) * wpr)
-        banks_out = []
-        load_input = self.cmd.valid & (cmd.op == 1)
-        for b in range(RV):
+        m.d.comb += row_base.eq((req.payload.c * in_size.in_h
+                                 + req.payload.y.as_unsigned()[:12]) * wpr)
+        banks = []
+        for b in range(rv):
             mem = Memory(shape=16, depth=self.input_depth, init=[])
             m.submodules[f"in_bank{b}"] = mem
             wp = mem.write_port()
             rp = mem.read_port()
             m.d.comb += [
-                wp.addr.eq(cmd.addr >> log2rv),
-                wp.data.eq(cmd.data[:16]),
-                wp.en.eq(load_input & (cmd.addr[:log2rv] == b)),
+                wp.addr.eq(load.payload.addr >> log2rv),
+                wp.data.eq(load.payload.data[:16]),
+                wp.en.eq(loading & (load.payload.sel == MemorySel.INPUT)
+                         & (load.payload.addr[:log2rv] == b)),
             ]
-            # The column of this bank inside [x, x + RV): x + ((b - x) mod RV).
+            # The column of this bank inside [x, x + rv): x + ((b - x) mod rv).
             col = Signal(signed(16), name=f"col{b}")
             m.d.comb += col.eq(req.payload.x + ((b - req.payload.x)[:log2rv]))
             m.d.comb += [rp.addr.eq(row_base + (col >> log2rv)), rp.en.eq(1)]
             with m.If(req.valid):
-                m.d.sync += r1_ok[b].eq(row_ok & (col >= 0) & (col < L.in_w))
-            banks_out.append(Mux(r1_ok[b], rp.data, 0))
-        rd = eng.row_data
+                m.d.sync += r1_inside[b].eq(row_inside & (col >= 0) & (col < in_size.in_w))
+            banks.append(Mux(r1_inside[b], rp.data, 0))
+        rd = self.row_data
         m.d.comb += [rd.valid.eq(r1_valid), rd.payload.tag.eq(r1_tag)]
-        # Element k is column x + k, in bank (x + k) mod RV: rotate the banks by x.
-        values = banks_out
+        # Element k is column x + k, in bank (x + k) mod rv: rotate the banks by x.
+        values = banks
         for b in range(log2rv):
-            nxt = [Signal(16, name=f"rot{b}_{k}") for k in range(RV)]
-            m.d.comb += [nxt[k].eq(Mux(r1_x[b], values[(k + (1 << b)) % RV], values[k]))
-                         for k in range(RV)]
+            nxt = [Signal(16, name=f"rot{b}_{k}") for k in range(rv)]
+            m.d.comb += [nxt[k].eq(Mux(r1_x[b], values[(k + (1 << b)) % rv], values[k]))
+                         for k in range(rv)]
             values = nxt
-        for k in range(RV):
-            m.d.comb += rd.payload.values[k].eq(values[k])
+        m.d.comb += [rd.payload.values[k].eq(values[k]) for k in range(rv)]
 
-        # ---- Kernel memory -------------------------------------------------------------------
-        kmem = Memory(shape=32, depth=self.kernel_words, init=[])
-        m.submodules.kmem = kmem
-        kwp = kmem.write_port()
-        krp = kmem.read_port()
-        m.d.comb += [
-            kwp.addr.eq(cmd.addr), kwp.data.eq(cmd.data),
-            kwp.en.eq(self.cmd.valid & (cmd.op == 2)),
-            krp.addr.eq(eng.kmem_addr), krp.en.eq(eng.kmem_en), eng.kmem_data.eq(krp.data),
-        ]
-
-        # ---- Output memory: words of `macs` values, row-major by (channel, row) -------------
+    def _output_memory(self, m, out_size, take_out, dumping):
+        """Words of ``macs`` values, row-major by (channel, row), one write enable per value;
+        DUMP reads them back as 32-bit beats."""
+        n = self._macs
+        log2n = exact_log2(n)
+        per = n // 2            # beats per word
         omem = Memory(shape=data.ArrayLayout(16, n), depth=self.output_depth, init=[])
         m.submodules.omem = omem
-        owp = omem.write_port(granularity=1)     # one enable per value
+        owp = omem.write_port(granularity=1)
         orp = omem.read_port()
-        o = eng.out.payload
-        opr = Signal(12)
-        m.d.comb += [opr.eq((L.out_w + n - 1) >> exact_log2(n)), eng.out.ready.eq(take_out)]
+        o = self.out.payload
+        opr = Signal(12)        # words per output row
         shift = Signal(range(n))
-        m.d.comb += shift.eq(o.x[:exact_log2(n)] if n > 1 else 0)
         m.d.comb += [
-            owp.addr.eq((o.oc * L.out_h + o.y) * opr + (o.x >> exact_log2(n))),
+            opr.eq((out_size.out_w + n - 1) >> log2n),
+            self.out.ready.eq(take_out),
+            shift.eq(o.x[:log2n] if n > 1 else 0),
+            owp.addr.eq((o.oc * out_size.out_h + o.y) * opr + (o.x >> log2n)),
             owp.data.eq(o.values.as_value() << (shift * 16)),
-            owp.en.eq(Mux(eng.out.valid & eng.out.ready, o.mask << shift, 0)),
+            owp.en.eq(Mux(self.out.valid & self.out.ready, o.mask << shift, 0)),
         ]
 
-        # ---- Command processing and read-back ---------------------------------------------
-        csr = regs.bus
-        m.d.comb += [csr.addr.eq(cmd.addr - NEURAL_ENGINE.base), csr.w_data.eq(cmd.data)]
-        words = Signal(22)
-        word = Signal(22)
-        part = Signal(range(max(2, n // 2)))
-        status = Signal(3)
-        m.d.comb += [self.active.eq(eng.busy), orp.en.eq(0)]
+        # DUMP of the output memory: read a word, send its beats.
+        dump = self.bench.dump
+        beat = Signal(24)       # next beat
+        left = Signal(24)       # beats still to send
+        log2per = exact_log2(per)
+        part = Signal(range(max(2, per)))
+        m.d.comb += part.eq(beat & (per - 1))
+        res = self.bench.out
+        m.d.comb += orp.en.eq(0)
         with m.FSM():
-            with m.State("CMD"):
-                m.d.comb += self.cmd.ready.eq(1)
-                with m.If(self.cmd.valid):
-                    with m.Switch(cmd.op):
-                        with m.Case(0):
-                            m.d.comb += csr.w_en.eq(cmd.addr != STALL_ADDR)
-                        with m.Case(3):
-                            m.d.comb += start_cmd.eq(1)
-                            m.d.sync += [words.eq(cmd.data), word.eq(0), part.eq(0)]
-                            m.next = "RUN"
-            with m.State("RUN"):
-                with m.If(eng.done):
+            with m.State("IDLE"):
+                m.d.comb += dump.ready.eq(1)
+                with m.If(dump.valid & (dump.payload.sel == MemorySel.OUTPUT)):
+                    m.d.sync += [beat.eq(dump.payload.addr), left.eq(dump.payload.count)]
                     m.next = "READ"
             with m.State("READ"):
-                with m.If(word == words):
-                    m.d.sync += status.eq(0)
-                    m.next = "STATUS"
+                m.d.comb += dumping.eq(1)
+                with m.If(left == 0):
+                    m.next = "IDLE"
                 with m.Else():
-                    m.d.comb += [orp.addr.eq(word), orp.en.eq(1)]
+                    m.d.comb += [orp.addr.eq(beat >> log2per), orp.en.eq(1)]
                     m.next = "SEND"
             with m.State("SEND"):
                 m.d.comb += [
-                    self.res.valid.eq(1),
-                    self.res.payload.data.eq(orp.data.as_value().word_select(part, 32)),
+                    dumping.eq(1),
+                    res.valid.eq(1),
+                    res.payload.data.eq(orp.data.as_value().word_select(part, 32)),
                 ]
-                with m.If(self.res.ready):
-                    with m.If(part == n // 2 - 1):
-                        m.d.sync += [part.eq(0), word.eq(word + 1)]
+                with m.If(res.ready):
+                    m.d.sync += [beat.eq(beat + 1), left.eq(left - 1)]
+                    with m.If((part == per - 1) | (left == 1)):
                         m.next = "READ"
-                    with m.Else():
-                        m.d.sync += part.eq(part + 1)
-            with m.State("STATUS"):
-                m.d.comb += self.res.valid.eq(1)
-                with m.Switch(status):
-                    with m.Case(0):
-                        m.d.comb += self.res.payload.data.eq(
-                            Cat(eng.busy, eng.error, 0, 0, eng.error_code))
-                    with m.Case(1):
-                        m.d.comb += self.res.payload.data.eq(eng.cycles)
-                    with m.Case(2):
-                        m.d.comb += self.res.payload.data.eq(eng.mac_active)
-                with m.If(self.res.ready):
-                    m.d.sync += status.eq(status + 1)
-                    with m.If(status == 2):
-                        m.next = "CMD"
-        return m
+
+
+def conv_bench(config, *, core=0, **harness_args):
+    """An :class:`EngineBench` of a :class:`NeuralEngine` of ``config`` and its
+    :class:`ConvDataSide`; ``harness_args`` are the data side's sizes and the engine's build
+    parameters (``row_values``, ``buffer_rows``, ``timeout``, ``post_lanes``)."""
+    side_args = {k: harness_args.pop(k) for k in ("input_values", "kernel_words",
+                                                  "output_values") if k in harness_args}
+    engine = NeuralEngine(config, core=core, **harness_args)
+    return EngineBench(engine, ConvDataSide(engine, **side_args), data_width=DATA_WIDTH)

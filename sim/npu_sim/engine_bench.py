@@ -20,6 +20,7 @@ READ    read register ``addr`` (absolute) on the engine's CSR bus; respond with 
 LOAD    data beat ``data`` for the data side's input ``sel`` at ``addr`` (a memory word, or a
         beat of operand stream ``sel``)
 DUMP    the data side sends ``data`` words of its memory ``sel`` from ``addr`` as DATA beats
+        (taken once the WORD answer of an earlier command has left)
 STALL   the data side refuses a request with probability ``data / 256`` in each cycle (256:
         never answers, to test timeouts)
 ======  ==========================================================================================
@@ -219,8 +220,10 @@ class EngineBench(wiring.Component):
                         m.d.comb += [bench.load.valid.eq(self.cmd.valid),
                                      self.cmd.ready.eq(bench.load.ready)]
                     with m.Case(BenchOp.DUMP):
-                        m.d.comb += [bench.dump.valid.eq(self.cmd.valid),
-                                     self.cmd.ready.eq(bench.dump.ready)]
+                        # After the answer before it, so the dumped words cannot overtake it.
+                        with m.If(~word_valid):
+                            m.d.comb += [bench.dump.valid.eq(self.cmd.valid),
+                                         self.cmd.ready.eq(bench.dump.ready)]
                     with m.Case(BenchOp.STALL):
                         m.d.comb += self.cmd.ready.eq(1)
                         with m.If(self.cmd.valid):

@@ -6,6 +6,8 @@ is the canonical quiet NaN below.
 """
 
 __all__ = [
+    "F16_NEG_INF",
+    "F16_ONE",
     "F16_POS_INF",
     "F16_QNAN",
     "F32_MINUS_ONE",
@@ -21,8 +23,10 @@ F16_QNAN = 0x7E00
 #: Canonical quiet NaN of binary32.
 F32_QNAN = 0x7FC0_0000
 
-#: +infinity in binary16.
+#: +infinity, -infinity and +1.0 in binary16.
 F16_POS_INF = 0x7C00
+F16_NEG_INF = 0xFC00
+F16_ONE = 0x3C00
 #: Binary32 +1.0 and -1.0.
 F32_ONE = 0x3F80_0000
 F32_MINUS_ONE = 0xBF80_0000

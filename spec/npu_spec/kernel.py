@@ -15,6 +15,7 @@ from .regmap import Field, Register
 __all__ = [
     "CHANNEL_WORDS",
     "CHUNK",
+    "GROUP_TABLE",
     "GROUP_TABLE_WORDS",
     "HEADER_CHANNEL_BYTES",
     "MAX_ICG",
@@ -39,9 +40,13 @@ CHANNEL_WORDS = 3
 HEADER_CHANNEL_BYTES = 4 * CHANNEL_WORDS
 #: Largest right shift of the int32 rescale.
 MAX_SHIFT = 63
-#: Words per output-channel group in the neural engine's kernel group table (``KTABLE``):
-#: header address, header words, body address, body words.
-GROUP_TABLE_WORDS = 4
+#: The words of one output-channel group's entry in the neural engine's kernel group table
+#: (``KTABLE``), in address order: where the group's header part starts in the kernel memory
+#: and how many words it has, then the same for its body part. Each word holds a 16-bit value
+#: (a kernel-memory word address or a word count) in bits 0-15.
+GROUP_TABLE = ("header_addr", "header_words", "body_addr", "body_words")
+#: Words per output-channel group in the kernel group table.
+GROUP_TABLE_WORDS = len(GROUP_TABLE)
 
 #: The third header word of a channel.
 SHIFT_WORD = Register("SHIFT_WORD", doc="Third header word of an output channel.", fields=[

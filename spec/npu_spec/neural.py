@@ -16,7 +16,7 @@ import enum
 
 from .codes import coded
 from .engine import ERROR_BITS, TASK_OFFSET, control_registers
-from .kernel import MAX_ICG, MAX_KERNEL
+from .kernel import MAX_ICG, MAX_KERNEL, PALETTE_BITS
 from .mac import MacFormat, format_built
 from .postproc import Act, postproc_error
 from .regmap import Field, Register, RegisterMap
@@ -33,6 +33,7 @@ __all__ = [
     "best_log2w",
     "core_base",
     "engine_geometry",
+    "halo_width",
     "layer_error",
     "layer_writes",
     "make_layer",
@@ -215,7 +216,9 @@ def work_unit_shapes(config, row_values=None):
                  if (n >> lw) <= max_rows and (1 << lw) <= min(n, row_values))
 
 
-def _halo_width(log2w, kw, stride, dilation):
+def halo_width(log2w, kw, stride, dilation):
+    """Inputs a lane row of a ``2**log2w``-wide work unit needs per kernel row: its halo
+    row, ``(W - 1) * stride + (kw - 1) * dilation + 1``."""
     return ((1 << log2w) - 1) * stride + (kw - 1) * dilation + 1
 
 
@@ -228,7 +231,7 @@ def best_log2w(config, out_w, kw=1, stride=1, dilation=1, row_values=None):
     for log2w in sorted(range(_log2(config.macs) + 1), reverse=True):
         if (config.macs >> log2w) > max_rows:
             continue
-        if _halo_width(log2w, kw, stride, dilation) > row_values:
+        if halo_width(log2w, kw, stride, dilation) > row_values:
             continue
         w = 1 << log2w
         key = (-(-out_w // w) * w - out_w, -w)
@@ -260,9 +263,11 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
     The checks, in the order the core applies them: ``FORMAT`` (the MAC format is not built),
     ``SHAPE`` (a zero-sized loop), ``KERNEL`` (a kernel side above :data:`MAX_KERNEL`, or a
     work-unit width the build does not offer), ``HALO`` (a halo row wider than
-    ``row_values``), ``BUFFER`` (an output-channel group whose input rows, channels x kernel
-    rows, exceed ``buffer_rows``; the groups before it run), ``POSTPROC`` (an activation or
-    output format the accumulator format does not allow, found when the results are
+    ``row_values``), then for each output-channel group before its header is decoded
+    ``BUFFER`` (the group's input rows, channels x kernel rows, exceed ``buffer_rows``; the
+    groups before it run) and ``EXTRACT`` (a palette width the kernel format does not have:
+    the extractor refuses the first header), and last ``POSTPROC`` (an activation or output
+    format the accumulator format does not allow, found when the results are
     post-processed).
     """
     max_rows, row_values, buffer_rows = engine_geometry(config, row_values, buffer_rows)
@@ -276,11 +281,13 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
     if (layer["kh"] > MAX_KERNEL or layer["kw"] > MAX_KERNEL or log2w > _log2(n)
             or (n >> log2w) > max_rows):
         return NeuralError.KERNEL
-    if _halo_width(log2w, layer["kw"], layer["stride"], layer["dilation"]) > row_values:
+    if halo_width(log2w, layer["kw"], layer["stride"], layer["dilation"]) > row_values:
         return NeuralError.HALO
     for _, spanned in _groups_of_slots(layer, config.acc_slots):
         if spanned * layer["icpg"] * layer["kh"] > buffer_rows:
             return NeuralError.BUFFER
+        if layer["palette"] not in PALETTE_BITS:
+            return NeuralError.EXTRACT
     if postproc_error(layer["fmt"] == MacFormat.INT8, layer["act"], layer["out_fp16"],
                       config.formats):
         return NeuralError.POSTPROC

@@ -1,31 +1,128 @@
-"""Payloads and enums shared by the neural engine's sub-blocks (``docs/neural_engine.md``,
+"""Payloads, ports and enums shared by the neural engine's sub-units (``docs/neural_engine.md``,
 ``docs/mac.md``).
 
 The MAC array (``npu.neural.mac``) takes command beats and gives result beats.
 
 The kernel extractor (``npu.neural.kernel_extract``) turns the kernel DMA's word stream into
 parameter beats (one per output channel of a group, decoded once per group) and coefficient
-beats (one per nonzero coefficient, decoded once per work unit); the engine turns coefficient
-beats into MAC commands and hands parameter beats to the post-processor
+beats (one per nonzero coefficient, decoded once per work unit); the sequencer turns
+coefficient beats into MAC commands and hands the parameters to the post-processor
 (``npu.neural.postproc``), which turns MAC results into output values.
+
+The engine's layer registers reach the sub-units as one :func:`layer_layout` value, and the
+values derived from them at the start of a layer as one :func:`geometry_layout` value.
 """
 
-from amaranth.hdl import unsigned
-from amaranth.lib import data
+from amaranth.hdl import signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 from npu_spec import mac as mac_spec
 from npu_spec.kernel import MAX_KERNEL
+from npu_spec.neural import LAYER_REGISTERS
 
 from ..lib.enums import hw_enum
 
 __all__ = [
-    "KERNEL_WORD", "MAX_KERNEL", "MacFormat", "MacOp",
-    "coef_beat_layout", "kernel_config_layout", "mac_command_layout", "mac_result_layout",
-    "param_beat_layout", "postproc_out_layout", "slot_shape",
+    "KERNEL_WORD", "MAX_KERNEL", "KernelReadSignature", "MacFormat", "MacOp",
+    "coef_beat_layout", "geometry_layout", "kernel_config_layout", "layer_layout",
+    "mac_command_layout", "mac_result_layout", "param_beat_layout", "param_store_layout",
+    "postproc_out_layout",
+    "row_data_layout", "row_request_layout", "row_tag_layout", "row_write_layout",
+    "slot_shape",
 ]
 
 MacOp = hw_enum(mac_spec.MacOp)
 MacFormat = hw_enum(mac_spec.MacFormat)
+
+
+def layer_layout():
+    """The layer registers of a core (``npu_spec.neural.LAYER_REGISTERS``) as one struct: a
+    member per field, named as the field (``fmt``, ``log2w``, ..., ``addr`` of ``KTABLE``,
+    ``lo`` of ``POST_LO``), with the field's width; ``fmt`` is a :class:`MacFormat`. The values
+    are read while the layer runs (the registers must not change until it ends)."""
+    fields = {}
+    for reg in LAYER_REGISTERS:
+        for f in reg.fields:
+            fields[f.name] = MacFormat if f.name == "fmt" else unsigned(f.width)
+    return data.StructLayout(fields)
+
+
+def geometry_layout(macs):
+    """Values of a layer derived from its registers (``npu.neural.layer.LayerSetup``).
+
+    ============== ========================================================================
+    field          meaning
+    ============== ========================================================================
+    unit_w         work-unit width ``W = 2**log2w`` (registered at the start)
+    unit_h         work-unit height ``H = macs / W`` (registered)
+    log2h          ``log2(H)`` (registered)
+    out_channels   ``K = groups * ocpg`` (registered)
+    fp_data        the data operand is binary16 (registered)
+    fp_coef        the coefficient operand is binary16 (registered)
+    is_int         int8 x int8: int32 accumulators (registered)
+    tiles_y        work units down the output, ``ceil(out_h / H)`` (combinational)
+    tiles_x        work units across the output, ``ceil(out_w / W)`` (combinational)
+    halo_w         inputs a lane row needs per kernel row, ``(W-1)*stride + (kw-1)*dilation
+                   + 1`` (combinational)
+    ============== ========================================================================
+    """
+    log2n = ceil_log2(macs)
+    return data.StructLayout({
+        "unit_w":       range(macs + 1),
+        "unit_h":       range(macs + 1),
+        "log2h":        range(log2n + 1),
+        "out_channels": 24,
+        "fp_data":      1,
+        "fp_coef":      1,
+        "is_int":       1,
+        "tiles_y":      12,
+        "tiles_x":      12,
+        "halo_w":       16,
+    })
+
+
+def row_tag_layout(max_rows, buffer_rows):
+    """What a row request carries back with its data: the lane row and the input-buffer
+    address (both banks: ``2 * buffer_rows`` rows) the row is written to."""
+    return data.StructLayout({"row": range(max_rows), "addr": range(2 * buffer_rows)})
+
+
+def row_request_layout(tag):
+    """One input row wanted from the data source: channel ``c``, row ``y`` and first column
+    ``x`` (both signed: padding lies outside the image), and the ``tag`` to return."""
+    return data.StructLayout({"c": 12, "y": signed(14), "x": signed(14), "tag": tag})
+
+
+def row_data_layout(row_values, tag):
+    """The answer to a row request: inputs ``x .. x + row_values - 1`` of the row (zeros
+    outside the image) and the request's ``tag``."""
+    return data.StructLayout({"values": data.ArrayLayout(16, row_values), "tag": tag})
+
+
+def row_write_layout(lanes):
+    """One output row segment: channel ``oc``, row ``y``, first column ``x``, ``values``
+    (``values[j]`` is column ``x + j``) and ``mask`` (which values to write)."""
+    return data.StructLayout({
+        "oc": 12, "y": 12, "x": 12,
+        "values": data.ArrayLayout(16, lanes), "mask": lanes})
+
+
+class KernelReadSignature(wiring.Signature):
+    """A synchronous read port of the kernel memory, from the reader's side.
+
+    Members
+    -------
+    addr : Out(16)
+        Word address.
+    en : Out(1)
+        Read ``addr`` in this cycle.
+    data : In(32)
+        The word read, in the cycle after ``en``.
+    """
+
+    def __init__(self):
+        super().__init__({"addr": Out(16), "en": Out(1), "data": In(32)})
 
 
 def slot_shape(slots):
@@ -144,6 +241,18 @@ def param_beat_layout(slots):
         "scale":      32,
         "shift":      6,
         "group_last": 1,
+    })
+
+
+def param_store_layout(slots):
+    """A write into the parameter replayer's tables: in cycles with ``en``, slot ``slot`` of
+    table ``bank`` (the group index's lowest bit) gets ``scale`` and ``shift``."""
+    return data.StructLayout({
+        "en":    1,
+        "bank":  1,
+        "slot":  slot_shape(slots),
+        "scale": 32,
+        "shift": 6,
     })
 
 

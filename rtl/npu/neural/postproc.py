@@ -298,28 +298,7 @@ class PostProcessor(wiring.Component):
                 m.d.comb += self.out.payload.values[lane].eq(out_v)
 
         # ---- LFSRs: one per lane, advanced once per beat as it reaches the output ----------
-        # Beats stay in order, so this is the sequence of the model (one advance per result
-        # beat); the beat at the conversion stage uses the advanced state's low bits.
-        rnd_out = []
-        if has_float:
-            matrix = _lfsr_matrix()
-            advance = en & valid[last - 1] & last_ctl
-            rnd_lane = []
-            for i in range(lanes):
-                c = (spec.LFSR_LANE_CONST * (i + 1)) & 0xFFFF_FFFF
-                state = Signal(32, name=f"lfsr{i}", init=c)
-                nxt = Signal(32, name=f"lfsr{i}_next")
-                m.d.comb += nxt.eq(Cat(*[(state & mask).xor() for mask in matrix]))
-                with m.If(self.lfsr_load):
-                    m.d.sync += state.eq(Mux((cfg.seed ^ c) == 0, c, cfg.seed ^ c))
-                with m.Elif(advance):
-                    m.d.sync += state.eq(nxt)
-                rnd_lane.append(nxt[:spec.LFSR_BITS])
-            for j in range(units):
-                if folds == 1:
-                    rnd_out.append(rnd_lane[j])
-                else:
-                    rnd_out.append(Array(rnd_lane[k * units + j] for k in range(folds))[sub_ctl])
+        rnd_out = self._lfsrs(m, en & valid[last - 1] & last_ctl, sub_ctl) if has_float else []
 
         slot_out = delay(r.slot, last + 1, "slot")
         m.d.comb += self.out.payload.slot.eq(slot_out)
@@ -443,6 +422,32 @@ class PostProcessor(wiring.Component):
                         Mux(int_ctl, int_val.as_signed(), Mux(cfg.out_fp16, f16, i8)))
             output(i, value)
         return m
+
+    def _lfsrs(self, m, advance, sub_ctl):
+        """One LFSR per lane, advanced by ``advance``; returns the random bits of each lane
+        datapath (of lane ``k * units + j`` for sub-beat ``k = sub_ctl``).
+
+        Beats stay in order, so this is the sequence of the model (one advance per result
+        beat); the beat at the conversion stage uses the advanced state's low bits."""
+        lanes = self._config.macs
+        units, folds = self._lpc, lanes // self._lpc
+        cfg = self.cfg
+        matrix = _lfsr_matrix()
+        rnd_lane = []
+        for i in range(lanes):
+            c = (spec.LFSR_LANE_CONST * (i + 1)) & 0xFFFF_FFFF
+            state = Signal(32, name=f"lfsr{i}", init=c)
+            nxt = Signal(32, name=f"lfsr{i}_next")
+            m.d.comb += nxt.eq(Cat(*[(state & mask).xor() for mask in matrix]))
+            with m.If(self.lfsr_load):
+                m.d.sync += state.eq(Mux((cfg.seed ^ c) == 0, c, cfg.seed ^ c))
+            with m.Elif(advance):
+                m.d.sync += state.eq(nxt)
+            rnd_lane.append(nxt[:spec.LFSR_BITS])
+        if folds == 1:
+            return rnd_lane[:units]
+        return [Array(rnd_lane[k * units + j] for k in range(folds))[sub_ctl]
+                for j in range(units)]
 
     @staticmethod
     def _to_f16(m, z, rnd, stochastic, name):

@@ -1,12 +1,15 @@
-"""The RTL neural engine (in its standalone harness) against the golden model, bit for bit."""
+# amaranth: UnusedElaboratable=no
+"""The RTL neural engine (on the engine bench with its data side) against the golden model,
+bit for bit; its error codes against the specification's layer rules; an abort."""
 
 import numpy as np
 import pytest
 
 from npu_spec.config import preset
+from npu_spec.neural import NEURAL_ENGINE, layer_error
 from npu.neural.engine import EngineError, engine_geometry
 from npu_model.conv import ConvLayer, fc_as_conv
-from npu_sim.conv import golden_output, random_case, run_rtl, run_rtl_many
+from npu_sim.conv import golden_output, layer_fields, random_case, run_rtl, run_rtl_many
 from npu_fpga.toolenv import apply_tool_env
 
 SMALL = preset("small")
@@ -158,3 +161,106 @@ def test_random_sweep(seed):
                                  stochastic=bool(rng.random() < 0.3) and fmt != "int8"))
     _check(cases, run_rtl_many([dict(case=c, stall=0.3) for c in cases], SMALL,
                                backend="verilator", stall=0.3, seed=seed))
+
+
+def _faulty(rng, case):
+    """Random faults for ``case``'s registers: ``(overrides, the layer's fields with them)``.
+    The faults either stop the layer before its kernels are read (zero sizes, kernel 17, an
+    unbuilt work unit, a halo too wide, a group too deep for the buffer) or leave the kernel
+    stream well formed (an activation the format lacks or no activation at all, a palette
+    width the format does not have)."""
+    fields = layer_fields(case)
+    changes = {}
+    for _ in range(int(rng.integers(1, 3))):
+        fault = int(rng.integers(7))
+        if fault == 0:
+            changes[str(rng.choice(["groups", "icpg", "ocpg", "in_h", "in_w", "out_h", "out_w",
+                                    "kh", "kw", "stride", "dilation"]))] = 0
+        elif fault == 1:
+            changes[str(rng.choice(["kh", "kw"]))] = int(rng.integers(17, 32))
+        elif fault == 2:
+            changes["log2w"] = int(rng.choice([0, 1, 5, 9, 15]))
+        elif fault == 3:
+            changes.update(log2w=4, stride=int(rng.integers(3, 8)))
+        elif fault == 4:
+            changes["icpg"] = 256 // fields["kh"] + int(rng.integers(1, 5))
+        elif fault == 5:
+            changes["act"] = int(rng.choice([3, 4, 5, 8, 12, 15]))
+        else:
+            changes["palette"] = int(rng.choice([3, 5, 7, 9, 15]))
+    fields.update(changes)
+    overrides = {}
+    for reg in NEURAL_ENGINE.registers:
+        if any(f.name in changes for f in reg.fields):
+            word = 0
+            for f in reg.fields:
+                word |= (fields[f.name] & f.max) << f.offset
+            overrides[reg.name] = word      # raw: may hold codes the encoder refuses
+    return overrides, fields
+
+
+def test_error_codes_follow_the_layer_rules():
+    """Random bad layers: the engine's code is npu_spec.neural.layer_error's, and a good layer
+    after them runs."""
+    rng = np.random.default_rng(21)
+    good = random_case(SMALL, ConvLayer(2, 5, 6, 3, 3, 3, pad=1, fmt="int8"), seed=22,
+                       sparsity=0.3, palette_bits=2, activation="clamp")
+    runs, expect = [], []
+    while len(runs) < 16:
+        overrides, fields = _faulty(rng, good)
+        code = layer_error(fields, SMALL)
+        if code == EngineError.NONE.value:
+            continue
+        runs.append(dict(case=good, overrides=overrides))
+        expect.append(int(code))
+    runs.append(dict(case=good))
+    results = run_rtl_many(runs, SMALL, backend="verilator")
+    assert [stats["error_code"] for _, stats in results] == expect + [0]
+    assert sorted(set(expect)) == [2, 3, 4, 5, 6, 8]    # every code these faults can give
+    _check([good], results[-1:])
+
+
+@pytest.mark.parametrize("delay", [20, pytest.param(90, marks=pytest.mark.slow)])
+def test_abort_then_next_layer(delay):
+    """An abort ``delay`` cycles into a layer (its rows being loaded, or its commands issued)
+    ends it without a done; the next layer runs correctly."""
+    from npu_sim.conv import commands, load_commands, parse_run
+    from npu_sim.conv_harness import DATA_WIDTH, conv_bench
+    from npu_sim.engine_bench import BenchProgram
+    from npu_sim.streams import run_simulation, stream_get, stream_put
+
+    first = random_case(SMALL, ConvLayer(4, 6, 6, 10, 3, 3, pad=1, fmt="int8"), seed=31)
+    second = random_case(SMALL, ConvLayer(3, 5, 5, 4, 3, 3, pad=1, fmt="fp16"), seed=32,
+                         activation="relu")
+    bench = conv_bench(SMALL)
+    engine = bench.engine
+    program = load_commands(first, SMALL, bench, BenchProgram(DATA_WIDTH)).start()
+    commands(second, SMALL, bench, program=program)
+    responses, dones = [], []
+
+    async def producer(ctx):
+        for beat in program.beats:
+            await stream_put(ctx, bench.cmd, beat)
+
+    async def consumer(ctx):
+        for _ in range(program.expected):
+            responses.append(await stream_get(ctx, bench.res))
+
+    async def abort(ctx):
+        await ctx.tick().until(engine.task.start.valid & engine.task.start.ready)
+        await ctx.tick().repeat(delay)
+        assert not dones, "the first layer ended before the abort"
+        ctx.set(engine.task.abort, 1)
+        await ctx.tick()
+        ctx.set(engine.task.abort, 0)
+
+    async def watch(ctx):
+        async for _, _, done in ctx.tick().sample(engine.task.done):
+            if done:
+                dones.append(1)
+
+    run_simulation(bench, [producer, consumer, abort], processes=[watch])
+    records = program.parse([int(r) for r in responses])
+    assert len(dones) == 1          # the second layer's
+    got, stats = parse_run(records, second, SMALL)
+    _check([second], [(got, stats)])

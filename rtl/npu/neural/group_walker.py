@@ -1,0 +1,101 @@
+"""The group walker: which convolution groups the channels of an output-channel group span.
+
+An output-channel group is up to ``acc_slots`` consecutive output channels; with convolution
+groups (grouped or depthwise layers) its channels may belong to several of them, each with its
+own input channels. The walker steps through the group's channels one per cycle, keeping the
+convolution group and the index within it, so no division is needed.
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["GroupWalker"]
+
+
+class GroupWalker(wiring.Component):
+    """Walks the output channels of one output-channel group.
+
+    Parameters
+    ----------
+    slots : int
+        Accumulator slots: the most channels a group has.
+
+    Members
+    -------
+    ocpg, icpg : In(12)
+        Output and input channels per convolution group (the layer's registers).
+    remaining : In(24)
+        Output channels from the group's first one to the layer's end (``K - base``).
+    restart : In(1)
+        A layer starts: its first group begins in convolution group 0.
+    begin : In(1)
+        A group begins: ``ocg`` becomes ``min(slots, remaining)``, ``index`` 0.
+    step : In(1)
+        Walk channel ``index`` (the outputs below describe it before the step).
+    ocg : Out(range(slots + 1))
+        Channels in the group.
+    index : Out(range(slots + 1))
+        Channels walked.
+    walking : Out(1)
+        Combinational: ``index < ocg``.
+    slot_base : Out(24)
+        Combinational: input-channel offset of channel ``index``'s convolution group from the
+        group's first one (``(g - g0) * icpg``).
+    in_base : Out(24)
+        Combinational: the first input channel the group reads (``g0 * icpg``).
+    in_count : Out(24)
+        Combinational, once every channel has been walked: input channels the group reads
+        (``(g_last - g0 + 1) * icpg``).
+    """
+
+    def __init__(self, slots):
+        if not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be a positive integer, not {slots!r}")
+        self._slots = slots
+        super().__init__({
+            "ocpg":      In(12),
+            "icpg":      In(12),
+            "remaining": In(24),
+            "restart":   In(1),
+            "begin":     In(1),
+            "step":      In(1),
+            "ocg":       Out(range(slots + 1)),
+            "index":     Out(range(slots + 1)),
+            "walking":   Out(1),
+            "slot_base": Out(24),
+            "in_base":   Out(24),
+            "in_count":  Out(24),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        slots = self._slots
+        group = Signal(12)        # convolution group of channel `index`
+        within = Signal(12)       # its index within that convolution group
+        first = Signal(12)        # convolution group of the group's first channel
+        last = Signal(12)         # ... of the last channel walked
+
+        with m.If(self.restart):
+            m.d.sync += [group.eq(0), within.eq(0)]
+        with m.If(self.begin):
+            m.d.sync += [
+                self.ocg.eq(Mux(self.remaining >= slots, slots, self.remaining)),
+                first.eq(group),
+                self.index.eq(0),
+            ]
+        with m.If(self.step):
+            group_end = within + 1 == self.ocpg
+            m.d.sync += [
+                last.eq(group),
+                group.eq(Mux(group_end, group + 1, group)),
+                within.eq(Mux(group_end, 0, within + 1)),
+                self.index.eq(self.index + 1),
+            ]
+        m.d.comb += [
+            self.walking.eq(self.index < self.ocg),
+            self.slot_base.eq((group - first) * self.icpg),
+            self.in_base.eq(first * self.icpg),
+            self.in_count.eq((last - first + 1) * self.icpg),
+        ]
+        return m

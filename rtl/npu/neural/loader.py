@@ -1,0 +1,163 @@
+"""The loader: fills the input buffer with the rows each work unit needs.
+
+For every output-channel group, every work unit (tile row, tile column) and every input
+channel the group reads, kernel row and lane row, the loader requests one halo row from the
+data source and writes the answer into the free bank of the input buffer
+(``docs/neural_engine.md``, "Input buffer and shifter"). Lane row ``y`` of the unit at tile
+``(ty, tx)`` needs, for input channel ``c`` and kernel row ``ky``, input row
+``(ty*H + y)*stride + ky*dilation - pad`` from column ``tx*W*stride - pad`` on.
+"""
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..lib.loop import LoopNest
+from .group_walker import GroupWalker
+from .input_buffer import BufferWriteSignature
+from .layouts import geometry_layout, layer_layout, row_data_layout, row_request_layout
+from .layouts import row_tag_layout
+
+__all__ = ["Loader"]
+
+
+class Loader(wiring.Component):
+    """Loader of one neural engine core.
+
+    Parameters
+    ----------
+    macs, slots : int
+        MAC lanes and accumulator slots of the build.
+    max_rows, row_values, buffer_rows : int
+        Input-buffer geometry (``npu_spec.neural.engine_geometry``).
+
+    Members
+    -------
+    start : In(1)
+        A layer starts (its registers passed the start check).
+    layer : In(layer_layout())
+        The layer registers.
+    geometry : In(geometry_layout(macs))
+        The layer's work-unit shape, output channels and tiles.
+    row_req : Out(stream.Signature(row_request_layout(tag)))
+        Rows wanted, in order: channel, kernel row, lane row (fastest).
+    row_data : In(stream.Signature(row_data_layout(row_values, tag)))
+        The answers, in request order; always accepted. Answers that arrive while the loader
+        is idle (after an abort) are dropped.
+    buffer : Out(BufferWriteSignature(max_rows, row_values, buffer_rows))
+        Row writes into the input buffer.
+    full : In(2)
+        The input buffer's full banks: the loader waits for its bank to be free ...
+    fill : Out(2)
+        ... and marks it full once every answer for it has been written.
+    """
+
+    def __init__(self, macs, slots, max_rows, row_values, buffer_rows):
+        self._macs = macs
+        self._slots = slots
+        self._max_rows = max_rows
+        self._buffer_rows = buffer_rows
+        tag = row_tag_layout(max_rows, buffer_rows)
+        super().__init__({
+            "start":    In(1),
+            "layer":    In(layer_layout()),
+            "geometry": In(geometry_layout(macs)),
+            "row_req":  Out(stream.Signature(row_request_layout(tag))),
+            "row_data": In(stream.Signature(row_data_layout(row_values, tag))),
+            "buffer":   Out(BufferWriteSignature(max_rows, row_values, buffer_rows)),
+            "full":     In(2),
+            "fill":     Out(2),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        layer = self.layer
+        geo = self.geometry
+        depth = self._buffer_rows
+
+        m.submodules.walker = walker = GroupWalker(self._slots)
+        m.submodules.tiles = tiles = LoopNest([("base", 24, self._slots), ("ty", 12),
+                                               ("tx", 12)])
+        m.submodules.rows = rows = LoopNest([("c", 24), ("ky", 5),
+                                             ("y", range(self._max_rows + 1))])
+        in_base = Signal(24)      # first input channel of the group
+        in_count = Signal(24)     # input channels of the group
+        m.d.comb += [
+            walker.ocpg.eq(layer.ocpg), walker.icpg.eq(layer.icpg),
+            walker.remaining.eq(geo.out_channels - tiles.index.base),
+            tiles.limit.base.eq(geo.out_channels), tiles.limit.ty.eq(geo.tiles_y),
+            tiles.limit.tx.eq(geo.tiles_x),
+            rows.limit.c.eq(in_count), rows.limit.ky.eq(layer.kh), rows.limit.y.eq(geo.unit_h),
+        ]
+
+        # Answers outstanding; an answer is written to the buffer row its tag names.
+        bank = Signal()
+        idle = Signal()
+        outstanding = Signal(24)
+        answer = Signal()
+        m.d.comb += [
+            self.row_data.ready.eq(1),
+            answer.eq(self.row_data.valid & ~idle),
+            self.buffer.en.eq(answer),
+            self.buffer.row.eq(self.row_data.payload.tag.row),
+            self.buffer.addr.eq(self.row_data.payload.tag.addr),
+            self.buffer.values.eq(self.row_data.payload.values),
+        ]
+        m.d.sync += outstanding.eq(outstanding + (self.row_req.valid & self.row_req.ready)
+                                   - answer)
+
+        # The request at the loop position.
+        pad = Signal(signed(6))
+        in_row = Signal(signed(26))
+        req = self.row_req.payload
+        pos = rows.index
+        m.d.comb += [
+            pad.eq(layer.pad),
+            in_row.eq(((tiles.index.ty << geo.log2h) + pos.y) * layer.stride
+                      + pos.ky * layer.dilation - pad),
+            req.c.eq(in_base + pos.c),
+            req.y.eq(in_row),
+            req.x.eq(((tiles.index.tx << layer.log2w) * layer.stride) - pad),
+            req.tag.row.eq(pos.y),
+            req.tag.addr.eq(Mux(bank, depth, 0) + pos.c * layer.kh + pos.ky),
+        ]
+
+        with m.FSM() as fsm:
+            m.d.comb += idle.eq(fsm.ongoing("IDLE"))
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.comb += [walker.restart.eq(1), tiles.restart.eq(1)]
+                    m.d.sync += bank.eq(0)
+                    m.next = "GROUP"
+            with m.State("GROUP"):
+                m.d.comb += walker.begin.eq(1)
+                m.next = "WALK"
+            with m.State("WALK"):
+                # The input channels of the group's convolution groups.
+                with m.If(walker.walking):
+                    m.d.comb += walker.step.eq(1)
+                with m.Else():
+                    m.d.sync += [in_base.eq(walker.in_base), in_count.eq(walker.in_count)]
+                    m.next = "WAIT_BANK"
+            with m.State("WAIT_BANK"):
+                with m.If(~self.full.bit_select(bank, 1)):
+                    m.d.comb += rows.restart.eq(1)
+                    m.next = "ROWS"
+            with m.State("ROWS"):
+                m.d.comb += self.row_req.valid.eq(1)
+                with m.If(self.row_req.ready):
+                    m.d.comb += rows.advance.eq(1)
+                    with m.If(rows.done):
+                        m.next = "DRAIN"
+            with m.State("DRAIN"):
+                # Every answer written: the bank is full; on to the next work unit.
+                with m.If(outstanding == 0):
+                    m.d.comb += [self.fill.eq(Mux(bank, 0b10, 0b01)), tiles.advance.eq(1)]
+                    m.d.sync += bank.eq(~bank)
+                    with m.If(~tiles.last.ty | ~tiles.last.tx):
+                        m.next = "WAIT_BANK"
+                    with m.Elif(~tiles.last.base):
+                        m.next = "GROUP"
+                    with m.Else():
+                        m.next = "IDLE"
+        return m

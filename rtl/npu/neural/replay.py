@@ -1,0 +1,107 @@
+"""The parameter replayer: sends each group's per-slot parameters once per work unit.
+
+The post-processor takes one set of parameters (scale and shift per slot) for every work unit,
+but a group's header is decoded once. The sequencer stores each header's parameters in one of
+two tables (by the group index's parity); the replayer sends the group's table to the
+post-processor once per work unit, running ahead of the results as far as the
+post-processor's two parameter banks allow (``docs/neural_engine.md``).
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..lib.loop import LoopNest
+from .layouts import geometry_layout, param_beat_layout, param_store_layout
+
+__all__ = ["ParamReplay", "param_entry_layout"]
+
+
+def param_entry_layout():
+    """A slot's parameters as the tables hold them."""
+    return data.StructLayout({"scale": 32, "shift": 6})
+
+
+class ParamReplay(wiring.Component):
+    """Parameter replayer of one neural engine core.
+
+    Parameters
+    ----------
+    macs, slots : int
+        MAC lanes and accumulator slots of the build.
+
+    Members
+    -------
+    start : In(1)
+        A layer starts (its registers passed the start check).
+    geometry : In(geometry_layout(macs))
+        Output channels and tiles of the layer.
+    store : In(param_store_layout(slots))
+        Writes into the tables (from the sequencer, as it decodes headers).
+    headers : In(16)
+        Headers decoded so far: the replayer starts group ``g`` once ``headers > g``.
+    group : Out(16)
+        The group the replayer is on.
+    params : Out(stream.Signature(param_beat_layout(slots)))
+        Parameter beats for the post-processor: for every work unit the group's slots in
+        order, ``group_last`` on the last one; ``bias`` is 0 (the MAC array adds the bias).
+    """
+
+    def __init__(self, macs, slots):
+        self._slots = slots
+        super().__init__({
+            "start":    In(1),
+            "geometry": In(geometry_layout(macs)),
+            "store":    In(param_store_layout(slots)),
+            "headers":  In(16),
+            "group":    Out(16),
+            "params":   Out(stream.Signature(param_beat_layout(slots))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        slots = self._slots
+        geo = self.geometry
+
+        tables = Signal(data.ArrayLayout(data.ArrayLayout(param_entry_layout(), slots), 2))
+        with m.If(self.store.en):
+            stored = tables[self.store.bank][self.store.slot]
+            m.d.sync += [stored.scale.eq(self.store.scale), stored.shift.eq(self.store.shift)]
+
+        ocg = Signal(range(slots + 1))      # channels of the current group
+        m.submodules.loop = loop = LoopNest([("base", 24, slots), ("ty", 12), ("tx", 12),
+                                             ("slot", range(slots + 1))])
+        m.d.comb += [loop.limit.base.eq(geo.out_channels), loop.limit.ty.eq(geo.tiles_y),
+                     loop.limit.tx.eq(geo.tiles_x), loop.limit.slot.eq(ocg)]
+        remaining = Signal(24)
+        m.d.comb += remaining.eq(geo.out_channels - loop.index.base)
+
+        entry = Signal(param_entry_layout())
+        slot = loop.index.slot
+        m.d.comb += entry.eq(tables[self.group[0]][slot])
+        p = self.params.payload
+        m.d.comb += [
+            p.slot.eq(slot), p.bias.eq(0), p.scale.eq(entry.scale), p.shift.eq(entry.shift),
+            p.group_last.eq(loop.last.slot),
+        ]
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.comb += loop.restart.eq(1)
+                    m.d.sync += self.group.eq(0)
+                    m.next = "WAIT"
+            with m.State("WAIT"):
+                with m.If(self.headers > self.group):
+                    m.d.sync += ocg.eq(Mux(remaining >= slots, slots, remaining))
+                    m.next = "PUSH"
+            with m.State("PUSH"):
+                m.d.comb += self.params.valid.eq(1)
+                with m.If(self.params.ready):
+                    m.d.comb += loop.advance.eq(1)
+                    with m.If(loop.last.slot & loop.last.tx & loop.last.ty):
+                        m.d.sync += self.group.eq(self.group + 1)
+                        with m.If(~loop.last.base):
+                            m.next = "WAIT"
+                        with m.Else():
+                            m.next = "IDLE"
+        return m

@@ -1,0 +1,118 @@
+"""The output circuit: post-processed results to output row writes.
+
+A post-processed result holds one output channel (a slot) of one work unit, every lane. The
+writer turns it into ``H`` row writes, lane row ``y`` at output row ``ty*H + y`` from column
+``tx*W`` on, with a mask that drops the columns beyond the work unit's ``W`` and beyond the
+layer; rows beyond the layer are skipped (``docs/neural_engine.md``). Results come for every
+group, work unit and the group's channels in the order their accumulations end
+(``npu_spec.neural.result_order``); the writer counts them to know the work unit.
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..lib.loop import LoopNest
+from .layouts import geometry_layout, layer_layout, postproc_out_layout, row_write_layout
+
+__all__ = ["Writer"]
+
+
+class Writer(wiring.Component):
+    """Output circuit of one neural engine core.
+
+    Parameters
+    ----------
+    macs, slots, max_rows : int
+        MAC lanes, accumulator slots and the largest work-unit height of the build.
+
+    Members
+    -------
+    start : In(1)
+        A layer starts (its registers passed the start check).
+    layer : In(layer_layout())
+    geometry : In(geometry_layout(macs))
+    res : In(stream.Signature(postproc_out_layout(macs, slots)))
+        Post-processed results, taken with their last row.
+    out : Out(stream.Signature(row_write_layout(macs)))
+        Output row writes.
+    done : Out(1)
+        The layer's last result has been written (until ``ack``).
+    ack : In(1)
+        The layer ended.
+    """
+
+    def __init__(self, macs, slots, max_rows):
+        self._macs = macs
+        self._slots = slots
+        self._max_rows = max_rows
+        super().__init__({
+            "start":    In(1),
+            "layer":    In(layer_layout()),
+            "geometry": In(geometry_layout(macs)),
+            "res":      In(stream.Signature(postproc_out_layout(macs, slots))),
+            "out":      Out(stream.Signature(row_write_layout(macs))),
+            "done":     Out(1),
+            "ack":      In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n, slots = self._macs, self._slots
+        layer = self.layer
+        geo = self.geometry
+
+        ocg = Signal(range(slots + 1))      # channels of the current group
+        m.submodules.loop = loop = LoopNest([
+            ("base", 24, slots), ("ty", 12), ("tx", 12), ("count", range(slots + 1)),
+            ("y", range(self._max_rows + 1))])
+        pos = loop.index
+        remaining = Signal(24)
+        m.d.comb += [
+            loop.limit.base.eq(geo.out_channels), loop.limit.ty.eq(geo.tiles_y),
+            loop.limit.tx.eq(geo.tiles_x), loop.limit.count.eq(ocg), loop.limit.y.eq(geo.unit_h),
+            remaining.eq(geo.out_channels - pos.base),
+        ]
+
+        # Row `y` of the result: values[x] is lane y * W + x.
+        res = self.res.payload
+        o = self.out.payload
+        m.d.comb += [
+            o.oc.eq(pos.base + res.slot),
+            o.y.eq((pos.ty << geo.log2h) + pos.y),
+            o.x.eq(pos.tx << layer.log2w),
+        ]
+        for x in range(n):
+            lane = Signal(range(n), name=f"lane{x}")
+            m.d.comb += [
+                lane.eq((pos.y << layer.log2w) + x),
+                o.values[x].eq(res.values[lane]),
+                o.mask[x].eq((x < geo.unit_w) & ((pos.tx << layer.log2w) + x < layer.out_w)),
+            ]
+        row_inside = Signal()
+        m.d.comb += row_inside.eq((pos.ty << geo.log2h) + pos.y < layer.out_h)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.comb += loop.restart.eq(1)
+                    m.next = "GROUP"
+            with m.State("GROUP"):
+                m.d.sync += ocg.eq(Mux(remaining >= slots, slots, remaining))
+                m.next = "ROWS"
+            with m.State("ROWS"):
+                m.d.comb += self.out.valid.eq(self.res.valid & row_inside)
+                step = Signal()
+                m.d.comb += step.eq(self.res.valid & (~row_inside | self.out.ready))
+                with m.If(step):
+                    m.d.comb += [loop.advance.eq(1), self.res.ready.eq(loop.last.y)]
+                    with m.If(loop.last.y & loop.last.count & loop.last.tx & loop.last.ty):
+                        with m.If(~loop.last.base):
+                            m.next = "GROUP"
+                        with m.Else():
+                            m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += self.done.eq(1)
+                with m.If(self.ack):
+                    m.next = "IDLE"
+        return m
