@@ -48,15 +48,22 @@ __all__ = [
     "RETAIN",
     "broadcast_operand",
     "eltwise",
+    "fold_channels",
+    "lane_op",
     "f32_recip",
     "f32_rsqrt",
     "f32_sqrt",
     "from_f32",
     "mean",
     "pool",
+    "pool_columns",
+    "pool_divisors",
+    "pool_rows",
     "pool_shape",
     "recip_count",
     "reduce",
+    "reduce_beats",
+    "reduce_tree",
     "reduction_count",
     "to_f32",
     "variance",
@@ -221,6 +228,48 @@ def broadcast_operand(b, kind, shape, fmt, scalar=0):
     raise ValueError(f"unknown broadcast kind {kind!r}")
 
 
+def lane_op(op, a, b=None, c=None, *, scale=F32_ONE, bias=0):
+    """One elementwise operation on binary32 operands (the lane pipeline's work on a beat).
+
+    ``a``, ``b``, ``c`` are binary32 bit patterns (arrays of one shape, or scalars); ``b`` and
+    ``c`` only for the binary and ternary operations; ``scale`` and ``bias`` the gain-bias
+    constants. Returns the binary32 result (no output rounding): the golden column of the
+    table in ``docs/planar.md``.
+    """
+    code = spec.EltOp(ELT_OPS[op] if isinstance(op, str) else int(op))
+    A = np.asarray(a, dtype=np.uint32)
+    B = None if b is None else np.asarray(b, dtype=np.uint32)
+    C = None if c is None else np.asarray(c, dtype=np.uint32)
+    E = spec.EltOp
+    if code == E.COPY:
+        return A
+    if code == E.RELU:
+        return fp.f32_max(A, 0)
+    if code == E.ABS:
+        return _abs(A)
+    if code == E.NEG:
+        return _neg(A)
+    if code == E.SQUARE:
+        return fp.f32_mul(A, A)
+    if code == E.GAIN_BIAS:
+        return fp.f32_add(fp.f32_mul(A, scale), bias)
+    if code == E.ADD:
+        return fp.f32_add(A, B)
+    if code == E.SUB:
+        return fp.f32_add(A, _neg(B))
+    if code == E.MUL:
+        return fp.f32_mul(A, B)
+    if code == E.MAX:
+        return fp.f32_max(A, B)
+    if code == E.MIN:
+        return fp.f32_min(A, B)
+    if code == E.CMP:
+        return fp.f32_bits(fp.f32_cmp(A, B).astype(np.float32))
+    if code == E.FMA:
+        return fp.f32_add(A, fp.f32_mul(B, C))
+    return fp.f32_mul(fp.f32_add(A, B), C)     # ADDMUL
+
+
 def eltwise(op, a, b=None, c=None, *, in_fmt=FMT_INT8, out_fmt=FMT_INT8, scale=F32_ONE,
             bias=0, bcast=0, scalar=0):
     """Elementwise mode.
@@ -250,36 +299,7 @@ def eltwise(op, a, b=None, c=None, *, in_fmt=FMT_INT8, out_fmt=FMT_INT8, scale=F
     A = to_f32(a, in_fmt)
     B = broadcast_operand(b, bcast, shape, in_fmt, scalar) if arity >= 2 else None
     C = to_f32(np.asarray(c), in_fmt).reshape(shape) if arity == 3 else None
-    E = spec.EltOp
-    if code == E.COPY:
-        y = A
-    elif code == E.RELU:
-        y = fp.f32_max(A, 0)
-    elif code == E.ABS:
-        y = _abs(A)
-    elif code == E.NEG:
-        y = _neg(A)
-    elif code == E.SQUARE:
-        y = fp.f32_mul(A, A)
-    elif code == E.GAIN_BIAS:
-        y = fp.f32_add(fp.f32_mul(A, scale), bias)
-    elif code == E.ADD:
-        y = fp.f32_add(A, B)
-    elif code == E.SUB:
-        y = fp.f32_add(A, _neg(B))
-    elif code == E.MUL:
-        y = fp.f32_mul(A, B)
-    elif code == E.MAX:
-        y = fp.f32_max(A, B)
-    elif code == E.MIN:
-        y = fp.f32_min(A, B)
-    elif code == E.CMP:
-        y = fp.f32_bits(fp.f32_cmp(A, B).astype(np.float32))
-    elif code == E.FMA:
-        y = fp.f32_add(A, fp.f32_mul(B, C))
-    else:  # ADDMUL
-        y = fp.f32_mul(fp.f32_add(A, B), C)
-    return from_f32(y, out_fmt)
+    return from_f32(lane_op(code, A, B, C, scale=scale, bias=bias), out_fmt)
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,25 +343,67 @@ def _window_fold(v, axis, n_out, k, stride, pad, fold, ident):
     return acc, count
 
 
-def pool(x, op, kh, kw, sy=1, sx=1, py=0, px=0, *, in_fmt=FMT_INT8, out_fmt=FMT_INT8):
-    """Pooling mode: max, min or average over ``kh x kw`` windows of every channel.
-
-    Global pooling is the reduction mode (or a window as large as the plane).
-    """
+def _pool_fold(op):
     code = spec.PoolOp(POOL_OPS[op] if isinstance(op, str) else int(op))
-    x = np.asarray(x)
-    _, H, W = x.shape
-    OH, OW = pool_shape(H, W, kh, kw, sy, sx, py, px)
-    X = to_f32(x, in_fmt)
     P = spec.PoolOp
     ident = {P.MAX: F32_NEG_INF, P.MIN: F32_POS_INF, P.AVG: F32_NEG_ZERO}[code]
     fold = {P.MAX: fp.f32_max, P.MIN: fp.f32_min, P.AVG: fp.f32_add}[code]
-    # Horizontal filter over every input row, then vertical filter over its results.
-    hacc, ncols = _window_fold(X, 2, OW, kw, sx, px, fold, ident)
-    acc, nrows = _window_fold(hacc, 1, OH, kh, sy, py, fold, ident)
-    count = nrows[:, None] * ncols[None, :]
-    if code == P.AVG:
-        acc = fp.f32_mul(acc, recip_count(count)[None])
+    return code, fold, ident
+
+
+def pool_rows(x, op, kw, sx=1, px=0):
+    """The horizontal filter: every input row folded over the window's columns.
+
+    ``x`` is binary32, rows on the last axis; returns the row results (binary32,
+    ``(..., OW)``): output column ``ox`` folds the valid columns ``ox sx - px + kx``,
+    ``0 <= kx < kw``, in increasing order from the identity.
+    """
+    _, fold, ident = _pool_fold(op)
+    x = np.asarray(x, dtype=np.uint32)
+    w = x.shape[-1]
+    ow = (w + 2 * px - kw) // sx + 1
+    return _window_fold(x, x.ndim - 1, ow, kw, sx, px, fold, ident)[0]
+
+
+def pool_columns(h, op, kh, sy=1, py=0):
+    """The vertical filter: the row results ``h`` (binary32, ``(..., H, OW)``) folded over the
+    window's rows, output row ``oy`` the valid rows ``oy sy - py + ky`` in increasing order from
+    the identity; returns ``(..., OH, OW)`` (binary32)."""
+    _, fold, ident = _pool_fold(op)
+    h = np.asarray(h, dtype=np.uint32)
+    rows = h.shape[-2]
+    oh = (rows + 2 * py - kh) // sy + 1
+    return _window_fold(h, h.ndim - 2, oh, kh, sy, py, fold, ident)[0]
+
+
+def pool_divisors(op, h, w, kh, kw, sy=1, sx=1, py=0, px=0):
+    """The multiplier of each pooling output, ``(OH, OW)`` binary32: ``recip(n)`` of the valid
+    (non-padding) elements ``n`` of its window for the average, 1.0 for max and min."""
+    code, _, _ = _pool_fold(op)
+    oh, ow = pool_shape(h, w, kh, kw, sy, sx, py, px)
+    rows = _window_fold(np.zeros((h, 1), dtype=np.uint32), 0, oh, kh, sy, py,
+                        fp.f32_add, F32_NEG_ZERO)[1]
+    cols = _window_fold(np.zeros((1, w), dtype=np.uint32), 1, ow, kw, sx, px,
+                        fp.f32_add, F32_NEG_ZERO)[1]
+    if code != spec.PoolOp.AVG:
+        return np.full((oh, ow), F32_ONE, dtype=np.uint32)
+    return recip_count(rows[:, None] * cols[None, :])
+
+
+def pool(x, op, kh, kw, sy=1, sx=1, py=0, px=0, *, in_fmt=FMT_INT8, out_fmt=FMT_INT8):
+    """Pooling mode: max, min or average over ``kh x kw`` windows of every channel.
+
+    Separable: :func:`pool_rows` over every input row, then :func:`pool_columns`, then the
+    multiplier of :func:`pool_divisors`. Global pooling is the reduction mode (or a window as
+    large as the plane).
+    """
+    x = np.asarray(x)
+    _, H, W = x.shape
+    pool_shape(H, W, kh, kw, sy, sx, py, px)
+    X = to_f32(x, in_fmt)
+    acc = pool_columns(pool_rows(X, op, kw, sx, px), op, kh, sy, py)
+    if _pool_fold(op)[0] == spec.PoolOp.AVG:
+        acc = fp.f32_mul(acc, pool_divisors(op, H, W, kh, kw, sy, sx, py, px)[None])
     return from_f32(acc, out_fmt)
 
 
@@ -354,6 +416,12 @@ def _tree(vals, fold):
     while vals.shape[-1] > 1:
         vals = fold(vals[..., 0::2], vals[..., 1::2])
     return vals[..., 0]
+
+
+def reduce_tree(beats, op):
+    """The reduction tree of each beat: ``beats`` binary32 ``(..., lanes)`` (a power of two),
+    lane ``2i`` with lane ``2i + 1`` level by level; returns ``(...)`` binary32."""
+    return _tree(np.asarray(beats, dtype=np.uint32), _red_fold(op)[0])
 
 
 def reduce(x, op, *, lanes, pre="copy", axis="plane", scale=F32_ONE, post="none",
@@ -395,20 +463,14 @@ def reduce(x, op, *, lanes, pre="copy", axis="plane", scale=F32_ONE, post="none"
     x = np.asarray(x)
     if x.ndim != 3:
         raise ValueError(f"x must have shape (C, H, W), not {x.shape}")
-    X = to_f32(x, in_fmt)
-    E, R = spec.EltOp, spec.RedOp
-    X = {E.COPY: lambda v: v, E.RELU: lambda v: fp.f32_max(v, 0), E.ABS: _abs, E.NEG: _neg,
-         E.SQUARE: lambda v: fp.f32_mul(v, v)}[pre_code](X)
-    ident = {R.SUM: F32_NEG_ZERO, R.MAX: F32_NEG_INF, R.MIN: F32_POS_INF}[code]
-    fold = {R.SUM: fp.f32_add, R.MAX: fp.f32_max, R.MIN: fp.f32_min}[code]
+    X = lane_op(pre_code, to_f32(x, in_fmt))
     if axis not in ("plane", "tensor", "channel"):
         raise ValueError(f"axis must be 'plane', 'tensor' or 'channel', not {axis!r}")
     if axis == "channel":
         if post_code != spec.PostFn.NONE:
             raise ValueError("a reduction across channels has no post function")
-        return from_f32(_reduce_channels(X, fold, ident, scale), out_fmt)
-    r = _reduce_core(X, fold, ident, lanes, axis, scale)
-    return from_f32(_POST[post_code](r), out_fmt)
+        return from_f32(_reduce_channels(X, code, scale), out_fmt)
+    return from_f32(_reduce_core(X, code, lanes, axis, scale, post_code), out_fmt)
 
 
 def reduction_count(shape, axis):
@@ -434,34 +496,62 @@ def variance(x, *, lanes, in_fmt=FMT_INT8, axis="plane"):
     s = int(recip_count(reduction_count(np.asarray(x).shape, axis)))
     X = to_f32(x, in_fmt)
     X2 = fp.f32_mul(X, X)
-    core = (_reduce_channels if axis == "channel"
-            else lambda v, f, i, sc: _reduce_core(v, f, i, lanes, axis, sc))
-    m = core(X, fp.f32_add, F32_NEG_ZERO, s)
-    q = core(X2, fp.f32_add, F32_NEG_ZERO, s)
+    if axis == "channel":
+        m, q = _reduce_channels(X, "sum", s), _reduce_channels(X2, "sum", s)
+    else:
+        m, q = (_reduce_core(v, "sum", lanes, axis, s, spec.PostFn.NONE) for v in (X, X2))
     return fp.f32_add(q, fp.f32_mul(m, _neg(m)))
 
 
-def _reduce_channels(X, fold, ident, scale):
-    """Across channels, per pixel: ``acc = op(... op(op(I, x[0]), x[1]) ..., x[C-1])`` in
-    channel order (the accumulator plane's read-modify-write), then ``f32_mul(acc, scale)``;
-    shape ``(1, H, W)`` (binary32 bits)."""
-    acc = np.full(X.shape[1:], ident, dtype=np.uint32)
-    for plane in X:
+def _red_fold(op):
+    code = spec.RedOp(RED_OPS[op] if isinstance(op, str) else int(op))
+    R = spec.RedOp
+    ident = {R.SUM: F32_NEG_ZERO, R.MAX: F32_NEG_INF, R.MIN: F32_POS_INF}[code]
+    fold = {R.SUM: fp.f32_add, R.MAX: fp.f32_max, R.MIN: fp.f32_min}[code]
+    return fold, ident
+
+
+def fold_channels(x, op):
+    """The channel accumulator: for every pixel, ``acc = op(... op(op(I, x[0]), x[1]) ...,
+    x[C-1])`` in channel order (binary32 ``(C, ...)`` in, ``(...)`` out)."""
+    fold, ident = _red_fold(op)
+    x = np.asarray(x, dtype=np.uint32)
+    acc = np.full(x.shape[1:], ident, dtype=np.uint32)
+    for plane in x:
         acc = fold(acc, plane).astype(np.uint32)
-    return fp.f32_mul(acc, scale)[None]
+    return acc
 
 
-def _reduce_core(X, fold, ident, lanes, axis, scale):
-    """Beats, pairwise tree, retention registers, final combine and scale (binary32 bits)."""
+def reduce_beats(beats, op, *, scale=F32_ONE, post="none"):
+    """The reduction of one group (a plane, or the tensor) from its beats: ``beats`` is
+    binary32 ``(n, lanes)`` (missing lanes hold the identity); each beat through the pairwise
+    tree, tree output ``k`` folded into retention register ``k mod RETAIN``, the registers
+    combined as ``op(op(r0, r1), r2)``, times ``scale``, then the post function. Returns the
+    binary32 result."""
+    fold, ident = _red_fold(op)
+    post_code = POST_FNS[post] if isinstance(post, str) else int(post)
+    trees = _tree(np.asarray(beats, dtype=np.uint32), fold)
+    regs = np.full(RETAIN, ident, dtype=np.uint32)
+    for k, t in enumerate(np.atleast_1d(trees)):
+        regs[k % RETAIN] = fold(regs[k % RETAIN], t)
+    r = fold(fold(regs[0], regs[1]), regs[2])
+    return np.uint32(_POST[post_code](fp.f32_mul(r, scale)))
+
+
+def _reduce_channels(X, op, scale):
+    """Across channels, per pixel: :func:`fold_channels`, then ``f32_mul(acc, scale)``; shape
+    ``(1, H, W)`` (binary32 bits)."""
+    return fp.f32_mul(fold_channels(X, op), scale)[None]
+
+
+def _reduce_core(X, op, lanes, axis, scale, post):
+    """The groups' beats (each row in beats of ``lanes``, missing lanes the identity; a group
+    is a plane, or the tensor), each through :func:`reduce_beats` (binary32 bits)."""
+    _, ident = _red_fold(op)
     C, H, W = X.shape
     wb = -(-W // lanes)
     padded = np.full((C, H, wb * lanes), ident, dtype=np.uint32)
     padded[:, :, :W] = X
-    trees = _tree(padded.reshape(C, H * wb, lanes), fold)  # (C, beats)
-    if axis == "tensor":
-        trees = trees.reshape(1, -1)
-    regs = np.full((trees.shape[0], RETAIN), ident, dtype=np.uint32)
-    for k in range(trees.shape[1]):
-        regs[:, k % RETAIN] = fold(regs[:, k % RETAIN], trees[:, k])
-    r = fold(fold(regs[:, 0], regs[:, 1]), regs[:, 2])
-    return fp.f32_mul(r, scale)
+    groups = padded.reshape(1 if axis == "tensor" else C, -1, lanes)
+    return np.array([reduce_beats(g, op, scale=scale, post=post) for g in groups],
+                    dtype=np.uint32)

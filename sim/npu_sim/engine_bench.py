@@ -21,8 +21,8 @@ LOAD    data beat ``data`` for the data side's input ``sel`` at ``addr`` (a memo
         beat of operand stream ``sel``)
 DUMP    the data side sends ``data`` words of its memory ``sel`` from ``addr`` as DATA beats
         (taken once the WORD answer of an earlier command has left)
-STALL   the data side refuses a request with probability ``data / 256`` in each cycle (256:
-        never answers, to test timeouts)
+STALL   the data side refuses a request, or holds back a stream beat, with probability
+        ``data / 256`` in each cycle (256: never answers, to test timeouts)
 ======  ==========================================================================================
 
 Response beats (``res``, :func:`response_layout`): ``tag`` DATA (an engine output beat, or a
@@ -32,7 +32,7 @@ produces them; a WORD beat waits until the data side has nothing to send.
 
 import enum
 
-from amaranth.hdl import Module, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -239,8 +239,12 @@ class EngineBench(wiring.Component):
 class StreamDataSide(wiring.Component):
     """A data side for an engine with operand streams: LOAD with ``sel = k`` pushes a beat into
     a FIFO feeding the engine's ``inputs[k]`` stream; the engine's ``output`` stream becomes
-    DATA responses. No memories: DUMP is taken and ignored, and STALL has no effect (stalls come
-    from the command and response streams).
+    DATA responses. No memories: DUMP is taken and ignored.
+
+    STALL holds the streams back at random: in each cycle, each input stream offers its next
+    beat and the output stream accepts a beat only with probability ``1 - stall / 256``, each
+    decided by its own 16-bit LFSR. A beat once offered stays offered until it is taken (the
+    stream rules). With no STALL (0) the FIFOs and the output pass straight through.
 
     Parameters
     ----------
@@ -255,6 +259,9 @@ class StreamDataSide(wiring.Component):
     depth : int
         Entries of each input FIFO.
     """
+
+    #: Initial values of the LFSRs: the inputs' in order, then the output's.
+    LFSR_SEEDS = (0xACE1, 0x1D87, 0x5A3C, 0xE2B9, 0x7F31)
 
     def __init__(self, inputs, output, beat_width, data_width, *, depth=4):
         if not 1 <= len(inputs) <= 1 << SEL_BITS:
@@ -284,6 +291,12 @@ class StreamDataSide(wiring.Component):
         m.d.comb += [self.result.valid.eq(out.valid), self.result.payload.eq(out.payload),
                      out.ready.eq(self.result.ready)]
 
+    def _lfsr(self, m, k):
+        """A pass in this cycle, with probability ``1 - stall / 256``, from LFSR ``k``."""
+        lfsr = Signal(16, init=self.LFSR_SEEDS[k], name=f"lfsr{k}")
+        m.d.sync += lfsr.eq(Mux(lfsr[0], (lfsr >> 1) ^ 0xB400, lfsr >> 1))
+        return lfsr[:8] >= self.bench.stall
+
     def elaborate(self, platform):
         m = Module()
         load = self.bench.load
@@ -292,18 +305,27 @@ class StreamDataSide(wiring.Component):
             q = fifo.SyncFIFOBuffered(width=self._beat_width, depth=self._depth)
             m.submodules[f"fifo_{name}"] = q
             mine = getattr(self, f"in_{name}")
+            # A beat offered and not taken stays offered.
+            offered = Signal(name=f"offered_{name}")
+            m.d.sync += offered.eq(mine.valid & ~mine.ready)
             m.d.comb += [
                 q.w_data.eq(load.payload.data[:self._beat_width]),
                 q.w_en.eq(load.valid & (load.payload.sel == k)),
-                mine.valid.eq(q.r_rdy), mine.payload.eq(q.r_data), q.r_en.eq(mine.ready),
+                mine.valid.eq(q.r_rdy & (offered | self._lfsr(m, k))),
+                mine.payload.eq(q.r_data),
+                q.r_en.eq(mine.valid & mine.ready),
             ]
             ready = ready | ((load.payload.sel == k) & q.w_rdy)
+        # The output: a result passes on (and is taken from the engine) only when let through.
+        out = self.bench.out
+        passing = Signal()
+        m.d.sync += passing.eq(out.valid & ~out.ready)
         m.d.comb += [
             load.ready.eq(ready | (load.payload.sel >= len(self._inputs))),
             self.bench.dump.ready.eq(1),
-            self.bench.out.valid.eq(self.result.valid),
-            self.bench.out.payload.data.eq(self.result.payload),
-            self.result.ready.eq(self.bench.out.ready),
+            out.valid.eq(self.result.valid & (passing | self._lfsr(m, len(self._inputs)))),
+            out.payload.data.eq(self.result.payload),
+            self.result.ready.eq(out.valid & out.ready),
         ]
         return m
 
@@ -399,7 +421,9 @@ def run_bench(bench, program, *, backend="amaranth", stall=0.0, seed=0, max_cycl
 
     ``stall`` is the probability of a stall cycle on the command and response streams;
     ``verilator`` a :class:`npu_sim.verilator.StreamBench` of ``bench`` (built once by the
-    caller and reused) for the Verilator backend.
+    caller and reused) for the Verilator backend. A run that takes more than ``max_cycles``
+    (default: 100,000 plus 400 per command and response) fails with an error in either
+    backend.
     """
     if backend == "verilator":
         if verilator is None:
@@ -411,6 +435,8 @@ def run_bench(bench, program, *, backend="amaranth", stall=0.0, seed=0, max_cycl
     elif backend == "amaranth":
         from .streams import run_simulation, seeded_rng, stream_get, stream_put
         responses = []
+        if max_cycles is None:
+            max_cycles = 100_000 + 400 * (len(program.beats) + program.expected)
 
         async def producer(ctx):
             rng = seeded_rng(seed, "cmd")
@@ -422,7 +448,13 @@ def run_bench(bench, program, *, backend="amaranth", stall=0.0, seed=0, max_cycl
             for _ in range(program.expected):
                 responses.append(await stream_get(ctx, bench.res, rng, stall))
 
-        run_simulation(bench, [producer, consumer], vcd=vcd)
+        async def watchdog(ctx):
+            for _ in range(max_cycles):
+                await ctx.tick()
+            raise RuntimeError(f"the bench did not finish in {max_cycles} cycles "
+                               f"({len(responses)} of {program.expected} responses)")
+
+        run_simulation(bench, [producer, consumer], vcd=vcd, background=[watchdog])
     else:
         raise ValueError(f"backend must be 'amaranth' or 'verilator', not {backend!r}")
     return program.parse([int(r) for r in responses])

@@ -1,33 +1,40 @@
-"""Planar engine runs: random tasks, stream packing, the Amaranth runner and the comparison.
+"""Planar engine runs: random tasks, stream packing, the engine bench runs and the comparison.
 
 A *task* is a dict of the register fields (:func:`npu_spec.planar.make_task`). Operands are
 numpy arrays in the task's input format (``np.int8`` values or ``np.uint16`` binary16 bits):
 ``a`` is ``(C, H, W)``; ``b`` is ``(C, H, W)`` or the broadcast vector; ``c`` is ``(C, H, W)``.
 The task rules, the beat counts and the order of the streams are the specification's
-(:mod:`npu_spec.planar`); this module packs arrays into beats and back and runs the RTL.
+(:mod:`npu_spec.planar`); this module packs arrays into beats and back and runs the RTL in the
+engine bench (:mod:`npu_sim.engine_bench`), in ``amaranth.sim`` or under Verilator.
 """
 
 import numpy as np
 from npu_model import planar as pl
 from npu_spec.planar import (
+    LINE_BUFFER_DEPTH,
+    PLANAR_ENGINE,
     Axis,
     Bcast,
     Fmt,
     Mode,
-    TASK_FIELDS,
     make_task,
     operand_beats,
     output_beats,
     output_shape,
     task_error,
+    task_writes,
     vector_length,
 )
 
 __all__ = [
+    "OPERANDS",
+    "bench_data_width",
+    "bench_program",
     "compare",
     "from_beats",
     "golden",
     "input_streams",
+    "make_bench",
     "make_task",
     "random_operands",
     "random_task",
@@ -37,6 +44,10 @@ __all__ = [
     "task_error",
     "to_beats",
 ]
+
+
+#: The operand streams, in the order of the bench's ``LOAD`` selectors.
+OPERANDS = ("a", "b", "c")
 
 
 def _shape(task):
@@ -176,92 +187,91 @@ def compare(expected, got, fmt):
     return np.nonzero(e != g)[0]
 
 
-def run_tasks(config, jobs, *, seed=1, stall=0.2, vcd=None, plane_depth=1024):
-    """Run tasks one after the other through the RTL in the Amaranth simulator.
+def bench_data_width(lanes):
+    """Width of the bench's data fields for ``lanes`` lanes: a beat, at least 32 bits."""
+    return max(32, 16 * lanes)
 
-    ``jobs`` is a list of ``(task, a, b, c)``. Every stream (A, B, C in, results out) has
-    random stalls of probability ``stall``. Beats are sent only for tasks that
-    :func:`task_error` accepts. Returns a list of ``(output array or None, cycles, error)``;
-    cycles count from ``start`` to ``done``.
+
+def make_bench(config, *, plane_depth=LINE_BUFFER_DEPTH):
+    """The planar engine in an :class:`~npu_sim.engine_bench.EngineBench` whose data side feeds
+    the operand streams ``a``, ``b``, ``c`` (``LOAD`` with ``sel`` 0, 1, 2) and returns ``out``.
     """
-    from amaranth.sim import Simulator
     from npu.planar.engine import PlanarEngine
 
-    from npu_sim.streams import seeded_rng, stream_get, stream_put
+    from .engine_bench import EngineBench, StreamDataSide
 
-    dut = PlanarEngine(config, plane_depth=plane_depth)
-    lanes = dut.lanes
-    plan = []
+    engine = PlanarEngine(config, plane_depth=plane_depth)
+    width = bench_data_width(engine.lanes)
+    side = StreamDataSide(list(OPERANDS), "out", 16 * engine.lanes, width)
+    return EngineBench(engine, side, data_width=width)
+
+
+def bench_program(config, jobs, *, stall=0.0, plane_depth=LINE_BUFFER_DEPTH):
+    """The :class:`~npu_sim.engine_bench.BenchProgram` that runs ``jobs`` one after the other.
+
+    For each task: ``WRITE`` the task registers (:func:`npu_spec.planar.task_writes`),
+    ``START``, ``LOAD`` its operand beats (a broadcast vector on B first, then A, B and C
+    interleaved beat by beat; nothing for a rejected task), ``WAIT`` (with its output beats) and
+    ``READ`` ``CYCLES``. A ``STALL`` of ``stall`` first holds back the operand streams and the
+    result stream at random. Returns the program and the output beats of each task.
+    """
+    from .engine_bench import BenchProgram
+
+    lanes = config.planar_lanes ** 2
+    program = BenchProgram(bench_data_width(lanes)).stall(stall)
+    counts = []
     for task, a, b, c in jobs:
+        program.writes(task_writes(task)).start()
         if task_error(task, config, plane_depth):
-            plan.append(({"a": [], "b": [], "c": []}, 0))
+            n_out = 0
         else:
-            plan.append((input_streams(task, a, b, c, lanes), output_beats(task, lanes)))
+            streams = input_streams(task, a, b, c, lanes)
+            vector = task["mode"] == Mode.ELTWISE and task["bcast"] >= Bcast.CHANNEL
+            first_b = len(streams["b"]) if vector else 0
+            for beat in streams["b"][:first_b]:
+                program.load(OPERANDS.index("b"), beat)
+            rest_b = streams["b"][first_b:]
+            for k, beat in enumerate(streams["a"]):
+                program.load(OPERANDS.index("a"), beat)
+                if rest_b:
+                    program.load(OPERANDS.index("b"), rest_b[k])
+                if streams["c"]:
+                    program.load(OPERANDS.index("c"), streams["c"][k])
+            n_out = output_beats(task, lanes)
+        program.wait(outputs=n_out).read(PLANAR_ENGINE.address("CYCLES"))
+        counts.append(n_out)
+    return program, counts
+
+
+def _results(config, jobs, records, counts):
+    lanes = config.planar_lanes ** 2
     results = []
-    state = {"task": -1}
-    outs = [[] for _ in jobs]
-
-    def producer(name):
-        async def tb(ctx):
-            rng = seeded_rng(seed, name)
-            port = getattr(dut, name)
-            for k, (streams, _) in enumerate(plan):
-                while state["task"] < k:
-                    await ctx.tick()
-                for word in streams[name]:
-                    await stream_put(ctx, port, word, rng, stall)
-        return tb
-
-    async def consumer(ctx):
-        rng = seeded_rng(seed, "out")
-        for k, (_, n_out) in enumerate(plan):
-            while state["task"] < k:
-                await ctx.tick()
-            for _ in range(n_out):
-                outs[k].append(await stream_get(ctx, dut.out, rng, stall))
-
-    async def control(ctx):
-        for k, (task, *_rest) in enumerate(jobs):
-            for f in TASK_FIELDS:
-                ctx.set(getattr(dut.cfg, f), task[f])
-            ctx.set(dut.start, 1)
-            state["task"] = k
-            await ctx.tick()
-            ctx.set(dut.start, 0)
-            cycles = 1
-            n_in = len(plan[k][0]["a"]) + plan[k][1]
-            limit = 20_000 + 200 * n_in * (1 + int(stall * 10))
-            while not ctx.get(dut.done):
-                await ctx.tick()
-                cycles += 1
-                if cycles > limit:
-                    raise RuntimeError(f"planar engine did not finish task {k} in {limit} "
-                                       f"cycles")
-            err = ctx.get(dut.error)
-            results.append((cycles, int(getattr(err, "value", err))))
-            await ctx.tick()
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(control)
-    sim.add_testbench(consumer, background=True)
-    # Producers run in the background: a rejected task's beats are never sent.
-    for s in ("a", "b", "c"):
-        sim.add_testbench(producer(s), background=True)
-    if vcd:
-        with sim.write_vcd(str(vcd)):
-            sim.run()
-    else:
-        sim.run()
-    done = []
-    for k, (task, *_rest) in enumerate(jobs):
-        cycles, err = results[k]
-        if err or len(outs[k]) != plan[k][1]:
-            done.append((None, cycles, err))
+    for k, ((task, *_rest), n_out) in enumerate(zip(jobs, counts)):
+        (kind, err, beats), (_, cycles) = records[2 * k], records[2 * k + 1]
+        assert kind == "wait"
+        if err or len(beats) != n_out:
+            results.append((None, cycles, err))
         else:
-            done.append((from_beats(outs[k], output_shape(task), lanes,
-                                    task["out_fmt"]), cycles, err))
-    return done
+            results.append((from_beats(beats, output_shape(task), lanes, task["out_fmt"]),
+                            cycles, err))
+    return results
+
+
+def run_tasks(config, jobs, *, seed=1, stall=0.2, vcd=None, plane_depth=LINE_BUFFER_DEPTH):
+    """Run tasks one after the other through the engine bench in the Amaranth simulator.
+
+    ``jobs`` is a list of ``(task, a, b, c)``. The command and response streams, every operand
+    stream and the result stream have random stalls of probability ``stall``. Beats are sent
+    only for tasks that :func:`task_error` accepts. Returns a list of
+    ``(output array or None, cycles, error)``; cycles are the engine's ``CYCLES`` (from the
+    cycle the start is taken to the cycle of done).
+    """
+    from .engine_bench import run_bench
+
+    bench = make_bench(config, plane_depth=plane_depth)
+    program, counts = bench_program(config, jobs, stall=stall, plane_depth=plane_depth)
+    records = run_bench(bench, program, backend="amaranth", stall=stall, seed=seed, vcd=vcd)
+    return _results(config, jobs, records, counts)
 
 
 def run_amaranth(config, task, a, b=None, c=None, **kwargs):
@@ -269,64 +279,19 @@ def run_amaranth(config, task, a, b=None, c=None, **kwargs):
     return run_tasks(config, [(task, a, b, c)], **kwargs)[0]
 
 
-def run_verilator(config, jobs, *, seed=1, stall=0.2, plane_depth=1024, progress=None):
-    """Run tasks through the engine compiled with Verilator (:mod:`npu_sim.planar_bench`).
+def run_verilator(config, jobs, *, seed=1, stall=0.2, plane_depth=LINE_BUFFER_DEPTH,
+                  progress=None):
+    """Run tasks through the engine bench compiled with Verilator.
 
-    Same ``jobs`` and result format as :func:`run_tasks`. Stalls (probability ``stall``) hit
-    the serialised command stream and the result stream.
+    Same ``jobs``, stalls and result format as :func:`run_tasks`; the bench's Verilog is built
+    once per configuration (cached by its hash).
     """
-    from .planar_bench import PlanarBench
-
+    from .engine_bench import run_bench
     from .verilator import StreamBench
 
-    dut = PlanarBench(config, plane_depth=plane_depth)
-    lanes = dut.lanes
-    from npu_spec.planar import PLANAR_ENGINE, task_writes
-    words = []
-    plan = []
-    width = dut.cmd.payload.shape().size - 3
-
-    def cmd(tag, value):
-        return tag | (value << 3)
-
-    for task, a, b, c in jobs:
-        for addr, value in task_writes(task):
-            words.append(cmd(0, value | ((addr - PLANAR_ENGINE.base) << 32)))
-        words.append(cmd(1, 0))
-        if task_error(task, config, plane_depth):
-            plan.append(0)
-            continue
-        streams = input_streams(task, a, b, c, lanes)
-        n_b_first = len(streams["b"]) if (task["mode"] == 0 and task["bcast"] >= 2) else 0
-        words += [cmd(3, w) for w in streams["b"][:n_b_first]]
-        rest_b = streams["b"][n_b_first:]
-        for k, wa in enumerate(streams["a"]):
-            words.append(cmd(2, wa))
-            if rest_b:
-                words.append(cmd(3, rest_b[k]))
-            if streams["c"]:
-                words.append(cmd(4, streams["c"][k]))
-        plan.append(output_beats(task, lanes))
-    expected = sum(plan) + len(plan)
-    bench = StreamBench(dut, in_name="cmd", out_name="res", progress=progress)
-    outs, _stats = bench.run(words, expected, stall=stall, seed=seed,
-                            max_cycles=100_000 + 400 * (len(words) + expected))
-    results = []
-    k = 0
-    mask = (1 << width) - 1
-    for (task, *_rest), n in zip(jobs, plan):
-        beats = []
-        while k < len(outs) and outs[k] & 1 == 0:
-            beats.append((outs[k] >> 1) & mask)
-            k += 1
-        if k >= len(outs):
-            raise RuntimeError("planar bench: missing status beat (the engine stalled)")
-        status = outs[k] >> 1
-        k += 1
-        err, cycles = status & 0xFF, (status >> 8) & 0xFFFF_FFFF
-        if err or len(beats) != n:
-            results.append((None, cycles, err))
-        else:
-            results.append((from_beats(beats, output_shape(task), lanes,
-                                       task["out_fmt"]), cycles, err))
-    return results
+    bench = make_bench(config, plane_depth=plane_depth)
+    program, counts = bench_program(config, jobs, stall=stall, plane_depth=plane_depth)
+    verilator = StreamBench(bench, in_name="cmd", out_name="res", progress=progress)
+    records = run_bench(bench, program, backend="verilator", stall=stall, seed=seed,
+                        verilator=verilator)
+    return _results(config, jobs, records, counts)

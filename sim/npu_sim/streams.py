@@ -33,15 +33,18 @@ async def stream_get(ctx, stream, rng=None, stall=0.0):
     return word
 
 
-def run_simulation(dut, testbenches, *, vcd=None, clock=1e-8, processes=()):
+def run_simulation(dut, testbenches, *, vcd=None, clock=1e-8, processes=(), background=()):
     """Simulate ``dut`` with a clock, the given async testbenches and processes.
 
+    ``background`` testbenches do not keep the simulation running (a watchdog, a monitor).
     Writes a VCD (and GTKW) to ``vcd`` when it is given.
     """
     sim = Simulator(dut)
     sim.add_clock(clock)
     for tb in testbenches:
         sim.add_testbench(tb)
+    for tb in background:
+        sim.add_testbench(tb, background=True)
     for proc in processes:
         sim.add_process(proc)
     if vcd:

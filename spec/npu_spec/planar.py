@@ -264,11 +264,21 @@ def make_task(**fields):
 
 def task_writes(task):
     """Register writes ``[(word address, value), ...]`` that program ``task`` (a dict of field
-    values; missing fields take their reset values), without the start command."""
+    values; missing fields take their reset values), without the start command.
+
+    A value need only fit its field: a code that is no member of the field's enum (``mode``
+    3, ``axis`` 3) is written as it is, and the engine rejects the task (:func:`task_error`).
+    """
     writes = []
     for reg in TASK_REGISTERS:
-        values = {f.name: task.get(f.name, f.reset or 0) for f in reg.fields}
-        writes.append((PLANAR_ENGINE.base + reg.offset, reg.pack(**values)))
+        word = 0
+        for f in reg.fields:
+            value = int(task.get(f.name, f.reset or 0))
+            if not 0 <= value <= f.max:
+                raise ValueError(f"value of field {reg.name}.{f.name} must be in "
+                                 f"[0, {f.max}], not {value!r}")
+            word |= value << f.offset
+        writes.append((PLANAR_ENGINE.base + reg.offset, word))
     return writes
 
 

@@ -1,5 +1,7 @@
 """The planar engine: pooling, elementwise and reduction modes (``docs/planar.md``).
 
-The RTL is in :mod:`npu.planar.engine`; :mod:`npu_spec.planar` is plain Python (no
-Amaranth) so that the compiler and the golden model can import the register map.
+:mod:`npu.planar.engine` composes the sub-units, one module each (control, line buffer,
+filters, lane pipeline, reduction, ...); :mod:`npu_spec.planar` is plain Python (no Amaranth)
+so that the compiler, the golden model and the harnesses share the codes, the register map
+and the task rules.
 """

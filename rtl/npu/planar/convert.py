@@ -1,6 +1,9 @@
 """Format converters and the binary32 rounding primitive (all combinational).
 
-* :func:`to_f32`: the first format converter, INT8 or binary16 to binary32 (exact).
+* :class:`ToF32`: the first format converter on an operand stream (a beat of 16-bit elements
+  to a beat of binary32 values).
+* :func:`to_f32`: the first format converter of one element, INT8 or binary16 to binary32
+  (exact).
 * :func:`from_f32`: the second format converter, binary32 to binary16 (RNE, overflow to
   infinity, NaN to ``0x7E00``) or INT8 (RNE, saturating, NaN to 0), sign-extended to 16 bits.
 * :func:`f32_round_pack`: round ``(-1)**sign * sig * 2**exp`` to binary32 (RNE, subnormals).
@@ -8,11 +11,49 @@
 They match :mod:`npu_model.fp` bit for bit.
 """
 
-from amaranth.hdl import Cat, Const, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
 
 from ..lib.fp32 import F32_QNAN, count_leading_zeros, decode_operand, product_to_f32
+from .layouts import Fmt, beat_layout
 
-__all__ = ["f32_round_pack", "from_f32", "to_f32"]
+__all__ = ["ToF32", "f32_round_pack", "from_f32", "to_f32"]
+
+
+class ToF32(wiring.Component):
+    """The first format converter on a stream (combinational).
+
+    Parameters
+    ----------
+    lanes : int
+        Elements per beat.
+
+    Members
+    -------
+    fmt : In(Fmt)
+        Format of the incoming elements.
+    i : In(stream.Signature(beat_layout(lanes)))
+        Beats of 16-bit elements.
+    o : Out(stream.Signature(ArrayLayout(32, lanes)))
+        The same beats in binary32 (exact); ``valid`` and ``ready`` pass through.
+    """
+
+    def __init__(self, lanes):
+        self._lanes = lanes
+        super().__init__({
+            "fmt": In(Fmt),
+            "i":   In(stream.Signature(beat_layout(lanes))),
+            "o":   Out(stream.Signature(data.ArrayLayout(32, lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
+        for k in range(self._lanes):
+            m.d.comb += self.o.payload[k].eq(
+                to_f32(m, self.i.payload.data[k], self.fmt == Fmt.FP16, f"x{k}"))
+        return m
 
 
 def to_f32(m, raw, is_fp16, name):

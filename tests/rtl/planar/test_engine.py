@@ -1,16 +1,23 @@
 # amaranth: UnusedElaboratable=no
-"""The planar engine RTL against the golden model, bit for bit, with random stalls."""
+"""The planar engine RTL against the golden model, bit for bit, with random stalls, through
+the engine bench (:mod:`npu_sim.planar`); its engine interface (start, done, error, CYCLES,
+STATUS, abort)."""
 
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
-from npu_spec.config import NPUConfig, preset
-from npu.planar.engine import PlanarEngine, div_params
+from npu.planar.engine import PlanarEngine
 from npu.planar.layouts import config_layout
-from npu_spec.planar import (PLANAR_ENGINE, TASK_FIELDS, PlanarError, make_task, recip_bits,
-                             task_writes)
 from npu_model import planar as pl
 from npu_sim import planar as ps
+from npu_sim.streams import seeded_rng, stream_put
+from npu_spec.config import NPUConfig, preset
+from npu_spec.planar import (PLANAR_ENGINE, TASK_FIELDS, PlanarError, make_task, output_beats,
+                             task_writes)
+
+from tests.rtl.planar.test_control import wild_task
+from tests.support.csr import csr_read
+from tests.support.planar import run
 
 
 def sweep(config, jobs, *, seed, stall, plane_depth=1024):
@@ -36,22 +43,6 @@ def random_jobs(config, seed, n, modes=(None,), max_dim=9):
         task = ps.random_task(rng, config, modes[k % len(modes)], max_dim=max_dim)
         jobs.append((task, *ps.random_operands(rng, task)))
     return jobs
-
-
-def test_div_params():
-    """Division by a constant (or a table of constants) as a multiplication and a shift."""
-    rng = np.random.default_rng(0)
-    for nbits, divisors in [(11, [17]), (13, range(1, 16)), (12, [67])]:
-        s, ms = div_params(nbits, divisors)
-        xs = [0, (1 << nbits) - 1, *rng.integers(0, 1 << nbits, 200).tolist()]
-        for d in divisors:
-            assert all((x * ms[d]) >> s == x // d for x in xs)
-    assert div_params(13, range(1, 16))[0] <= 13 + 4
-
-
-def test_recip_rom():
-    n = np.arange(1, 65)
-    assert [recip_bits(int(k)) for k in n] == pl.recip_count(n).tolist()
 
 
 def test_register_fields_match_config_layout():
@@ -300,3 +291,125 @@ def test_sweep_verilator():
         if not err:
             exp = ps.golden(task, a, b, c, lanes=4)
             assert ps.compare(exp, got, task["out_fmt"]).size == 0, task
+
+
+def broken_task(rng, config):
+    """A valid random task with one field made invalid (the engine rejects it)."""
+    while True:
+        task = ps.random_task(rng, config, max_dim=4)
+        field, value = [("mode", 3), ("op", 15), ("in_fmt", 1), ("out_fmt", 1),
+                        ("channels", 0), ("width", 0), ("height", 0), ("axis", 3), ("pre", 9),
+                        ("bcast", 6), ("kh", 0), ("kw", 9), ("sx", 0), ("py", 8),
+                        ("width", 3000)][int(rng.integers(0, 15))]
+        task[field] = value
+        if ps.task_error(task, config):
+            return task
+
+
+def test_errors_match_task_error():
+    """Random tasks, valid, with one field broken, and with any field values (codes outside
+    their enums, zero and huge sizes, empty windows): the engine's error code is the
+    specification's, a rejected task consumes nothing and ends within five cycles, and the
+    next task runs."""
+    cfg = NPUConfig(planar_lanes=1, formats=("int8",))
+    rng = np.random.default_rng(9)
+    jobs = []
+    for k in range(60):
+        task = [lambda: ps.random_task(rng, cfg, max_dim=4), lambda: broken_task(rng, cfg),
+                lambda: broken_task(rng, cfg), lambda: wild_task(rng)][k % 4]()
+        while k % 4 == 3 and not ps.task_error(task, cfg):     # no huge valid tasks
+            task = wild_task(rng)
+        ok = not ps.task_error(task, cfg)
+        jobs.append((task, *(ps.random_operands(rng, task) if ok else (None, None, None))))
+    results = sweep(cfg, jobs, seed=9, stall=0.2)
+    assert {err for _, _, err in results} == set(PlanarError)
+    assert all(cycles <= 5 for _, cycles, err in results if err)
+
+
+async def program(ctx, dut, task):
+    """The task's register writes on the register-write port, then its start beat."""
+    for addr, value in task_writes(task):
+        ctx.set(dut.writes.valid, 1)
+        ctx.set(dut.writes.payload.addr, addr)
+        ctx.set(dut.writes.payload.data, value)
+        await ctx.tick().until(dut.writes.ready)
+    ctx.set(dut.writes.valid, 0)
+    ctx.set(dut.task.start.valid, 1)
+    await ctx.tick().until(dut.task.start.ready)
+    ctx.set(dut.task.start.valid, 0)
+
+
+def test_abort_then_next_task():
+    """An abort in the middle of a task (the task manager's watchdog) clears the datapath: no
+    done for it, STATUS not busy, and the next task runs correctly, its CYCLES equal to the
+    cycles from the start taken to done."""
+    cfg = NPUConfig(planar_lanes=2, planar_pool_beats=3)
+    lanes = 4
+    rng = np.random.default_rng(21)
+    first = ps.make_task(mode=1, op=2, channels=2, height=9, width=13, kh=3, kw=3, sy=1,
+                         sx=1, py=1, px=1)
+    second = ps.make_task(mode=0, op="fma", bcast=2, in_fmt=1, out_fmt=1, channels=3,
+                          height=4, width=7)
+    operands = [ps.random_operands(rng, t) for t in (first, second)]
+    streams = [ps.input_streams(t, *ops, lanes) for t, ops in zip((first, second), operands)]
+    dut = PlanarEngine(cfg)
+    state = {"task": 0, "dones": [], "outputs": [[], []], "cycles": None}
+
+    def producer(name):
+        async def tb(ctx):
+            prng = seeded_rng(3, name)
+            # Half of the first task's beats, then (after the abort) all of the second's.
+            for word in streams[0][name][:len(streams[0][name]) // 2]:
+                await stream_put(ctx, getattr(dut, name), word, prng, 0.2)
+            while state["task"] == 0:
+                await ctx.tick()
+            for word in streams[1][name]:
+                await stream_put(ctx, getattr(dut, name), word, prng, 0.2)
+        return tb
+
+    async def consumer(ctx):
+        crng = seeded_rng(3, "out")
+        async for _, _, valid, ready, word in ctx.tick().sample(
+                dut.out.valid, dut.out.ready, dut.out.payload.as_value()):
+            if valid and ready:
+                state["outputs"][state["task"]].append(word)
+            ctx.set(dut.out.ready, crng.random() >= 0.2)
+
+    async def watch(ctx):
+        async for _, _, done, error in ctx.tick().sample(dut.task.done, dut.task.error):
+            if done:
+                state["dones"].append((state["task"], error))
+
+    async def control(ctx):
+        await program(ctx, dut, first)
+        for _ in range(60):
+            await ctx.tick()
+        data, _ = await csr_read(ctx, dut.csr, PLANAR_ENGINE["STATUS"].offset)
+        assert PLANAR_ENGINE.decode(PLANAR_ENGINE.address("STATUS"), data)["busy"] == 1
+        ctx.set(dut.task.abort, 1)
+        await ctx.tick()
+        ctx.set(dut.task.abort, 0)
+        data, _ = await csr_read(ctx, dut.csr, PLANAR_ENGINE["STATUS"].offset)
+        assert PLANAR_ENGINE.decode(PLANAR_ENGINE.address("STATUS"), data)["busy"] == 0
+        await ctx.tick().repeat(20)     # the producers stop, the pipeline stays empty
+        assert not ctx.get(dut.out.valid)
+        state["task"] = 1
+        await program(ctx, dut, second)
+        cycles = 1
+        while not ctx.get(dut.task.done):
+            await ctx.tick()
+            cycles += 1
+        await ctx.tick()
+        data, _ = await csr_read(ctx, dut.csr, PLANAR_ENGINE["CYCLES"].offset)
+        state["cycles"] = (cycles, data)
+        while len(state["outputs"][1]) < output_beats(second, lanes):
+            await ctx.tick()
+
+    run(dut, control, producer("a"), producer("b"), producer("c"),
+        background=[consumer, watch])
+    assert state["dones"] == [(1, 0)]
+    cycles, register = state["cycles"]
+    assert cycles == register
+    got = ps.from_beats(state["outputs"][1], ps.output_shape(second), lanes, 1)
+    expected = ps.golden(second, *operands[1], lanes=lanes)
+    assert ps.compare(expected, got, 1).size == 0

@@ -1,0 +1,106 @@
+"""Sizes of a planar engine build and division by constants (plain Python, for the gateware)."""
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from npu_spec.config import NPUConfig
+from npu_spec.planar import h_ring_depth, line_buffer_banks
+
+from ..lib.fp32 import FP32AddPipe
+from ..lib.fp32mul import FP32Mul
+
+__all__ = ["LANE_LATENCY", "QUEUE_DEPTH", "Geometry", "div_params"]
+
+#: Entries of the pooling result queue.
+QUEUE_DEPTH = 8
+
+
+#: Cycles from the lane pipeline's input register to its output register.
+LANE_LATENCY = FP32AddPipe.LATENCY + FP32Mul.LATENCY + FP32AddPipe.LATENCY + 1
+
+
+@lru_cache(maxsize=None)
+def _div_params(nbits, divisors):
+    xs = range(1 << nbits)
+    s = (max(divisors) - 1).bit_length()
+    while True:
+        ms = {d: -(-(1 << s) // d) for d in divisors}
+        if all((x * ms[d]) >> s == x // d for d in divisors for x in xs):
+            return s, ms
+        s += 1
+
+
+def div_params(nbits, divisors):
+    """``(s, {d: M})``: ``x // d == (x * M) >> s`` for every ``x < 2**nbits`` and every
+    divisor ``d`` (checked exhaustively), so that division by a constant, or by a small field
+    through a table of ``M``, is a multiplication instead of a divider."""
+    s, ms = _div_params(nbits, tuple(sorted(set(divisors))))
+    return s, dict(ms)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The sizes of one planar engine build.
+
+    Parameters
+    ----------
+    lanes : int
+        ``L = P * P``, elements per beat.
+    pool_beats : int
+        ``K``, width of the pooling filters in beats.
+    plane_depth : int
+        Elements of the line buffer.
+    """
+
+    lanes: int
+    pool_beats: int
+    plane_depth: int
+
+    @classmethod
+    def of(cls, config, plane_depth):
+        """The geometry of ``config`` (an :class:`NPUConfig`) with a line buffer of
+        ``plane_depth`` elements."""
+        if not isinstance(config, NPUConfig):
+            raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        p = config.planar_lanes
+        if p & (p - 1):
+            raise ValueError(f"planar_lanes must be a power of two, not {p!r}")
+        if not isinstance(plane_depth, int) or plane_depth < 16:
+            raise ValueError(f"plane_depth must be an integer of at least 16, "
+                             f"not {plane_depth!r}")
+        return cls(p * p, config.planar_pool_beats, plane_depth)
+
+    @property
+    def lane_bits(self):
+        """``log2 L``."""
+        return self.lanes.bit_length() - 1
+
+    @property
+    def filter_lanes(self):
+        """``FL = K L``, lanes of the pooling filters."""
+        return self.pool_beats * self.lanes
+
+    @property
+    def banks(self):
+        """``NB``, banks of the line buffer."""
+        return line_buffer_banks(self.filter_lanes, self.plane_depth)[0]
+
+    @property
+    def bank_depth(self):
+        """``BD``, words of each line-buffer bank."""
+        return line_buffer_banks(self.filter_lanes, self.plane_depth)[1]
+
+    @property
+    def ring_depth(self):
+        """``DR = NB BD``, elements of the line buffer ring."""
+        return self.banks * self.bank_depth
+
+    @property
+    def h_depth(self):
+        """``HD``, words of the H ring (a power of two)."""
+        return h_ring_depth(self.lanes, self.plane_depth)
+
+    @property
+    def h_bits(self):
+        """``log2 HD``."""
+        return self.h_depth.bit_length() - 1

@@ -1,0 +1,224 @@
+"""The horizontal pooling filter: each input row folded over ``kx`` into H beats.
+
+An *H beat* is ``FL = K L`` consecutive output columns of one input row. The filter walks the
+H beats of every row of every channel in raster order, in groups of three consecutive ones;
+in each cycle one window step ``kx`` of one beat of the group enters each lane's add/max/min
+pipe (beat 0, 1, 2 of step 0, then of step 1, ...), so that the pipe's three-cycle latency is
+hidden and its result feeds straight back. After ``kw`` steps the three results are written to
+the H ring. A group starts when the input rows it reads are loaded and the H ring words it
+writes are no longer read by the vertical filter's group.
+
+A step is read from the line buffer one cycle after its issue and its data arrives the cycle
+after that; the pipes take it then. In a reduction across channels the channel accumulator
+borrows the pipes (``borrowed``).
+"""
+
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..lib.fp32 import FP32AddPipe
+from ..lib.pipe import delay
+from .fold import pooling_fold
+from .layouts import (COUNT_BITS, Mode, Spread, config_layout, fold_layout, hdesc_layout,
+                      keep_layout, read_layout, ring_keep_layout, ring_write_layout,
+                      sizes_layout)
+from .walk import next_group
+
+__all__ = ["HFilter"]
+
+
+class HFilter(wiring.Component):
+    """The horizontal filter of a pooling task, and its ``FL`` add/max/min pipes.
+
+    Parameters
+    ----------
+    geometry : Geometry
+        ``FL``, ``DR``, ``HD``.
+
+    Members
+    -------
+    task, sizes : In(config_layout()), In(sizes_layout())
+        The running task and its sizes.
+    start : In(1)
+        Start the walk of a pooling task.
+    clear : In(1)
+        Stop (a new task is being set up).
+    loaded : In(40)
+        Elements in the line buffer since the start of the task.
+    ring_keep : In(ring_keep_layout())
+        The first H word the vertical filter's group still reads.
+    read : Out(read_layout())
+        The line-buffer read of the step issued in this cycle.
+    data : In(ArrayLayout(32, FL))
+        Line-buffer data, two cycles after ``read``.
+    keep : Out(keep_layout())
+        The first input element this filter still reads (the loader's limit).
+    write : Out(ring_write_layout(40))
+        An H beat's result is written to H word ``write.word`` (modulo ``HD``): the result is
+        ``fold``.
+    count : Out(40)
+        H words written since the start of the task.
+    busy : Out(1)
+        The walk is on or steps are in the pipes.
+    borrowed : In(1)
+        The pipes compute ``borrow`` instead (a reduction across channels).
+    borrow : In(fold_layout(FL))
+    fold : Out(ArrayLayout(32, FL))
+        The pipes' results.
+    """
+
+    def __init__(self, geometry):
+        self._geometry = geometry
+        fl = geometry.filter_lanes
+        super().__init__({
+            "task":      In(config_layout()),
+            "sizes":     In(sizes_layout()),
+            "start":     In(1),
+            "clear":     In(1),
+            "loaded":    In(COUNT_BITS),
+            "ring_keep": In(ring_keep_layout()),
+            "read":      Out(read_layout()),
+            "data":      In(data.ArrayLayout(32, fl)),
+            "keep":      Out(keep_layout()),
+            "write":     Out(ring_write_layout(COUNT_BITS)),
+            "count":     Out(COUNT_BITS),
+            "busy":      Out(1),
+            "borrowed":  In(1),
+            "borrow":    In(fold_layout(fl)),
+            "fold":      Out(data.ArrayLayout(32, fl)),
+        })
+
+    def _has_window(self, x):
+        """A window whose first column is ``x`` ends within the padded row."""
+        task = self.task
+        return x + task.kw <= task.width + task.px
+
+    def _successor(self, m, d, name):
+        """The H beat after ``d``: the next ``FL`` columns of the row, or the next row."""
+        g = self._geometry
+        task = self.task
+        n = Signal(hdesc_layout(g.ring_depth), name=name)
+        gx = Signal(signed(17), name=f"{name}_gx")
+        ring = Signal(range(2 * g.ring_depth), name=f"{name}_ring")
+        m.d.comb += [gx.eq(d.gxb + self.sizes.step_cols), ring.eq(d.ring + task.width)]
+        m.d.comb += n.hw.eq(d.hw + 1)
+        with m.If(self._has_window(gx)):
+            m.d.comb += [n.valid.eq(d.valid), n.row.eq(d.row), n.gxb.eq(gx),
+                         n.ring.eq(d.ring), n.row_start.eq(d.row_start)]
+        with m.Else():
+            m.d.comb += [n.valid.eq(d.valid & (d.row + 1 < self.sizes.rows)),
+                         n.row.eq(d.row + 1), n.gxb.eq(-task.px),
+                         n.ring.eq(Mux(ring >= g.ring_depth, ring - g.ring_depth, ring)),
+                         n.row_start.eq(d.row_start + task.width)]
+        return n
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self._geometry
+        FL = g.filter_lanes
+        task = self.task
+        layout = hdesc_layout(g.ring_depth)
+        is_pool = task.mode == Mode.POOL
+
+        def successor(d, name):
+            return self._successor(m, d, name)
+
+        # The walk: the group of three H beats, the step kx and the beat phi of the group.
+        group = [Signal(layout, name=f"beat{p}") for p in range(3)]
+        kx = Signal(4)
+        phi = Signal(2)
+        on = Signal()
+        issue = Signal()
+        current = Signal(layout)
+        m.d.comb += current.eq(Array(group)[phi])
+        last, following = next_group(m, group, layout, successor, "h")
+        initial = Signal(layout)
+        m.d.comb += [initial.valid.eq(1), initial.row.eq(0), initial.gxb.eq(-task.px),
+                     initial.ring.eq(0), initial.row_start.eq(0), initial.hw.eq(0)]
+        initial1 = successor(initial, "initial1")
+        first_group = (initial, initial1, successor(initial1, "initial2"))
+
+        # A group starts when the rows it reads are loaded and the H words it writes are free.
+        ready = ((self.loaded >= last.row_start + task.width)
+                 & (~self.ring_keep.valid | (last.hw < self.ring_keep.word + g.h_depth)))
+        group_start = (kx == 0) & (phi == 0)
+        m.d.comb += issue.eq(is_pool & on & (~group_start | ready))
+        with m.If(issue):
+            m.d.sync += phi.eq(Mux(phi == 2, 0, phi + 1))
+            with m.If(phi == 2):
+                with m.If(kx == task.kw - 1):
+                    m.d.sync += kx.eq(0)
+                    with m.If(following[0].valid):
+                        m.d.sync += [group[p].eq(following[p]) for p in range(3)]
+                    with m.Else():
+                        m.d.sync += on.eq(0)
+                with m.Else():
+                    m.d.sync += kx.eq(kx + 1)
+        with m.If(self.clear):
+            m.d.sync += on.eq(0)
+        with m.If(self.start):
+            m.d.sync += [group[p].eq(first_group[p]) for p in range(3)]
+            m.d.sync += [kx.eq(0), phi.eq(0), on.eq(1)]
+
+        # The step's read; lane i's window starts at column gxb + sx i and reads column
+        # gxb + sx i + kx (a padding column reads the identity).
+        m.d.comb += [self.read.en.eq(1), self.read.base.eq(current.ring + current.gxb + kx),
+                     self.read.spread.eq(Spread.STEP), self.read.stride.eq(task.sx)]
+        valid_cols = Signal(FL)
+        for i in range(FL):
+            x0 = Signal(signed(18), name=f"x0_{i}")
+            m.d.comb += x0.eq(current.gxb + task.sx * i)
+            x = Signal(signed(18), name=f"x_{i}")
+            m.d.comb += x.eq(x0 + kx)
+            m.d.comb += valid_cols[i].eq((x >= 0) & (x < task.width) & current.valid
+                                         & self._has_window(x0))
+
+        # The loader keeps the rows of the group of this cycle and of the cycle before (a step
+        # is read one cycle after its issue).
+        on_before = Signal()
+        start_before = Signal(COUNT_BITS)
+        m.d.sync += [on_before.eq(on), start_before.eq(group[0].row_start)]
+        m.d.comb += [self.keep.valid.eq(is_pool & (on | on_before)),
+                     self.keep.first.eq(Mux(on_before, start_before, group[0].row_start))]
+
+        # Stage 1: the step's bank and word are registered in the line buffer; stage 2: its
+        # data is there and enters the pipes. The last step's result leaves the pipe three
+        # cycles later.
+        step_layout = data.StructLayout({"valid": 1, "first": 1, "last": 1, "cols": FL,
+                                         "beat": 1, "hw": COUNT_BITS})
+        step = Signal(step_layout)
+        m.d.comb += [step.valid.eq(issue), step.first.eq(kx == 0),
+                     step.last.eq(kx == task.kw - 1), step.cols.eq(valid_cols),
+                     step.beat.eq(current.valid), step.hw.eq(current.hw)]
+        stages = delay(m, step, 2, name="step")
+        at_pipe = stages[-1]
+        end_layout = data.StructLayout({"valid": 1, "beat": 1, "hw": COUNT_BITS})
+        end = Signal(end_layout)
+        m.d.comb += [end.valid.eq(at_pipe.valid & at_pipe.last), end.beat.eq(at_pipe.beat),
+                     end.hw.eq(at_pipe.hw)]
+        ends = delay(m, end, FP32AddPipe.LATENCY, name="end")
+        result = ends[-1]
+        m.d.comb += [self.write.valid.eq(result.valid & result.beat),
+                     self.write.word.eq(result.hw)]
+        with m.If(self.write.valid):
+            m.d.sync += self.count.eq(result.hw + 1)
+        with m.If(self.start):
+            m.d.sync += self.count.eq(0)
+        m.d.comb += self.busy.eq(on | Cat(*(s.valid for s in stages),
+                                          *(e.valid for e in ends)).any())
+
+        pool_op, identity = pooling_fold(m, task.op)
+        for i in range(FL):
+            pipe = FP32AddPipe()
+            m.submodules[f"pipe{i}"] = pipe
+            m.d.comb += [
+                pipe.en.eq(1),
+                pipe.a.eq(Mux(self.borrowed, self.borrow.a[i],
+                              Mux(at_pipe.first, identity, pipe.result))),
+                pipe.b.eq(Mux(self.borrowed, self.borrow.b[i],
+                              Mux(at_pipe.cols[i], self.data[i], identity))),
+                pipe.op.eq(Mux(self.borrowed, self.borrow.op, pool_op)),
+                self.fold[i].eq(pipe.result),
+            ]
+        return m

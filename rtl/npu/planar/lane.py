@@ -1,0 +1,183 @@
+"""The lane pipeline: one binary32 datapath per lane, shared by every mode.
+
+Each lane computes ``y = op1(x1, x2) * m2 + a2`` with a binary32 add/max/min/compare pipe
+(:class:`FP32AddPipe`), a multiplier (:class:`FP32Mul`) and an adder, then an output register
+(:data:`LANE_LATENCY` cycles from the input register); :class:`Lane` chooses ``x1``, ``x2``,
+``m2`` and ``a2`` for each elementwise operation (``docs/planar.md``, "Modes and registers"),
+so that unused stages get identities (``* 1.0``, ``+ (-0.0)``). Pooling results enter as
+``MUL`` by the average's divisor, a reduction's beats as its pre-operation, the channel
+accumulator's output pass as ``MUL`` by ``SCALE``.
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+from npu_spec.formats import F32_NEG_ZERO, F32_ONE
+
+from ..lib.fp32 import FP32AddPipe, MacOp
+from ..lib.fp32mul import FP32Mul
+from ..lib.pipe import DelayLine, delay
+from .geometry import LANE_LATENCY
+from .layouts import EltOp, lane_input_layout, lane_output_layout
+
+__all__ = ["LANE_LATENCY", "Lane", "LanePipeline"]
+
+_SIGN = 0x8000_0000
+_MAGNITUDE = 0x7FFF_FFFF
+
+
+class Lane(wiring.Component):
+    """One lane: the operands of ``op``, the three binary32 units and the output register.
+
+    ``result`` is the value of the operands presented :data:`LANE_LATENCY` ``en``-cycles
+    before (every stage advances only while ``en`` is high).
+
+    Members
+    -------
+    en : In(1)
+        Advance the pipeline.
+    op : In(EltOp)
+        The elementwise operation.
+    a, b, c : In(32)
+        Operands A, B, C (binary32).
+    scale, bias : In(32)
+        ``SCALE`` and ``BIAS`` (binary32), for gain-bias.
+    result : Out(32)
+        ``op(A, B, C)`` (binary32), registered.
+    """
+
+    en:     In(1)
+    op:     In(EltOp)
+    a:      In(32)
+    b:      In(32)
+    c:      In(32)
+    scale:  In(32)
+    bias:   In(32)
+    result: Out(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b, c = self.a, self.b, self.c
+
+        # Operands of each stage: pre = op1(x1, x2), then pre * m2 (or pre * pre), + a2.
+        x1 = Signal(32)
+        x2 = Signal(32)
+        pre_op = Signal(MacOp)
+        m2 = Signal(32)
+        square = Signal()
+        a2 = Signal(32)
+        m.d.comb += [x1.eq(a), x2.eq(F32_NEG_ZERO), pre_op.eq(MacOp.MAC), m2.eq(F32_ONE),
+                     a2.eq(F32_NEG_ZERO)]
+        with m.Switch(self.op):
+            with m.Case(EltOp.RELU):
+                m.d.comb += [x2.eq(0), pre_op.eq(MacOp.MAX)]
+            with m.Case(EltOp.ABS):
+                m.d.comb += x1.eq(a & _MAGNITUDE)
+            with m.Case(EltOp.NEG):
+                m.d.comb += x1.eq(a ^ _SIGN)
+            with m.Case(EltOp.SQUARE):
+                m.d.comb += square.eq(1)
+            with m.Case(EltOp.GAIN_BIAS):
+                m.d.comb += [m2.eq(self.scale), a2.eq(self.bias)]
+            with m.Case(EltOp.ADD):
+                m.d.comb += x2.eq(b)
+            with m.Case(EltOp.SUB):
+                m.d.comb += x2.eq(b ^ _SIGN)
+            with m.Case(EltOp.MUL):
+                m.d.comb += m2.eq(b)
+            with m.Case(EltOp.MAX):
+                m.d.comb += [x2.eq(b), pre_op.eq(MacOp.MAX)]
+            with m.Case(EltOp.MIN):
+                m.d.comb += [x2.eq(b), pre_op.eq(MacOp.MIN)]
+            with m.Case(EltOp.CMP):
+                # The adder's compare gives +1 when its b exceeds its a.
+                m.d.comb += [x1.eq(b), x2.eq(a), pre_op.eq(MacOp.CMP)]
+            with m.Case(EltOp.FMA):
+                m.d.comb += [x1.eq(b), m2.eq(c), a2.eq(a)]
+            with m.Case(EltOp.ADDMUL):
+                m.d.comb += [x2.eq(b), m2.eq(c)]
+
+        # The three units; the operands of the later stages wait for the earlier ones.
+        m.submodules.pre = pre = FP32AddPipe()
+        m.submodules.mul = mul = FP32Mul()
+        m.submodules.post = post = FP32AddPipe()
+        at_mul = data.StructLayout({"m2": 32, "square": 1})
+        at_mul_in = Signal(at_mul)
+        m.d.comb += [at_mul_in.m2.eq(m2), at_mul_in.square.eq(square)]
+        at_mul_d = delay(m, at_mul_in, FP32AddPipe.LATENCY, en=self.en, name="at_mul")[-1]
+        a2_d = delay(m, a2, FP32AddPipe.LATENCY + FP32Mul.LATENCY, en=self.en, name="a2")[-1]
+        m.d.comb += [
+            pre.en.eq(self.en), pre.a.eq(x1), pre.b.eq(x2), pre.op.eq(pre_op),
+            mul.en.eq(self.en), mul.a.eq(pre.result),
+            mul.b.eq(Mux(at_mul_d.square, pre.result, at_mul_d.m2)),
+            post.en.eq(self.en), post.a.eq(mul.result), post.b.eq(a2_d),
+            post.op.eq(MacOp.MAC),
+        ]
+        with m.If(self.en):
+            m.d.sync += self.result.eq(post.result)
+        return m
+
+
+class LanePipeline(wiring.Component):
+    """The input register and ``lanes`` :class:`Lane` s.
+
+    Operand B of a lane is ``i.b``, or the line buffer's read data ``vector`` (one cycle after
+    the beat enters, when ``i.vector``), or ``scalar`` (when ``i.scalar``).
+
+    Parameters
+    ----------
+    lanes : int
+        ``L``, lanes of a beat.
+
+    Members
+    -------
+    en : In(1)
+        Advance the whole pipeline, input register included.
+    i : In(lane_input_layout(lanes))
+        The beat entering (taken when ``en``).
+    vector : In(ArrayLayout(32, lanes))
+        Line-buffer read data for a beat in the input register.
+    scale, bias, scalar : In(32)
+        ``SCALE``, ``BIAS`` and ``SCALAR`` (binary32).
+    o : Out(lane_output_layout(lanes))
+        The beat leaving, :data:`LANE_LATENCY` advancing cycles after the input register.
+    """
+
+    def __init__(self, lanes):
+        self._lanes = lanes
+        super().__init__({
+            "en":     In(1),
+            "i":      In(lane_input_layout(lanes)),
+            "vector": In(data.ArrayLayout(32, lanes)),
+            "scale":  In(32),
+            "bias":   In(32),
+            "scalar": In(32),
+            "o":      Out(lane_output_layout(lanes)),
+        })
+
+    @property
+    def lanes(self):
+        return self._lanes
+
+    def elaborate(self, platform):
+        m = Module()
+        beat = Signal(lane_input_layout(self._lanes))   # the input register
+        with m.If(self.en):
+            m.d.sync += beat.eq(self.i)
+
+        m.submodules.flags = flags = DelayLine(
+            data.StructLayout({"valid": 1, "mask": self._lanes}), LANE_LATENCY, enable=True)
+        m.d.comb += [flags.en.eq(self.en), flags.i.valid.eq(beat.valid),
+                     flags.i.mask.eq(beat.mask),
+                     self.o.valid.eq(flags.o.valid), self.o.mask.eq(flags.o.mask)]
+        for k in range(self._lanes):
+            lane = Lane()
+            m.submodules[f"lane{k}"] = lane
+            m.d.comb += [
+                lane.en.eq(self.en), lane.op.eq(beat.op), lane.a.eq(beat.a[k]),
+                lane.b.eq(Mux(beat.vector, self.vector[k],
+                              Mux(beat.scalar, self.scalar, beat.b[k]))),
+                lane.c.eq(beat.c[k]), lane.scale.eq(self.scale), lane.bias.eq(self.bias),
+                self.o.value[k].eq(lane.result),
+            ]
+        return m

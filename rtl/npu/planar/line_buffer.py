@@ -1,0 +1,197 @@
+"""The line buffer: a ring of input elements in ``NB`` prime banks, its loader and its reads.
+
+The ring holds ``DR = NB BD`` binary32 elements: element ``n`` of a task's loads (counted
+from the loader's start) is at ring address ``n mod DR``, that is bank ``n mod NB``, word
+``(n div NB) mod BD``. ``NB`` is a prime above the filter lanes and above the largest stride
+(:func:`npu_spec.planar.line_buffer_banks`), so the ``L`` consecutive elements of a beat are
+written to different banks in one cycle, and the ``FL`` elements of a window step (``sx``
+apart) or of a row vector are read from different banks in one cycle.
+
+A read is registered once: the base's bank and word (a multiplication by a constant, see
+:func:`div_params`) are computed from ``read.base`` and registered; in the next cycle each
+lane's bank and word follow from the register and its offset, and the data is there one cycle
+later (two cycles after ``read``).
+"""
+
+from amaranth.hdl import Array, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .geometry import div_params
+from .layouts import (COUNT_BITS, SHAPE_BITS, WINDOW_BITS, Spread, keep_layout,
+                      load_shape_layout, read_layout)
+
+__all__ = ["LineBuffer"]
+
+
+class LineBuffer(wiring.Component):
+    """Banks, loader (write side) and read addressing of the line buffer.
+
+    Parameters
+    ----------
+    geometry : Geometry
+        ``L``, ``FL``, ``NB``, ``BD``.
+
+    Members
+    -------
+    load_start : In(1)
+        Start a load of ``load_shape``: counts and ring position return to 0.
+    load_shape : In(load_shape_layout())
+        ``planes`` of ``rows`` rows of ``length`` elements, sampled with ``load_start``.
+    load : In(stream.Signature(ArrayLayout(32, L)))
+        Beats of the rows (binary32): each row in ``ceil(length / L)`` beats, the last one's
+        extra lanes ignored. ``ready`` while the beat's ring slots are free (see ``keep``) and
+        the load is not complete.
+    keep : In(keep_layout())
+        The first element a reader still needs: the ring position ``DR`` elements after it is
+        not written.
+    loaded : Out(40)
+        Elements written since the load started.
+    all_loaded : Out(1)
+        Every beat of the load has been taken.
+    load_done : Out(1)
+        Combinational: the load's last beat is taken in this cycle.
+    read : In(read_layout())
+        A read (see :class:`Spread`): ``base`` (``-15 <= base < 2 DR``) is taken in every
+        cycle; in the next cycle the lanes' offsets follow from ``spread`` and ``stride`` (which
+        hold for a task) and the banks are read if ``en``.
+    data : Out(ArrayLayout(32, FL))
+        The elements of the read whose base was given two cycles before (held while the banks
+        are not read).
+    """
+
+    def __init__(self, geometry):
+        self._geometry = geometry
+        super().__init__({
+            "load_start": In(1),
+            "load_shape": In(load_shape_layout()),
+            "load":       In(stream.Signature(data.ArrayLayout(32, geometry.lanes))),
+            "keep":       In(keep_layout()),
+            "loaded":     Out(COUNT_BITS),
+            "all_loaded": Out(1),
+            "load_done":  Out(1),
+            "read":       In(read_layout()),
+            "data":       Out(data.ArrayLayout(32, geometry.filter_lanes)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self._geometry
+        banks = []
+        for b in range(g.banks):
+            bank = Memory(shape=32, depth=g.bank_depth, init=[])
+            m.submodules[f"bank{b}"] = bank
+            banks.append(bank)
+        self._loader(m, [bank.write_port() for bank in banks])
+        self._reader(m, [bank.read_port() for bank in banks])
+        return m
+
+    def _loader(self, m, wports):
+        """Rows of the load into the ring; the ring position is bank ``r``, word ``q``."""
+        g = self._geometry
+        L, NB, BD = g.lanes, g.banks, g.bank_depth
+        shape = Signal(load_shape_layout())
+        x = Signal(SHAPE_BITS + 1)     # element of the row at the start of this beat
+        row = Signal(SHAPE_BITS)
+        plane = Signal(SHAPE_BITS)
+        q = Signal(range(BD))
+        r = Signal(range(NB))
+        left = Signal(SHAPE_BITS + 1)
+        m.d.comb += left.eq(shape.length - x)
+        n = Signal(range(L + 1))         # elements of the row in this beat
+        m.d.comb += n.eq(Mux(left >= L, L, left))
+        space = Signal()
+        m.d.comb += space.eq(~self.keep.valid
+                             | (self.loaded + n <= self.keep.first + g.ring_depth))
+        m.d.comb += self.load.ready.eq(space & ~self.all_loaded)
+        accept = self.load.valid & self.load.ready
+
+        # Element j of the beat goes to bank (r + j) mod NB, word q (+ 1 past the wrap).
+        beat = Array(self.load.payload[i] for i in range(L))
+        for b in range(NB):
+            j = Signal(range(NB), name=f"j{b}")
+            m.d.comb += j.eq(Mux(r <= b, b - r, b + NB - r))
+            word = Signal(range(BD + 1), name=f"word{b}")
+            m.d.comb += word.eq(q + (r > b))
+            m.d.comb += [wports[b].addr.eq(Mux(word == BD, 0, word)),
+                         wports[b].data.eq(beat[j[:max(1, g.lane_bits)] if L > 1 else 0]),
+                         wports[b].en.eq(accept & (j < n))]
+
+        r_next = Signal(range(NB + L + 1))
+        m.d.comb += r_next.eq(r + n)
+        with m.If(accept):
+            m.d.sync += self.loaded.eq(self.loaded + n)
+            with m.If(r_next >= NB):
+                m.d.sync += [r.eq(r_next - NB), q.eq(Mux(q == BD - 1, 0, q + 1))]
+            with m.Else():
+                m.d.sync += r.eq(r_next)
+            with m.If(left <= L):
+                m.d.sync += x.eq(0)
+                with m.If(row == shape.rows - 1):
+                    m.d.sync += [row.eq(0), plane.eq(plane + 1)]
+                    with m.If(plane == shape.planes - 1):
+                        m.d.comb += self.load_done.eq(1)
+                        m.d.sync += self.all_loaded.eq(1)
+                with m.Else():
+                    m.d.sync += row.eq(row + 1)
+            with m.Else():
+                m.d.sync += x.eq(x + L)
+        with m.If(self.load_start):
+            m.d.sync += [shape.eq(self.load_shape), x.eq(0), row.eq(0), plane.eq(0), q.eq(0),
+                         r.eq(0), self.loaded.eq(0), self.all_loaded.eq(0)]
+
+    def _reader(self, m, rports):
+        """The base's bank and word, registered; each lane's bank and word from them."""
+        g = self._geometry
+        NB, BD, DR, FL = g.banks, g.bank_depth, g.ring_depth, g.filter_lanes
+        read = self.read
+        ring = Signal(range(DR))
+        m.d.comb += ring.eq(Mux(read.base < 0, read.base + DR,
+                                Mux(read.base >= DR, read.base - DR, read.base)))
+        nb_s, nb_m = div_params(len(ring), [NB])
+        word_next = Signal(range(BD))
+        m.d.comb += word_next.eq((ring * nb_m[NB])[nb_s:])
+        base_word = Signal(range(BD))
+        base_bank = Signal(range(NB))
+        m.d.sync += [base_word.eq(word_next), base_bank.eq(ring - word_next * NB)]
+
+        lane_bank = []
+        lane_word = []
+        strides = range(1 << WINDOW_BITS)
+        for i in range(FL):
+            word_off = Signal(range(BD), name=f"word_off{i}")
+            bank_off = Signal(range(NB), name=f"bank_off{i}")
+            with m.Switch(read.spread):
+                with m.Case(Spread.STEP):
+                    m.d.comb += [
+                        word_off.eq(Array(Const((s * i) // NB, range(BD)) for s in strides)
+                                    [read.stride]),
+                        bank_off.eq(Array(Const((s * i) % NB, range(NB)) for s in strides)
+                                    [read.stride])]
+                with m.Case(Spread.ROW):
+                    m.d.comb += [word_off.eq(i // NB), bank_off.eq(i % NB)]
+            bank_sum = Signal(range(2 * NB), name=f"bank_sum{i}")
+            m.d.comb += bank_sum.eq(base_bank + bank_off)
+            word_sum = Signal(range(2 * BD + 1), name=f"word_sum{i}")
+            m.d.comb += word_sum.eq(base_word + word_off + (bank_sum >= NB))
+            bank = Signal(range(NB), name=f"bank{i}")
+            word = Signal(range(BD), name=f"word{i}")
+            m.d.comb += [bank.eq(Mux(bank_sum >= NB, bank_sum - NB, bank_sum)),
+                         word.eq(Mux(word_sum >= BD, word_sum - BD, word_sum))]
+            lane_bank.append(bank)
+            lane_word.append(word)
+
+        # Each bank's address is the word of the lane that reads it; each lane's data comes
+        # from the bank it read.
+        for b in range(NB):
+            addr = 0
+            for i in range(FL):
+                addr = addr | Mux(lane_bank[i] == b, lane_word[i], 0)
+            m.d.comb += [rports[b].addr.eq(addr), rports[b].en.eq(read.en)]
+        bank_data = Array(rports[b].data for b in range(NB))
+        for i in range(FL):
+            bank_read = Signal(range(NB), name=f"bank_read{i}")
+            with m.If(read.en):
+                m.d.sync += bank_read.eq(lane_bank[i])
+            m.d.comb += self.data[i].eq(bank_data[bank_read])

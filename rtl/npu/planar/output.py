@@ -1,0 +1,93 @@
+"""The output stage: the second format converter, the output stream and the lane pipeline's
+advance.
+
+Results leave from the lane pipeline (elementwise, pooling, the channel accumulator's output
+pass) or from the reduction (one value in lane 0). The lane pipeline advances when its output
+beat can go: always in a reduction over planes or the tensor (the tree never stalls), when the
+accumulator's word is free while accumulating across channels, else when the output is taken
+or there is none.
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .convert import from_f32
+from .geometry import LANE_LATENCY
+from .layouts import Axis, Fmt, Mode, beat_layout, config_layout, lane_output_layout
+
+__all__ = ["OutputStage"]
+
+
+class OutputStage(wiring.Component):
+    """Second format converter, output stream, lane pipeline advance.
+
+    Parameters
+    ----------
+    lanes : int
+        ``L``.
+
+    Members
+    -------
+    task : In(config_layout())
+        The running task.
+    lane : In(lane_output_layout(L))
+        The lane pipeline's output beat.
+    entering : In(1)
+        A beat is at the lane pipeline's input (``valid``).
+    accumulating : In(1)
+        The channel accumulator takes the lane pipeline's results.
+    hazard : In(1)
+        The channel accumulator cannot take the output beat in this cycle.
+    tree : In(stream.Signature(32))
+        The reduction's results (binary32).
+    out : Out(stream.Signature(beat_layout(L)))
+        The engine's results.
+    lane_en : Out(1)
+        The lane pipeline advances.
+    idle : Out(1)
+        No beat bound for ``out`` is in the lane pipeline.
+    """
+
+    def __init__(self, lanes):
+        self._lanes = lanes
+        super().__init__({
+            "task":         In(config_layout()),
+            "lane":         In(lane_output_layout(lanes)),
+            "entering":     In(1),
+            "accumulating": In(1),
+            "hazard":       In(1),
+            "tree":         In(stream.Signature(32)),
+            "out":          Out(stream.Signature(beat_layout(lanes))),
+            "lane_en":      Out(1),
+            "idle":         Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        task, lane, out = self.task, self.lane, self.out
+        is_red = task.mode == Mode.REDUCE
+        is_tree = is_red & (task.axis != Axis.CHANNEL)
+        to_acc = is_red & (task.axis == Axis.CHANNEL) & self.accumulating
+        out_fmt = task.out_fmt == Fmt.FP16
+
+        m.d.comb += self.lane_en.eq(Mux(is_tree, 1, Mux(to_acc, ~self.hazard,
+                                                        ~lane.valid | out.ready)))
+        # Beats in the lane pipeline that will leave on `out`.
+        pending = Signal(range(2 * LANE_LATENCY + 4))
+        m.d.sync += pending.eq(pending + (self.entering & self.lane_en & ~is_tree & ~to_acc)
+                               - (out.valid & out.ready & ~is_tree))
+        m.d.comb += self.idle.eq(pending == 0)
+
+        # A reduction's result in lane 0 (the other lanes 0), or the lanes of the beat.
+        tree_value = from_f32(m, self.tree.payload, out_fmt, "tree_out")
+        lane_values = [from_f32(m, lane.value[i], out_fmt, f"out{i}")
+                       for i in range(self._lanes)]
+        m.d.comb += self.tree.ready.eq(out.ready)
+        with m.If(is_tree):
+            m.d.comb += [out.valid.eq(self.tree.valid), out.payload.data[0].eq(tree_value)]
+        with m.Else():
+            m.d.comb += out.valid.eq(lane.valid & ~to_acc)
+            for i in range(self._lanes):
+                m.d.comb += out.payload.data[i].eq(Mux(lane.mask[i], lane_values[i], 0))
+        return m

@@ -1,0 +1,164 @@
+"""The reduction over planes or the tensor: tree, retention registers, scale, post-processor.
+
+Each beat leaving the lane pipeline (``pre(A)``; missing lanes hold the identity) goes
+through a pairwise tree of binary32 add/max/min pipes (lane ``2i`` with lane ``2i + 1``,
+level by level, one beat per cycle). Tree output ``k`` of a group is folded into retention
+register ``k mod 3`` by one more pipe, so that the pipe's three-cycle latency never stalls it.
+When the group's beats are in, the registers are combined as ``op(op(r0, r1), r2)``, the
+result is multiplied by ``SCALE`` (:class:`FP32Mul`) and passed through the post-processor
+(:class:`PostProcessor`); it leaves on ``result``.
+"""
+
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from npu_spec.planar import RETAIN
+
+from ..lib.fp32 import FP32AddPipe
+from ..lib.fp32mul import FP32Mul
+from ..lib.pipe import delay
+from .fold import reduction_fold
+from .layouts import COUNT_BITS, Axis, Mode, config_layout, lane_output_layout, sizes_layout
+from .postproc import PostProcessor
+
+__all__ = ["Reduction"]
+
+
+class Reduction(wiring.Component):
+    """Reduction tree, retention registers and their sequencer.
+
+    Parameters
+    ----------
+    lanes : int
+        ``L``, a power of two.
+
+    Members
+    -------
+    task, sizes : In(config_layout()), In(sizes_layout())
+        The running task (a reduction over planes or the tensor) and its sizes.
+    busy : In(1)
+        A task is running.
+    clear : In(1)
+        Set up for a new task.
+    lane : In(lane_output_layout(L))
+        The lane pipeline's output.
+    en : In(1)
+        The lane pipeline advances (its output beat is taken).
+    result : Out(stream.Signature(32))
+        A group's result (binary32).
+    done : Out(1)
+        Combinational: ``result`` is taken in this cycle.
+    """
+
+    def __init__(self, lanes):
+        if lanes < 1 or lanes & (lanes - 1):
+            raise ValueError(f"lanes must be a power of two, not {lanes!r}")
+        self._lanes = lanes
+        super().__init__({
+            "task":   In(config_layout()),
+            "sizes":  In(sizes_layout()),
+            "busy":   In(1),
+            "clear":  In(1),
+            "lane":   In(lane_output_layout(lanes)),
+            "en":     In(1),
+            "result": Out(stream.Signature(32)),
+            "done":   Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        task = self.task
+        active = (task.mode == Mode.REDUCE) & (task.axis != Axis.CHANNEL)
+        red_op, identity = reduction_fold(m, task.op)
+
+        # The tree.
+        lane = self.lane
+        level = [Mux(lane.mask[i], lane.value[i], identity) for i in range(self._lanes)]
+        depth = 0
+        while len(level) > 1:
+            nodes = []
+            for k in range(len(level) // 2):
+                node = FP32AddPipe()
+                m.submodules[f"tree{depth}_{k}"] = node
+                m.d.comb += [node.en.eq(1), node.a.eq(level[2 * k]),
+                             node.b.eq(level[2 * k + 1]), node.op.eq(red_op)]
+                nodes.append(node.result)
+            level = nodes
+            depth += 1
+        tree_out = level[0]
+        tree_in = lane.valid & active & self.en
+        tree_valid = (delay(m, tree_in, FP32AddPipe.LATENCY * depth, name="tree")[-1]
+                      if depth else tree_in)
+
+        # Retention registers: tree output k into register k mod RETAIN (`index`); a result
+        # that reaches the register it was read from is forwarded.
+        m.submodules.retention = retention = FP32AddPipe()
+        registers = Array(Signal(32, name=f"retained{j}") for j in range(RETAIN))
+        index = Signal(range(RETAIN))
+        count = Signal(COUNT_BITS)
+        issue = Signal()
+        fold_layout = data.StructLayout({"valid": 1, "index": range(RETAIN)})
+        folding = Signal(fold_layout)
+        m.d.comb += [folding.valid.eq(issue & tree_valid), folding.index.eq(index)]
+        folds = delay(m, folding, FP32AddPipe.LATENCY, name="fold")
+        folded = folds[-1]
+        forward = folded.valid & (folded.index == index)
+        m.d.comb += [retention.en.eq(1), retention.op.eq(red_op)]
+        with m.If(folded.valid):
+            m.d.sync += registers[folded.index].eq(retention.result)
+
+        m.submodules.scale_mul = scale_mul = FP32Mul()
+        m.submodules.post_processor = post = PostProcessor()
+        m.d.comb += [scale_mul.en.eq(1), scale_mul.b.eq(task.scale),
+                     post.fn.eq(task.post), post.x.eq(scale_mul.result),
+                     self.result.payload.eq(post.result),
+                     self.done.eq(self.result.valid & self.result.ready)]
+        wait = Signal(3)
+        with m.FSM(name="reduce"):
+            with m.State("COLLECT"):
+                m.d.comb += [issue.eq(active),
+                             retention.a.eq(Mux(forward, retention.result, registers[index])),
+                             retention.b.eq(tree_out)]
+                with m.If(tree_valid & active):
+                    m.d.sync += [index.eq(Mux(index == RETAIN - 1, 0, index + 1)),
+                                 count.eq(count + 1)]
+                in_flight = Cat(*(f.valid for f in folds)).any()
+                beats = self.sizes.beats_group
+                with m.If(active & self.busy & (count == beats) & (beats != 0) & ~in_flight
+                          & ~tree_valid):
+                    m.d.sync += wait.eq(0)
+                    m.next = "COMBINE1"
+            with m.State("COMBINE1"):
+                m.d.comb += [retention.a.eq(registers[0]), retention.b.eq(registers[1])]
+                m.next = "WAIT1"
+            with m.State("WAIT1"):
+                m.d.sync += wait.eq(wait + 1)
+                with m.If(wait == FP32AddPipe.LATENCY - 2):
+                    m.d.sync += wait.eq(0)
+                    m.next = "COMBINE2"
+            with m.State("COMBINE2"):
+                m.d.comb += [retention.a.eq(retention.result), retention.b.eq(registers[2])]
+                m.next = "WAIT2"
+            with m.State("WAIT2"):
+                m.d.sync += wait.eq(wait + 1)
+                with m.If(wait == FP32AddPipe.LATENCY - 2):
+                    m.d.sync += wait.eq(0)
+                    m.next = "SCALE"
+            with m.State("SCALE"):
+                m.d.comb += scale_mul.a.eq(retention.result)
+                m.d.sync += wait.eq(wait + 1)
+                with m.If(wait == FP32Mul.LATENCY):
+                    m.d.comb += post.start.eq(1)
+                    m.next = "POST"
+            with m.State("POST"), m.If(post.done):
+                m.next = "OUTPUT"
+            with m.State("OUTPUT"):
+                m.d.comb += self.result.valid.eq(1)
+                with m.If(self.result.ready):
+                    m.d.sync += [index.eq(0), count.eq(0)]
+                    m.d.sync += [registers[j].eq(identity) for j in range(RETAIN)]
+                    m.next = "COLLECT"
+        with m.If(self.clear):
+            m.d.sync += [index.eq(0), count.eq(0)]
+            m.d.sync += [registers[j].eq(identity) for j in range(RETAIN)]
+        return m
