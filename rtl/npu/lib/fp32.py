@@ -24,9 +24,27 @@ MacOp = hw_enum(mac_spec.MacOp)
 
 
 class F32(data.Struct):
+    """The fields of a binary32 word, and its classes."""
     frac: 23
     exp:  8
     sign: 1
+
+    def is_nan(self):
+        return (self.exp == 0xFF) & (self.frac != 0)
+
+    def is_inf(self):
+        return (self.exp == 0xFF) & (self.frac == 0)
+
+    def is_zero(self):
+        return (self.exp == 0) & (self.frac == 0)
+
+    def significand(self):
+        """The significand with its hidden bit (24 bits; subnormals have none)."""
+        return Cat(self.frac, self.exp != 0)
+
+    def effective_exp(self):
+        """The biased exponent of the significand's LSB scale (subnormals count as 1)."""
+        return Mux(self.exp == 0, 1, self.exp)
 
 
 def _lzc_tree(m, value, name):
@@ -114,10 +132,8 @@ class FP32AddPipe(wiring.Component):
         # ---- Stage A: classify, order by magnitude, exponent difference, max/min/cmp ----
         a = F32(self.a)
         b = F32(self.b)
-        a_nan = (a.exp == 0xFF) & (a.frac != 0)
-        b_nan = (b.exp == 0xFF) & (b.frac != 0)
-        a_inf = (a.exp == 0xFF) & (a.frac == 0)
-        b_inf = (b.exp == 0xFF) & (b.frac == 0)
+        a_nan, b_nan = a.is_nan(), b.is_nan()
+        a_inf, b_inf = a.is_inf(), b.is_inf()
         mag_a = self.a[:31]
         mag_b = self.b[:31]
 

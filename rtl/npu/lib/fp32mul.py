@@ -17,9 +17,10 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .fp32 import F32_QNAN, count_leading_zeros
+from .fp32 import F32, F32_QNAN, count_leading_zeros
 
-__all__ = ["FP32Mul", "MulProduct", "f32_mul_comb", "f32_mul_product", "f32_mul_round"]
+__all__ = ["FP32Mul", "MulProduct", "f32_mul_comb", "f32_mul_product", "f32_mul_round",
+           "f32_mul_special"]
 
 
 class MulProduct(data.Struct):
@@ -42,26 +43,23 @@ def f32_mul_product(m, a, b, name):
     Returns a :class:`MulProduct` view (a signal named ``name``).
     """
     out = Signal(MulProduct, name=name)
-    ea, eb = a[23:31], b[23:31]
-    fa, fb = a[:23], b[:23]
-    ma = Cat(fa, ea != 0)
-    mb = Cat(fb, eb != 0)
-    a_nan = (ea == 0xFF) & (fa != 0)
-    b_nan = (eb == 0xFF) & (fb != 0)
-    a_inf = (ea == 0xFF) & (fa == 0)
-    b_inf = (eb == 0xFF) & (fb == 0)
-    a_zero = (ea == 0) & (fa == 0)
-    b_zero = (eb == 0) & (fb == 0)
-    ea_eff = Mux(ea == 0, 1, ea)
-    eb_eff = Mux(eb == 0, 1, eb)
+    fa, fb = F32(a), F32(b)
+    nan, inf = f32_mul_special(fa, fb)
     m.d.comb += [
-        out.prod.eq(ma * mb),
-        out.bexp.eq(ea_eff + eb_eff - 127),
-        out.sign.eq(a[31] ^ b[31]),
-        out.nan.eq(a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero)),
-        out.inf.eq(a_inf | b_inf),
+        out.prod.eq(fa.significand() * fb.significand()),
+        out.bexp.eq(fa.effective_exp() + fb.effective_exp() - 127),
+        out.sign.eq(fa.sign ^ fb.sign),
+        out.nan.eq(nan),
+        out.inf.eq(inf),
     ]
     return out
+
+
+def f32_mul_special(a, b):
+    """``(nan, inf)`` of the product of the :class:`~npu.lib.fp32.F32` views ``a`` and ``b``:
+    a NaN operand or ``inf * 0`` gives NaN, else an infinite operand gives infinity."""
+    nan = (a.is_nan() | b.is_nan() | (a.is_inf() & b.is_zero()) | (b.is_inf() & a.is_zero()))
+    return nan, a.is_inf() | b.is_inf()
 
 
 def f32_mul_round(m, p, name):

@@ -23,8 +23,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from npu_spec import postproc as spec
 
-from ..lib.fp32 import F16_QNAN, F32_QNAN, FP32AddPipe
-from ..lib.fp32mul import MulProduct, f32_mul_product, f32_mul_round
+from ..lib.fp32 import F16_QNAN, F32, F32_QNAN, FP32AddPipe
+from ..lib.fp32mul import MulProduct, f32_mul_product, f32_mul_round, f32_mul_special
 from npu_spec.config import NPUConfig
 from npu_spec.formats import F32_MINUS_ONE as F32_MONE
 from npu_spec.formats import F32_NEG_ZERO as F32_MZERO
@@ -355,14 +355,8 @@ class PostProcessor(wiring.Component):
 
             # S1 (float): the product's class and exponent, beside the shared product.
             p1 = Signal(MulProduct, name=f"p1_{i}")
-            a_nan = (ea == 0xFF) & (fa != 0)
-            b_nan = (eb == 0xFF) & (fb != 0)
-            a_inf = (ea == 0xFF) & (fa == 0)
-            b_inf = (eb == 0xFF) & (fb == 0)
-            a_zero = (ea == 0) & (fa == 0)
-            b_zero = (eb == 0) & (fb == 0)
-            cls = reg(Cat(a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero), a_inf | b_inf,
-                          acc0[31] ^ scale0[31]), f"cls1_{i}", 3)
+            nan, inf = f32_mul_special(F32(acc0), F32(scale0))
+            cls = reg(Cat(nan, inf, acc0[31] ^ scale0[31]), f"cls1_{i}", 3)
             bexp = reg(Mux(ea == 0, 1, ea) + Mux(eb == 0, 1, eb) - 127, f"bexp1_{i}",
                        signed(11))
             m.d.comb += [p1.prod.eq(prod[:48]), p1.bexp.eq(bexp), p1.nan.eq(cls[0]),
