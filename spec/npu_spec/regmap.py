@@ -3,7 +3,7 @@
 A register map is declared with :class:`Field`, :class:`Register` and :class:`RegisterMap`.
 Three things are derived from that one declaration:
 
-1. the register file in RTL (:class:`npu.csr.RegisterFile`, the only part that needs Amaranth),
+1. the register file in RTL (:class:`npu.lib.csr.RegisterFile`, the only part that needs Amaranth),
 2. the encoder the compiler uses to turn field values into register writes
    (:meth:`RegisterMap.encode`, :meth:`RegisterMap.encode_block`) and the matching decoder,
 3. the Markdown reference in ``docs/registers.md`` (:meth:`RegisterMap.to_markdown`,
@@ -15,7 +15,7 @@ Conventions
 -----------
 * Registers are :data:`DATA_WIDTH` (32) bits wide.
 * Addresses are **word addresses** (register indices), not byte addresses: register ``n`` of a
-  map sits at word address ``base + n``. The CSR bus (:mod:`npu.csr`) and the task descriptors
+  map sits at word address ``base + n``. The CSR bus (:mod:`npu.lib.csr`) and the task descriptors
   (entries of register address, count and data words) both use word addresses.
 * Register names are ``UPPER_SNAKE_CASE``; field names are ``lower_snake_case``. The RTL derives
   its port names from them (``REG_NAME`` becomes ``regfile.reg_name``).

@@ -141,7 +141,8 @@ def task_manager_map(queues=8):
             Field("task_done", 1, reset=1, doc="Raise the interrupt on an IRQ-flagged task."),
         ]),
         Register("EXC_STATUS", offset=0x05, doc="The most recent exception.", fields=[
-            Field("cause", Cause.bits, access="ro", enum=Cause, reset=Cause.NONE, doc="What went wrong."),
+            Field("cause", Cause.bits, access="ro", enum=Cause, reset=Cause.NONE,
+                  doc="What went wrong."),
             Field("queue", 5, offset=8, access="ro", reset=0, doc="Queue that was retired."),
             Field("count", 8, offset=16, access="ro", reset=0, doc="Exceptions so far "
                   "(saturates at 255)."),
