@@ -79,6 +79,7 @@ def _block(config, name):
 
 def cmd_generate(args):
     from amaranth.back import verilog
+
     from npu_fpga.toolenv import apply_tool_env
 
     apply_tool_env()
@@ -101,6 +102,7 @@ def cmd_generate(args):
 
 def cmd_sim_mac(args):
     import numpy as np
+
     from npu_model.mac import run_mac_program
     from npu_sim.mac import compare_results, random_program
 
@@ -124,8 +126,8 @@ def cmd_sim_mac(args):
         from npu_sim.mac import run_amaranth
         got, cycles = run_amaranth(cfg, program, seed=args.seed, stall=args.stall, vcd=args.vcd)
     else:
-        from npu_sim.mac import run_verilator
         from npu_fpga.toolenv import apply_tool_env
+        from npu_sim.mac import run_verilator
         from npu_sim.verilator import VerilatorError
         if args.vcd:
             raise CLIError("--vcd is only supported with --backend amaranth", status=2)

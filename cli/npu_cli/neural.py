@@ -49,8 +49,8 @@ def run_layer(config, layer, *, seed, sparsity=0.0, palette=0, activation="none"
     """Run one random layer on the RTL and the golden model; returns a summary dict (and the
     case, golden and RTL outputs)."""
     import numpy as np
-    from npu_model.conv import layer_macs
 
+    from npu_model.conv import layer_macs
     from npu_sim.conv import golden_output, random_case, run_rtl
     from npu_sim.verilator import VerilatorError
 

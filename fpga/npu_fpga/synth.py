@@ -68,7 +68,7 @@ import time
 from dataclasses import dataclass, field
 
 from amaranth.back import rtlil
-from amaranth.hdl import ClockDomain, Module, Signal, Value, Cat
+from amaranth.hdl import Cat, ClockDomain, Module, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 

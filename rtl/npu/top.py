@@ -12,10 +12,11 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
+from npu_spec.registers import NPU_INFO, npu_info_values
+
 from .lib.csr import CSRSignature, RegisterFile
 from .neural.layouts import mac_command_layout, mac_result_layout
 from .neural.mac import MacArray
-from npu_spec.registers import NPU_INFO, npu_info_values
 
 __all__ = ["NPUInfo", "NPUTop"]
 

@@ -21,8 +21,8 @@ The contract with the RTL:
 from dataclasses import dataclass
 
 import numpy as np
-from npu_spec.formats import F32_NEG_INF
 
+from npu_spec.formats import F32_NEG_INF
 from npu_spec.neural import result_order, work_unit
 
 from . import fp

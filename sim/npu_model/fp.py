@@ -28,6 +28,7 @@ This module never imports Amaranth.
 """
 
 import numpy as np
+
 from npu_spec.formats import F16_POS_INF, F16_QNAN, F32_POS_INF, F32_QNAN
 
 __all__ = [

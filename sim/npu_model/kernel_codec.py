@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import numpy as np
+
 from npu_spec.kernel import (
     CHUNK,
     GROUP_TABLE,

@@ -7,6 +7,7 @@ Commands run in order; each lane applies the command to its own accumulator slot
 """
 
 import numpy as np
+
 from npu_spec.formats import F32_MINUS_ONE, F32_ONE
 from npu_spec.mac import FORMAT_NEEDS, MacFormat, MacOp
 

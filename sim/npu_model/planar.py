@@ -29,6 +29,7 @@ This module never imports Amaranth.
 import math
 
 import numpy as np
+
 from npu_spec import planar as spec
 from npu_spec.formats import F32_NEG_INF, F32_NEG_ZERO, F32_ONE, F32_POS_INF
 

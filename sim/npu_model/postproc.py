@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
+
 from npu_spec.mac import MacFormat
 from npu_spec.postproc import (
     INT_ACTS,

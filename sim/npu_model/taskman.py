@@ -22,10 +22,6 @@ Plain Python (no Amaranth, no numpy). Three parts:
 import zlib
 from dataclasses import dataclass
 
-from npu_spec.regmap import WriteBlock
-from npu_spec.registers import ADDRESS_WINDOWS
-from npu_spec.taskman import Cause
-
 from npu_spec.descriptors import (
     NE,
     PE,
@@ -37,6 +33,9 @@ from npu_spec.descriptors import (
     decode,
     encode,
 )
+from npu_spec.registers import ADDRESS_WINDOWS
+from npu_spec.regmap import WriteBlock
+from npu_spec.taskman import Cause
 
 __all__ = [
     "ENGINE_WINDOW",

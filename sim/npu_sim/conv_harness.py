@@ -37,8 +37,12 @@ from amaranth.utils import exact_log2
 
 from npu.lib.csr import register_layout
 from npu.neural.engine import NeuralEngine
-from npu.neural.layouts import KernelReadSignature, row_data_layout, row_request_layout
-from npu.neural.layouts import row_write_layout
+from npu.neural.layouts import (
+    KernelReadSignature,
+    row_data_layout,
+    row_request_layout,
+    row_write_layout,
+)
 from npu_sim.engine_bench import DataSideSignature, EngineBench
 from npu_spec.neural import NEURAL_ENGINE
 

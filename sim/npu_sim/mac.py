@@ -171,6 +171,7 @@ def run_amaranth(config, program, *, seed=0, stall=0.3, vcd=None):
     Returns ``(results, cycles)``: decoded result beats and the cycles until the last one.
     """
     from npu.neural.mac import MacArray
+
     from .streams import run_simulation, seeded_rng, stream_get, stream_put
 
     dut = MacArray(config)
@@ -223,6 +224,7 @@ def run_verilator(config, program, *, seed=0, stall=0.3, progress=None):
     Returns ``(results, stats)`` with ``stats`` = dict(cycles, sent, active).
     """
     from npu.neural.mac import MacArray
+
     from .verilator import StreamBench
 
     dut = MacArray(config)

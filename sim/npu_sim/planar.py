@@ -9,6 +9,7 @@ engine bench (:mod:`npu_sim.engine_bench`), in ``amaranth.sim`` or under Verilat
 """
 
 import numpy as np
+
 from npu_model import planar as pl
 from npu_spec.planar import (
     LINE_BUFFER_DEPTH,

@@ -17,8 +17,8 @@ task, the data log, the interrupt line, and read values.
 
 
 from npu.taskman import TaskManager
-from npu_spec.taskman import BASE
 from npu_model.taskman import DataSpace, Event, engine_cycles, task_value
+from npu_spec.taskman import BASE
 
 from .streams import run_simulation, seeded_rng
 
@@ -237,8 +237,8 @@ def switch_latency(config, *, task_cycles=64, positions=None, seed=0):
     push to the start of queue 1's task), ``after_end`` (cycles from T1's end to that start),
     ``counter`` (the SWITCH_LATENCY register) and ``switched`` (queue 1 ran between T1 and T2).
     """
-    from npu_spec.descriptors import NE
     from npu_model.taskman import layout, task
+    from npu_spec.descriptors import NE
 
     if positions is None:
         positions = [0, task_cycles // 4, task_cycles // 2, 3 * task_cycles // 4,

@@ -29,8 +29,8 @@ network's memory window).
 from dataclasses import dataclass, field
 
 from .engine import Engine
-from .regmap import DATA_WIDTH, Field, Register, WriteBlock
 from .registers import ADDRESS_WINDOWS
+from .regmap import DATA_WIDTH, Field, Register, WriteBlock
 
 __all__ = [
     "ENTRY",

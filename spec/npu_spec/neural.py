@@ -19,8 +19,8 @@ from .engine import ERROR_BITS, TASK_OFFSET, control_registers
 from .kernel import MAX_ICG, MAX_KERNEL, PALETTE_BITS
 from .mac import MacFormat, format_built
 from .postproc import Act, postproc_error
-from .regmap import Field, Register, RegisterMap
 from .registers import ADDRESS_WINDOWS
+from .regmap import Field, Register, RegisterMap
 
 __all__ = [
     "BASE",

@@ -18,8 +18,8 @@ from fractions import Fraction
 from .codes import coded
 from .engine import ERROR_BITS, TASK_OFFSET, control_registers
 from .formats import F32_ONE, F32_POS_INF
-from .regmap import Field, Register, RegisterMap
 from .registers import ADDRESS_WINDOWS
+from .regmap import Field, Register, RegisterMap
 
 __all__ = [
     "BASE",

@@ -10,8 +10,8 @@ the default configuration (8 queues), which ``docs/registers.md`` documents.
 import enum
 
 from .codes import coded
-from .regmap import Field, Register, RegisterMap
 from .registers import ADDRESS_WINDOWS
+from .regmap import Field, Register, RegisterMap
 
 __all__ = [
     "BASE",

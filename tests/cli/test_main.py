@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from npu_model.mac import run_mac_program
 from npu_cli.main import main
+from npu_model.mac import run_mac_program
 
 
 def test_generate_writes_verilog(tmp_path):

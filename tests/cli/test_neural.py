@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
+from npu_cli.main import main
 from npu_model.conv import ConvLayer, conv_accumulate
 from npu_model.postproc import PostprocConfig
-from npu_cli.main import main
 
 
 def _run(capsys, *argv):

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+
 from npu_cli.main import main
 
 

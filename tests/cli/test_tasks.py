@@ -4,6 +4,7 @@
 import json
 
 import pytest
+
 from npu_cli.main import main
 
 

@@ -10,8 +10,14 @@ from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from npu_fpga.synth import (TARGETS, OutOfContextHarness, SynthError, SynthReport, find_tool,
-                            synthesize)
+from npu_fpga.synth import (
+    TARGETS,
+    OutOfContextHarness,
+    SynthError,
+    SynthReport,
+    find_tool,
+    synthesize,
+)
 
 
 class PipelinedMAC(wiring.Component):
@@ -273,8 +279,8 @@ def test_synth_ice40_without_dsp():
 @pytest.mark.synth
 def test_ice40_mac_array_fits_with_dsps(tmp_path):
     """The ice40 preset's MAC array places on the UP5K with one DSP per lane."""
-    from npu_spec.config import preset
     from npu.neural.mac import MacArray
+    from npu_spec.config import preset
 
     cfg = preset("ice40")
     report = synthesize(MacArray(cfg), "ice40-up5k", name="mac_array", build_dir=tmp_path,

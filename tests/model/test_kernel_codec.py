@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from npu_model import kernel_codec as kc
 
 

@@ -7,6 +7,7 @@ modes are checked against float64 within the bounds stated in docs/planar.md.
 
 import numpy as np
 import pytest
+
 from npu_model import fp
 from npu_model import planar as pl
 

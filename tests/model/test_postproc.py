@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+
 from npu_model import fp
 from npu_model import postproc as gm
 from npu_model.postproc import Act, PostprocConfig

@@ -1,7 +1,7 @@
 """The reference model against the seed's expectations (pure Python)."""
 
-from npu_spec.taskman import Cause
 from npu_model.taskman import TaskManagerModel, layout, task
+from npu_spec.taskman import Cause
 from tests.support.taskman import CONFIG, WINDOWS, chain, inputs_for, serial_values
 
 

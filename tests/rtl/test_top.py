@@ -9,7 +9,6 @@ from npu_spec.config import PRESETS
 from npu_spec.registers import MAGIC, NPU_INFO, VERSION_MAJOR, VERSION_MINOR, npu_info_values
 from tests.support.csr import csr_read, csr_write, run
 
-
 # NPU_INFO as the NPU top wires it (npu.top.NPUInfo) ------------------------------------------
 
 def test_npu_info_undriven_constants():

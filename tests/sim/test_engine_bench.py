@@ -8,8 +8,8 @@ from amaranth.hdl import Module, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from npu.lib.engine import EngineControl, EngineSignature, WriteLayout
 from npu.lib.csr import CSRSignature
+from npu.lib.engine import EngineControl, EngineSignature, WriteLayout
 from npu_sim import streams
 from npu_sim.engine_bench import BenchProgram, EngineBench, StreamDataSide, run_bench
 from npu_spec.codes import coded

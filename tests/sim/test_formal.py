@@ -2,6 +2,7 @@
 """The formal runner's file generation and argument checks (no tool is run)."""
 
 import pytest
+
 from npu.taskman import Arbiter
 from npu_sim.formal import prove, sby_text
 

@@ -6,10 +6,10 @@ the golden model."""
 import numpy as np
 import pytest
 
-from npu_spec.config import preset
+from npu_fpga.toolenv import apply_tool_env
 from npu_model.mac import run_mac_program
 from npu_sim.mac import compare_results, random_program, run_verilator
-from npu_fpga.toolenv import apply_tool_env
+from npu_spec.config import preset
 
 
 def _check(cfg, fmt, count, seed, stall):

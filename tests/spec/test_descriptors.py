@@ -3,8 +3,7 @@
 import random
 
 import pytest
-from npu_spec.registers import NPU_INFO, register_maps
-from npu_spec.regmap import WriteBlock
+
 from npu_spec.descriptors import (
     ENTRY,
     FLAGS,
@@ -22,6 +21,8 @@ from npu_spec.descriptors import (
     encode,
     reserved_mask,
 )
+from npu_spec.registers import NPU_INFO, register_maps
+from npu_spec.regmap import WriteBlock
 
 
 def random_descriptor(rng):

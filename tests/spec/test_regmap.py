@@ -10,10 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from npu_spec.config import NPUConfig, PRESETS
+from npu_spec.config import PRESETS, NPUConfig
+from npu_spec.registers import (
+    MAGIC,
+    NPU_INFO,
+    VERSION_MAJOR,
+    VERSION_MINOR,
+    npu_info_values,
+    register_maps,
+    registers_markdown,
+    write_docs,
+)
 from npu_spec.regmap import Field, Register, RegisterMap, WriteBlock, document
-from npu_spec.registers import (MAGIC, NPU_INFO, register_maps, VERSION_MAJOR, VERSION_MINOR,
-                           npu_info_values, registers_markdown, write_docs)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,6 +2,7 @@
 groups that fit them."""
 
 import numpy as np
+
 from npu_model import kernel_codec as kc
 from npu_model.neural import output_groups, tiles
 from npu_spec.mac import MacFormat

@@ -2,6 +2,7 @@
 
 import numpy as np
 from amaranth.sim import Simulator
+
 from npu_spec.planar import Mode, make_task
 
 __all__ = ["f32_classes", "pool_sizes", "pool_task", "run", "set_task"]

@@ -1,9 +1,9 @@
 """Shared builders for the task-manager tests."""
 
-from npu_spec.config import NPUConfig
-from npu_spec.descriptors import NE
 from npu_model.taskman import layout, serial_run, task
 from npu_sim.taskman import TaskBench
+from npu_spec.config import NPUConfig
+from npu_spec.descriptors import NE
 
 #: Memory windows of the test networks: (base, words); descriptors at the start of each window,
 #: data from offset IN_OFF.

@@ -18,6 +18,7 @@ datapath sees ``go``, ``flush`` and the register file, and reports ``finish`` wi
 from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+
 from npu_spec.descriptors import HEADER
 from npu_spec.engine import ERROR_BITS, TASK_OFFSET, Engine
 from npu_spec.regmap import RegisterMap

@@ -7,6 +7,7 @@ states the rules (round to nearest even, subnormals kept, canonical NaN, exact z
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+
 from npu_spec import mac as mac_spec
 from npu_spec.formats import F16_QNAN, F32_NEG_INF, F32_ONE, F32_POS_INF, F32_QNAN
 

@@ -29,8 +29,15 @@ from .input_buffer import InputBuffer
 from .kernel_dma import KernelDMA
 from .kernel_extract import KernelExtract
 from .layer import EngineError, LayerSetup
-from .layouts import KernelReadSignature, layer_layout, mac_result_layout
-from .layouts import row_data_layout, row_request_layout, row_tag_layout, row_write_layout
+from .layouts import (
+    KernelReadSignature,
+    layer_layout,
+    mac_result_layout,
+    row_data_layout,
+    row_request_layout,
+    row_tag_layout,
+    row_write_layout,
+)
 from .loader import Loader
 from .mac import MacArray
 from .postproc import PostProcessor

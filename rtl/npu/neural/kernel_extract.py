@@ -19,8 +19,13 @@ from npu_spec.kernel import PALETTE_BITS
 
 from .kernel_body import BodyDecoder
 from .kernel_header import HeaderDecoder, KernelError, palette_width
-from .layouts import KERNEL_WORD, MAX_KERNEL, coef_beat_layout, kernel_config_layout
-from .layouts import param_beat_layout
+from .layouts import (
+    KERNEL_WORD,
+    MAX_KERNEL,
+    coef_beat_layout,
+    kernel_config_layout,
+    param_beat_layout,
+)
 
 __all__ = ["KernelError", "KernelExtract"]
 

@@ -17,6 +17,7 @@ from amaranth.hdl import signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
+
 from npu_spec import mac as mac_spec
 from npu_spec.kernel import MAX_KERNEL
 from npu_spec.neural import LAYER_REGISTERS

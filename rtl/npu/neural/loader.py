@@ -15,8 +15,13 @@ from amaranth.lib.wiring import In, Out
 from ..lib.loop import LoopNest
 from .group_walker import GroupWalker
 from .input_buffer import BufferWriteSignature
-from .layouts import geometry_layout, layer_layout, row_data_layout, row_request_layout
-from .layouts import row_tag_layout
+from .layouts import (
+    geometry_layout,
+    layer_layout,
+    row_data_layout,
+    row_request_layout,
+    row_tag_layout,
+)
 
 __all__ = ["Loader"]
 

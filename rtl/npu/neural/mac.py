@@ -12,8 +12,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..lib.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
 from npu_spec.config import NPUConfig
+
+from ..lib.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 
 __all__ = ["MacUnit", "MacArray", "format_supported", "pipeline_stages"]

@@ -21,16 +21,16 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from npu_spec import postproc as spec
 
-from ..lib.fp32 import F16_QNAN, F32, F32_QNAN, FP32AddPipe
-from ..lib.fp32mul import MulProduct, f32_mul_product, f32_mul_round, f32_mul_special
+from npu_spec import postproc as spec
 from npu_spec.config import NPUConfig
 from npu_spec.formats import F32_MINUS_ONE as F32_MONE
 from npu_spec.formats import F32_NEG_ZERO as F32_MZERO
 from npu_spec.formats import F32_ONE
-from .layouts import MacFormat, MacOp, mac_result_layout
-from .layouts import param_beat_layout, postproc_out_layout
+
+from ..lib.fp32 import F16_QNAN, F32, F32_QNAN, FP32AddPipe
+from ..lib.fp32mul import MulProduct, f32_mul_product, f32_mul_round, f32_mul_special
+from .layouts import MacFormat, MacOp, mac_result_layout, param_beat_layout, postproc_out_layout
 
 __all__ = ["Act", "PostProcessor", "pipeline_latency", "postproc_config_layout"]
 

@@ -28,8 +28,16 @@ from npu_spec.formats import F16_NEG_INF, F16_ONE
 from ..lib.loop import LoopNest
 from .group_walker import GroupWalker
 from .layer import EngineError
-from .layouts import MacOp, coef_beat_layout, geometry_layout, kernel_config_layout
-from .layouts import layer_layout, mac_command_layout, param_beat_layout, param_store_layout
+from .layouts import (
+    MacOp,
+    coef_beat_layout,
+    geometry_layout,
+    kernel_config_layout,
+    layer_layout,
+    mac_command_layout,
+    param_beat_layout,
+    param_store_layout,
+)
 
 __all__ = ["Sequencer"]
 

@@ -16,9 +16,19 @@ from amaranth.lib.wiring import In, Out
 from ..lib.fp32 import FP32AddPipe
 from ..lib.pipe import delay
 from .fold import reduction_fold
-from .layouts import (SHAPE_BITS, Axis, EltOp, Mode, config_layout, fold_layout,
-                      lane_input_layout, lane_output_layout, ring_read_layout,
-                      ring_write_layout, sizes_layout)
+from .layouts import (
+    SHAPE_BITS,
+    Axis,
+    EltOp,
+    Mode,
+    config_layout,
+    fold_layout,
+    lane_input_layout,
+    lane_output_layout,
+    ring_read_layout,
+    ring_write_layout,
+    sizes_layout,
+)
 
 __all__ = ["ChannelAcc"]
 

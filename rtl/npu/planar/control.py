@@ -22,13 +22,30 @@ row, beat) is a :class:`LoopNest`.
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+
 from npu_spec.planar import ELT_ARITY
 
 from ..lib.loop import LoopNest
 from .geometry import div_params
-from .layouts import (MAX_WINDOW, SHAPE_BITS, WINDOW_BITS, Axis, Bcast, EltOp, Error, Mode,
-                      PoolOp, PostFn, RedOp, Spread, config_layout, lane_input_layout,
-                      load_shape_layout, read_layout, sizes_layout)
+from .layouts import (
+    MAX_WINDOW,
+    SHAPE_BITS,
+    WINDOW_BITS,
+    Axis,
+    Bcast,
+    EltOp,
+    Error,
+    Mode,
+    PoolOp,
+    PostFn,
+    RedOp,
+    Spread,
+    config_layout,
+    lane_input_layout,
+    load_shape_layout,
+    read_layout,
+    sizes_layout,
+)
 
 __all__ = ["Control"]
 

@@ -21,6 +21,7 @@ Every datapath unit is reset by the engine interface's ``flush`` (a task manager
 from amaranth.hdl import Module, ResetInserter
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+
 from npu_spec.planar import LINE_BUFFER_DEPTH, PLANAR_ENGINE, TASK_REGISTERS
 
 from ..lib.csr import CSRSignature

@@ -1,6 +1,7 @@
 """The binary32 operation and identity of a pooling or reduction fold (combinational)."""
 
 from amaranth.hdl import Signal
+
 from npu_spec.formats import F32_NEG_INF, F32_NEG_ZERO, F32_POS_INF
 
 from .layouts import MacOp, PoolOp, RedOp

@@ -20,9 +20,19 @@ from amaranth.lib.wiring import In, Out
 from ..lib.fp32 import FP32AddPipe
 from ..lib.pipe import delay
 from .fold import pooling_fold
-from .layouts import (COUNT_BITS, Mode, Spread, config_layout, fold_layout, hdesc_layout,
-                      keep_layout, read_layout, ring_keep_layout, ring_write_layout,
-                      sizes_layout)
+from .layouts import (
+    COUNT_BITS,
+    Mode,
+    Spread,
+    config_layout,
+    fold_layout,
+    hdesc_layout,
+    keep_layout,
+    read_layout,
+    ring_keep_layout,
+    ring_write_layout,
+    sizes_layout,
+)
 from .walk import next_group
 
 __all__ = ["HFilter"]

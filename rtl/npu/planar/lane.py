@@ -12,6 +12,7 @@ accumulator's output pass as ``MUL`` by ``SCALE``.
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+
 from npu_spec.formats import F32_NEG_ZERO, F32_ONE
 
 from ..lib.fp32 import FP32AddPipe, MacOp

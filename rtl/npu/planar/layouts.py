@@ -7,6 +7,7 @@ beat descriptor, a result queue entry, ...), so that nothing is packed and slice
 
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data, enum
+
 from npu_spec import planar as spec
 from npu_spec.planar import MAX_WINDOW, SHAPE_BITS, WINDOW_BITS
 

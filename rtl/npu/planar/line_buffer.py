@@ -19,8 +19,15 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .geometry import div_params
-from .layouts import (COUNT_BITS, SHAPE_BITS, WINDOW_BITS, Spread, keep_layout,
-                      load_shape_layout, read_layout)
+from .layouts import (
+    COUNT_BITS,
+    SHAPE_BITS,
+    WINDOW_BITS,
+    Spread,
+    keep_layout,
+    load_shape_layout,
+    read_layout,
+)
 
 __all__ = ["LineBuffer"]
 

@@ -12,6 +12,7 @@ result is multiplied by ``SCALE`` (:class:`FP32Mul`) and passed through the post
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+
 from npu_spec.planar import RETAIN
 
 from ..lib.fp32 import FP32AddPipe

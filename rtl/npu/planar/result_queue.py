@@ -12,12 +12,22 @@ from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+
 from npu_spec.formats import F32_ONE
 from npu_spec.planar import recip_bits
 
 from .geometry import QUEUE_DEPTH
-from .layouts import (MAX_WINDOW, EltOp, Mode, PoolOp, config_layout, lane_input_layout,
-                      queue_entry_layout, sizes_layout, vresult_layout)
+from .layouts import (
+    MAX_WINDOW,
+    EltOp,
+    Mode,
+    PoolOp,
+    config_layout,
+    lane_input_layout,
+    queue_entry_layout,
+    sizes_layout,
+    vresult_layout,
+)
 
 __all__ = ["ResultQueue"]
 

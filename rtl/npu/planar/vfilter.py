@@ -15,8 +15,17 @@ from amaranth.lib.wiring import In, Out
 from ..lib.fp32 import FP32AddPipe
 from ..lib.pipe import delay
 from .fold import pooling_fold
-from .layouts import (COUNT_BITS, SHAPE_BITS, Mode, config_layout, ring_keep_layout,
-                      ring_read_layout, sizes_layout, vdesc_layout, vresult_layout)
+from .layouts import (
+    COUNT_BITS,
+    SHAPE_BITS,
+    Mode,
+    config_layout,
+    ring_keep_layout,
+    ring_read_layout,
+    sizes_layout,
+    vdesc_layout,
+    vresult_layout,
+)
 from .walk import next_group
 
 __all__ = ["VFilter"]

@@ -11,8 +11,16 @@ from npu_spec.taskman import BASE_TABLE_SIZE, MAX_QUEUES
 
 from ..lib.csr import register_layout
 from ..lib.engine import ADDR_WIDTH, QUEUE_WIDTH
-from .layouts import (CauseCode, ExceptionEvent, Fetched, MemReadSignature, MemoryWindow,
-                      QueueControl, QueueStatus, slot_word)
+from .layouts import (
+    CauseCode,
+    ExceptionEvent,
+    Fetched,
+    MemoryWindow,
+    MemReadSignature,
+    QueueControl,
+    QueueStatus,
+    slot_word,
+)
 
 __all__ = ["Fetch"]
 

@@ -14,8 +14,7 @@ from .config_queue import ConfigQueue
 from .counters import Counters
 from .dispatch import Dispatch
 from .fetch import Fetch
-from .layouts import (CauseCode, ExceptionEvent, MemReadSignature, MemoryWindow,
-                      QueueControl)
+from .layouts import CauseCode, ExceptionEvent, MemoryWindow, MemReadSignature, QueueControl
 from .program import Programmer
 from .queues import Queues
 from .schedule import Scheduler

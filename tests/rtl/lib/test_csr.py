@@ -11,9 +11,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from npu.lib.csr import CSRSignature, RegisterFile, register_layout, register_signature
-from npu_spec.regmap import Field, Register, RegisterMap
 from npu_spec.registers import NPU_INFO
-
+from npu_spec.regmap import Field, Register, RegisterMap
 from tests.support.csr import csr_read, csr_write, run
 
 

@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+
 from npu.lib.fp32mul import FP32Mul
 from npu_model import fp
 from npu_sim.streams import run_simulation

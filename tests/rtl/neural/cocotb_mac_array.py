@@ -13,10 +13,10 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-from npu_spec.config import preset
 from npu.neural.layouts import mac_command_layout, mac_result_layout
 from npu_model.mac import run_mac_program
 from npu_sim.mac import command_words, compare_results, random_program, results_from_words
+from npu_spec.config import preset
 
 
 @cocotb.test()

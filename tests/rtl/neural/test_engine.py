@@ -5,12 +5,12 @@ bit for bit; its error codes against the specification's layer rules; an abort."
 import numpy as np
 import pytest
 
-from npu_spec.config import preset
-from npu_spec.neural import NEURAL_ENGINE, layer_error
 from npu.neural.engine import EngineError, engine_geometry
+from npu_fpga.toolenv import apply_tool_env
 from npu_model.conv import ConvLayer, fc_as_conv
 from npu_sim.conv import golden_output, layer_fields, random_case, run_rtl, run_rtl_many
-from npu_fpga.toolenv import apply_tool_env
+from npu_spec.config import preset
+from npu_spec.neural import NEURAL_ENGINE, layer_error
 
 SMALL = preset("small")
 

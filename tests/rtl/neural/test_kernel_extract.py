@@ -7,11 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
-from npu_spec.config import NPUConfig, preset
+
 from npu.neural.kernel_extract import KernelError, KernelExtract
 from npu.neural.layouts import coef_beat_layout, param_beat_layout
 from npu_model import kernel_codec as kc
 from npu_sim.streams import seeded_rng, stream_put
+from npu_spec.config import NPUConfig, preset
 
 
 def unpack(layout, word):

@@ -4,13 +4,12 @@
 import numpy as np
 import pytest
 
-from npu_spec.config import NPUConfig, preset
 from npu.neural.mac import MacArray, pipeline_stages
 from npu_model import fp
 from npu_model.mac import FMT, OP, empty_program, run_mac_program
-from npu_sim.mac import compare_results, random_program, run_amaranth
+from npu_sim.mac import command_words, compare_results, random_program, run_amaranth
 from npu_sim.streams import run_simulation, stream_get, stream_put
-from npu_sim.mac import command_words
+from npu_spec.config import NPUConfig, preset
 
 
 def check(config, program, *, seed=0, stall=0.3):

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from npu_spec.config import preset
 from npu.neural.mac import MacArray
 from npu_sim.cocotb_runner import SIMULATORS, run_cocotb
+from npu_spec.config import preset
 
 HERE = Path(__file__).parent
 

@@ -5,12 +5,13 @@ bit for bit, with random stalls on the result, parameter and output streams."""
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
-from npu_spec.config import NPUConfig, preset
+
 from npu.neural.postproc import PostProcessor, pipeline_latency, postproc_config_layout
 from npu_model import fp
 from npu_model import postproc as gm
 from npu_model.postproc import Act, PostprocConfig
 from npu_sim.streams import run_simulation, seeded_rng, stream_get, stream_put
+from npu_spec.config import NPUConfig, preset
 
 F32_ONE = 0x3F800000
 

@@ -5,6 +5,7 @@ against the golden model's fold across channels (:func:`npu_model.planar.fold_ch
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module
+
 from npu.planar.channel_acc import ChannelAcc
 from npu.planar.geometry import Geometry
 from npu.planar.h_ring import HRing
@@ -14,7 +15,6 @@ from npu_model import fp
 from npu_model import planar as pl
 from npu_spec.config import NPUConfig
 from npu_spec.planar import make_task
-
 from tests.support.planar import run, set_task
 
 

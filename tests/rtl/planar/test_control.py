@@ -6,13 +6,21 @@ operand beats (:func:`npu_spec.planar.operand_beats`)."""
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module, ResetInserter, Signal
+
 from npu.planar.control import Control
 from npu.planar.geometry import Geometry
-from npu_spec.config import NPUConfig
-from npu_spec.planar import (TASK_FIELDS, Bcast, Mode, PlanarError, make_task, operand_beats,
-                             pool_output_size, task_error)
 from npu_sim import planar as ps
-
+from npu_spec.config import NPUConfig
+from npu_spec.planar import (
+    TASK_FIELDS,
+    Bcast,
+    Mode,
+    PlanarError,
+    make_task,
+    operand_beats,
+    pool_output_size,
+    task_error,
+)
 from tests.support.planar import pool_sizes, run, set_task
 
 

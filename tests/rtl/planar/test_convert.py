@@ -4,12 +4,12 @@
 import numpy as np
 from amaranth.hdl import ClockDomain, Module, Signal, signed
 from amaranth.sim import Simulator
+
 from npu.planar.convert import ToF32, f32_round_pack, from_f32, to_f32
 from npu.planar.layouts import Fmt
 from npu_model import fp
 from npu_model import planar as pl
 from npu_sim.streams import seeded_rng, stream_get, stream_put
-
 from tests.support.planar import f32_classes, run
 
 

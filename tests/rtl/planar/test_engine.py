@@ -6,15 +6,21 @@ STATUS, abort)."""
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
+
 from npu.planar.engine import PlanarEngine
 from npu.planar.layouts import config_layout
 from npu_model import planar as pl
 from npu_sim import planar as ps
 from npu_sim.streams import seeded_rng, stream_put
 from npu_spec.config import NPUConfig, preset
-from npu_spec.planar import (PLANAR_ENGINE, TASK_FIELDS, PlanarError, make_task, output_beats,
-                             task_writes)
-
+from npu_spec.planar import (
+    PLANAR_ENGINE,
+    TASK_FIELDS,
+    PlanarError,
+    make_task,
+    output_beats,
+    task_writes,
+)
 from tests.rtl.planar.test_control import wild_task
 from tests.support.csr import csr_read
 from tests.support.planar import run

@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+
 from npu.planar.geometry import Geometry, div_params
 from npu_spec.config import NPUConfig
 from npu_spec.planar import h_ring_depth, line_buffer_banks

@@ -2,10 +2,10 @@
 """The H ring: the filters' and the channel accumulator's writes and reads."""
 
 import numpy as np
+
 from npu.planar.geometry import Geometry
 from npu.planar.h_ring import HRing
 from npu_spec.config import NPUConfig
-
 from tests.support.planar import run
 
 

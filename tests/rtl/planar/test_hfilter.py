@@ -6,6 +6,7 @@ input row."""
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module
+
 from npu.planar.geometry import Geometry
 from npu.planar.hfilter import HFilter
 from npu.planar.line_buffer import LineBuffer
@@ -13,7 +14,6 @@ from npu_model import fp
 from npu_model import planar as pl
 from npu_spec.config import NPUConfig
 from npu_spec.planar import make_task, pool_fits
-
 from tests.support.planar import pool_sizes, pool_task, run, set_task
 
 

@@ -4,10 +4,10 @@ with the pipeline stalled at random."""
 
 import numpy as np
 import pytest
+
 from npu.planar.lane import LANE_LATENCY, Lane, LanePipeline
 from npu_model import planar as pl
 from npu_spec.planar import ELT_ARITY, EltOp
-
 from tests.support.planar import f32_classes, run
 
 

@@ -4,11 +4,11 @@ and the loader's limit (``keep``)."""
 
 import numpy as np
 import pytest
+
 from npu.planar.geometry import Geometry
 from npu.planar.layouts import Spread
 from npu.planar.line_buffer import LineBuffer
 from npu_spec.config import NPUConfig
-
 from tests.support.planar import run
 
 

@@ -4,10 +4,10 @@
 
 import numpy as np
 import pytest
+
 from npu.planar.output import OutputStage
 from npu_model import planar as pl
 from npu_spec.planar import Axis, Fmt, Mode, make_task
-
 from tests.support.planar import f32_classes, run, set_task
 
 

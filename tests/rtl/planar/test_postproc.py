@@ -3,11 +3,11 @@
 
 import numpy as np
 import pytest
+
 from npu.planar.layouts import PostFn
 from npu.planar.postproc import PostProcessor
 from npu_model import planar as pl
 from npu_sim.streams import run_simulation
-
 from tests.support.planar import f32_classes
 
 

@@ -5,12 +5,12 @@ reduction of a group's beats (:func:`npu_model.planar.reduce_beats`); the tree a
 
 import numpy as np
 import pytest
+
 from npu.planar.reduction import Reduction
 from npu_model import fp
 from npu_model import planar as pl
 from npu_spec.formats import F32_NEG_INF, F32_NEG_ZERO, F32_POS_INF
 from npu_spec.planar import Axis, PostFn, RedOp, make_task
-
 from tests.support.planar import run, set_task
 
 IDENTITY = {RedOp.SUM: F32_NEG_ZERO, RedOp.MAX: F32_NEG_INF, RedOp.MIN: F32_POS_INF}

@@ -4,13 +4,13 @@ average's divisors of the golden model (:func:`npu_model.planar.pool_divisors`).
 
 import numpy as np
 import pytest
+
 from npu.planar.geometry import QUEUE_DEPTH, Geometry
 from npu.planar.layouts import EltOp
 from npu.planar.result_queue import ResultQueue
 from npu_model import planar as pl
 from npu_spec.config import NPUConfig
 from npu_spec.planar import pool_output_size, recip_bits
-
 from tests.support.planar import pool_sizes, pool_task, run, set_task
 
 

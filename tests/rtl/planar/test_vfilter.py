@@ -6,13 +6,13 @@ in raster order, with the window position of its lane 0."""
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module
+
 from npu.planar.geometry import Geometry
 from npu.planar.h_ring import HRing
 from npu.planar.vfilter import VFilter
 from npu_model import fp
 from npu_model import planar as pl
 from npu_spec.config import NPUConfig
-
 from tests.support.planar import pool_sizes, pool_task, run, set_task
 
 

@@ -5,6 +5,7 @@ import random
 
 import pytest
 from amaranth.sim import Simulator
+
 from npu.taskman import Arbiter
 
 

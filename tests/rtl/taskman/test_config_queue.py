@@ -7,6 +7,7 @@ import random
 from collections import deque
 
 import pytest
+
 from npu.taskman.config_queue import ConfigQueue
 from tests.support.csr import run
 

@@ -6,6 +6,7 @@ TQSP, GTSP and switch requests."""
 import random
 
 import pytest
+
 from npu.taskman.dispatch import Dispatch
 from npu_spec.descriptors import FLAGS
 from npu_spec.taskman import Cause

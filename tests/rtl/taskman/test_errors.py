@@ -4,9 +4,10 @@
 import random
 
 import pytest
-from npu_spec.taskman import Cause
-from npu_spec.descriptors import AddressError, DecodeError, WindowError, decode, encode
+
 from npu_model.taskman import task
+from npu_spec.descriptors import AddressError, DecodeError, WindowError, decode, encode
+from npu_spec.taskman import Cause
 from tests.support.taskman import WINDOWS, Scenario, chain, values
 
 

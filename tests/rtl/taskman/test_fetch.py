@@ -6,11 +6,11 @@ exactly once word by word, and a replaced fetch has no effect."""
 import random
 
 import pytest
+
 from npu.taskman.fetch import Fetch
-from npu_spec.descriptors import (AddressError, DecodeError, Descriptor, WindowError, decode,
-                                  encode)
-from npu_spec.regmap import WriteBlock
+from npu_spec.descriptors import AddressError, DecodeError, Descriptor, WindowError, decode, encode
 from npu_spec.registers import ADDRESS_WINDOWS
+from npu_spec.regmap import WriteBlock
 from npu_spec.taskman import BASE_TABLE_SIZE, Cause
 from tests.support.csr import run
 

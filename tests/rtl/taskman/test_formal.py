@@ -6,6 +6,7 @@ import pytest
 from amaranth.hdl import Array, Assert, Assume, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In
+
 from npu.lib.engine import ADDR_WIDTH, QUEUE_WIDTH, SEQ_WIDTH, TaskEntry
 from npu.taskman import Arbiter, TaskBuffer
 from npu.taskman.fetch import Fetch
@@ -13,9 +14,9 @@ from npu.taskman.layouts import CauseCode, MemoryWindow, QueueControl, QueueStat
 from npu.taskman.queues import Queues
 from npu.taskman.slots import SlotRing
 from npu.taskman.taskbuffer import ENGINES
+from npu_sim.formal import prove
 from npu_spec.descriptors import HEADER_WORDS
 from npu_spec.taskman import BASE_TABLE_SIZE
-from npu_sim.formal import prove
 
 pytestmark = pytest.mark.formal
 

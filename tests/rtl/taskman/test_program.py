@@ -9,13 +9,14 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+
 from npu.lib.engine import SEQ_WIDTH, TaskEntry, WriteLayout
 from npu.taskman.config_queue import ConfigQueue
 from npu.taskman.layouts import SlotInfo, slot_word
 from npu.taskman.program import Programmer
 from npu_spec.descriptors import FLAGS, Descriptor, decode, encode
-from npu_spec.regmap import WriteBlock
 from npu_spec.registers import ADDRESS_WINDOWS
+from npu_spec.regmap import WriteBlock
 from tests.support.csr import run
 
 QUEUES = 3

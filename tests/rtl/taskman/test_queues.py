@@ -5,6 +5,7 @@ reference model's queue records (``npu_model.taskman.TaskManagerModel``)."""
 import random
 
 import pytest
+
 from npu.taskman.queues import Queues
 from npu_model.taskman import TaskManagerModel
 from tests.support.csr import run

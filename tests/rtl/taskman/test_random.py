@@ -7,8 +7,9 @@ end: no task lost or run twice, per-engine order kept, every input equal to the 
 import random
 
 import pytest
-from npu_spec.descriptors import NE, PE
+
 from npu_model.taskman import task
+from npu_spec.descriptors import NE, PE
 from tests.support.taskman import IN_OFF, WINDOWS, Scenario
 
 

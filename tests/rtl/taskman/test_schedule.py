@@ -5,6 +5,7 @@ secure mode) against a cycle model of the rules in ``docs/task_manager.md``."""
 import random
 
 import pytest
+
 from npu.taskman.schedule import Scheduler
 from tests.support.csr import run
 
