@@ -58,7 +58,7 @@ Axis = hw_enum(spec.Axis)
 Error = hw_enum(spec.PlanarError)
 
 #: Width of a binary32 value.
-F32 = 32
+F32_BITS = 32
 #: Width of the element counts and H word indices counted from the start of a task.
 COUNT_BITS = 40
 
@@ -101,7 +101,7 @@ def lane_input_layout(lanes):
     """A beat entering the lane pipeline: operation ``op`` on ``a``, ``b``, ``c`` (binary32)
     in the lanes of ``mask``; ``vector``: operand B is the line buffer's read data; ``scalar``:
     operand B is the ``SCALAR`` register."""
-    f32s = data.ArrayLayout(F32, lanes)
+    f32s = data.ArrayLayout(F32_BITS, lanes)
     return data.StructLayout({"valid": 1, "op": EltOp, "mask": lanes, "vector": 1,
                               "scalar": 1, "a": f32s, "b": f32s, "c": f32s})
 
@@ -109,7 +109,7 @@ def lane_input_layout(lanes):
 def lane_output_layout(lanes):
     """A beat leaving the lane pipeline (binary32 ``value`` per lane)."""
     return data.StructLayout({"valid": 1, "mask": lanes,
-                              "value": data.ArrayLayout(F32, lanes)})
+                              "value": data.ArrayLayout(F32_BITS, lanes)})
 
 
 def load_shape_layout():
@@ -149,7 +149,7 @@ def ring_read_layout(depth):
 
 def fold_layout(lanes):
     """Operands of the horizontal filter's ``lanes`` add/max/min pipes."""
-    f32s = data.ArrayLayout(F32, lanes)
+    f32s = data.ArrayLayout(F32_BITS, lanes)
     return data.StructLayout({"a": f32s, "b": f32s, "op": MacOp})
 
 
@@ -172,7 +172,7 @@ def vdesc_layout():
 
 def queue_entry_layout(filter_lanes):
     """A vertical filter result: ``filter_lanes`` values and the window position of lane 0."""
-    return data.StructLayout({"value": data.ArrayLayout(F32, filter_lanes),
+    return data.StructLayout({"value": data.ArrayLayout(F32_BITS, filter_lanes),
                               "oyb": signed(14), "gxb": signed(16)})
 
 
