@@ -10,7 +10,7 @@ import argparse
 import sys
 
 __all__ = [
-    "CLIError", "Parser", "preset_arg", "positive", "non_negative", "probability", "progress",
+    "CLIError", "Parser", "preset_arg", "positive", "probability", "progress",
     "add_sim_options",
 ]
 
@@ -51,14 +51,6 @@ def positive(text):
     value = _int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, not {value}")
-    return value
-
-
-def non_negative(text):
-    """``type=`` for an integer >= 0."""
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
     return value
 
 

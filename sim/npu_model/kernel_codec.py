@@ -49,7 +49,6 @@ __all__ = [
     "compressed_size",
     "decode_group",
     "encode",
-    "encode_group",
     "is_zero",
     "kernel_memory",
     "pack_words",
@@ -470,15 +469,6 @@ def encode(weights, *, coef_fp16, sparse, palette_bits, bias=0, scale=0, shift=0
     bw.word_align()
     return EncodedGroup(bytes(hw.out), bytes(bw.out), cfg, _from_codes(eff, coef_fp16),
                         pal, nnz)
-
-
-def encode_group(weights, *, coef_fp16, sparse, palette_bits, bias, scale, shift,
-                 palette=None):
-    """Encode one kernel group; returns ``(header_bytes, body_bytes)``. See :func:`encode`
-    (which also returns the effective weights and the palette)."""
-    enc = encode(weights, coef_fp16=coef_fp16, sparse=sparse, palette_bits=palette_bits,
-                 bias=bias, scale=scale, shift=shift, palette=palette)
-    return enc.header, enc.body
 
 
 def compressed_size(header, body):

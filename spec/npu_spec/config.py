@@ -46,6 +46,12 @@ class NPUConfig:
         Size of the data processor's on-chip buffer in KiB.
     task_queues : int
         Number of task queues in the neural task manager.
+    mem_width : int
+        Data width of the system-memory bus in bits (32, 64, 128 or 256; ``docs/system.md``).
+    mem_kib : int
+        System memory the preset is built for (the simulation's memory; a board's RAM).
+    kernel_kib : int
+        Kernel memory of each neural engine core (compressed kernel blobs, filled by the DMA).
     acc_memory : str
         How accumulator slots are stored: ``"logic"`` (flip-flops or LUT RAM, the synthesis
         tool's choice) or ``"block"`` (block RAM, for FPGAs short of logic such as the iCE40).
@@ -62,6 +68,9 @@ class NPUConfig:
     planar_pool_beats: int = 1
     buffer_kib: int = 64
     task_queues: int = 8
+    mem_width: int = 32
+    mem_kib: int = 256
+    kernel_kib: int = 16
     acc_memory: str = "logic"
     target: str = field(default="", compare=False)
 
@@ -75,10 +84,14 @@ class NPUConfig:
         for name, lo, hi in (("cores", 1, 64), ("macs", 2, 4096), ("acc_slots", 1, 64),
                              ("planar_lanes", 1, 32), ("planar_pool_beats", 1, 4),
                              ("buffer_kib", 1, 1 << 16),
-                             ("task_queues", 1, 32)):
+                             ("task_queues", 1, 32), ("mem_kib", 1, 1 << 22),
+                             ("kernel_kib", 1, 1 << 10)):
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"NPUConfig.{name} must be in [{lo}, {hi}], not {value!r}")
+        if self.mem_width not in (32, 64, 128, 256):
+            raise ValueError(f"NPUConfig.mem_width must be 32, 64, 128 or 256, "
+                             f"not {self.mem_width!r}")
         if self.acc_memory not in ("logic", "block"):
             raise ValueError(f"NPUConfig.acc_memory must be 'logic' or 'block', "
                              f"not {self.acc_memory!r}")
@@ -132,14 +145,16 @@ PRESETS = {
     "ice40": NPUConfig(
         name="ice40", cores=1, macs=8, acc_slots=8, formats=("int8",),
         planar_lanes=2, buffer_kib=64, task_queues=4, acc_memory="block",
+        mem_kib=64, kernel_kib=4,
         target="iCEBreaker, iCE40UP5K (5,280 LUT, 8 DSP, 128 KiB SPRAM)"),
     "ecp5": NPUConfig(
         name="ecp5", cores=2, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
-        planar_lanes=2, buffer_kib=256, task_queues=8,
+        planar_lanes=2, buffer_kib=256, task_queues=8, mem_width=64, mem_kib=128,
         target="ULX3S, LFE5U-85F (84k LUT, 156 MULT18X18, 208 EBR)"),
     "ane": NPUConfig(
         name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=8, planar_pool_beats=3, buffer_kib=4096, task_queues=8,
+        mem_width=256, mem_kib=1 << 16, kernel_kib=64,
         target="Verilog and simulation only: the full Neural Engine shape"),
 }
 

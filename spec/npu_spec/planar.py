@@ -269,17 +269,10 @@ def task_writes(task):
     A value need only fit its field: a code that is no member of the field's enum (``mode``
     3, ``axis`` 3) is written as it is, and the engine rejects the task (:func:`task_error`).
     """
-    writes = []
-    for reg in TASK_REGISTERS:
-        word = 0
-        for f in reg.fields:
-            value = int(task.get(f.name, f.reset or 0))
-            if not 0 <= value <= f.max:
-                raise ValueError(f"value of field {reg.name}.{f.name} must be in "
-                                 f"[0, {f.max}], not {value!r}")
-            word |= value << f.offset
-        writes.append((PLANAR_ENGINE.base + reg.offset, word))
-    return writes
+    return [(PLANAR_ENGINE.base + reg.offset,
+             reg.pack(strict=False, **{f.name: int(task.get(f.name, f.reset or 0))
+                                       for f in reg.fields}))
+            for reg in TASK_REGISTERS]
 
 
 # --------------------------------------------------------------------------------------------

@@ -87,6 +87,7 @@ ADDRESS_WINDOWS = {
     "NEURAL_ENGINE":  (0x2000, 0x1000),   # core i at 0x2000 + 0x100 * i
     "PLANAR_ENGINE":  (0x3000, 0x0100),
     "DATA_PROCESSOR": (0x4000, 0x1000),
+    "DMA":            (0x5000, 0x0100),
 }
 
 
@@ -96,10 +97,12 @@ def register_maps():
     The task manager's map is shown for the default number of queues, the neural engine's for
     core 0.
     """
+    from .dataproc import DATA_PROCESSOR
+    from .dma import DMA
     from .neural import NEURAL_ENGINE
     from .planar import PLANAR_ENGINE
     from .taskman import TASK_MANAGER
-    maps = (NPU_INFO, TASK_MANAGER, NEURAL_ENGINE, PLANAR_ENGINE)
+    maps = (NPU_INFO, TASK_MANAGER, NEURAL_ENGINE, PLANAR_ENGINE, DATA_PROCESSOR, DMA)
     for regmap in maps:
         start, size = ADDRESS_WINDOWS[regmap.name]
         if not (start <= regmap.base and regmap.base + regmap.size <= start + size):

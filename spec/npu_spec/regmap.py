@@ -227,11 +227,12 @@ class Field:
         """Bit range as text, e.g. ``"[7:0]"`` or ``"[3]"`` (needs a placed field)."""
         return _bits(self._offset, self._width)
 
-    def coerce(self, value, *, what=None):
+    def coerce(self, value, *, what=None, strict=True):
         """Check ``value`` for this field and return it as a plain ``int``.
 
         Accepts an ``int`` (or ``bool``) in ``[0, 2**width)``; for an enum field, a member of the
-        field's enum, a member name (``str``), or an ``int`` equal to a member's value.
+        field's enum, a member name (``str``), or an ``int`` equal to a member's value (any
+        ``int`` that fits when ``strict`` is false).
 
         Raises
         ------
@@ -262,7 +263,7 @@ class Field:
         if not 0 <= value <= self.max:
             raise ValueError(f"{what} must be in [0, {self.max}] ({self._width} bit(s)), "
                              f"not {value!r}")
-        if enum is not None and value not in enum._value2member_map_:
+        if strict and enum is not None and value not in enum._value2member_map_:
             raise ValueError(f"{what}: {value!r} is not a value of {enum.__name__} "
                              f"(members: {', '.join(f'{m.name}={m.value}' for m in enum)})")
         return value
@@ -425,19 +426,21 @@ class Register:
                 mask |= f.mask
         return mask
 
-    def pack(self, **values):
+    def pack(self, *, strict=True, **values):
         """Pack field values into a word, whatever their access type.
 
         Fields not given take their reset value (0 for ``ro`` fields without one). This is the
         value view of the register (for models and read-back checks); to build a host write use
-        :meth:`RegisterMap.encode`, which refuses read-only fields.
+        :meth:`RegisterMap.encode`, which refuses read-only fields. With ``strict`` false an enum
+        field takes any value that fits, so that tests can write codes the hardware must reject.
         """
         word = 0
         for name in values:
             self[name]  # Raises ValueError naming an unknown field.
         for f in self._fields:
             if f.name in values:
-                value = f.coerce(values[f.name], what=f"Value of field {self._name}.{f.name}")
+                value = f.coerce(values[f.name], what=f"Value of field {self._name}.{f.name}",
+                                 strict=strict)
             else:
                 value = f.reset or 0
             word |= value << f.offset

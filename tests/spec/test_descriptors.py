@@ -75,7 +75,7 @@ def test_every_register_map_is_addressable():
             check_address(regmap.base + reg.offset, 1)
 
 
-@pytest.mark.parametrize("address", [0x0100, 0x0FFF, 0x5000, 0xFFFF])
+@pytest.mark.parametrize("address", [0x0100, 0x0FFF, 0x5100, 0xFFFF])
 def test_address_outside_windows(address):
     with pytest.raises(AddressError):
         encode(Descriptor(task_id=0, blocks=(WriteBlock(address, 1, (0,)),)))
@@ -148,7 +148,7 @@ def test_tail_and_max_length():
     (lambda w: (w.__setitem__(1, w[1] ^ 1 << 16), w.__setitem__(2, (2 << 16) | 0x3FF)),
      0x1000, DecodeError),
     # An entry running past the length is a decode error even when its registers are unmapped.
-    (lambda w: w.__setitem__(4, 0x5000 | 9 << 16), 0x1000, DecodeError),
+    (lambda w: w.__setitem__(4, 0x5100 | 9 << 16), 0x1000, DecodeError),
     # H0's window error (the descriptor starts below the window) comes before H1's network.
     (lambda w: w.__setitem__(1, w[1] ^ 1 << 16), 0x0FFF, WindowError),
 ])

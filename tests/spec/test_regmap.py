@@ -461,3 +461,12 @@ def test_no_amaranth_import():
             "assert 'amaranth' not in sys.modules, sorted(m for m in sys.modules "
             "if m.startswith('amaranth'))")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_pack_not_strict_takes_any_code_that_fits():
+    reg = Register("R", fields=[Field("mode", 2, enum={"A": 0, "B": 1}), Field("n", 4)])
+    with pytest.raises(ValueError, match="not a value of"):
+        reg.pack(mode=3)
+    assert reg.pack(strict=False, mode=3, n=5) == 3 | 5 << 2
+    with pytest.raises(ValueError, match=r"must be in \[0, 3\]"):
+        reg.pack(strict=False, mode=4)

@@ -19,7 +19,7 @@ from amaranth.lib.wiring import In, Out
 
 from .fp32 import F32, F32_QNAN, count_leading_zeros
 
-__all__ = ["FP32Mul", "MulProduct", "f32_mul_comb", "f32_mul_product", "f32_mul_round",
+__all__ = ["FP32Mul", "MulProduct", "f32_mul_product", "f32_mul_round",
            "f32_mul_special"]
 
 
@@ -103,11 +103,6 @@ def f32_mul_round(m, p, name):
     with m.Else():
         m.d.comb += out.eq(Cat(total[:31], p.sign))
     return out
-
-
-def f32_mul_comb(m, a, b, name):
-    """Fully combinational binary32 product of ``a`` and ``b``; a 32-bit signal."""
-    return f32_mul_round(m, f32_mul_product(m, a, b, f"{name}_p"), name)
 
 
 class FP32Mul(wiring.Component):

@@ -90,14 +90,14 @@ def test_decode_error_kinds(bad):
 
 def test_address_error():
     w = words(task(0, network=2))
-    w[4] = 0x5000 | (1 << 16)                    # no register map at 0x5000
+    w[4] = 0x5100 | (1 << 16)                    # no register map at 0x5100
     with pytest.raises(AddressError):
         decode(w)
     sc, bench = run_with_bad(w)
     check_error(sc, bench, Cause.ADDRESS)
     assert bench.programs.get(0, [])[:0] == []
     # No write of the bad descriptor reached the blocks.
-    assert all(a != 0x5000 for prog in bench.programs.values() for a, _ in prog)
+    assert all(a != 0x5100 for prog in bench.programs.values() for a, _ in prog)
 
 
 @pytest.mark.parametrize("bad", ["src", "dst"])

@@ -75,7 +75,7 @@ def mutate(rng, words, slot_words, limit):
         elif kind == 8:
             words[k] += rng.randrange(1, 4) << 16               # count past the length
         elif kind == 9:
-            words[k] = (words[k] & ~0xFFFF) | rng.choice([0x0100, 0x5000, 0xFFFF, 0x30FF])
+            words[k] = (words[k] & ~0xFFFF) | rng.choice([0x0100, 0x5100, 0xFFFF, 0x30FF])
         elif kind == 10:
             words[k] = (words[k] & 0xFFFF) | rng.getrandbits(16) << 16
         else:
