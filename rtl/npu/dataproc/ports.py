@@ -1,0 +1,60 @@
+"""The port signatures of the buffer and the kernel memories (``docs/system.md``).
+
+Every access to the buffer is a run of ``lanes`` consecutive 16-bit elements from an element
+address (modulo the buffer size). Reads are a request stream and a response stream, answered in
+request order; writes are one stream with a mask of the lanes to write.
+"""
+
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from npu_spec.dataproc import ADDR_BITS
+
+__all__ = [
+    "ELEMENT_BITS", "KMEM_ADDR_BITS", "BufferReadSignature", "KernelWriteLayout",
+    "buffer_write_layout", "read_request_layout", "read_response_layout",
+]
+
+#: Width of a buffer element.
+ELEMENT_BITS = 16
+#: Width of a kernel-memory word address.
+KMEM_ADDR_BITS = 16
+
+
+def read_request_layout():
+    """A read of a run of elements from element ``addr``."""
+    return data.StructLayout({"addr": ADDR_BITS})
+
+
+def read_response_layout(lanes):
+    """The answer to a read: ``data[j]`` is element ``addr + j``."""
+    return data.StructLayout({"data": data.ArrayLayout(ELEMENT_BITS, lanes)})
+
+
+def buffer_write_layout(lanes):
+    """A write of a run: ``data[j]`` goes to element ``addr + j`` when ``mask[j]`` is set."""
+    return data.StructLayout({"addr": ADDR_BITS, "data": data.ArrayLayout(ELEMENT_BITS, lanes),
+                              "mask": lanes})
+
+
+class BufferReadSignature(wiring.Signature):
+    """A read port of the buffer, from the reader's side.
+
+    Members
+    -------
+    req : Out(stream.Signature(read_request_layout()))
+        Runs wanted.
+    resp : In(stream.Signature(read_response_layout(lanes)))
+        Their elements, in request order.
+    """
+
+    def __init__(self, lanes):
+        self.lanes = lanes
+        super().__init__({
+            "req":  Out(stream.Signature(read_request_layout())),
+            "resp": In(stream.Signature(read_response_layout(lanes))),
+        })
+
+
+#: A write of one kernel-memory word: word ``addr`` of core ``core``'s kernel memory.
+KernelWriteLayout = data.StructLayout({"core": 6, "addr": KMEM_ADDR_BITS, "data": 32})
