@@ -78,13 +78,24 @@ def _block(config, name):
 # ---- npu generate ---------------------------------------------------------------------------
 
 def cmd_generate(args):
-    from amaranth.back import verilog
+    if args.regmap:
+        import json
 
-    from npu_fpga.toolenv import apply_tool_env
+        from npu_spec.registers import regmap_c_header, regmap_dict
+        if args.regmap == "json":
+            text = json.dumps(regmap_dict(args.preset), indent=1) + "\n"
+        else:
+            text = regmap_c_header(args.preset)
+        what = f"register map ({args.regmap})"
+    else:
+        from amaranth.back import verilog
 
-    apply_tool_env()
-    block = _block(args.preset, args.block)
-    text = verilog.convert(block, name=args.name, emit_src=False)
+        from npu_fpga.toolenv import apply_tool_env
+
+        apply_tool_env()
+        block = _block(args.preset, args.block)
+        text = verilog.convert(block, name=args.name, emit_src=False)
+        what = args.block
     if args.output == "-":
         sys.stdout.write(text)
     else:
@@ -93,7 +104,7 @@ def cmd_generate(args):
             raise CLIError(f"output directory does not exist: {out_dir}", status=2)
         with open(args.output, "w") as f:
             f.write(text)
-        print(f"wrote {args.output}: {args.block} of preset {args.preset.name} "
+        print(f"wrote {args.output}: {what} of preset {args.preset.name} "
               f"({text.count(chr(10))} lines)", file=sys.stderr)
     return 0
 
@@ -225,6 +236,9 @@ def build_parser():
     g.add_argument("--block", choices=tuple(_all_blocks()), default="top",
                    help="block to generate")
     g.add_argument("--name", default="top", help="Verilog module name (default: top)")
+    g.add_argument("--regmap", choices=("json", "c"),
+                   help="write the register map for host software (JSON, or a C header) "
+                   "instead of Verilog")
     g.add_argument("-o", "--output", required=True, help="output file, or - for stdout")
     g.set_defaults(func=cmd_generate)
 

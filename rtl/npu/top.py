@@ -1,50 +1,93 @@
-"""The NPU top level.
+"""The NPU top level (``docs/system.md``): composition only.
 
 :class:`NPUInfo` is the host register file ``NPU_INFO`` (identification, the build's
-configuration, a scratch register and bus-error interrupt status). :class:`NPUTop` holds it and
-one MAC array per neural engine core with the arrays' command and result streams as ports: the
-engines, the task manager, the data processor and the DMA are composed here once the data
-processor exists (``docs/architecture.md``).
+configuration, a scratch register, bus-error interrupt status, the cycle counter and the task
+trace). :class:`NPUTop` is the whole NPU.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
-from npu_spec.registers import NPU_INFO, npu_info_values
+from npu_spec.dataproc import DATA_PROCESSOR
+from npu_spec.dma import DMA
+from npu_spec.engine import Engine
+from npu_spec.neural import CORE_STRIDE, NEURAL_ENGINE, core_base
+from npu_spec.planar import PLANAR_ENGINE
+from npu_spec.registers import ADDRESS_WINDOWS, NPU_INFO, npu_info_values
 
-from .lib.csr import CSRSignature, RegisterFile
-from .neural.layouts import mac_command_layout, mac_result_layout
-from .neural.mac import MacArray
+from .dataproc.dataproc import DataProcessor
+from .dma.engine import DMAEngine
+from .lib.csr import CSRDecoder, CSRSignature, RegisterFile
+from .lib.engine import WriteLayout
+from .lib.wishbone import Arbiter, WishboneSignature, WordReader
+from .neural.cluster import CoreCluster
+from .neural.engine import NeuralEngine
+from .planar.engine import PlanarEngine
+from .taskman.manager import TaskManager
+from .trace import TraceEntry, TraceRecorder
 
-__all__ = ["NPUInfo", "NPUTop"]
+__all__ = ["CORE_MODULE", "HOST_ADDR_BITS", "MEM_ADDR_BITS", "NPUInfo", "NPUTop", "broadcast",
+           "shared_core", "top_verilog"]
+
+#: Width of the system-memory bus's word address.
+MEM_ADDR_BITS = 30
 
 
 class NPUInfo(wiring.Component):
-    """The ``NPU_INFO`` register file with this build's constants and bus-error status.
+    """The ``NPU_INFO`` register file: this build's constants, bus-error status, the cycle
+    counter and the task trace.
 
     Members
     -------
-    bus : In(CSRSignature(4))
+    bus : In(CSRSignature(INFO_ADDR_BITS))
         Host register bus.
     irq : Out(1)
         High while any ``IRQ_STATUS`` bit is set.
+    cycle : Out(32)
+        The free-running cycle counter (``CYCLE``).
+    trace : In(TraceEntry); trace_valid : In(1); trace_count : In(16); trace_overflow : In(1)
+        The trace recorder's head and state.
+    trace_pop, trace_clear : Out(1)
+        The host's ``TRACE_CTRL`` commands.
     """
-
-    bus: In(CSRSignature(4))
-    irq: Out(1)
 
     def __init__(self, config):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         self._config = config
-        super().__init__()
+        self._regfile = RegisterFile(NPU_INFO)
+        super().__init__({
+            "bus":            In(CSRSignature(self._regfile.addr_width)),
+            "irq":            Out(1),
+            "cycle":          Out(32),
+            "trace":          In(TraceEntry),
+            "trace_valid":    In(1),
+            "trace_count":    In(16),
+            "trace_overflow": In(1),
+            "trace_pop":      Out(1),
+            "trace_clear":    Out(1),
+        })
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.regfile = regfile = RegisterFile(NPU_INFO)
+        m.submodules.regfile = regfile = self._regfile
         wiring.connect(m, wiring.flipped(self.bus), regfile.bus)
+        reg = regfile.port
+
+        m.d.sync += self.cycle.eq(self.cycle + 1)
+        status, d0, d1, ctrl = (reg(name) for name in ("TRACE_STATUS", "TRACE_DATA0",
+                                                       "TRACE_DATA1", "TRACE_CTRL"))
+        m.d.comb += [
+            reg("CYCLE").count.eq(self.cycle),
+            status.count.eq(self.trace_count), status.overflow.eq(self.trace_overflow),
+            d0.task_id.eq(self.trace.task_id), d0.engine.eq(self.trace.engine),
+            d0.end.eq(self.trace.end), d0.error.eq(self.trace.error),
+            d0.queue.eq(self.trace.queue), d0.valid.eq(self.trace_valid),
+            d1.cycle.eq(self.trace.cycle),
+            self.trace_pop.eq(ctrl.pop), self.trace_clear.eq(ctrl.clear),
+        ]
 
         # Read-only fields: constants of this build.
         for reg_name, fields in npu_info_values(self._config).items():
@@ -64,43 +107,180 @@ class NPUInfo(wiring.Component):
         return m
 
 
+#: Width of the host register bus's word address.
+HOST_ADDR_BITS = 16
+
+
+def _window(name, regmap_size, base=None):
+    """A decoder window of the host bus: the map's registers, rounded up to a power of two."""
+    start = ADDRESS_WINDOWS[name][0] if base is None else base
+    return start, 1 << max(1, (regmap_size - 1).bit_length())
+
+
+def broadcast(m, source, sinks):
+    """Deliver every beat of stream ``source`` to all ``sinks`` at once: the beat moves when
+    every sink is ready (a sink's ``ready`` must not depend on its ``valid``)."""
+    all_ready = 1
+    for sink in sinks:
+        all_ready = all_ready & sink.ready
+    m.d.comb += source.ready.eq(all_ready)
+    for sink in sinks:
+        m.d.comb += [sink.valid.eq(source.valid & all_ready), sink.payload.eq(source.payload)]
+
+
 class NPUTop(wiring.Component):
-    """Host registers plus ``config.cores`` MAC arrays.
+    """The NPU (``docs/system.md``): the task manager, ``config.cores`` neural engine cores,
+    the planar engine, the DMA engine and the data processor, behind a host register bus, an
+    interrupt and one system-memory bus master.
 
     Members
     -------
-    bus : In(CSRSignature(4))
-        Host register bus (``NPU_INFO``).
+    bus : In(CSRSignature(HOST_ADDR_BITS))
+        Host register bus (word addresses of ``docs/registers.md``).
     irq : Out(1)
-        Interrupt.
-    cmd<i> : In(stream.Signature(mac_command_layout(...)))
-        Core ``i``'s MAC command stream.
-    res<i> : Out(stream.Signature(mac_result_layout(...)))
-        Core ``i``'s MAC result stream.
-    mac_error : Out(cores)
-        Per core: a command used a format this build leaves out (sticky until reset).
+        Interrupt: the task manager's or ``NPU_INFO``'s.
+    mem : Out(WishboneSignature(MEM_ADDR_BITS, config.mem_width))
+        System-memory master.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, trace_depth=64, shared_core=None):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        if config.cores > 32:
+            raise ValueError(f"the integrated NPU has at most 32 cores, not {config.cores}")
         self._config = config
-        members = {"bus": In(CSRSignature(4)), "irq": Out(1), "mac_error": Out(config.cores)}
-        for i in range(config.cores):
-            members[f"cmd{i}"] = In(stream.Signature(
-                mac_command_layout(config.macs, config.acc_slots)))
-            members[f"res{i}"] = Out(stream.Signature(
-                mac_result_layout(config.macs, config.acc_slots)))
-        super().__init__(members)
+        self._trace_depth = trace_depth
+        self._shared_core = shared_core
+        super().__init__({
+            "bus": In(CSRSignature(HOST_ADDR_BITS)),
+            "irq": Out(1),
+            "mem": Out(WishboneSignature(MEM_ADDR_BITS, config.mem_width)),
+        })
+
+    @property
+    def config(self):
+        return self._config
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.info = info = NPUInfo(self._config)
-        wiring.connect(m, wiring.flipped(self.bus), info.bus)
-        m.d.comb += self.irq.eq(info.irq)
-        for i in range(self._config.cores):
-            m.submodules[f"mac_array{i}"] = array = MacArray(self._config)
-            wiring.connect(m, wiring.flipped(getattr(self, f"cmd{i}")), array.cmd)
-            wiring.connect(m, array.res, wiring.flipped(getattr(self, f"res{i}")))
-            m.d.comb += self.mac_error[i].eq(array.error)
+        cfg = self._config
+        m.submodules.info = info = NPUInfo(cfg)
+        m.submodules.taskman = tm = TaskManager(cfg)
+        m.submodules.dataproc = dp = DataProcessor(cfg)
+        m.submodules.planar = pe = PlanarEngine(cfg)
+        m.submodules.dma = dma = DMAEngine(cfg)
+        m.submodules.cluster = cluster = CoreCluster(cfg.cores)
+        # Every core is built as core 0 (the writes it sees are moved into core 0's window),
+        # so that one core's design can stand for all of them (``shared_core``).
+        cores = []
+        for i in range(cfg.cores):
+            if self._shared_core is None:
+                core = NeuralEngine(cfg, core=0)
+                m.submodules[f"core{i}"] = core
+            else:
+                core = self._shared_core.instance(m, f"core{i}")
+            cores.append(core)
+
+        # Host registers.
+        windows = {
+            "NPU_INFO": _window("NPU_INFO", NPU_INFO.size),
+            "TASK_MANAGER": _window("TASK_MANAGER", tm.regmap.size),
+            "PLANAR_ENGINE": _window("PLANAR_ENGINE", PLANAR_ENGINE.size),
+            "DATA_PROCESSOR": _window("DATA_PROCESSOR", DATA_PROCESSOR.size),
+            "DMA": _window("DMA", DMA.size),
+        }
+        for i in range(cfg.cores):
+            windows[f"NE{i}"] = _window("NEURAL_ENGINE", NEURAL_ENGINE.size, core_base(i))
+        m.submodules.decoder = decoder = CSRDecoder(windows, HOST_ADDR_BITS)
+        wiring.connect(m, wiring.flipped(self.bus), decoder.bus)
+        targets = {"NPU_INFO": info, "TASK_MANAGER": tm, "PLANAR_ENGINE": pe,
+                   "DATA_PROCESSOR": dp, "DMA": dma}
+        targets.update({f"NE{i}": core for i, core in enumerate(cores)})
+        for name, block in targets.items():
+            port = block.bus if name == "NPU_INFO" else block.csr
+            _connect_csr(m, decoder.target(name), port)
+
+        # Register writes from descriptors reach every block; each takes its own window.
+        core_writes = [stream.Signature(WriteLayout).flip().create(path=(f"core{i}_writes",))
+                       for i in range(cfg.cores)]
+        broadcast(m, tm.writes, [dp.writes, pe.writes, dma.writes] + core_writes)
+        for i, (w, core) in enumerate(zip(core_writes, cores)):
+            offset = w.payload.addr - core_base(i)
+            mine = (w.payload.addr >= core_base(i)) & (offset < CORE_STRIDE)
+            m.d.comb += [
+                core.writes.valid.eq(w.valid), w.ready.eq(core.writes.ready),
+                core.writes.payload.eq(w.payload),
+                # Another core's writes go nowhere (address 0 lies in no engine's window).
+                core.writes.payload.addr.eq(Mux(mine, core_base(0) + offset, 0)),
+            ]
+
+        # Dispatch.
+        wiring.connect(m, tm.ne, cluster.task)
+        for i, core in enumerate(cores):
+            wiring.connect(m, cluster.core[i], core.task)
+        m.d.comb += cluster.mask.eq(dp.ne_cores)
+        wiring.connect(m, tm.pe, pe.task)
+        wiring.connect(m, tm.dma, dma.task)
+
+        # Data: every engine's ports on the data processor.
+        for i, core in enumerate(cores):
+            dp.connect_core(m, core, i)
+        dp.connect_planar(m, pe)
+        m.d.comb += [dp.pe_start.eq(tm.pe.start.valid & tm.pe.start.ready),
+                     dp.pe_done.eq(tm.pe.done | tm.pe.abort)]
+        wiring.connect(m, dma.buf_read, dp.dma_read)
+        wiring.connect(m, dma.buf_write, dp.dma_write)
+        wiring.connect(m, dma.kmem_write, dp.kmem_write)
+
+        # System memory: descriptor fetch and DMA share the master.
+        m.submodules.fetch_port = reader = WordReader(cfg.mem_width)
+        wiring.connect(m, tm.mem, reader)
+        m.submodules.arbiter = arbiter = Arbiter(2, MEM_ADDR_BITS, cfg.mem_width)
+        wiring.connect(m, reader.bus, arbiter.masters[0])
+        wiring.connect(m, dma.bus, arbiter.masters[1])
+        wiring.connect(m, arbiter.bus, wiring.flipped(self.mem))
+
+        # Trace and interrupt.
+        m.submodules.trace = trace = TraceRecorder(len(Engine), self._trace_depth)
+        for e, port in enumerate((tm.ne, tm.pe, tm.dma)):
+            trace.watch(m, e, port)
+        m.d.comb += [
+            trace.cycle.eq(info.cycle), trace.pop.eq(info.trace_pop),
+            trace.clear.eq(info.trace_clear),
+            info.trace.eq(trace.head), info.trace_valid.eq(trace.head_valid),
+            info.trace_count.eq(trace.count), info.trace_overflow.eq(trace.overflow),
+            self.irq.eq(info.irq | tm.irq),
+        ]
         return m
+
+
+def _connect_csr(m, source, target):
+    """A decoder window onto a block's CSR port (the window may be wider than the port)."""
+    m.d.comb += [
+        target.addr.eq(source.addr), target.w_data.eq(source.w_data),
+        target.w_en.eq(source.w_en), target.r_en.eq(source.r_en),
+        source.r_data.eq(target.r_data), source.error.eq(target.error),
+    ]
+
+
+#: Verilog module name of a neural engine core shared by all cores (``top_verilog``).
+CORE_MODULE = "npu_neural_core"
+
+
+def shared_core(config):
+    """The neural engine core of ``config`` as a :class:`~npu.lib.shared.SharedModule`."""
+    from .lib.shared import SharedModule
+    return SharedModule(NeuralEngine(config, core=0), CORE_MODULE)
+
+
+def top_verilog(config, *, name="top", wrap=None):
+    """Verilog of the whole NPU (or of ``wrap(NPUTop)``, a bench holding it): with more than
+    one core, the core is converted once and instantiated ``config.cores`` times."""
+    from amaranth.back import verilog
+    core = shared_core(config) if config.cores > 1 else None
+    top = NPUTop(config, shared_core=core)
+    design = wrap(top) if wrap else top
+    text = verilog.convert(design, name=name, emit_src=False)
+    if core is not None:
+        text += "\n" + core.verilog()
+    return text

@@ -273,7 +273,8 @@ def _verilator_bench(config, harness_args, progress):
     key = (config, tuple(sorted((harness_args or {}).items())))
     if key not in _BENCHES:
         bench = conv_bench(config, **(harness_args or {}))
-        _BENCHES[key] = bench, StreamBench(bench, in_name="cmd", out_name="res")
+        _BENCHES[key] = bench, StreamBench(bench, in_name="cmd", out_name="res",
+                                           key=("conv_bench", key))
     bench, verilator = _BENCHES[key]
     verilator.progress = progress or (lambda msg: None)
     return bench, verilator

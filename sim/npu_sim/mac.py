@@ -229,7 +229,7 @@ def run_verilator(config, program, *, seed=0, stall=0.3, progress=None):
 
     dut = MacArray(config)
     bench = StreamBench(dut, in_name="cmd", out_name="res", active_name="active",
-                        progress=progress)
+                        progress=progress, key=("mac_array", config))
     words = command_words(dut.cmd.payload.shape(), program)
     expected = int(np.count_nonzero(program["last"]))
     outs, stats = bench.run(words, expected, stall=stall, seed=seed)

@@ -292,7 +292,8 @@ def run_verilator(config, jobs, *, seed=1, stall=0.2, plane_depth=LINE_BUFFER_DE
 
     bench = make_bench(config, plane_depth=plane_depth)
     program, counts = bench_program(config, jobs, stall=stall, plane_depth=plane_depth)
-    verilator = StreamBench(bench, in_name="cmd", out_name="res", progress=progress)
+    verilator = StreamBench(bench, in_name="cmd", out_name="res", progress=progress,
+                            key=("planar_bench", config, plane_depth))
     records = run_bench(bench, program, backend="verilator", stall=stall, seed=seed,
                         verilator=verilator)
     return _results(config, jobs, records, counts)

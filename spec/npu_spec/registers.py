@@ -16,7 +16,8 @@ from .regmap import Field, Register, RegisterMap, document
 __all__ = [
     "MAGIC", "VERSION_MAJOR", "VERSION_MINOR",
     "NPU_INFO", "ADDRESS_WINDOWS", "register_maps",
-    "npu_info_values", "registers_markdown", "write_docs",
+    "npu_info_values", "registers_markdown", "write_docs", "build_register_maps",
+    "regmap_c_header", "regmap_dict",
 ]
 
 
@@ -26,7 +27,7 @@ MAGIC = 0x4E50_5530
 #: Version of the register interface: the major number changes when a register or field moves,
 #: changes meaning or disappears; the minor number when registers or fields are added.
 VERSION_MAJOR = 1
-VERSION_MINOR = 0
+VERSION_MINOR = 1
 
 
 NPU_INFO = RegisterMap("NPU_INFO", base=0x0000, doc=(
@@ -63,6 +64,14 @@ NPU_INFO = RegisterMap("NPU_INFO", base=0x0000, doc=(
     Register("CONFIG2", offset=0x4, doc="On-chip buffer of this build.", fields=[
         Field("buffer_kib", 32, access="ro", doc="Size of the data processor's buffer in KiB."),
     ]),
+    Register("CONFIG3", offset=0x5, doc="System memory and kernel memories of this build.",
+             fields=[
+        Field("mem_width", 16, access="ro", doc="Data width of the system-memory bus in bits."),
+        Field("kernel_kib", 16, access="ro", doc="Kernel memory of each core in KiB."),
+    ]),
+    Register("CONFIG4", offset=0x6, doc="System memory the build was made for.", fields=[
+        Field("mem_kib", 32, access="ro", doc="System memory size in KiB (of the preset)."),
+    ]),
     Register("SCRATCH", offset=0x8, doc="Read/write register with no effect on the hardware, "
              "for bus and driver tests.", fields=[
         Field("value", 32, access="rw", doc="Any value; reads return the last value written."),
@@ -76,6 +85,31 @@ NPU_INFO = RegisterMap("NPU_INFO", base=0x0000, doc=(
         Field("bus_write_error", 1, access="w1c",
               doc="A host write addressed no register (the CSR bus signalled `error`); the write "
                   "was dropped."),
+    ]),
+    Register("CYCLE", offset=0xA, doc="Free-running cycle counter (the time base of the "
+             "trace).", fields=[
+        Field("count", 32, access="ro", doc="Cycles since reset, modulo 2**32."),
+    ]),
+    Register("TRACE_STATUS", offset=0x10, doc="Task trace buffer: one entry for every start "
+             "and every end of a task (`docs/system.md`, \"Trace buffer\").", fields=[
+        Field("count", 16, access="ro", doc="Entries waiting to be read."),
+        Field("overflow", 1, offset=16, access="ro",
+              doc="An entry was dropped because the buffer was full (cleared by `clear`)."),
+    ]),
+    Register("TRACE_DATA0", doc="The oldest entry, first word.", fields=[
+        Field("task_id", 16, access="ro", doc="Task ID of the descriptor."),
+        Field("engine", 2, access="ro", doc="0 neural, 1 planar, 2 DMA."),
+        Field("end", 1, access="ro", doc="0: the task started; 1: it ended."),
+        Field("error", 4, offset=20, access="ro", doc="The engine's error code (ends only)."),
+        Field("queue", 5, offset=24, access="ro", doc="Queue of the task."),
+        Field("valid", 1, offset=31, access="ro", doc="An entry is present."),
+    ]),
+    Register("TRACE_DATA1", doc="The oldest entry, second word.", fields=[
+        Field("cycle", 32, access="ro", doc="`CYCLE` at the start or end."),
+    ]),
+    Register("TRACE_CTRL", doc="Trace buffer commands.", fields=[
+        Field("pop", 1, access="wo", doc="Drop the oldest entry (after reading it)."),
+        Field("clear", 1, access="wo", doc="Drop every entry and clear `overflow`."),
     ]),
 ])
 
@@ -135,6 +169,8 @@ def npu_info_values(config):
                     "task_queues": config.task_queues,
                     "planar_pool_beats": config.planar_pool_beats},
         "CONFIG2": {"buffer_kib": config.buffer_kib},
+        "CONFIG3": {"mem_width": config.mem_width, "kernel_kib": config.kernel_kib},
+        "CONFIG4": {"mem_kib": config.mem_kib},
     }
     for reg_name, fields in values.items():
         NPU_INFO[reg_name].pack(**fields)  # Raises ValueError if a value does not fit.
@@ -231,3 +267,69 @@ def write_docs(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(registers_markdown(), encoding="utf-8")
     return path
+
+
+def build_register_maps(config):
+    """Every register map of a build with ``config``, in address order: the task manager with
+    the build's queues, one neural engine map per core (at ``core_base(i)``, named ``NE{i}``),
+    the other blocks as :func:`register_maps` gives them."""
+    from .neural import NEURAL_ENGINE, core_base
+    from .taskman import task_manager_map
+    maps = []
+    for regmap in register_maps():
+        if regmap.name == "TASK_MANAGER":
+            maps.append(task_manager_map(config.task_queues))
+        elif regmap.name == "NEURAL_ENGINE":
+            maps += [RegisterMap(f"NE{i}", NEURAL_ENGINE.registers, base=core_base(i),
+                                 doc=NEURAL_ENGINE.doc) for i in range(config.cores)]
+        else:
+            maps.append(regmap)
+    return tuple(maps)
+
+
+def regmap_dict(config):
+    """The register interface of a build as plain data (for ``npu generate --regmap json``):
+    version, the build's ``NPU_INFO`` values, and every map with its registers and fields
+    (word addresses, bit offsets, widths, access, reset, enum values)."""
+    maps = []
+    for regmap in build_register_maps(config):
+        regs = []
+        for reg in regmap.registers:
+            regs.append({
+                "name": reg.name, "offset": reg.offset, "address": regmap.base + reg.offset,
+                "doc": reg.doc,
+                "fields": [{"name": f.name, "offset": f.offset, "width": f.width,
+                            "access": f.access, "reset": f.reset or 0,
+                            "enum": {k: int(v) for k, v in (f.enum or {}).items()}
+                            if isinstance(f.enum, dict) else
+                            ({m.name: int(m) for m in f.enum} if f.enum else {}),
+                            "doc": f.doc} for f in reg.fields],
+            })
+        maps.append({"name": regmap.name, "base": regmap.base, "size": regmap.size,
+                     "doc": regmap.doc, "registers": regs})
+    return {"version": [VERSION_MAJOR, VERSION_MINOR], "config": config.name,
+            "info": npu_info_values(config), "maps": maps}
+
+
+def regmap_c_header(config):
+    """A C header of the register interface of a build: ``#define``s of every register's word
+    address and every field's shift and mask (``NPU_<MAP>_<REG>``, ``..._<FIELD>_SHIFT``,
+    ``..._<FIELD>_MASK``), for host software."""
+    guard = "NPU_REGS_H"
+    lines = [f"/* Register interface {VERSION_MAJOR}.{VERSION_MINOR} of the open NPU, "
+             f"configuration '{config.name}'.", " * Generated by 'npu generate --regmap c'; "
+             "addresses are 32-bit word addresses. */", f"#ifndef {guard}", f"#define {guard}",
+             "", f"#define NPU_VERSION_MAJOR {VERSION_MAJOR}u",
+             f"#define NPU_VERSION_MINOR {VERSION_MINOR}u", ""]
+    for regmap in build_register_maps(config):
+        lines.append(f"/* {regmap.name} */")
+        for reg in regmap.registers:
+            name = f"NPU_{regmap.name}_{reg.name}".upper()
+            lines.append(f"#define {name} 0x{regmap.base + reg.offset:04X}u")
+            for f in reg.fields:
+                mask = ((1 << f.width) - 1) << f.offset
+                lines.append(f"#define {name}_{f.name.upper()}_SHIFT {f.offset}u")
+                lines.append(f"#define {name}_{f.name.upper()}_MASK 0x{mask:08X}u")
+        lines.append("")
+    lines += [f"#endif /* {guard} */", ""]
+    return "\n".join(lines)

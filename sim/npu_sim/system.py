@@ -1,0 +1,443 @@
+"""System simulation: the whole NPU with its system memory, driven like a host drives it.
+
+:class:`SystemBench` holds :class:`npu.top.NPUTop` and a :class:`npu_sim.sysmem.SystemMemory`
+(latency and random stalls inside the simulated design) behind one command stream and one
+response stream, so a run needs no Python per cycle: under Verilator
+(:class:`npu_sim.verilator.StreamBench`) the commands come from a file. The Amaranth simulator
+runs the same bench for small cases.
+
+Command beats (:func:`command_layout`): ``op``, ``addr`` (32 bits), ``data`` (``max(64,
+mem_width)`` bits)
+
+=========  =======================================================================================
+op         meaning
+=========  =======================================================================================
+WRITE      host register write: word ``addr`` gets ``data[0:32]``
+READ       host register read of ``addr``; answers a WORD beat
+POLL       read ``addr`` until ``(word & data[0:32]) == data[32:64]`` holds for four reads in a
+           row; answers a WORD beat with the bench cycle of the last read
+MEM_WRITE  system-memory word ``addr`` (``mem_width`` bits) gets ``data``
+MEM_READ   answers ``data[0:32]`` DATA beats: memory words ``addr``, ``addr + 1``, ...
+STALL      the memory stalls a cycle with probability ``data[0:8] / 256``
+COUNT      answers a WORD beat with bench counter ``addr`` (:class:`Counter`)
+=========  =======================================================================================
+
+Response beats (:func:`response_layout`): ``tag`` (DATA or WORD) and ``data``.
+"""
+
+import enum
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from npu.top import NPUTop
+
+from .sysmem import SystemMemory
+
+__all__ = ["Counter", "SysOp", "SystemBench", "SystemCommands", "command_layout",
+           "response_layout"]
+
+
+class SysOp(enum.IntEnum):
+    """Command codes (see the module documentation)."""
+    WRITE = 0
+    READ = 1
+    POLL = 2
+    MEM_WRITE = 3
+    MEM_READ = 4
+    STALL = 5
+    COUNT = 6
+
+
+class Counter(enum.IntEnum):
+    """Bench counters (``COUNT``)."""
+    CYCLE = 0           # cycles since reset
+    BUS_BYTES = 1       # bytes of the bus requests taken (the set ``sel`` bits)
+    BUS_STALL = 2       # cycles a bus request was presented and stalled
+
+
+#: Reads in a row a POLL condition must hold.
+POLL_STABLE = 4
+
+
+def _data_width(mem_width):
+    return max(64, mem_width)
+
+
+def command_layout(mem_width):
+    return data.StructLayout({"op": 4, "addr": 32, "data": _data_width(mem_width)})
+
+
+def response_layout(mem_width):
+    return data.StructLayout({"tag": 1, "data": _data_width(mem_width)})
+
+
+class SystemBench(wiring.Component):
+    """The NPU and its system memory behind a command and a response stream.
+
+    Parameters
+    ----------
+    config : NPUConfig
+    latency : int
+        System-memory latency in cycles (at least 1).
+    mem_words : int or None
+        System-memory size in ``mem_width`` words (default ``config.mem_kib``).
+    shared_core : SharedModule or None
+        Instantiate the cores by name (``npu.top.shared_core``; Verilator only).
+
+    Members
+    -------
+    cmd : In(stream.Signature(command_layout(mem_width)))
+    res : Out(stream.Signature(response_layout(mem_width)))
+    active : Out(1)
+        The task manager is busy (counted by the Verilator harness).
+    """
+
+    def __init__(self, config, *, latency=1, mem_words=None, shared_core=None):
+        self.config = config
+        self.shared_core = shared_core
+        self.latency = latency
+        self.mem_words = mem_words or config.mem_kib * 1024 * 8 // config.mem_width
+        width = config.mem_width
+        super().__init__({
+            "cmd": In(stream.Signature(command_layout(width))),
+            "res": Out(stream.Signature(response_layout(width))),
+            "active": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        m.submodules.npu = npu = NPUTop(cfg, shared_core=self.shared_core)
+        m.submodules.memory = mem = SystemMemory(self.mem_words, cfg.mem_width, self.latency)
+        wiring.connect(m, npu.mem, mem.bus)
+        host = npu.bus
+        cmd = self.cmd.payload
+
+        # Counters.
+        cycle = Signal(32)
+        bus_bytes = Signal(32)
+        bus_stall = Signal(32)
+        m.d.sync += cycle.eq(cycle + 1)
+        bus = npu.mem
+        with m.If(bus.cyc & bus.stb & ~bus.stall):
+            m.d.sync += bus_bytes.eq(bus_bytes + sum(bus.sel[k] for k in range(len(bus.sel))))
+        with m.If(bus.cyc & bus.stb & bus.stall):
+            m.d.sync += bus_stall.eq(bus_stall + 1)
+        m.d.comb += self.active.eq(0)
+
+        # The single answer register: one WORD or DATA beat at a time.
+        out = Signal(response_layout(cfg.mem_width))
+        out_valid = Signal()
+        m.d.comb += [self.res.valid.eq(out_valid), self.res.payload.eq(out)]
+        with m.If(self.res.ready):
+            m.d.sync += out_valid.eq(0)
+        free = ~out_valid | self.res.ready
+
+        stall_prob = Signal(8)
+        m.d.comb += mem.stall_prob.eq(stall_prob)
+        m.d.comb += [host.addr.eq(cmd.addr), host.w_data.eq(cmd.data[:32]),
+                     mem.host.addr.eq(cmd.addr), mem.host.w_data.eq(cmd.data)]
+        left = Signal(32)           # MEM_READ words still to read
+        stable = Signal(range(POLL_STABLE + 1))
+        word = Signal(32)
+        with m.FSM():
+            with m.State("COMMAND"):
+                with m.If(self.cmd.valid):
+                    with m.Switch(cmd.op):
+                        with m.Case(SysOp.WRITE):
+                            m.d.comb += [host.w_en.eq(1), self.cmd.ready.eq(1)]
+                        with m.Case(SysOp.READ):
+                            with m.If(free):
+                                m.d.comb += [host.r_en.eq(1), self.cmd.ready.eq(1)]
+                                m.next = "READ"
+                        with m.Case(SysOp.POLL):
+                            m.d.comb += host.r_en.eq(1)
+                            m.d.sync += stable.eq(0)
+                            m.next = "POLL"
+                        with m.Case(SysOp.MEM_WRITE):
+                            m.d.comb += [mem.host.w_en.eq(1), self.cmd.ready.eq(1)]
+                        with m.Case(SysOp.MEM_READ):
+                            m.d.sync += [left.eq(cmd.data[:32]), word.eq(cmd.addr)]
+                            m.d.comb += self.cmd.ready.eq(1)
+                            m.next = "MEM_READ"
+                        with m.Case(SysOp.STALL):
+                            m.d.sync += stall_prob.eq(cmd.data[:8])
+                            m.d.comb += self.cmd.ready.eq(1)
+                        with m.Case(SysOp.COUNT):
+                            with m.If(free):
+                                m.d.comb += self.cmd.ready.eq(1)
+                                m.d.sync += [out_valid.eq(1), out.tag.eq(1)]
+                                with m.Switch(cmd.addr):
+                                    with m.Case(Counter.CYCLE):
+                                        m.d.sync += out.data.eq(cycle)
+                                    with m.Case(Counter.BUS_BYTES):
+                                        m.d.sync += out.data.eq(bus_bytes)
+                                    with m.Case(Counter.BUS_STALL):
+                                        m.d.sync += out.data.eq(bus_stall)
+                                    with m.Default():
+                                        m.d.sync += out.data.eq(0)
+                        with m.Default():
+                            m.d.comb += self.cmd.ready.eq(1)
+            with m.State("READ"):
+                m.d.sync += [out_valid.eq(1), out.tag.eq(1), out.data.eq(host.r_data)]
+                m.next = "COMMAND"
+            with m.State("POLL"):
+                # host.r_data answers the read of the cycle before; read again meanwhile.
+                hold = (host.r_data & cmd.data[:32]) == cmd.data[32:64]
+                with m.If(hold & (stable == POLL_STABLE - 1)):
+                    with m.If(free):
+                        m.d.comb += self.cmd.ready.eq(1)
+                        m.d.sync += [out_valid.eq(1), out.tag.eq(1), out.data.eq(cycle)]
+                        m.next = "COMMAND"
+                    with m.Else():
+                        m.d.comb += host.r_en.eq(1)
+                with m.Else():
+                    m.d.comb += host.r_en.eq(1)
+                    m.d.sync += stable.eq(hold * (stable + 1))
+            with m.State("MEM_READ"):
+                # One word in flight at a time: read, then send.
+                with m.If(left == 0):
+                    m.next = "COMMAND"
+                with m.Elif(free):
+                    m.d.comb += [mem.host.addr.eq(word), mem.host.r_en.eq(1)]
+                    m.next = "MEM_DATA"
+            with m.State("MEM_DATA"):
+                m.d.comb += mem.host.addr.eq(word)
+                m.d.sync += [out_valid.eq(1), out.tag.eq(0), out.data.eq(mem.host.r_data),
+                             word.eq(word + 1), left.eq(left - 1)]
+                m.next = "MEM_READ"
+        return m
+
+
+class SystemCommands:
+    """Command beats for a :class:`SystemBench`, and the parsing of its answers.
+
+    Each method appends a command and returns ``self``; :meth:`parse` turns the response
+    words of a run into one record per answering command, in order: ``("read", word)``,
+    ``("poll", cycle)``, ``("count", value)``, ``("mem", [words])``.
+    """
+
+    def __init__(self, mem_width):
+        self.mem_width = mem_width
+        self._layout = command_layout(mem_width)
+        self._dw = _data_width(mem_width)
+        self.beats = []
+        self._answers = []
+
+    def _cmd(self, op, addr=0, value=0):
+        self.beats.append(self._layout.const({"op": op, "addr": addr, "data": value}).as_bits())
+        return self
+
+    def write(self, addr, value):
+        return self._cmd(SysOp.WRITE, addr, value & 0xFFFF_FFFF)
+
+    def writes(self, pairs):
+        for addr, value in pairs:
+            self.write(addr, value)
+        return self
+
+    def read(self, addr, label=None):
+        self._answers.append(("read", 1, label))
+        return self._cmd(SysOp.READ, addr)
+
+    def poll(self, addr, mask, value, label=None):
+        self._answers.append(("poll", 1, label))
+        return self._cmd(SysOp.POLL, addr, (mask & 0xFFFF_FFFF) | (value & 0xFFFF_FFFF) << 32)
+
+    def mem_write(self, word, value):
+        return self._cmd(SysOp.MEM_WRITE, word, value)
+
+    def mem_read(self, word, count, label=None):
+        self._answers.append(("mem", count, label))
+        return self._cmd(SysOp.MEM_READ, word, count)
+
+    def stall(self, probability):
+        return self._cmd(SysOp.STALL, 0, min(255, int(round(probability * 256))))
+
+    def count(self, counter, label=None):
+        self._answers.append(("count", 1, label))
+        return self._cmd(SysOp.COUNT, int(counter))
+
+    @property
+    def expected(self):
+        return sum(n for _, n, _ in self._answers)
+
+    def parse(self, responses):
+        """Records ``(kind, label, value)`` in command order."""
+        layout = response_layout(self.mem_width)
+        beats = [layout.from_bits(int(r)) for r in responses]
+        if len(beats) != self.expected:
+            raise RuntimeError(f"the bench answered {len(beats)} of {self.expected} beats")
+        records = []
+        k = 0
+        for kind, n, label in self._answers:
+            words = [int(b.data) for b in beats[k:k + n]]
+            k += n
+            records.append((kind, label, words if kind == "mem" else words[0]))
+        return records
+
+
+def setup_writes(program):
+    """Host register writes that load a program's queues (``docs/program.md``): the task
+    manager stopped, the base-address table, every queue's control, head, tail and push, the
+    interrupts enabled; the start (``CTRL.enable``) is left to the caller."""
+    from npu_spec.taskman import task_manager_map
+    tm = task_manager_map(program.config.task_queues)
+    w = []
+
+    def put(name, **fields):
+        w.append((tm.base + tm[name].offset, tm[name].pack(**fields)))
+
+    put("CTRL", enable=0)
+    for j, entry in enumerate(program.base_table):
+        put(f"BASE{j}", address=entry.base)
+        put(f"LIMIT{j}", words=entry.limit)
+    put("IRQ_ENABLE", error=1, task_done=1)
+    for q in program.queues:
+        i = q.index
+        put(f"Q{i}_CTRL", priority=q.priority, network=q.network, base_index=q.base_index)
+        put(f"Q{i}_TAIL", address=q.tail)
+        put(f"Q{i}_HEAD", address=q.head)
+        if q.tasks:
+            put(f"Q{i}_PUSH", count=q.tasks)
+    return w
+
+
+def _le_words(image, width):
+    """Little-endian ``width``-bit words of a byte string (zero-padded)."""
+    step = width // 8
+    if len(image) % step:
+        image = image + bytes(step - len(image) % step)
+    return [int.from_bytes(image[k:k + step], "little") for k in range(0, len(image), step)]
+
+
+def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64):
+    """The commands of one run of ``program``: load memory, set up the queues, start, wait
+    until the task manager is idle, read the trace, the status and the memory back.
+
+    Returns ``(commands, dump_words)``.
+    """
+    from npu_spec.registers import NPU_INFO
+    from npu_spec.taskman import COUNTERS, task_manager_map
+
+    cfg = program.config
+    tm = task_manager_map(cfg.task_queues)
+    cmds = SystemCommands(cfg.mem_width)
+    cmds.stall(stall)
+    for k, word in enumerate(_le_words(program.memory, cfg.mem_width)):
+        if word:
+            cmds.mem_write(k, word)
+    cmds.writes(setup_writes(program))
+    cmds.read(NPU_INFO["CYCLE"].offset, "start")
+    ctrl = tm["CTRL"]
+    cmds.write(tm.base + ctrl.offset, ctrl.pack(enable=1))
+    status = tm["STATUS"]
+    idle = status["idle"]
+    cmds.poll(tm.base + status.offset, idle.mask, idle.mask, "idle")
+    cmds.count(Counter.CYCLE, "end")
+    info = NPU_INFO
+    pop = info["TRACE_CTRL"].pack(pop=1)
+    for k in range(trace_depth):
+        cmds.read(info["TRACE_DATA0"].offset, ("trace0", k))
+        cmds.read(info["TRACE_DATA1"].offset, ("trace1", k))
+        cmds.write(info["TRACE_CTRL"].offset, pop)
+    cmds.read(info["TRACE_STATUS"].offset, "trace_status")
+    for name in ("EXC_STATUS", "EXC_ADDR", "IRQ_STATUS") + tuple(n for n, _ in COUNTERS):
+        cmds.read(tm.base + tm[name].offset, name)
+    for q in program.queues:
+        cmds.read(tm.base + tm[f"Q{q.index}_STATUS"].offset, ("queue", q.index))
+    cmds.count(Counter.BUS_BYTES, "bus_bytes")
+    cmds.count(Counter.BUS_STALL, "bus_stall")
+    step = cfg.mem_width // 8
+    dump = dump_bytes if dump_bytes is not None else len(program.memory)
+    words = -(-dump // step)
+    cmds.mem_read(0, words, "memory")
+    return cmds, words
+
+
+def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_bytes=None,
+            progress=None, max_cycles=None, vcd=None):
+    """Run ``program`` on the RTL system simulation; returns a dict: ``memory`` (bytes, the
+    first ``dump_bytes``), ``trace`` (``[(task_id, engine, end, error, queue, cycle)]``),
+    ``registers`` (status and counters by name), ``queues`` (``{index: Qi_STATUS}``),
+    ``cycles`` (start to idle), ``bus_bytes``, ``bus_stall``, ``sim_cycles``, ``wall``."""
+    import time
+
+    from npu.top import shared_core
+    from npu_spec.registers import NPU_INFO
+
+    cfg = program.config
+    say = progress or (lambda msg: None)
+    cmds, words = host_commands(program, stall=stall, dump_bytes=dump_bytes)
+    t0 = time.perf_counter()
+    stats = {}
+    if backend == "verilator":
+        from .verilator import StreamBench
+        core = shared_core(cfg) if cfg.cores > 1 else None
+        bench = SystemBench(cfg, latency=latency, shared_core=core)
+        sb = StreamBench(bench, in_name="cmd", out_name="res", progress=say,
+                         key=("system", cfg, latency),
+                         extra_verilog=core.verilog if core else None)
+        responses, stats = sb.run(cmds.beats, cmds.expected, seed=seed,
+                                  max_cycles=max_cycles or 50_000_000)
+    elif backend == "amaranth":
+        from .streams import run_simulation
+        bench = SystemBench(cfg, latency=latency)
+        responses = []
+        limit = max_cycles or 2_000_000
+
+        async def producer(ctx):
+            for beat in cmds.beats:
+                ctx.set(bench.cmd.valid, 1)
+                ctx.set(bench.cmd.payload, beat)
+                await ctx.tick().until(bench.cmd.ready)
+            ctx.set(bench.cmd.valid, 0)
+
+        async def consumer(ctx):
+            ctx.set(bench.res.ready, 1)
+            while len(responses) < cmds.expected:
+                await ctx.tick().until(bench.res.valid)
+                responses.append(ctx.get(bench.res.payload).as_value().value
+                                 if hasattr(ctx.get(bench.res.payload), "as_value")
+                                 else int(ctx.get(bench.res.payload)))
+
+        async def watchdog(ctx):
+            for _ in range(limit):
+                await ctx.tick()
+            raise RuntimeError(f"the system bench did not finish in {limit} cycles")
+
+        run_simulation(bench, [producer, consumer], vcd=vcd, background=[watchdog])
+    else:
+        raise ValueError(f"backend must be 'verilator' or 'amaranth', not {backend!r}")
+    wall = time.perf_counter() - t0
+    records = cmds.parse(responses)
+    regs = {}
+    trace0, trace1 = {}, {}
+    queues = {}
+    memory = b""
+    for kind, label, value in records:
+        if isinstance(label, tuple) and label[0] == "trace0":
+            trace0[label[1]] = value
+        elif isinstance(label, tuple) and label[0] == "trace1":
+            trace1[label[1]] = value
+        elif isinstance(label, tuple) and label[0] == "queue":
+            queues[label[1]] = value
+        elif label == "memory":
+            step = cfg.mem_width // 8
+            memory = b"".join(w.to_bytes(step, "little") for w in value)
+        else:
+            regs[label] = value
+    trace = []
+    d0 = NPU_INFO["TRACE_DATA0"]
+    for k in sorted(trace0):
+        f = d0.unpack(trace0[k])
+        if f["valid"]:
+            trace.append((f["task_id"], f["engine"], f["end"], f["error"], f["queue"],
+                          trace1[k]))
+    return {"memory": memory[:dump_bytes] if dump_bytes is not None else memory,
+            "trace": trace, "registers": regs, "queues": queues,
+            "cycles": (regs["end"] - regs["start"]) & 0xFFFF_FFFF,
+            "bus_bytes": regs["bus_bytes"], "bus_stall": regs["bus_stall"],
+            "sim_cycles": stats.get("cycles"), "wall": wall, "words": words}
