@@ -4,6 +4,7 @@
 ``npu sim``       a block (MAC array, neural engine, planar engine) against the golden model.
 ``npu bench``     benchmarks that print cycle counts and utilization.
 ``npu synth``     out-of-context synthesis and place-and-route of a block (YoWASP tools).
+``npu disasm``    a program file in readable form.
 
 Every command has ``--help``. Bad arguments print one line on stderr and exit with status 2;
 a failed run (RTL differs from the golden model, a tool fails) exits with status 1.
@@ -21,9 +22,9 @@ from npu_cli.util import CLIError, Parser, positive, preset_arg, probability, pr
 __all__ = ["main"]
 
 #: Modules that add commands and blocks: each may define ``BLOCKS`` (name -> factory taking an
-#: :class:`npu_spec.config.NPUConfig`), ``add_sim_commands(subparsers)`` and
-#: ``add_bench_commands(subparsers)``.
-COMMAND_MODULES = ("npu_cli.neural", "npu_cli.planar", "npu_cli.tasks")
+#: :class:`npu_spec.config.NPUConfig`), ``add_sim_commands(subparsers)``,
+#: ``add_bench_commands(subparsers)`` and ``add_commands(subparsers)`` (top-level commands).
+COMMAND_MODULES = ("npu_cli.neural", "npu_cli.planar", "npu_cli.tasks", "npu_cli.program")
 
 
 def _command_modules():
@@ -286,6 +287,10 @@ def build_parser():
     y.add_argument("--keep-files", action="store_true", help="keep the tool files")
     y.add_argument("--json", action="store_true", help="print the report as JSON")
     y.set_defaults(func=cmd_synth)
+
+    for mod in _command_modules():
+        if hasattr(mod, "add_commands"):
+            mod.add_commands(sub)
 
     bench_mods = [mod for mod in _command_modules() if hasattr(mod, "add_bench_commands")]
     if bench_mods:

@@ -195,7 +195,9 @@ def encode(desc):
     if not isinstance(desc, Descriptor):
         raise TypeError(f"Descriptor must be a Descriptor, not {desc!r}")
     if desc.engine not in tuple(Engine):
-        raise DecodeError(f"Engine must be NE (0) or PE (1), not {desc.engine!r}")
+        raise DecodeError(f"Engine must be one of "
+                          f"{', '.join(f'{e.name} ({e.value})' for e in Engine)}, "
+                          f"not {desc.engine!r}")
     if desc.length > MAX_LENGTH:
         raise DecodeError(f"Descriptor of {desc.length} words is longer than {MAX_LENGTH}")
     h0, h1, h2, h3 = HEADER

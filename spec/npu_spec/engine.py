@@ -30,11 +30,12 @@ ERROR_BITS = 4
 TASK_OFFSET = 0x08
 
 
-@coded(1)
+@coded(2)
 class Engine(enum.IntEnum):
     """The engine a task descriptor addresses."""
     NEURAL = 0
     PLANAR = 1
+    DMA = 2
 
 
 def control_registers(errors, *, counter_doc="Cycles from start to done of the last (or "

@@ -48,6 +48,7 @@ class Cause(enum.IntEnum):
     ADDRESS = 2     # a register write outside every register-map window
     WINDOW = 3      # descriptor or data pointer outside the network's memory window
     TIMEOUT = 4     # an engine ran longer than WATCHDOG cycles
+    ENGINE = 5      # an engine ended a task with a nonzero error code
 
 
 #: Performance counters: (register name, description), at offsets 0x10.. in this order.

@@ -53,8 +53,8 @@ def test_layout_of_header():
                       src=0x10, src_len=2, dst=0x20,
                       blocks=(WriteBlock(0x2000, 2, (7, 8)),))
     words = encode(desc)
-    # H0: magic, length 7, engine bit 16, TSE bit 17, SPL bit 21.
-    assert words[0] == MAGIC | 7 << 8 | 1 << 16 | 1 << 17 | 1 << 21
+    # H0: magic, length 7, engine bits 16-17, TSE bit 18, SPL bit 22.
+    assert words[0] == MAGIC | 7 << 8 | 1 << 16 | 1 << 18 | 1 << 22
     assert words[1] == 0x1234 | 0x56 << 16 | 3 << 24
     assert words[2] == 0x10 | 2 << 16
     assert words[3] == 0x20
@@ -117,7 +117,7 @@ def test_network_and_window_checks():
 
 
 @pytest.mark.parametrize("field,value", [("task_id", 1 << 16), ("network", 256), ("dep", -1),
-                                         ("src_len", 256), ("engine", 2)])
+                                         ("src_len", 256), ("engine", 3)])
 def test_encode_range_errors(field, value):
     with pytest.raises(DecodeError):
         encode(Descriptor(**{"task_id": 0, field: value}))
@@ -125,7 +125,7 @@ def test_encode_range_errors(field, value):
 
 def test_reserved_masks():
     # The bits above the last field of each word (docs/descriptors.md, "Layout").
-    assert [reserved_mask(r) for r in HEADER] == [0xFE00_0000, 0, 0xFF00_0000, 0xFFFF_0000]
+    assert [reserved_mask(r) for r in HEADER] == [0xFC00_0000, 0, 0xFF00_0000, 0xFFFF_0000]
     assert reserved_mask(ENTRY) == 0
 
 

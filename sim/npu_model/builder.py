@@ -1,0 +1,636 @@
+"""Building programs: tensors, kernels and tasks in, a :class:`npu_spec.program.Program` out.
+
+:class:`ProgramBuilder` lays out one network for a configuration: it allocates system memory
+(the tensors, the kernel blobs, then the descriptors) inside one memory window, allocates
+buffer regions (:class:`Dataset`) and kernel-memory regions, and turns each task into a
+descriptor (:func:`npu_spec.descriptors.encode`) whose register writes are runs of
+consecutive registers. Every task's dependency distance (``H1.dep``) is computed from what it
+reads and writes: a task depends on the latest earlier task of another engine that wrote what
+it reads, read what it overwrites or wrote what it overwrites (tasks of one engine run in list
+order anyway). A dependency the distance cannot express (two producers on two other engines,
+neither waiting for the other) is a :class:`BuildError`.
+
+Example (``tests/model/test_system.py``)::
+
+    b = ProgramBuilder(config)
+    x = b.input("x", x_array)                       # int8 [C, H, W] in system memory
+    xb = b.load(x)                                  # a buffer dataset and the DMA task
+    k = b.dma_kernels(0, b.kernels(w, bias=bias, scale=scale, shift=shift))
+    y = b.conv(xb, k, pad=1, act="relu")           # NE task; returns the output dataset
+    p = b.planar(a=y, mode="pool", op="max", kh=2, kw=2, sy=2, sx=2)
+    b.store(p, b.output("y", p.shape))
+    program = b.build()
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from npu_spec import dataproc, neural
+from npu_spec import dma as dma_spec
+from npu_spec import planar as planar_spec
+from npu_spec.descriptors import FLAGS, Descriptor, encode
+from npu_spec.engine import Engine
+from npu_spec.mac import MacFormat
+from npu_spec.postproc import Act
+from npu_spec.program import TENSOR_FORMATS, BaseEntry, Program, QueueSetup, Tensor
+from npu_spec.regmap import WriteBlock
+
+from . import fp
+from .kernel_codec import encode as kernel_encode
+from .kernel_codec import kernel_memory
+from .system import SLOT_WORDS, write_tensor
+
+__all__ = ["BuildError", "Dataset", "KernelBlob", "KernelPlacement", "ProgramBuilder", "Task"]
+
+#: Largest dependency distance (the width of ``H1.dep``).
+MAX_DEP = 255
+
+
+class BuildError(ValueError):
+    """A program that cannot be built: out of memory, a descriptor too long, a dependency the
+    distance cannot express."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A ``(C, H, W)`` region of the buffer: element ``(c, y, x)`` at
+    ``addr + c * cstride + y * rstride + x``; ``fmt`` is ``"int8"`` or ``"fp16"``."""
+    addr: int
+    shape: tuple
+    fmt: str = "int8"
+    cstride: int = None
+    rstride: int = None
+
+    def __post_init__(self):
+        c, h, w = self.shape
+        if self.rstride is None:
+            object.__setattr__(self, "rstride", w)
+        if self.cstride is None:
+            object.__setattr__(self, "cstride", h * self.rstride)
+
+    @property
+    def fields(self):
+        """The dataset dict of :func:`npu_spec.dataproc.make_dataset`."""
+        return dataproc.make_dataset(self.addr, self.shape, cstride=self.cstride,
+                                     rstride=self.rstride)
+
+    @property
+    def span(self):
+        """``(first, last + 1)`` buffer element (before wrapping)."""
+        c, h, w = self.shape
+        return self.addr, self.addr + (c - 1) * self.cstride + (h - 1) * self.rstride + w
+
+    def row(self):
+        """The same elements as one row ``(1, 1, C * H * W)`` (a dense dataset only)."""
+        c, h, w = self.shape
+        if self.rstride != w or self.cstride != h * w:
+            raise BuildError("only a dense dataset can be seen as one row")
+        return Dataset(self.addr, (1, 1, c * h * w), self.fmt)
+
+
+@dataclass(frozen=True)
+class KernelBlob:
+    """The encoded kernels of a layer (:func:`npu_model.kernel_codec.encode` per group of
+    ``acc_slots`` output channels)."""
+    groups: tuple
+    fmt: int
+    weight_shape: tuple
+    conv_groups: int
+    name: str = None
+
+    @property
+    def words(self):
+        """Kernel-memory words of the blob: the group table, then the parts."""
+        return len(kernel_memory(self.groups))
+
+
+@dataclass(frozen=True)
+class KernelPlacement:
+    """A blob loaded into core ``core``'s kernel memory at words ``addr`` to ``end`` (its
+    group table at ``addr``, the layer's ``KTABLE``), from tensor ``tensor``."""
+    core: int
+    addr: int
+    end: int
+    blob: KernelBlob
+    tensor: Tensor
+    version: int
+
+
+@dataclass
+class Task:
+    """A task before emission: engine, register writes ``[(address, word)]``, the resources
+    it reads and writes (``(space, lo, hi)`` intervals) and its flags."""
+    engine: int
+    writes: list
+    reads: list
+    writes_to: list
+    flags: dict
+    task_id: int
+    dep: int = 0
+    label: str = ""
+
+
+def _overlap(a, b):
+    return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
+def _blocks(writes):
+    """Register writes in address order, consecutive ones merged into :class:`WriteBlock`
+    runs (a task's writes only program registers; the start comes from the task manager, so
+    their order does not matter)."""
+    blocks = []
+    for address, word in sorted(writes, key=lambda w: w[0]):
+        if blocks and blocks[-1].address + blocks[-1].count == address:
+            last = blocks.pop()
+            blocks.append(WriteBlock(last.address, last.count + 1, last.words + (word,)))
+        else:
+            blocks.append(WriteBlock(address, 1, (int(word),)))
+    return tuple(blocks)
+
+
+def _f32(value):
+    """Binary32 bits of a float, or an int taken as bits."""
+    if isinstance(value, (int, np.integer)):
+        return int(value) & 0xFFFF_FFFF
+    return int(fp.f32_bits(np.float32(value)))
+
+
+class _Regions:
+    """First-fit allocator of ``[0, size)``; regions can be released."""
+
+    def __init__(self, size, what, unit):
+        self.size, self.what, self.unit = size, what, unit
+        self.used = []      # sorted (start, end)
+
+    def alloc(self, n, align=1, at=None):
+        if at is not None:
+            start = at
+        else:
+            start = 0
+            for lo, hi in self.used:
+                start = -(-start // align) * align
+                if start + n <= lo:
+                    break
+                start = max(start, hi)
+            start = -(-start // align) * align
+        if start + n > self.size:
+            raise BuildError(f"{self.what} is full: {n} {self.unit} more are needed at "
+                             f"{start}, the {self.what} has {self.size}")
+        self.used = sorted(self.used + [(start, start + n)])
+        return start
+
+    def release(self, start):
+        self.used = [r for r in self.used if r[0] != start]
+
+    @property
+    def high(self):
+        return max((hi for _, hi in self.used), default=0)
+
+
+class ProgramBuilder:
+    """Builds a :class:`npu_spec.program.Program` for ``config`` (one queue, one network).
+
+    Parameters
+    ----------
+    config : NPUConfig
+    queue, priority, network : int
+        The queue the tasks go to, its priority and the network ID.
+    base : int
+        Word address of the network's memory window in system memory (its base-table entry
+        0); the window reaches to the end of the memory.
+    slot_words : int
+        The task manager's slot size: the longest descriptor allowed.
+    """
+
+    def __init__(self, config, *, queue=0, priority=0, network=0, base=0,
+                 slot_words=SLOT_WORDS):
+        self.config = config
+        self.queue, self.priority, self.network = queue, priority, network
+        self.base = base
+        self.slot_words = slot_words
+        self.mem_size = config.mem_kib * 1024
+        if not 0 <= 4 * base < self.mem_size:
+            raise BuildError(f"the window base {base} (words) lies outside the "
+                             f"{self.mem_size}-byte memory")
+        self.memory = np.zeros(self.mem_size, np.uint8)
+        self._mem = _Regions(self.mem_size - 4 * base, "system memory window", "bytes")
+        self._buf = _Regions(dataproc.buffer_elements(config), "buffer", "elements")
+        self._kmem = [_Regions(config.kernel_kib * 256, f"kernel memory of core {i}", "words")
+                      for i in range(config.cores)]
+        self._kversion = [dict() for _ in range(config.cores)]
+        self.tensors = []
+        self.tasks = []
+
+    # ---- system memory ---------------------------------------------------------------
+
+    def _alloc_mem(self, nbytes, align=4):
+        try:
+            return 4 * self.base + self._mem.alloc(nbytes, align)
+        except BuildError:
+            need = 4 * self.base + self._mem.high + nbytes
+            raise BuildError(f"the program needs at least {need} bytes "
+                             f"({-(-need // 1024)} KiB) of system memory; the configuration "
+                             f"has mem_kib={self.config.mem_kib}") from None
+
+    def tensor(self, name, shape, fmt="int8", role="scratch", values=None):
+        """A dense tensor in system memory (``values`` stored into the image)."""
+        if fmt not in TENSOR_FORMATS:
+            raise BuildError(f"format must be one of {', '.join(TENSOR_FORMATS)}, not {fmt!r}")
+        shape = tuple(int(n) for n in shape)
+        nbytes = TENSOR_FORMATS[fmt] * int(np.prod(shape))
+        t = Tensor(name, role, self._alloc_mem(nbytes), fmt, shape)
+        if any(other.name == name for other in self.tensors):
+            raise BuildError(f"two tensors are named {name!r}")
+        self.tensors.append(t)
+        if values is not None:
+            write_tensor(self.memory, t, values)
+        return t
+
+    @staticmethod
+    def _fmt_of(array, fmt):
+        if fmt is not None:
+            return fmt
+        array = np.asarray(array)
+        if array.dtype == np.int8:
+            return "int8"
+        if array.dtype in (np.uint16, np.float16):
+            return "fp16"
+        raise BuildError(f"give fmt= for an array of {array.dtype} (int8 values or uint16 "
+                         f"binary16 codes)")
+
+    @staticmethod
+    def _codes(array):
+        array = np.asarray(array)
+        return array.view(np.uint16) if array.dtype == np.float16 else array
+
+    def input(self, name, array, fmt=None):
+        """An input tensor holding ``array`` (``np.int8``, or binary16 as ``np.uint16`` codes
+        or ``np.float16``)."""
+        fmt = self._fmt_of(array, fmt)
+        return self.tensor(name, np.shape(array), fmt, "input", self._codes(array))
+
+    def constant(self, name, array, fmt=None):
+        """A constant tensor holding ``array``."""
+        fmt = self._fmt_of(array, fmt)
+        return self.tensor(name, np.shape(array), fmt, "constant", self._codes(array))
+
+    def output(self, name, shape, fmt="int8"):
+        """An output tensor (zero in the initial image)."""
+        return self.tensor(name, shape, fmt, "output")
+
+    # ---- buffer and kernel memory ----------------------------------------------------
+
+    def buffer(self, shape, fmt="int8", addr=None):
+        """A dense dataset of ``shape`` ``(C, H, W)`` in the buffer (first fit, or at
+        element ``addr``)."""
+        c, h, w = (int(n) for n in shape)
+        return Dataset(self._buf.alloc(c * h * w, at=addr), (c, h, w), fmt)
+
+    def release(self, ds):
+        """Free the buffer region of ``ds`` for later datasets (later tasks that overwrite it
+        wait for the tasks that read it: the dependencies follow)."""
+        self._buf.release(ds.addr)
+
+    def kernels(self, weights, *, bias=0, scale=0, shift=0, fmt="int8", groups=1,
+                sparse=False, palette_bits=0, name=None):
+        """Encode a layer's kernels (``weights`` ``[K, C / groups, KH, KW]``: int8 values, or
+        binary16 codes for ``fmt`` ``fp16`` / ``i8f16``) with per-channel ``bias``, ``scale``,
+        ``shift`` (:func:`npu_model.kernel_codec.encode`, one group of ``acc_slots`` output
+        channels at a time); :meth:`dma_kernels` places it."""
+        fmt = MacFormat[fmt.upper()] if isinstance(fmt, str) else MacFormat(fmt)
+        weights = np.asarray(weights)
+        k = weights.shape[0]
+        bias, scale, shift = (np.broadcast_to(np.asarray(v, np.int64), (k,))
+                              for v in (bias, scale, shift))
+        slots = self.config.acc_slots
+        encoded = []
+        for base in range(0, k, slots):
+            sl = slice(base, min(k, base + slots))
+            encoded.append(kernel_encode(weights[sl], coef_fp16=fmt.coef_fp16, sparse=sparse,
+                                         palette_bits=palette_bits, bias=bias[sl],
+                                         scale=scale[sl], shift=shift[sl]))
+        return KernelBlob(tuple(encoded), int(fmt), weights.shape, groups, name)
+
+    # ---- tasks -----------------------------------------------------------------------
+
+    def _task(self, engine, writes, reads, writes_to, flags, label):
+        unknown = set(flags) - set(FLAGS)
+        if unknown:
+            raise BuildError(f"unknown task flags {', '.join(sorted(unknown))}; flags: "
+                             f"{', '.join(FLAGS)}")
+        task = Task(int(engine), list(writes), list(reads), list(writes_to), dict(flags),
+                    len(self.tasks), label=label)
+        task.dep = self._dependency(task)
+        self.tasks.append(task)
+        return task
+
+    def _dependency(self, task):
+        """The distance to the latest earlier task of another engine that ``task`` must wait
+        for; :class:`BuildError` if one distance cannot cover every such task."""
+        n = len(self.tasks)
+        needed = []
+        for j in range(n - 1, -1, -1):
+            other = self.tasks[j]
+            if other.engine == task.engine:
+                continue
+            if (any(_overlap(r, w) for r in task.reads for w in other.writes_to)
+                    or any(_overlap(w, r) for w in task.writes_to for r in other.reads)
+                    or any(_overlap(w, v) for w in task.writes_to for v in other.writes_to)):
+                needed.append(j)
+        if not needed:
+            return 0
+        producer = needed[0]
+        covered = self._completed_before(producer)
+        own = [j for j in range(n) if self.tasks[j].engine == task.engine]
+        if own:
+            covered |= self._completed_before(own[-1])
+        missing = [j for j in needed if j not in covered]
+        if missing:
+            raise BuildError(f"task {n} ({task.label}) depends on tasks {producer} and "
+                             f"{missing[0]} of two other engines; one dependency distance "
+                             f"cannot wait for both (add a task between them)")
+        if n - producer > MAX_DEP:
+            raise BuildError(f"task {n} ({task.label}) depends on task {producer}, "
+                             f"{n - producer} positions earlier; the distance is at most "
+                             f"{MAX_DEP}")
+        return n - producer
+
+    def _completed_before(self, j):
+        """Tasks certainly complete when task ``j`` has completed: ``j``, the earlier tasks of
+        its engine, and (recursively) what they waited for."""
+        done = set()
+        todo = [j]
+        while todo:
+            i = todo.pop()
+            if i in done:
+                continue
+            done.add(i)
+            engine = self.tasks[i].engine
+            todo += [k for k in range(i) if self.tasks[k].engine == engine and k not in done]
+            if self.tasks[i].dep:
+                todo.append(i - self.tasks[i].dep)
+        return done
+
+    def _dma(self, transfer, reads, writes_to, flags, label):
+        writes = dma_spec.transfer_writes(transfer)
+        return self._task(Engine.DMA, writes, reads, writes_to, flags, label)
+
+    def dma_load(self, tensor, ds, **flags):
+        """A DMA task copying ``tensor`` (``(C, H, W)``, or any shape of the same size when
+        ``ds`` is one row) into dataset ``ds``."""
+        c, h, w = ds.shape
+        if int(np.prod(tensor.shape)) != c * h * w or tensor.format != ds.fmt:
+            raise BuildError(f"tensor {tensor.name!r} {tensor.shape} {tensor.format} does not "
+                             f"fit dataset {ds.shape} {ds.fmt}")
+        t = self._transfer(dma_spec.DmaDir.MEM_TO_BUF, tensor, ds)
+        return self._dma(t, [self._mem_span(tensor)], [("buf", *ds.span)], flags,
+                         f"load {tensor.name}")
+
+    def dma_store(self, ds, tensor, **flags):
+        """A DMA task copying dataset ``ds`` into ``tensor``."""
+        c, h, w = ds.shape
+        if int(np.prod(tensor.shape)) != c * h * w or tensor.format != ds.fmt:
+            raise BuildError(f"dataset {ds.shape} {ds.fmt} does not fit tensor "
+                             f"{tensor.name!r} {tensor.shape} {tensor.format}")
+        t = self._transfer(dma_spec.DmaDir.BUF_TO_MEM, tensor, ds)
+        return self._dma(t, [("buf", *ds.span)], [self._mem_span(tensor)], flags,
+                         f"store {tensor.name}")
+
+    def dma(self, transfer, **flags):
+        """A DMA task of any transfer (:func:`npu_spec.dma.make_transfer`; ``mem_addr`` is an
+        offset in the window). Its accesses are not analysed: it is taken to read and write
+        all of system memory, the buffer and the kernel memory of its core."""
+        everything = [("mem", 0, self.mem_size), ("buf", 0, self._buf.size),
+                      (f"kmem{transfer['core']}", 0, self._kmem[0].size)]
+        return self._dma(transfer, everything, everything, flags, "dma")
+
+    def _mem_span(self, tensor):
+        lo, hi = tensor.extent
+        return ("mem", lo, hi)
+
+    def _transfer(self, direction, tensor, ds):
+        c, h, w = ds.shape
+        size = TENSOR_FORMATS[tensor.format]
+        fmt = dma_spec.DmaFormat.INT8 if size == 1 else dma_spec.DmaFormat.HALF
+        return dma_spec.make_transfer(
+            dir=direction, fmt=fmt, mem_addr=tensor.addr - 4 * self.base, buf_addr=ds.addr,
+            sizes=[w, h, c], mem_strides=[size, size * w, size * w * h],
+            buf_strides=[1, ds.rstride, ds.cstride])
+
+    def load(self, tensor, addr=None, **flags):
+        """A dataset for ``tensor`` (``(C, H, W)``) and the DMA task that fills it."""
+        shape = tensor.shape if len(tensor.shape) == 3 else (1, 1, int(np.prod(tensor.shape)))
+        ds = self.buffer(shape, tensor.format, addr)
+        self.dma_load(tensor, ds, **flags)
+        return ds
+
+    def store(self, ds, tensor, **flags):
+        """The DMA task that copies ``ds`` into ``tensor``; returns ``tensor``."""
+        self.dma_store(ds, tensor, **flags)
+        return tensor
+
+    def dma_kernels(self, core, blob, addr=None, **flags):
+        """A DMA task copying ``blob`` into core ``core``'s kernel memory (first fit, or at
+        word ``addr``); returns the :class:`KernelPlacement`. The image's group table is
+        relocated to the placement."""
+        regions = self._kmem[core]
+        n = blob.words
+        try:
+            start = regions.alloc(n, at=addr)
+        except BuildError:
+            regions.used = []       # reuse the kernel memory from its start
+            start = regions.alloc(n, at=addr)
+        image = np.asarray(kernel_memory(blob.groups, base=start), "<u4").view(np.uint8)
+        count = sum(t.name.startswith("kernels") for t in self.tensors)
+        src = Tensor(f"kernels{count}" if blob.name is None else f"{blob.name}@{core}:{start}",
+                     "constant", self._alloc_mem(len(image)), "int8", (len(image),))
+        if any(t.name == src.name for t in self.tensors):
+            raise BuildError(f"two tensors are named {src.name!r}")
+        self.memory[src.addr:src.addr + len(image)] = image
+        self.tensors.append(src)
+        t = dma_spec.make_transfer(dir=dma_spec.DmaDir.MEM_TO_KMEM, fmt=dma_spec.DmaFormat.WORD,
+                                   core=core, mem_addr=src.addr - 4 * self.base, buf_addr=start,
+                                   sizes=[n], mem_strides=[4], buf_strides=[1])
+        self._dma(t, [self._mem_span(src)], [(f"kmem{core}", start, start + n)], flags,
+                  f"kernels {src.name} -> core {core}")
+        version = self._kversion[core]
+        for key in list(version):
+            if key[0] < start + n and start < key[1]:
+                del version[key]
+        version[(start, start + n)] = len(self.tasks)
+        return KernelPlacement(core, start, start + n, blob, src, len(self.tasks))
+
+    def conv(self, src, kernels, dst=None, *, stride=1, pad=0, dilation=1, log2w=None,
+             cores=None, act="none", out_fp16=None, zero_point=0, lo=None, hi=None, alpha=0,
+             stochastic=False, seed=1, **flags):
+        """A neural engine task: the convolution of dataset ``src`` with the kernels placed by
+        :meth:`dma_kernels` (``kernels``, a :class:`KernelPlacement`), into ``dst`` (a new
+        dataset if None); returns ``dst``.
+
+        The post-processor: ``act`` (a :class:`npu_spec.postproc.Act` name), ``out_fp16``
+        (default: binary16 out for a float layer), ``zero_point``, ``lo`` / ``hi`` (int8
+        values for an int8 layer, floats or binary32 bits otherwise), ``alpha``, ``stochastic``
+        and ``seed``."""
+        cfg = self.config
+        placement = kernels
+        blob = placement.blob
+        core = placement.core
+        if self._kversion[core].get((placement.addr, placement.end)) != placement.version:
+            raise BuildError(f"the kernels at word {placement.addr} of core {core} were "
+                             f"overwritten before this layer")
+        fmt = MacFormat(blob.fmt)
+        k, icpg, kh, kw = blob.weight_shape
+        c, h, w = src.shape
+        groups = blob.conv_groups
+        if c != groups * icpg:
+            raise BuildError(f"the input has {c} channels, the kernels need {groups * icpg}")
+        oh = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
+        ow = (w + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
+        if out_fp16 is None:
+            out_fp16 = fmt.is_float
+        if dst is None:
+            dst = self.buffer((k, oh, ow), "fp16" if out_fp16 else "int8")
+        if log2w is None:
+            log2w = neural.best_log2w(cfg, ow, kw, stride, dilation)
+        act = Act[act.upper()] if isinstance(act, str) else Act(act)
+        if fmt.is_float:
+            lo = _f32(-np.inf if lo is None else lo)
+            hi = _f32(np.inf if hi is None else hi)
+        else:
+            lo = (-128 if lo is None else int(lo)) & 0xFF
+            hi = (127 if hi is None else int(hi)) & 0xFF
+        layer = neural.make_layer(
+            fmt=fmt, log2w=log2w, sparse=blob.groups[0].config.sparse,
+            palette=blob.groups[0].config.palette, groups=groups, icpg=icpg,
+            ocpg=k // groups, in_h=h, in_w=w, out_h=oh, out_w=ow, kh=kh, kw=kw, stride=stride,
+            dilation=dilation, pad=pad, addr=placement.addr, out_fp16=int(out_fp16),
+            stochastic=int(stochastic), act=act, zero_point=int(zero_point) & 0xFF, lo=lo,
+            hi=hi, alpha=_f32(alpha), seed=seed)
+        cores = [core] if cores is None else list(cores)
+        if cores != [core]:
+            raise BuildError("a layer on several cores needs one placement per core; build "
+                             "one conv per core")
+        writes = neural.layer_writes(layer, core)
+        writes += dataproc.dataset_writes(dataproc.ne_port_base(core, "IN"), src.fields)
+        writes += dataproc.dataset_writes(dataproc.ne_port_base(core, "OUT"), dst.fields)
+        writes.append((dataproc.NE_CORES, sum(1 << i for i in cores)))
+        reads = [("buf", *src.span), (f"kmem{core}", placement.addr, placement.end)]
+        self._task(Engine.NEURAL, writes, reads, [("buf", *dst.span)], flags,
+                   f"conv core {core}")
+        return dst
+
+    def planar(self, a, b=None, c=None, out=None, *, flags=None, **fields):
+        """A planar engine task: the register fields ``fields``
+        (:func:`npu_spec.planar.make_task`; ``channels``, ``height``, ``width`` default to
+        ``a``'s shape, ``in_fmt`` / ``out_fmt`` to ``a``'s format) on datasets ``a``, ``b``,
+        ``c``, into ``out`` (a new dataset of the result shape if None); returns ``out``.
+        ``scale``, ``bias`` and ``scalar`` may be floats."""
+        ch, hh, ww = a.shape
+        fmt_code = {"int8": planar_spec.Fmt.INT8, "fp16": planar_spec.Fmt.FP16}
+        fields = dict(fields)
+        fields.setdefault("channels", ch)
+        fields.setdefault("height", hh)
+        fields.setdefault("width", ww)
+        fields.setdefault("in_fmt", fmt_code[a.fmt])
+        for name in ("scale", "bias", "scalar"):
+            if name in fields:
+                fields[name] = _f32(fields[name])
+        task = planar_spec.make_task(**fields)
+        if "out_fmt" not in fields:
+            task["out_fmt"] = task["in_fmt"]
+        out_fmt = "fp16" if task["out_fmt"] == planar_spec.Fmt.FP16 else "int8"
+        if out is None:
+            shape = planar_spec.output_shape(task)
+            if len(shape) == 2:
+                shape = (shape[0], 1, 1)
+            out = self.buffer(shape, out_fmt)
+        lanes = self.config.planar_lanes ** 2
+        counts = planar_spec.operand_beats(task, lanes)
+        writes = self._planar_writes(task)
+        reads = []
+        for port, ds, n in (("A", a, counts["a"]), ("B", b, counts["b"]),
+                            ("C", c, counts["c"])):
+            if n:
+                if ds is None:
+                    raise BuildError(f"the task needs operand {port}")
+                writes += dataproc.dataset_writes(dataproc.pe_port_base(port), ds.fields)
+                reads.append(("buf", *ds.span))
+        writes += dataproc.dataset_writes(dataproc.pe_port_base("OUT"), out.fields)
+        self._task(Engine.PLANAR, writes, reads, [("buf", *out.span)], flags or {},
+                   f"planar {planar_spec.Mode(task['mode']).name.lower()}")
+        return out
+
+    @staticmethod
+    def _planar_writes(task):
+        """The planar registers the task needs (the others keep their values): ``MODE``,
+        ``SHAPE0``, ``SHAPE1``; ``WINDOW`` for pooling; the constants the operation reads."""
+        mode, op = task["mode"], task["op"]
+        needed = {"MODE", "SHAPE0", "SHAPE1"}
+        if mode == planar_spec.Mode.POOL:
+            needed.add("WINDOW")
+        if mode == planar_spec.Mode.REDUCE or (mode == planar_spec.Mode.ELTWISE
+                                              and op == planar_spec.EltOp.GAIN_BIAS):
+            needed.add("SCALE")
+        if mode == planar_spec.Mode.ELTWISE and op == planar_spec.EltOp.GAIN_BIAS:
+            needed.add("BIAS")
+        if task["bcast"] == planar_spec.Bcast.SCALAR:
+            needed.add("SCALAR")
+        base = planar_spec.PLANAR_ENGINE.base
+        names = {base + reg.offset: reg.name for reg in planar_spec.TASK_REGISTERS}
+        return [(addr, word) for addr, word in planar_spec.task_writes(task)
+                if names[addr] in needed]
+
+    # convenience layers
+
+    def relu(self, ds, out=None, **flags):
+        """ReLU on the planar engine."""
+        return self.planar(ds, out=out, flags=flags, mode="eltwise", op="relu")
+
+    def max_pool(self, ds, k=2, stride=None, pad=0, out=None, **flags):
+        """Max pooling ``k x k``, stride ``stride`` (default ``k``)."""
+        s = k if stride is None else stride
+        return self.planar(ds, out=out, flags=flags, mode="pool", op="max", kh=k, kw=k, sy=s,
+                           sx=s, py=pad, px=pad)
+
+    def add(self, a, b, out=None, **flags):
+        """Elementwise ``a + b`` on the planar engine."""
+        return self.planar(a, b, out=out, flags=flags, mode="eltwise", op="add")
+
+    def conv_relu_pool(self, src, weights, *, core=0, pool=2, **conv_args):
+        """A conv (int8, ``weights`` with ``bias``/``scale``/``shift`` in ``conv_args``), a
+        planar ReLU and a ``pool x pool`` max pooling; returns the pooled dataset (the
+        intermediate datasets are released)."""
+        kw = {k: conv_args.pop(k) for k in ("bias", "scale", "shift", "fmt", "sparse",
+                                            "palette_bits") if k in conv_args}
+        placement = self.dma_kernels(core, self.kernels(weights, **kw))
+        y = self.conv(src, placement, **conv_args)
+        r = self.relu(y)
+        self.release(y)
+        p = self.max_pool(r, pool)
+        self.release(r)
+        return p
+
+    # ---- emission --------------------------------------------------------------------
+
+    def build(self, name=""):
+        """The :class:`npu_spec.program.Program`: the descriptors placed after the data."""
+        descs = []
+        for i, task in enumerate(self.tasks):
+            desc = Descriptor(task_id=i, network=self.network, engine=task.engine, dep=task.dep,
+                              blocks=_blocks(task.writes), **task.flags)
+            if desc.length > self.slot_words:
+                raise BuildError(f"task {i} ({task.label}) needs a {desc.length}-word "
+                                 f"descriptor; the task manager's slot holds "
+                                 f"{self.slot_words}")
+            descs.append(encode(desc))
+        total = sum(len(d) for d in descs)
+        start = self._alloc_mem(4 * max(1, total)) // 4
+        words = np.asarray([w for d in descs for w in d], "<u4").view(np.uint8)
+        self.memory[4 * start:4 * start + len(words)] = words
+        end = max(4 * self.base + self._mem.high, 4 * (start + total))
+        window = BaseEntry(self.base, self.mem_size // 4 - self.base)
+        queue = QueueSetup(self.queue, self.priority, self.network, 0, start, start + total,
+                           len(descs))
+        return Program(self.config, (window,), (queue,), tuple(self.tensors),
+                       self.memory[:end].tobytes(), {"name": name} if name else {})
