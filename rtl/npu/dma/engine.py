@@ -143,7 +143,7 @@ class DMAEngine(wiring.Component):
         # Task sequence: check, then run until nothing is outstanding.
         unit_error = reader.error | writer.error
         unit_idle = reader.idle & writer.idle
-        m.d.comb += [ctl.finish.eq(finish), ctl.code.eq(code)]
+        m.d.comb += [ctl.finish.eq(finish & ~ctl.flush), ctl.code.eq(code)]
         checking = Signal()
         m.d.sync += checking.eq(ctl.go)
         m.d.comb += check.start.eq(checking)
@@ -170,13 +170,12 @@ class DMAEngine(wiring.Component):
                     m.next = "IDLE"
 
         # The elements to the reader or the writer, and the bus to the one that runs.
-        active, idle_unit = (writer, reader), (reader, writer)
         for unit in (reader, writer):
             m.d.comb += unit.elements.payload.eq(gen.elements.payload)
         with m.If(to_mem):
-            self._route(m, gen, *active)
+            self._route(m, gen, writer, reader)
         with m.Else():
-            self._route(m, gen, *idle_unit)
+            self._route(m, gen, reader, writer)
 
         # The on-chip side. Buffer reads answered after an abort are dropped before the writer.
         self._buffer_reads(m, writer, ctl.flush)
