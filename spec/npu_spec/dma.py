@@ -13,8 +13,9 @@ Strides are signed (two's complement), so a transfer may transpose, slice or rev
 The element format says how one element is stored on each side (:class:`DmaFormat`).
 
 Before the first access the engine checks the whole transfer (:func:`dma_error`): a zero size,
-a bad mode, any memory byte outside ``[0, 4 * LIMIT)`` of the window or any on-chip address
-outside its memory ends the task with an error and no access at all. A bus error during the
+a bad mode, a ``HALF`` or ``WORD`` element at a memory offset that is not a multiple of its size,
+any memory byte outside ``[0, 4 * LIMIT)`` of the window or any on-chip address outside its
+memory ends the task with an error and no access at all. A bus error during the
 transfer ends it with ``BUS`` (the elements before it were copied).
 """
 
@@ -81,6 +82,9 @@ class DmaError(enum.IntEnum):
     BOUNDS = 4
     #: The system-memory bus answered with ``err`` (the transfer stopped there).
     BUS = 5
+    #: A ``HALF`` or ``WORD`` element at a memory offset that is not a multiple of its size
+    #: (nothing was accessed): an element never straddles two bus words.
+    ALIGN = 6
 
 
 def _stride_fields(prefix, doc):
@@ -185,8 +189,10 @@ def dma_error(t, *, cores, buffer_elements, kernel_words, limit_bytes):
     (:class:`DmaError`; ``NONE`` when it may run).
 
     ``limit_bytes`` is the size of the network's window (``4 * LIMIT``). Checks in this order:
-    mode, shape, window (the memory side), bounds (the on-chip side). A memory element is
-    inside the window when all of its bytes are.
+    mode, shape, alignment, window (the memory side), bounds (the on-chip side). A memory
+    element is aligned when its offset is a multiple of its size (the window's base is a 32-bit
+    word and a bus word is at least one, so an aligned element lies in one bus word), and inside
+    the window when all of its bytes are.
     """
     try:
         direction, fmt = DmaDir(t["dir"]), DmaFormat(t["fmt"])
@@ -197,8 +203,12 @@ def dma_error(t, *, cores, buffer_elements, kernel_words, limit_bytes):
         return DmaError.BAD_MODE
     if any(n == 0 for n in t["sizes"]):
         return DmaError.BAD_SHAPE
+    size = element_bytes(fmt)
+    if t["mem_addr"] % size or any(n > 1 and s % size
+                                   for n, s in zip(t["sizes"], t["mem_strides"])):
+        return DmaError.ALIGN
     lo, hi = extent(t["mem_addr"], t["sizes"], t["mem_strides"])
-    if lo < 0 or hi + element_bytes(fmt) > limit_bytes:
+    if lo < 0 or hi + size > limit_bytes:
         return DmaError.WINDOW
     lo, hi = extent(t["buf_addr"], t["sizes"], t["buf_strides"])
     if lo < 0 or hi >= (kernel_words if kmem else buffer_elements):

@@ -60,7 +60,9 @@ def test_error_matches_element_checks(seed):
         return
     size = {DmaFormat.INT8: 1, DmaFormat.HALF: 2, DmaFormat.WORD: 4}[t["fmt"]]
     pairs = list(transfer_elements(t))
-    if any(m < 0 or m + size > 180 for m, _ in pairs):
+    if any(m % size for m, _ in pairs):
+        assert error == DmaError.ALIGN
+    elif any(m < 0 or m + size > 180 for m, _ in pairs):
         assert error == DmaError.WINDOW
     elif any(b < 0 or b >= (120 if kmem else 150) for _, b in pairs):
         assert error == DmaError.BOUNDS
