@@ -193,7 +193,7 @@ def test_dma_outside_the_window_retires_the_queue():
     xd = b.load(b.input("x", x))
     limit_bytes = CFG.mem_kib * 1024 - 4 * 64
     b.dma(dma.make_transfer(dir=dma.DmaDir.BUF_TO_MEM, fmt=dma.DmaFormat.HALF,
-                            mem_addr=limit_bytes - 1, buf_addr=xd.addr, sizes=[1],
+                            mem_addr=limit_bytes, buf_addr=xd.addr, sizes=[1],
                             mem_strides=[0], buf_strides=[0]))
     b.store(xd, b.output("y", x.shape))
     program = b.build()

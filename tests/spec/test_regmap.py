@@ -380,7 +380,8 @@ class TestNPUInfo:
     def test_values(self, name):
         config = PRESETS[name]
         values = npu_info_values(config)
-        assert set(values) == {"ID", "VERSION", "CONFIG0", "CONFIG1", "CONFIG2"}
+        assert set(values) == {"ID", "VERSION", "CONFIG0", "CONFIG1", "CONFIG2", "CONFIG3",
+                               "CONFIG4"}
         for reg_name, fields in values.items():
             word = NPU_INFO[reg_name].pack(**fields)
             assert NPU_INFO.decode(NPU_INFO.address(reg_name), word) == fields
@@ -389,6 +390,9 @@ class TestNPUInfo:
                                      "acc_slots": config.acc_slots}
         assert values["CONFIG1"]["fp16"] == int(config.has_fp16)
         assert values["CONFIG2"]["buffer_kib"] == config.buffer_kib
+        assert values["CONFIG3"] == {"mem_width": config.mem_width,
+                                     "kernel_kib": config.kernel_kib}
+        assert values["CONFIG4"]["mem_kib"] == config.mem_kib
 
     def test_extreme_config_fits(self):
         config = NPUConfig(cores=64, macs=4096, acc_slots=64, planar_lanes=32,
