@@ -346,6 +346,12 @@ class ProgramBuilder:
         if own:
             covered |= self._completed_before(own[-1])
         missing = [j for j in needed if j not in covered]
+        if missing and self.tasks[producer].dep == 0 and producer - missing[0] <= MAX_DEP:
+            # The newest producer waits for nothing: let it wait for the older one (it runs a
+            # little later than it could), so that waiting for it covers both.
+            self.tasks[producer].dep = producer - missing[0]
+            covered |= self._completed_before(producer)
+            missing = [j for j in needed if j not in covered]
         if missing:
             raise BuildError(f"task {n} ({task.label}) depends on tasks {producer} and "
                              f"{missing[0]} of two other engines; one dependency distance "

@@ -3,10 +3,11 @@
 The component's Verilog is compiled once together with a generated C++ testbench. The cache
 is keyed by a hash of the Verilog, or, when the caller gives a ``key`` (the parameters the
 component was built from), by that key and a hash of the project's source files: a warm run
-then needs no elaboration and no Verilog export at all (:func:`source_digest`). The testbench reads all input beats from a file, drives them with
-random stalls from its own seeded generator, collects every output beat and writes them to a
-file: no Python runs per cycle. A run that does not produce the expected number of output
-beats within ``max_cycles`` fails with :class:`VerilatorError` instead of hanging.
+then needs no elaboration and no Verilog export at all (:func:`source_digest`). The testbench
+reads all input beats from a file, drives them with random stalls from its own seeded
+generator, collects every output beat and writes them to a file: no Python runs per cycle. A
+run that does not produce the expected number of output beats within ``max_cycles`` fails
+with :class:`VerilatorError` instead of hanging.
 """
 
 import hashlib
@@ -66,6 +67,7 @@ def source_digest():
     global _SOURCE_DIGEST
     if _SOURCE_DIGEST is None:
         import amaranth
+
         import npu
         import npu_spec
         h = hashlib.sha256(amaranth.__version__.encode())

@@ -254,8 +254,20 @@ def test_dependencies():
     k = b.dma_kernels(0, b.kernels(np.ones((1, 1, 1, 1), np.int8), scale=1 << 30, shift=30))
     y = b.conv(a, k)                                                 # 2 NE
     c = b.load(b.input("c", np.ones((1, 4, 4), np.int8)))            # 3 DMA
+    b.add(y, c)             # 4 PE needs the NE's y (2) and the DMA's c (3): neither waits, so
+    assert [t.dep for t in b.tasks] == [0, 0, 1, 1, 1]   # the DMA (3) is made to wait for 2
+
+    b = ProgramBuilder(CFG)
+    a = b.load(b.input("a", np.ones((1, 4, 4), np.int8)))           # 0 DMA
+    k = b.dma_kernels(0, b.kernels(np.ones((1, 1, 1, 1), np.int8), scale=1 << 30, shift=30))
+    b.conv(a, k)                                                     # 2 NE waits for 1
+    e = b.load(b.input("e", np.ones((1, 4, 4), np.int8)))            # 3 DMA
+    b.relu(e)                                                        # 4 PE waits for 3
     with pytest.raises(BuildError, match="two other engines"):
-        b.add(y, c)         # needs the NE's y (2) and the DMA's c (3): neither waits
+        # Reads everything: needs the NE (2) and the PE (4); the PE's task already waits
+        # for the DMA (3), which does not cover the NE.
+        b.dma(dma.make_transfer(dir=0, fmt=0, mem_addr=0, buf_addr=0, sizes=[1],
+                                mem_strides=[1], buf_strides=[1]))
 
 
 def test_ten_layers_in_under_two_seconds(capsys):
