@@ -24,7 +24,8 @@ __all__ = ["main"]
 #: Modules that add commands and blocks: each may define ``BLOCKS`` (name -> factory taking an
 #: :class:`npu_spec.config.NPUConfig`), ``add_sim_commands(subparsers)``,
 #: ``add_bench_commands(subparsers)`` and ``add_commands(subparsers)`` (top-level commands).
-COMMAND_MODULES = ("npu_cli.neural", "npu_cli.planar", "npu_cli.tasks", "npu_cli.program")
+COMMAND_MODULES = ("npu_cli.neural", "npu_cli.planar", "npu_cli.tasks", "npu_cli.program",
+                   "npu_cli.system")
 
 
 def _command_modules():
@@ -94,8 +95,12 @@ def cmd_generate(args):
         from npu_fpga.toolenv import apply_tool_env
 
         apply_tool_env()
-        block = _block(args.preset, args.block)
-        text = verilog.convert(block, name=args.name, emit_src=False)
+        if args.block == "top":
+            from npu.top import top_verilog
+            text = top_verilog(args.preset, name=args.name)
+        else:
+            block = _block(args.preset, args.block)
+            text = verilog.convert(block, name=args.name, emit_src=False)
         what = args.block
     if args.output == "-":
         sys.stdout.write(text)

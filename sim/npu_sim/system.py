@@ -441,3 +441,74 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
             "cycles": (regs["end"] - regs["start"]) & 0xFFFF_FFFF,
             "bus_bytes": regs["bus_bytes"], "bus_stall": regs["bus_stall"],
             "sim_cycles": stats.get("cycles"), "wall": wall, "words": words}
+
+
+def _busy(trace, engine):
+    """Cycles engine ``engine`` was busy: the sum over its tasks of end minus start."""
+    total = 0
+    start = None
+    for task_id, e, end, _, _, cycle in trace:
+        if e != engine:
+            continue
+        if not end:
+            start = cycle
+        elif start is not None:
+            total += (cycle - start) & 0xFFFF_FFFF
+            start = None
+    return total
+
+
+def compare(program, golden, rtl):
+    """The comparison of an RTL run (:func:`rtl_run`) with the golden system model's result
+    (:func:`npu_model.system.run_program`): a summary dict with ``match`` (final memory and
+    every queue's status equal), the figures and the differences found."""
+    from npu_spec.engine import Engine
+    from npu_spec.taskman import task_manager_map
+
+    tm = task_manager_map(program.config.task_queues)
+    n = len(rtl["memory"])
+    gold = golden.memory[:n]
+    gold = gold + bytes(n - len(gold))
+    mem_diff = [k for k in range(n) if rtl["memory"][k] != gold[k]]
+    queues_ok = True
+    queue_rows = []
+    for q in program.queues:
+        word = rtl["queues"][q.index]
+        st = tm[f"Q{q.index}_STATUS"].unpack(word)
+        g = golden.queue(q.index)
+        ok = bool(st["retired"]) == bool(g.retired) and (g.retired or st["count"] == 0)
+        queues_ok &= ok
+        queue_rows.append({"queue": q.index, "rtl_retired": bool(st["retired"]),
+                           "rtl_count": st["count"], "golden_retired": bool(g.retired),
+                           "golden_completed": g.completed, "match": ok})
+    exc = tm["EXC_STATUS"].unpack(rtl["registers"]["EXC_STATUS"], strict=False)
+    errors = [q for q in golden.queues if q.retired]
+    if errors:
+        last = errors[-1]
+        exc_ok = int(exc["cause"]) == int(last.cause)
+    else:
+        exc_ok = int(exc["cause"]) == 0
+    trace = rtl["trace"]
+    ends = [c for (_, _, end, _, _, c) in trace if end]
+    cycles = ((max(ends) - rtl["registers"]["start"]) & 0xFFFF_FFFF) if ends else rtl["cycles"]
+    regs = rtl["registers"]
+    return {
+        "match": not mem_diff and queues_ok and exc_ok,
+        "memory_match": not mem_diff,
+        "memory_bytes_compared": n,
+        "first_differences": mem_diff[:8],
+        "queues": queue_rows,
+        "exception_match": exc_ok,
+        "cycles": cycles,
+        "ne_busy_cycles": _busy(trace, Engine.NEURAL),
+        "pe_busy_cycles": _busy(trace, Engine.PLANAR),
+        "dma_busy_cycles": _busy(trace, Engine.DMA),
+        "dma_bytes": rtl["bus_bytes"],
+        "bus_stall_cycles": rtl["bus_stall"],
+        "stall_fetch": regs.get("STALL_FETCH", 0),
+        "stall_dep": regs.get("STALL_DEP", 0),
+        "stall_write": regs.get("STALL_WRITE", 0),
+        "tasks": regs.get("TASKS_RUN", 0),
+        "error_code": int(exc["cause"]),
+        "trace_entries": len(trace),
+    }
