@@ -164,8 +164,9 @@ class SystemMemory(wiring.Component):
             request.sel.eq(self.bus.sel),
             request.data.eq(self.bus.dat_w),
         ]
-        access = delay(m, request, self._latency - 1, name="request")[-1] \
-            if self._latency > 1 else request
+        access = request
+        if self._latency > 1:
+            access = delay(m, request, self._latency - 1, name="request")[-1]
 
         # The access, and its answer in the next cycle.
         ok = access.valid & ~access.err
