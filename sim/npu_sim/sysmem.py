@@ -1,0 +1,194 @@
+"""System memory for simulation: a Wishbone B4 pipelined slave with latency and random stalls.
+
+:class:`SystemMemory` stands outside the NPU, in the system-simulation harness, on the other
+end of the NPU's system memory bus (``docs/system.md``, "System memory bus"). It is plain
+gateware (a :class:`~amaranth.lib.memory.Memory`, registers and an LFSR), so the same component
+runs in ``amaranth.sim`` and in a Verilator build with no Python per cycle.
+"""
+
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from npu.lib.pipe import delay
+from npu.lib.wishbone import ADDR_BITS, WishboneSignature
+
+__all__ = ["HostSignature", "SystemMemory"]
+
+#: Taps of the stall generator's LFSR, x^16 + x^14 + x^13 + x^11 + 1 (maximal length).
+_TAPS = (15, 13, 12, 10)
+
+
+class HostSignature(wiring.Signature):
+    """The harness's port into :class:`SystemMemory`, from the harness's side: whole words,
+    read and written by index.
+
+    Members
+    -------
+    addr : Out(range(words))
+        Word index.
+    w_en : Out(1)
+        Write ``w_data`` to ``addr`` at the clock edge.
+    w_data : Out(data_width)
+    r_en : Out(1)
+        Read ``addr``; the word is on ``r_data`` in the next cycle.
+    r_data : In(data_width)
+    """
+
+    def __init__(self, words, data_width):
+        super().__init__({
+            "addr":   Out(range(words)),
+            "w_en":   Out(1),
+            "w_data": Out(data_width),
+            "r_en":   Out(1),
+            "r_data": In(data_width),
+        })
+
+
+def _lfsr_step(bits):
+    """One step of the Fibonacci LFSR on a list of 16 one-bit values (bit 0 first)."""
+    feedback = bits[_TAPS[0]] ^ bits[_TAPS[1]] ^ bits[_TAPS[2]] ^ bits[_TAPS[3]]
+    return [feedback] + bits[:-1]
+
+
+class SystemMemory(wiring.Component):
+    """``words`` words of ``data_width`` bits behind a Wishbone B4 pipelined slave port.
+
+    * **Latency.** A request taken in cycle ``t`` (``cyc & stb & ~stall``) is answered in cycle
+      ``t + latency`` exactly, by ``ack`` (with ``dat_r`` on a read) or by ``err``. One request
+      is taken a cycle, so up to ``latency`` requests are in flight. The access happens in
+      cycle ``t + latency - 1``: requests act on the memory in the order they were taken, and a
+      read sees every write taken before it.
+    * **Writes** change the bytes whose ``sel`` bit is set; a read ignores ``sel``.
+    * **Errors.** A request with ``adr >= words`` is answered by ``err`` and touches nothing.
+    * **Stalls.** ``stall`` is high in a cycle when the low byte of a 16-bit LFSR (stepped 8
+      times a cycle, started at ``seed``) is below ``stall_prob``: a cycle stalls with
+      probability ``stall_prob / 256``; 0 never stalls. ``stall`` does not depend on ``stb``.
+    * **Aborts** are not modelled: a master keeps ``cyc`` high until its last answer (the bus
+      contract), and answers in flight are given even if it does not.
+    * **Host port.** ``host`` reads and writes whole words by index, for the harness to load
+      memory before a run and read it back after; a host write and a bus access to the same
+      word in the same cycle is not allowed. ``init`` gives the words at reset.
+
+    Parameters
+    ----------
+    words : int
+        Memory size in words (any positive number).
+    data_width : int
+        32, 64, 128 or 256.
+    latency : int
+        Cycles from taking a request to its answer (at least 1).
+    addr_width : int
+        Width of the bus ``adr``.
+    seed : int
+        Start value of the stall LFSR (1 to 65535).
+    init : iterable of int
+        Initial contents (missing words are 0).
+
+    Members
+    -------
+    bus : In(WishboneSignature(addr_width, data_width))
+        The slave port.
+    stall_prob : In(8)
+        Stall probability, in 256ths.
+    host : In(HostSignature(words, data_width))
+        The harness's word port.
+    """
+
+    def __init__(self, words, data_width=32, latency=1, *, addr_width=ADDR_BITS, seed=1,
+                 init=()):
+        if not isinstance(words, int) or isinstance(words, bool) or words < 1:
+            raise ValueError(f"Words must be a positive integer, not {words!r}")
+        if not isinstance(latency, int) or isinstance(latency, bool) or latency < 1:
+            raise ValueError(f"Latency must be a positive integer, not {latency!r}")
+        if not isinstance(seed, int) or not 1 <= seed <= 0xFFFF:
+            raise ValueError(f"Seed must be an integer from 1 to 65535, not {seed!r}")
+        bus = WishboneSignature(addr_width, data_width)    # checks the widths
+        if words > 2 ** addr_width:
+            raise ValueError(f"Words must be at most 2**addr_width ({2 ** addr_width}), "
+                             f"not {words!r}")
+        self._words = words
+        self._data_width = data_width
+        self._latency = latency
+        self._seed = seed
+        self._init = list(init)
+        if len(self._init) > words:
+            raise ValueError(f"Init must have at most {words} words, not {len(self._init)}")
+        super().__init__({
+            "bus":        In(bus),
+            "stall_prob": In(8),
+            "host":       In(HostSignature(words, data_width)),
+        })
+
+    @property
+    def words(self):
+        return self._words
+
+    @property
+    def data_width(self):
+        return self._data_width
+
+    @property
+    def latency(self):
+        return self._latency
+
+    def elaborate(self, platform):
+        m = Module()
+        width = self._data_width
+        lanes = width // 8
+        m.submodules.mem = mem = Memory(shape=width, depth=self._words, init=self._init)
+        bus_w = mem.write_port(granularity=8)
+        bus_r = mem.read_port()
+        host_w = mem.write_port()
+        host_r = mem.read_port()
+
+        # Stalls: the low byte of the LFSR against the probability.
+        lfsr = Signal(16, init=self._seed)
+        bits = list(lfsr)
+        for _ in range(8):
+            bits = _lfsr_step(bits)
+        m.d.sync += lfsr.eq(Cat(*bits))
+        m.d.comb += self.bus.stall.eq(lfsr[:8] < self.stall_prob)
+
+        # A request taken now acts on the memory ``latency - 1`` cycles later.
+        request = Signal(data.StructLayout({
+            "valid": 1, "we": 1, "err": 1, "addr": range(self._words), "sel": lanes,
+            "data": width,
+        }))
+        m.d.comb += [
+            request.valid.eq(self.bus.cyc & self.bus.stb & ~self.bus.stall),
+            request.we.eq(self.bus.we),
+            request.err.eq(self.bus.adr >= self._words),
+            request.addr.eq(self.bus.adr),
+            request.sel.eq(self.bus.sel),
+            request.data.eq(self.bus.dat_w),
+        ]
+        access = request
+        if self._latency > 1:
+            access = delay(m, request, self._latency - 1, name="request")[-1]
+
+        # The access, and its answer in the next cycle.
+        ok = access.valid & ~access.err
+        m.d.comb += [
+            bus_w.addr.eq(access.addr),
+            bus_w.data.eq(access.data),
+            bus_w.en.eq(access.sel & (ok & access.we).replicate(lanes)),
+            bus_r.addr.eq(access.addr),
+            self.bus.dat_r.eq(bus_r.data),
+        ]
+        m.d.sync += [
+            self.bus.ack.eq(ok),
+            self.bus.err.eq(access.valid & access.err),
+        ]
+
+        # The harness's port.
+        m.d.comb += [
+            host_w.addr.eq(self.host.addr),
+            host_w.data.eq(self.host.w_data),
+            host_w.en.eq(self.host.w_en),
+            host_r.addr.eq(self.host.addr),
+            host_r.en.eq(self.host.r_en),
+            self.host.r_data.eq(host_r.data),
+        ]
+        return m
