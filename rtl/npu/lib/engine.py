@@ -73,6 +73,7 @@ TaskEntry = data.StructLayout({
     "src_len":  _width(2, "src_len"),
     "dst":      _width(3, "dst"),
     "base":     unsigned(ADDR_WIDTH),
+    "limit":    unsigned(ADDR_WIDTH),
     "addr":     unsigned(ADDR_WIDTH),
 })
 
