@@ -2,25 +2,29 @@
 
 Plain Python (no Amaranth, no numpy). Three parts:
 
-* **Behavioural engines** (:func:`engine_cycles`, :func:`task_value`, :class:`DataSpace`): a task
-  runs for the number of cycles written to its engine's first register (the first word of the
-  engine's address window, :data:`ENGINE_WINDOW`; a simulation convention of the behavioural
-  models only), reads ``src_len`` words at ``src`` from the data buffer or from system memory
-  (``base + src``), and writes one tagged word, a hash of its network, task ID and inputs, to
-  the buffer at ``dst`` and, when told to, to system memory at ``base + dst``. Every access is
-  logged, so a test sees where each task read its input and wrote its output.
+* **Behavioural engines** (:func:`engine_cycles`, :func:`engine_error`, :func:`task_value`,
+  :class:`DataSpace`), one for each engine of :class:`npu_spec.engine.Engine` (neural, planar,
+  DMA): a task runs for the number of cycles written to its engine's first register (the first
+  word of the engine's address window, :data:`ENGINE_WINDOW`; a simulation convention of the
+  behavioural models only) and ends with the error code written to the second register (0: it
+  ran; a failed task writes nothing), reads ``src_len`` words at ``src`` from the data buffer or
+  from system memory (``base + src``), and writes one tagged word, a hash of its network, task
+  ID and inputs, to the buffer at ``dst`` and, when told to, to system memory at ``base +
+  dst``. Every access is logged, so a test sees where each task read its input and wrote its output.
 * **Memory images** (:func:`layout`): descriptor lists placed in system memory for the queues.
 * **Models**: :func:`serial_run` executes task lists one after the other with no switch (the
   results every switched run must reproduce); :class:`TaskManagerModel` models the task
   manager's decisions — fetch target, fetch-queue replacement, commit (blocked behind an
   uncompleted TSR task), configuration queue, task buffer (per-engine order, dependencies,
-  switch-point barriers, drain on a queue change, skew limit), switch rules 1-5 and errors — with
+  switch-point barriers, drain on a queue change, skew limit), switch rules 1-5 and errors
+  (descriptor checks, bus errors on descriptor reads, engine errors, the watchdog) — with
   engine run times in cycles and no pipeline latency. It gives the order in which tasks start
   and end and where each read and wrote. (Secure mode is not modelled.)
 """
 
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from npu_spec.descriptors import (
     NE,
@@ -33,6 +37,7 @@ from npu_spec.descriptors import (
     decode,
     encode,
 )
+from npu_spec.engine import ERROR_BITS, Engine
 from npu_spec.registers import ADDRESS_WINDOWS
 from npu_spec.regmap import WriteBlock
 from npu_spec.taskman import Cause
@@ -42,8 +47,10 @@ __all__ = [
     "DataSpace",
     "Event",
     "Placed",
+    "Raised",
     "TaskManagerModel",
     "engine_cycles",
+    "engine_error",
     "layout",
     "program",
     "serial_run",
@@ -53,7 +60,8 @@ __all__ = [
 
 #: First register word of each engine's window; the behavioural engines take their run length
 #: from the last word written there.
-ENGINE_WINDOW = {NE: ADDRESS_WINDOWS["NEURAL_ENGINE"][0], PE: ADDRESS_WINDOWS["PLANAR_ENGINE"][0]}
+ENGINE_WINDOW = {NE: ADDRESS_WINDOWS["NEURAL_ENGINE"][0], PE: ADDRESS_WINDOWS["PLANAR_ENGINE"][0],
+                 Engine.DMA: ADDRESS_WINDOWS["DMA"][0]}
 
 
 def engine_cycles(engine, writes):
@@ -65,20 +73,34 @@ def engine_cycles(engine, writes):
     return max(1, cycles)
 
 
+def engine_error(engine, writes):
+    """Error code a task of ``engine`` whose program is ``writes`` ends with (0: it ran): the
+    last word written to the second register of the engine's window."""
+    code = 0
+    for address, word in writes:
+        if address == ENGINE_WINDOW[engine] + 1:
+            code = word
+    return code & ((1 << ERROR_BITS) - 1)
+
+
 def task_value(network, task_id, inputs):
     """The tagged output word of a task: a hash of its identity and its input words."""
     text = f"{network}:{task_id}:" + ",".join(f"{w:08x}" for w in inputs)
     return zlib.crc32(text.encode()) & 0xFFFF_FFFF
 
 
-def program(engine, cycles, extra=()):
-    """Entries of a behavioural program: the run length, then ``extra`` blocks."""
-    return (WriteBlock(ENGINE_WINDOW[engine], 1, (cycles,)),) + tuple(extra)
+def program(engine, cycles, extra=(), error=0):
+    """Entries of a behavioural program: the run length (and the error code the task ends
+    with, if not 0), then ``extra`` blocks."""
+    words = (cycles, error) if error else (cycles,)
+    return (WriteBlock(ENGINE_WINDOW[engine], len(words), words),) + tuple(extra)
 
 
-def task(task_id, engine=NE, cycles=8, **fields):
-    """A :class:`Descriptor` with a behavioural program of ``cycles`` cycles."""
-    return Descriptor(task_id=task_id, engine=engine, blocks=program(engine, cycles), **fields)
+def task(task_id, engine=NE, cycles=8, error=0, **fields):
+    """A :class:`Descriptor` with a behavioural program of ``cycles`` cycles that ends with
+    error code ``error``."""
+    return Descriptor(task_id=task_id, engine=engine,
+                      blocks=program(engine, cycles, error=error), **fields)
 
 
 class DataSpace:
@@ -161,8 +183,8 @@ def serial_run(descs, base, memory=None, space=None):
 
 @dataclass
 class Event:
-    """One line of a trace: a task started or ended (or was aborted)."""
-    kind: str           # "start", "end" or "abort"
+    """One line of a trace: a task started or ended (or was aborted, or failed)."""
+    kind: str           # "start", "end", "abort" (watchdog) or "error" (engine error code)
     time: int
     queue: int
     task_id: int
@@ -171,6 +193,17 @@ class Event:
     dst_mem: bool = False
     inputs: tuple = ()
     value: int = 0
+    error: int = 0      # the engine's error code ("error" events)
+
+
+class Raised(NamedTuple):
+    """An exception: its cause, the queue it retired, the descriptor's address, and for
+    ``ENGINE`` and ``TIMEOUT`` the task's engine (for ``ENGINE`` also the error code)."""
+    cause: Cause
+    queue: int
+    address: int
+    engine: int = 0
+    code: int = 0
 
 
 @dataclass
@@ -201,6 +234,7 @@ class _Entry:
     desc: Descriptor
     address: int
     base: int
+    limit: int
     started: bool = False
     end: int = None
     src_mem: bool = False
@@ -224,10 +258,15 @@ class TaskManagerModel:
         Skew limit (0: the buffer depth).
     watchdog : int
         Watchdog limit in cycles (0: off).
+    bus_errors : set
+        Word addresses whose reads the bus answers with an error. A descriptor fetch that reads
+        one (word 0, or any word of a descriptor whose length is known) raises ``BUS`` before
+        any check of the descriptor (the RTL checks words in order; tests place bus errors in
+        otherwise good descriptors).
     """
 
     def __init__(self, image, queues=4, *, config_depth=2, buffer_depth=4, slot_words=32, skew=0,
-                 watchdog=0):
+                 watchdog=0, bus_errors=()):
         self.space = DataSpace(image)
         self.slot_words = slot_words
         self.image = dict(image)
@@ -236,6 +275,7 @@ class TaskManagerModel:
         self.buffer_depth = buffer_depth
         self.skew = skew or buffer_depth
         self.watchdog = watchdog
+        self.bus_errors = set(bus_errors)
         self.cur = None
         self.gtsp = False
         self.tsr_pending = False
@@ -245,10 +285,10 @@ class TaskManagerModel:
         self.seq = 0
         self.last_queue = None
         self.run_q = None
-        self.running = {NE: None, PE: None}
+        self.running = dict.fromkeys(Engine)
         self.time = 0
         self.trace = []
-        self.errors = []             # (Cause, queue, address)
+        self.errors = []             # Raised
         self.fetches = []            # (queue, address) of every descriptor fetch started
         self.triggers = []           # (kind, queue, task_id, action)
 
@@ -309,14 +349,19 @@ class TaskManagerModel:
         if self.fetch is None:
             self.fetch = (target, q.head)
             self.fetches.append(self.fetch)
+            words = self._words(q.head)
             try:
-                desc = decode(self._words(q.head), network=q.network,
-                              window=(q.base, q.limit), address=q.head, tail=q.tail,
-                              max_length=self.slot_words)
+                if any(q.head + k in self.bus_errors for k in range(len(words))):
+                    cause = Cause.BUS
+                else:
+                    cause = None
+                    desc = decode(words, network=q.network, window=(q.base, q.limit),
+                                  address=q.head, tail=q.tail, max_length=self.slot_words)
             except DescriptorError as e:
                 cause = {DecodeError: Cause.DECODE, AddressError: Cause.ADDRESS,
                          WindowError: Cause.WINDOW}[type(e)]
-                self.errors.append((cause, target, q.head))
+            if cause is not None:
+                self.errors.append(Raised(cause, target, q.head))
                 q.retired = True
                 if self.cur == target:
                     self.cur = None
@@ -352,14 +397,14 @@ class TaskManagerModel:
             return False
         self.cfg.pop(0)
         self.tb.append(_Entry(self.seq, slot.queue, slot.desc, slot.address,
-                              self.q[slot.queue].base))
+                              self.q[slot.queue].base, self.q[slot.queue].limit))
         self.last_queue = slot.queue
         self.seq += 1
         return True
 
     def _start(self):
         progress = False
-        for engine in (NE, PE):
+        for engine in Engine:
             if self.running[engine] is not None:
                 continue
             pending = [e for e in self.tb if not e.started and e.desc.engine == engine]
@@ -381,8 +426,9 @@ class TaskManagerModel:
             e.src_mem = d.src_mem or (d.spc and self.q[e.queue].tqsp)
             _, e.inputs = self.space.read((e.queue, d.task_id), e.src_mem, e.base, d.src,
                                           d.src_len)
-            cycles = engine_cycles(engine, [(b.address + i, w) for b in d.blocks
-                                            for i, w in enumerate(b.words)])
+            writes = [(b.address + i, w) for b in d.blocks for i, w in enumerate(b.words)]
+            cycles = engine_cycles(engine, writes)
+            e.error = engine_error(engine, writes)
             if self.watchdog and cycles >= self.watchdog:
                 e.end = self.time + self.watchdog
                 e.timeout = True
@@ -404,12 +450,18 @@ class TaskManagerModel:
             self.tb.remove(e)
             if d.tsr:
                 self.tsr_pending = False
-            if e.timeout:
-                self.errors.append((Cause.TIMEOUT, e.queue, e.address))
+            if e.timeout or e.error:
+                if e.timeout:
+                    self.errors.append(Raised(Cause.TIMEOUT, e.queue, e.address, d.engine))
+                    self.trace.append(Event("abort", self.time, e.queue, d.task_id, d.engine))
+                else:
+                    self.errors.append(Raised(Cause.ENGINE, e.queue, e.address, d.engine,
+                                              e.error))
+                    self.trace.append(Event("error", self.time, e.queue, d.task_id, d.engine,
+                                            e.src_mem, d.dst_mem, e.inputs, error=e.error))
                 self.q[e.queue].retired = self.q[e.queue].drop = True
                 if self.cur == e.queue:
                     self.cur = None
-                self.trace.append(Event("abort", self.time, e.queue, d.task_id, d.engine))
                 for o in list(self.tb):
                     if o.queue == e.queue and not o.started:
                         self.tb.remove(o)

@@ -2,12 +2,14 @@
 
 :class:`TaskBench` runs :class:`npu.taskman.TaskManager` in ``amaranth.sim`` with
 
-* system memory (a dict) answering the descriptor DMA one cycle after each read,
-* behavioural neural and planar engines (:mod:`npu_model.taskman`): a task's program arrives on
-  the register-write port tagged with its sequence number; at start the engine reads its input
-  from the buffer or system memory (as told by the start payload), after its run length it
-  signals ``done`` and writes its tagged output to the buffer, and to memory when ``done_mem``
-  is high,
+* system memory (a dict) answering the descriptor reads in order, each after a latency drawn
+  from ``mem_latency``, with random stalls of requests and responses (``mem_stall``), and with
+  a bus error for the addresses in ``bus_errors``,
+* behavioural neural, planar and DMA engines (:mod:`npu_model.taskman`): a task's program
+  arrives on the register-write port tagged with its sequence number; at start the engine reads
+  its input from the buffer or system memory (as told by the start payload), after its run
+  length it signals ``done`` with its error code and, if that is 0, writes its tagged output to
+  the buffer, and to memory when ``done_mem`` is high,
 * a host that performs register writes and reads in order, each step optionally waiting for a
   task to start or end, or for a cycle.
 
@@ -17,7 +19,8 @@ task, the data log, the interrupt line, and read values.
 
 
 from npu.taskman import TaskManager
-from npu_model.taskman import DataSpace, Event, engine_cycles, task_value
+from npu_model.taskman import DataSpace, Event, engine_cycles, engine_error, task_value
+from npu_spec.engine import Engine
 from npu_spec.taskman import BASE
 
 from .streams import run_simulation, seeded_rng
@@ -38,25 +41,45 @@ class TaskBench:
     image : dict
         System memory: word address to word (descriptors and data).
     seed : int
-        Seed of the write-port stalls.
+        Seed of the write-port and memory stalls and latencies.
     write_stall : float
         Probability that the register-write port refuses a beat in a cycle.
+    mem_latency : int or (int, int)
+        Cycles from a read request taken to its response (at least 1): fixed, or drawn
+        uniformly from ``[lo, hi]`` for each read (responses stay in order).
+    mem_stall : float
+        Probability that the memory refuses a request, or holds back a ready response, in a
+        cycle.
+    bus_errors : iterable of int
+        Word addresses whose reads are answered with ``err``.
     **kwargs
         Passed to :class:`TaskManager` (``config_depth``, ``slot_words``, ``buffer_depth``).
     """
 
-    def __init__(self, config, image, *, seed=0, write_stall=0.0, **kwargs):
+    def __init__(self, config, image, *, seed=0, write_stall=0.0, mem_latency=1, mem_stall=0.0,
+                 bus_errors=(), **kwargs):
         self.dut = TaskManager(config, **kwargs)
         self.regmap = self.dut.regmap
         self.space = DataSpace(image)
         self.rng = seeded_rng(seed, "writes")
+        self.mem_rng = seeded_rng(seed, "memory")
         self.write_stall = write_stall
+        if isinstance(mem_latency, int):
+            mem_latency = (mem_latency, mem_latency)
+        if not 1 <= mem_latency[0] <= mem_latency[1]:
+            raise ValueError(f"Memory latency must be at least 1, not {mem_latency!r}")
+        self.mem_latency = mem_latency
+        self.mem_stall = mem_stall
+        self.bus_errors = set(bus_errors)
         self.host = []           # steps: ("write", reg, fields) / ("read", reg) / waits
         self.trace = []
         self.programs = {}       # seq -> [(address, word)]
         self.reads = {}          # label -> {field: value}
         self.irq = []            # cycles with irq high
-        self.mem_reads = []      # (cycle, address) of every descriptor read
+        self.mem_reads = []      # (cycle, address) of every descriptor read taken
+        self.mem_answers = []    # (cycle, address, err) of every response taken
+        self.max_in_flight = 0   # most reads taken and not yet answered
+        self.windows = {}        # (queue, task_id) -> (base, limit) of the start beat
         self.host_log = []       # (cycle, register, fields) of every host write
         self.cycles = 0
         self.checks = []         # callables(bench, cycle) run every cycle
@@ -106,7 +129,8 @@ class TaskBench:
 
     def run(self, max_cycles=20000, idle_cycles=40, vcd=None):
         dut = self.dut
-        engines = [dut.ne, dut.pe]
+        engines = [getattr(dut, name) for name in ("ne", "pe", "dma")]
+        assert len(engines) == len(Engine)
         bench = self
 
         def seen(kind, queue, task_id):
@@ -114,22 +138,31 @@ class TaskBench:
                        for e in bench.trace)
 
         async def world(ctx):
-            running = [None, None]        # [seq, payload dict, remaining, start cycle]
-            pending_addr = None
+            running = [None] * len(engines)  # [seq, payload, remaining, start, inputs, error]
+            inflight = []                 # [cycle the response may come, address] in order
+            answering = False             # a response offered and not yet taken
             step = 0
             wait_until = None
             read_label = None
             quiet = 0
             cycle = 0
             while True:
-                # Memory answers last cycle's read.
-                ctx.set(dut.mem.data, bench.space.mem.get(pending_addr, 0)
-                        if pending_addr is not None else 0)
+                # Memory: the oldest read is answered once its latency has passed (and kept
+                # offered until taken); a request is taken unless the memory stalls.
+                if not answering and inflight and inflight[0][0] <= cycle:
+                    answering = not bench._mem_stalls()
+                address = inflight[0][1] if answering else None
+                ctx.set(dut.mem.resp.valid, answering)
+                ctx.set(dut.mem.resp.payload.data, bench.space.mem.get(address, 0))
+                ctx.set(dut.mem.resp.payload.err, address in bench.bus_errors)
+                ctx.set(dut.mem.req.ready, not bench._mem_stalls())
                 ready = not (bench.write_stall and bench.rng.random() < bench.write_stall)
                 ctx.set(dut.writes.ready, ready)
                 for e, eng in enumerate(engines):
                     run = running[e]
-                    ctx.set(eng.done, run is not None and run[2] == 0)
+                    done = run is not None and run[2] == 0
+                    ctx.set(eng.done, done)
+                    ctx.set(eng.error, run[5] if done else 0)
                     ctx.set(eng.start.ready, run is None)
                 # Host step.
                 ctx.set(dut.csr.w_en, 0)
@@ -175,7 +208,14 @@ class TaskBench:
                     activity = True
                 for e, eng in enumerate(engines):
                     run = running[e]
-                    if run is not None and run[2] == 0:
+                    if run is not None and run[2] == 0 and run[5]:
+                        p = run[1]
+                        bench.trace.append(Event("error", cycle, p.queue, p.task_id, e,
+                                                 bool(p.src_mem), bool(p.dst_mem), run[4],
+                                                 error=run[5]))
+                        running[e] = None
+                        activity = True
+                    elif run is not None and run[2] == 0:
                         p = run[1]
                         mem_flag = bool(ctx.get(eng.done_mem))
                         value = task_value(p.network, p.task_id, run[4])
@@ -200,13 +240,23 @@ class TaskBench:
                                                      p.base, p.src, p.src_len)
                         bench.trace.append(Event("start", cycle, p.queue, p.task_id, e,
                                                  bool(p.src_mem), False, inputs))
-                        running[e] = [p.seq, p, cycles, cycle, inputs]
+                        bench.windows[(p.queue, p.task_id)] = (p.base, p.limit)
+                        running[e] = [p.seq, p, cycles, cycle, inputs, engine_error(e, prog)]
                         activity = True
-                en = ctx.get(dut.mem.en)
-                pending_addr = ctx.get(dut.mem.addr) if en else None
-                if en:
-                    bench.mem_reads.append((cycle, pending_addr))
-                activity |= bool(en)
+                # Memory: the response taken, the request taken.
+                if answering and ctx.get(dut.mem.resp.ready):
+                    bench.mem_answers.append((cycle, address, address in bench.bus_errors))
+                    inflight.pop(0)
+                    answering = False
+                    activity = True
+                if ctx.get(dut.mem.req.valid) and ctx.get(dut.mem.req.ready):
+                    address = ctx.get(dut.mem.req.payload)
+                    bench.mem_reads.append((cycle, address))
+                    inflight.append([cycle + bench.mem_rng.randint(*bench.mem_latency),
+                                     address])
+                    bench.max_in_flight = max(bench.max_in_flight, len(inflight))
+                    activity = True
+                activity |= bool(inflight)
                 for check in bench.checks:
                     check(bench, cycle)
                 await ctx.tick()
@@ -226,6 +276,9 @@ class TaskBench:
 
         run_simulation(dut, [world], vcd=vcd)
         return self
+
+    def _mem_stalls(self):
+        return bool(self.mem_stall) and self.mem_rng.random() < self.mem_stall
 
 
 def switch_latency(config, *, task_cycles=64, positions=None, seed=0):

@@ -6,7 +6,8 @@ decodes them through the same declarations), then entries, each an :data:`ENTRY`
 (register word address, count >= 1) followed by ``count`` data words written to ``address``,
 ``address + 1``, ... (``docs/descriptors.md``)::
 
-    word 0  H0  magic 0xD7, length (total words, header included), engine (0 NE, 1 PE),
+    word 0  H0  magic 0xD7, length (total words, header included), engine (0 NE, 1 PE,
+                2 DMA),
                 flags TSE SPC DPC TSR SPL, SRC_MEM (input always from system memory),
                 DST_MEM (output always also to system memory), IRQ (interrupt on completion)
     word 1  H1  task ID, network ID, dependency distance
@@ -195,9 +196,8 @@ def encode(desc):
     if not isinstance(desc, Descriptor):
         raise TypeError(f"Descriptor must be a Descriptor, not {desc!r}")
     if desc.engine not in tuple(Engine):
-        raise DecodeError(f"Engine must be one of "
-                          f"{', '.join(f'{e.name} ({e.value})' for e in Engine)}, "
-                          f"not {desc.engine!r}")
+        names = ", ".join(f"{e.name} ({e.value})" for e in Engine)
+        raise DecodeError(f"Engine must be one of {names}, not {desc.engine!r}")
     if desc.length > MAX_LENGTH:
         raise DecodeError(f"Descriptor of {desc.length} words is longer than {MAX_LENGTH}")
     h0, h1, h2, h3 = HEADER
@@ -245,8 +245,9 @@ def decode(words, *, network=None, window=None, address=0, tail=None,
     arrive, so the first failing word decides the error class; within a word, a
     :class:`DecodeError` comes before a :class:`WindowError` or an :class:`AddressError`:
 
-    * H0: magic, reserved bits, length below :data:`HEADER_WORDS` or above ``max_length``
-      (decode); the descriptor outside the window or past the tail (window);
+    * H0: magic, engine code (3 is no engine), reserved bits, length below
+      :data:`HEADER_WORDS` or above ``max_length`` (decode); the descriptor outside the window
+      or past the tail (window);
     * H1: network ID (decode);
     * H2: reserved bits (decode); ``src + src_len`` beyond the window (window);
     * H3: reserved bits (decode); ``dst + 1`` beyond the window (window);
@@ -261,6 +262,9 @@ def decode(words, *, network=None, window=None, address=0, tail=None,
     h0 = HEADER[0].unpack(words[0], strict=False)
     if h0["magic"] != MAGIC:
         raise DecodeError(f"Bad magic 0x{h0['magic']:02X} (expected 0x{MAGIC:02X})")
+    if h0["engine"] not in tuple(Engine):
+        raise DecodeError(f"Engine {h0['engine']} is not an engine (header word 0: "
+                          f"0x{words[0]:08X})")
     _unpack(HEADER[0], words[0], "header word 0")
     length = h0["length"]
     if length < HEADER_WORDS:

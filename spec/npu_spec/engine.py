@@ -1,7 +1,7 @@
 """What every engine shares: how it is started, how it reports, its control registers.
 
-Every engine (the neural engine cores, the planar engine, and the data processor and DMA to
-come) is driven the same way (``docs/architecture.md``, "One engine interface"):
+Every engine (the neural engine cores, the planar engine, the DMA engine, and the data
+processor) is driven the same way (``docs/architecture.md``, "One engine interface"):
 
 * its task registers are written through the task manager's register-write port (or by the
   host on the CSR bus);
@@ -32,7 +32,7 @@ TASK_OFFSET = 0x08
 
 @coded(2)
 class Engine(enum.IntEnum):
-    """The engine a task descriptor addresses."""
+    """The engine a task descriptor addresses (``H0.engine``; code 3 is undecodable)."""
     NEURAL = 0
     PLANAR = 1
     DMA = 2

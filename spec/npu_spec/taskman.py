@@ -10,6 +10,7 @@ the default configuration (8 queues), which ``docs/registers.md`` documents.
 import enum
 
 from .codes import coded
+from .engine import ERROR_BITS, Engine
 from .registers import ADDRESS_WINDOWS
 from .regmap import Field, Register, RegisterMap
 
@@ -21,7 +22,7 @@ __all__ = [
     "PRIORITY_WIDTH",
     "QUEUE_OFFSET",
     "QUEUE_STRIDE",
-        "TASK_MANAGER",
+    "TASK_MANAGER",
     "Cause",
     "task_manager_map",
 ]
@@ -48,7 +49,8 @@ class Cause(enum.IntEnum):
     ADDRESS = 2     # a register write outside every register-map window
     WINDOW = 3      # descriptor or data pointer outside the network's memory window
     TIMEOUT = 4     # an engine ran longer than WATCHDOG cycles
-    ENGINE = 5      # an engine ended a task with a nonzero error code
+    BUS = 5         # a descriptor read answered with a bus error
+    ENGINE = 6      # an engine ended a task with a nonzero error code
 
 
 #: Performance counters: (register name, description), at offsets 0x10.. in this order.
@@ -147,6 +149,11 @@ def task_manager_map(queues=8):
             Field("queue", 5, offset=8, access="ro", reset=0, doc="Queue that was retired."),
             Field("count", 8, offset=16, access="ro", reset=0, doc="Exceptions so far "
                   "(saturates at 255)."),
+            Field("engine", Engine.bits, offset=24, access="ro", enum=Engine, reset=0,
+                  doc="Engine of the task, for causes ENGINE and TIMEOUT (0 otherwise)."),
+            Field("error_code", ERROR_BITS, offset=28, access="ro", reset=0,
+                  doc="For cause ENGINE: the error code the engine ended the task with (the "
+                  "engine's own error enum; 0 otherwise)."),
         ]),
         Register("EXC_ADDR", offset=0x06, doc="Address of the descriptor of the most recent "
                  "exception.", fields=[

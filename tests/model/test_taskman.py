@@ -1,11 +1,12 @@
 """The reference model against the seed's expectations (pure Python)."""
 
-from npu_model.taskman import TaskManagerModel, layout, task
+from npu_model.taskman import Raised, TaskManagerModel, engine_error, layout, program, task
+from npu_spec.engine import Engine
 from npu_spec.taskman import Cause
 from tests.support.taskman import CONFIG, WINDOWS, chain, inputs_for, serial_values
 
 
-def build(lists, prios):
+def build(lists, prios, **kwargs):
     image = {}
     placed = {}
     for q, descs in lists.items():
@@ -13,7 +14,7 @@ def build(lists, prios):
         image.update(img)
         placed.update(pl)
     inputs_for(image)
-    m = TaskManagerModel(image, CONFIG.task_queues)
+    m = TaskManagerModel(image, CONFIG.task_queues, **kwargs)
     for q in lists:
         m.set_queue(q, priority=prios[q], network=q + 1, base=WINDOWS[q][0],
                     limit=WINDOWS[q][1])
@@ -59,6 +60,39 @@ def test_model_errors():
     m.push(0, 2)
     m.push(1, 1)
     trace = m.run()
-    assert m.errors == [(Cause.DECODE, 1, WINDOWS[1][0])]
+    assert m.errors == [Raised(Cause.DECODE, 1, WINDOWS[1][0])]
     assert m.q[1].retired
     assert [e.task_id for e in trace if e.kind == "end"] == [0, 1]
+
+
+def test_behavioural_error_code():
+    writes = [(b.address + i, w) for b in program(Engine.DMA, 5, error=9) for i, w in
+              enumerate(b.words)]
+    assert engine_error(Engine.DMA, writes) == 9
+    assert engine_error(Engine.DMA, [(b.address, b.words[0]) for b in program(Engine.DMA, 5)]) \
+        == 0
+
+
+def test_model_engine_error_retires_its_queue():
+    # Queue 1's DMA task fails: queue 1's later tasks never start; queue 0 runs to its end.
+    A = chain(1, [{}, {"engine": Engine.PLANAR}, {"engine": Engine.DMA}, {}])
+    B = chain(2, [{}, {"engine": Engine.DMA, "error": 5, "cycles": 10, "dep": 1},
+                  {"dep": 1}, {}])
+    m, _ = build({0: A, 1: B}, {0: 1, 1: 2})
+    m.push(0, 4)
+    m.push(1, 4)
+    trace = m.run()
+    assert m.errors == [Raised(Cause.ENGINE, 1, WINDOWS[1][0] + B[0].length, Engine.DMA, 5)]
+    assert m.q[1].retired
+    assert [(e.kind, e.task_id) for e in trace if e.queue == 1] == \
+        [("start", 0), ("end", 0), ("start", 1), ("error", 1)]
+    assert [e.task_id for e in trace if e.queue == 0 and e.kind == "end"] == [0, 1, 2, 3]
+
+
+def test_model_bus_error():
+    A = chain(1, [{}, {}])
+    m, _ = build({0: A}, {0: 1}, bus_errors={WINDOWS[0][0] + 1})
+    m.push(0, 2)
+    trace = m.run()
+    assert m.errors == [Raised(Cause.BUS, 0, WINDOWS[0][0])]
+    assert trace == []

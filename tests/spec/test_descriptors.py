@@ -9,7 +9,6 @@ from npu_spec.descriptors import (
     FLAGS,
     HEADER,
     MAGIC,
-    NE,
     PE,
     AddressError,
     DecodeError,
@@ -21,6 +20,7 @@ from npu_spec.descriptors import (
     encode,
     reserved_mask,
 )
+from npu_spec.engine import Engine
 from npu_spec.registers import NPU_INFO, register_maps
 from npu_spec.regmap import WriteBlock
 
@@ -34,7 +34,7 @@ def random_descriptor(rng):
                                  tuple(rng.getrandbits(32) for _ in range(count))))
     flags = {name: rng.random() < 0.5 for name in FLAGS}
     return Descriptor(task_id=rng.getrandbits(16), network=rng.getrandbits(8),
-                      engine=rng.choice((NE, PE)), dep=rng.getrandbits(8),
+                      engine=rng.choice(list(Engine)), dep=rng.getrandbits(8),
                       src=rng.getrandbits(16), src_len=rng.getrandbits(8),
                       dst=rng.getrandbits(16), blocks=tuple(blocks), **flags)
 
@@ -53,8 +53,11 @@ def test_layout_of_header():
                       src=0x10, src_len=2, dst=0x20,
                       blocks=(WriteBlock(0x2000, 2, (7, 8)),))
     words = encode(desc)
-    # H0: magic, length 7, engine bits 16-17, TSE bit 18, SPL bit 22.
+    # H0: magic, length 7, engine bits [17:16], TSE bit 18, SPL bit 22.
     assert words[0] == MAGIC | 7 << 8 | 1 << 16 | 1 << 18 | 1 << 22
+    dma = encode(Descriptor(task_id=0, engine=Engine.DMA, irq=True))
+    # Engine 2 (DMA), IRQ bit 25.
+    assert dma[0] == MAGIC | 4 << 8 | 2 << 16 | 1 << 25
     assert words[1] == 0x1234 | 0x56 << 16 | 3 << 24
     assert words[2] == 0x10 | 2 << 16
     assert words[3] == 0x20
@@ -91,6 +94,8 @@ def test_block_straddling_windows():
 @pytest.mark.parametrize("mutate", [
     lambda w: w.__setitem__(0, w[0] ^ 0x80),                   # magic
     lambda w: w.__setitem__(0, w[0] | 1 << 31),                # reserved H0
+    lambda w: w.__setitem__(0, w[0] | 1 << 26),                # reserved H0, lowest bit
+    lambda w: w.__setitem__(0, w[0] | 3 << 16),                # engine 3
     lambda w: w.__setitem__(2, w[2] | 1 << 28),                # reserved H2
     lambda w: w.__setitem__(3, w[3] | 1 << 16),                # reserved H3
     lambda w: w.__setitem__(0, (w[0] & ~0xFF00) | 2 << 8),     # too short

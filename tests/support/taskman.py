@@ -105,7 +105,7 @@ class Scenario:
         bench.placed = placed
         return bench.run()
 
-    def model(self, skew=0, watchdog=0):
+    def model(self, skew=0, watchdog=0, bus_errors=()):
         from npu_model.taskman import TaskManagerModel
         image = {}
         placed = {}
@@ -114,7 +114,8 @@ class Scenario:
             image.update(img)
             placed.update(pl)
         inputs_for(image)
-        model = TaskManagerModel(image, CONFIG.task_queues, skew=skew, watchdog=watchdog)
+        model = TaskManagerModel(image, CONFIG.task_queues, skew=skew, watchdog=watchdog,
+                                 bus_errors=bus_errors)
         for q, (prio, descs, push) in self.queues.items():
             base, words = WINDOWS[q]
             model.set_queue(q, priority=prio, network=q + 1, base=base, limit=words)

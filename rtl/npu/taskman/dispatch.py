@@ -26,8 +26,12 @@ class Dispatch(wiring.Component):
     * **Watchdog**: a task running ``watchdog`` cycles (0: off) without ``done`` is aborted
       (``abort`` to the engine, ``kill`` to the task buffer) and raises ``TIMEOUT`` for its
       queue.
-    * On completion (``done``; an aborted task completes nothing): **rule 1**, a TSE task
-      completing while a switch request exists above its queue sets GTSP; **rule 2**, the output
+    * **Engine errors**: a ``done`` with a nonzero ``error`` code raises ``ENGINE`` for the
+      task's queue, with the engine and the code; the task has left the task buffer but
+      completes nothing (like an aborted one: no switch rule, no interrupt).
+    * On completion (``done`` with error code 0; an aborted or failed task completes nothing):
+      **rule 1**, a TSE task completing while a switch request exists above its queue sets
+      GTSP; **rule 2**, the output
       also goes to system memory when the task has DST_MEM, or DPC while GTSP is set (including
       by rule 1 in this cycle): ``done_mem``; **rule 3**, a TSR task completing while GTSP is set
       sets its queue's TQSP, clears GTSP and releases the current queue (``switch``); **rule
@@ -35,9 +39,6 @@ class Dispatch(wiring.Component):
 
     Switch-point tasks run alone (task-buffer barrier), so at most one completing task carries
     TSE, TSR or SPL, and ``flag_queue`` is its queue.
-
-    The engines' ``error`` code is not used: a task that ends with an error completes like any
-    other (the engine reports the code in its own ``STATUS``).
 
     Parameters
     ----------
@@ -53,7 +54,7 @@ class Dispatch(wiring.Component):
     done, kill : Out(1).array(ENGINES)
         To the task buffer: the running task completed / is aborted.
     engines : Out(EngineSignature()).array(ENGINES)
-        The neural engine and the planar engine.
+        The neural engine, the planar engine and the DMA engine (by ``Engine`` code).
     tqsp : In(queues)
         Bit ``i``: queue ``i``'s TQSP.
     watchdog : In(32)
@@ -73,8 +74,10 @@ class Dispatch(wiring.Component):
     completed : Out(ENGINES)
         Per engine: a task left the task buffer (completed or aborted).
     exception : Out(ExceptionEvent)
-        ``TIMEOUT`` of the aborted task's queue and descriptor (the planar engine's if both
-        time out; ``NONE`` otherwise).
+        ``TIMEOUT`` of the aborted task's queue, descriptor and engine, else ``ENGINE`` of the
+        failed task's queue, descriptor, engine and error code (the highest engine's if two
+        engines raise the same cause in one cycle; their tasks are of one queue, as the task
+        buffer drains before a queue change); ``NONE`` otherwise (combinational).
     """
 
     def __init__(self, queues):
@@ -126,6 +129,17 @@ class Dispatch(wiring.Component):
                 with m.If(~last_queue_valid | (task.queue != last_queue)):
                     m.d.comb += self.started_new_queue.eq(1)
 
+        # Engine errors (a timeout, below, wins over an error in the same cycle).
+        failed = Signal(ENGINES)
+        for e, engine in enumerate(self.engines):
+            m.d.comb += failed[e].eq(self.finished_valid[e] & engine.done & (engine.error != 0))
+            with m.If(failed[e]):
+                m.d.comb += [self.exception.cause.eq(CauseCode.ENGINE),
+                             self.exception.queue.eq(self.finished[e].queue),
+                             self.exception.addr.eq(self.finished[e].addr),
+                             self.exception.engine.eq(e),
+                             self.exception.code.eq(engine.error)]
+
         # Watchdog: cycles since the running task started.
         timeout = Signal(ENGINES)
         for e, engine in enumerate(self.engines):
@@ -144,13 +158,14 @@ class Dispatch(wiring.Component):
             with m.If(timeout[e]):
                 m.d.comb += [self.exception.cause.eq(CauseCode.TIMEOUT),
                              self.exception.queue.eq(self.finished[e].queue),
-                             self.exception.addr.eq(self.finished[e].addr)]
+                             self.exception.addr.eq(self.finished[e].addr),
+                             self.exception.engine.eq(e), self.exception.code.eq(0)]
 
         # Completions: rules 1, 2, 3 and 5.
         completes = [Signal(name=f"completes{e}") for e in range(ENGINES)]
         for e in range(ENGINES):
             task = self.finished[e]
-            m.d.comb += [completes[e].eq(self.finished_valid[e] & ~timeout[e]),
+            m.d.comb += [completes[e].eq(self.finished_valid[e] & ~timeout[e] & ~failed[e]),
                          self.completed[e].eq(self.finished_valid[e])]
             with m.If(completes[e] & task.tse & self.request_above[e]):
                 m.d.comb += self.gtsp_set.eq(1)                                 # rule 1

@@ -1,11 +1,12 @@
 """The descriptor DMA and the fetch queue: reads the target queue's head descriptor into the
 fetch slot and checks every word as it arrives."""
 
-from amaranth.hdl import Array, Module, Signal
+from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.descriptors import ENTRY, HEADER, HEADER_WORDS, MAGIC, reserved_mask
+from npu_spec.engine import Engine
 from npu_spec.registers import ADDRESS_WINDOWS
 from npu_spec.taskman import BASE_TABLE_SIZE, MAX_QUEUES
 
@@ -29,15 +30,17 @@ class Fetch(wiring.Component):
     """Descriptor DMA and fetch queue.
 
     When the fetch queue is empty and there is a target, the DMA reads the target queue's head
-    descriptor: word 0 first, then, once the length is known, the rest, one word per cycle.
-    Each word is written into the fetch slot and checked in the cycle it arrives (a
-    :class:`~npu_spec.descriptors.DecodeError` check of a word comes before its window or
-    address check, and the first failing word decides the cause, as in
+    descriptor: word 0 first, then, once the length is known, the rest, pipelined (a request a
+    cycle while the memory takes them, up to ``max_in_flight`` reads in flight). The responses
+    come back in order after any latency. Each word is written into the fetch slot and checked
+    in the cycle it arrives (a :class:`~npu_spec.descriptors.DecodeError` check of a word comes
+    before its window or address check, and the first failing word decides the cause, as in
     :func:`npu_spec.descriptors.decode`):
 
-    * H0: magic, reserved bits, length below the header or above the slot (``DECODE``); the
-      descriptor outside the window ``[BASE, BASE + LIMIT)`` or past the queue's ``TAIL``
-      (``WINDOW``);
+    * any word answered with a bus error (``BUS``);
+    * H0: magic, engine code, reserved bits, length below the header or above the slot
+      (``DECODE``); the descriptor outside the window ``[BASE, BASE + LIMIT)`` or past the
+      queue's ``TAIL`` (``WINDOW``);
     * H1: network ID differing from the queue's (``DECODE``);
     * H2: reserved bits (``DECODE``); ``src + src_len`` beyond ``LIMIT`` (``WINDOW``);
     * H3: reserved bits (``DECODE``); ``dst + 1`` beyond ``LIMIT`` (``WINDOW``);
@@ -49,12 +52,21 @@ class Fetch(wiring.Component):
     fetch queue has no side effects: when it no longer matches the target (another target, the
     head moved, the queue retired) it is dropped, and the new target is fetched.
 
+    A dropped fetch (stale or failed) may still have reads in flight: their number is kept
+    (``drain``) and that many responses, the next to come, are discarded before any word is
+    taken for a new fetch, so a word of an old fetch is never taken for a new one. A request
+    that the memory has not taken stays offered, unchanged, until it is taken (stream rules),
+    even when its fetch is dropped meanwhile; it counts as in flight from the cycle it is first
+    offered.
+
     Parameters
     ----------
     queues : int
         Number of task queues.
     slot_words : int
         Words of the fetch slot: the largest descriptor accepted (a power of two).
+    max_in_flight : int
+        Largest number of reads in flight (offered and not yet answered).
 
     Members
     -------
@@ -67,7 +79,7 @@ class Fetch(wiring.Component):
     target : In(QUEUE_WIDTH); target_valid : In(1)
         The queue to fetch from.
     mem : Out(MemReadSignature())
-        Descriptor reads.
+        Descriptor reads (requests and in-order responses).
     fill : Out(stream.Signature(slot_word(slot_words), always_ready=True))
         The words of the descriptor, written into the fetch slot as they arrive.
     descriptor : Out(stream.Signature(Fetched))
@@ -77,23 +89,28 @@ class Fetch(wiring.Component):
         combinational).
     """
 
-    def __init__(self, queues, slot_words):
+    def __init__(self, queues, slot_words, *, max_in_flight=8):
         if not isinstance(queues, int) or not 1 <= queues <= MAX_QUEUES:
             raise ValueError(f"Number of queues must be in [1, {MAX_QUEUES}], not {queues!r}")
         if (not isinstance(slot_words, int) or slot_words < 8 or slot_words > 256
                 or slot_words & (slot_words - 1)):
             raise ValueError(f"Slot size must be a power of two in [8, 256], not {slot_words!r}")
+        if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= 64:
+            raise ValueError(f"Reads in flight must be in [1, 64], not {max_in_flight!r}")
         self._queues = queues
         self._slot_words = slot_words
+        self._max_in_flight = max_in_flight
         # Fetch state; attributes (not locals of elaborate) so that formal harnesses can state
         # invariants over them.
         self.busy = Signal()            # reading a descriptor
         self.valid = Signal()           # the fetch queue holds a complete descriptor
-        self.fetched = Signal(Fetched)  # its queue, address, base, TSR flag and length
+        self.fetched = Signal(Fetched)  # its queue, address, window, TSR flag and length
         self.length_known = Signal()
         self.issued = Signal(8)         # words requested
         self.received = Signal(8)       # words arrived
-        self.pending = Signal()         # a word was requested last cycle
+        self.in_flight = Signal(range(max_in_flight + 1))   # reads offered, not answered
+        self.drain = Signal(range(max_in_flight + 1))       # ... of them, of dropped fetches
+        self.hold = Signal()            # a request offered and not taken is offered again
         self.stale = Signal()           # the fetch no longer matches the target
         super().__init__({
             "queue": In(data.ArrayLayout(QueueStatus, queues)),
@@ -115,6 +132,10 @@ class Fetch(wiring.Component):
     def slot_words(self):
         return self._slot_words
 
+    @property
+    def max_in_flight(self):
+        return self._max_in_flight
+
     def elaborate(self, platform):
         m = Module()
         nq = self._queues
@@ -125,30 +146,39 @@ class Fetch(wiring.Component):
         busy, valid, fetched = self.busy, self.valid, self.fetched
         slot = fetched.slot
         length_known, issued, received = self.length_known, self.issued, self.received
-        pending, stale = self.pending, self.stale
-        limit = Signal(ADDR_WIDTH)
+        in_flight, drain, hold, stale = self.in_flight, self.drain, self.hold, self.stale
         entry_left = Signal(ENTRY["count"].width)   # data words left in the current entry
 
         # The fetch queue is replaced (no side effects) when it no longer matches the target.
         m.d.comb += stale.eq(~self.target_valid | (slot.queue != self.target) |
                              (queue[slot.queue].head != slot.addr) | queue[slot.queue].retired)
 
-        # Requests: word 0 first, the rest once the length is known.
+        # Requests: word 0 first, the rest once the length is known. A request not taken is
+        # offered again, unchanged, in the next cycle.
+        req = self.mem.req
+        held_addr = Signal(ADDR_WIDTH)
         issue = Signal()
-        m.d.comb += issue.eq(busy & ~stale &
+        m.d.comb += issue.eq(busy & ~stale & ~hold & (in_flight < self._max_in_flight) &
                              ((issued == 0) | (length_known & (issued < fetched.length))))
-        m.d.comb += [self.mem.addr.eq(slot.addr + issued), self.mem.en.eq(issue)]
+        m.d.comb += [req.valid.eq(hold | issue),
+                     req.payload.eq(Mux(hold, held_addr, slot.addr + issued))]
+        m.d.sync += [hold.eq(req.valid & ~req.ready), held_addr.eq(req.payload)]
         with m.If(issue):
             m.d.sync += issued.eq(issued + 1)
-        m.d.sync += pending.eq(issue)
 
-        # Arriving words go into the fetch slot.
-        word = self.mem.data
+        # Responses, always taken, in request order: the first ``drain`` belong to dropped
+        # fetches and are discarded; the others are the words of this fetch.
+        resp = self.mem.resp
+        m.d.comb += resp.ready.eq(1)
+        in_flight_next = Signal.like(in_flight)
+        m.d.comb += in_flight_next.eq(in_flight + issue - resp.valid)
+        m.d.sync += in_flight.eq(in_flight_next)
+        word = resp.payload.data
         k = received
         arrive = Signal()
-        m.d.comb += arrive.eq(busy & ~stale & pending)
-        m.d.comb += [self.fill.valid.eq(arrive), self.fill.payload.index.eq(k),
-                     self.fill.payload.data.eq(word)]
+        m.d.comb += arrive.eq(resp.valid & (drain == 0) & busy & ~stale)
+        m.d.comb += [self.fill.valid.eq(arrive & ~resp.payload.err),
+                     self.fill.payload.index.eq(k), self.fill.payload.data.eq(word)]
 
         # The word seen through each declaration.
         h0, h1, h2, h3 = (data.View(register_layout(r), word) for r in HEADER)
@@ -157,7 +187,7 @@ class Fetch(wiring.Component):
         desc_end = Signal(ADDR_WIDTH + 1)
         window_end = Signal(ADDR_WIDTH + 1)
         tail = Signal(ADDR_WIDTH)
-        m.d.comb += [desc_end.eq(slot.addr + h0.length), window_end.eq(slot.base + limit),
+        m.d.comb += [desc_end.eq(slot.addr + h0.length), window_end.eq(slot.base + slot.limit),
                      tail.eq(control[slot.queue].tail)]
         reg_end = Signal(ENTRY["address"].width + 1)
         m.d.comb += reg_end.eq(entry.address + entry.count)
@@ -172,8 +202,8 @@ class Fetch(wiring.Component):
         with m.Switch(k):
             with m.Case(0):
                 m.d.comb += [
-                    undecodable.eq((h0.magic != MAGIC) | reserved[0] |
-                                   (h0.length < HEADER_WORDS) |
+                    undecodable.eq((h0.magic != MAGIC) | (h0.engine >= len(Engine)) |
+                                   reserved[0] | (h0.length < HEADER_WORDS) |
                                    (h0.length > self._slot_words)),
                     misplaced.eq((slot.addr < slot.base) | (desc_end > window_end) |
                                  ((tail != 0) & (desc_end > tail))),
@@ -184,11 +214,11 @@ class Fetch(wiring.Component):
                                            (h1.network != control[slot.queue].network))
             with m.Case(2):
                 m.d.comb += [undecodable.eq(reserved[2]),
-                             misplaced.eq(h2.src + h2.src_len > limit),
+                             misplaced.eq(h2.src + h2.src_len > slot.limit),
                              misplaced_cause.eq(CauseCode.WINDOW)]
             with m.Case(3):
                 m.d.comb += [undecodable.eq(reserved[3]),
-                             misplaced.eq(h3.dst + 1 > limit),
+                             misplaced.eq(h3.dst + 1 > slot.limit),
                              misplaced_cause.eq(CauseCode.WINDOW)]
             with m.Default():
                 with m.If(entry_left == 0):
@@ -199,7 +229,9 @@ class Fetch(wiring.Component):
         error = self.exception
         m.d.comb += [error.queue.eq(slot.queue), error.addr.eq(slot.addr)]
         with m.If(arrive):
-            with m.If(undecodable):
+            with m.If(resp.payload.err):
+                m.d.comb += error.cause.eq(CauseCode.BUS)
+            with m.Elif(undecodable):
                 m.d.comb += error.cause.eq(CauseCode.DECODE)
             with m.Elif(misplaced):
                 m.d.comb += error.cause.eq(misplaced_cause)
@@ -220,20 +252,24 @@ class Fetch(wiring.Component):
                     m.d.sync += entry_left.eq(entry_left - 1)
             with m.If(length_known & (k + 1 == fetched.length) & ~failed):
                 m.d.sync += [busy.eq(0), valid.eq(1)]
-        with m.If(failed):
-            m.d.sync += [busy.eq(0), valid.eq(0)]
 
-        # Replacement, or a new fetch from the target's head; the commit empties the queue.
+        # A dropped fetch (failed or stale) leaves its reads in flight to be discarded.
+        dropped = Signal()
+        m.d.comb += dropped.eq(failed | ((busy | valid) & stale))
+        with m.If(dropped):
+            m.d.sync += [busy.eq(0), valid.eq(0), drain.eq(in_flight_next)]
+        with m.Elif(resp.valid & (drain != 0)):
+            m.d.sync += drain.eq(drain - 1)
+
+        # A new fetch from the target's head; the commit empties the queue.
         m.d.comb += [self.descriptor.valid.eq(valid & ~stale),
                      self.descriptor.payload.eq(fetched)]
-        with m.If((busy | valid) & stale):
-            m.d.sync += [busy.eq(0), valid.eq(0)]
-        with m.Elif(~busy & ~valid & self.target_valid):
+        with m.If(~busy & ~valid & self.target_valid):
             table = window[control[self.target].base_index]
             m.d.sync += [busy.eq(1), slot.queue.eq(self.target),
                          slot.addr.eq(queue[self.target].head),
                          issued.eq(0), received.eq(0), length_known.eq(0), entry_left.eq(0),
-                         slot.base.eq(table.base), limit.eq(table.limit)]
+                         slot.base.eq(table.base), slot.limit.eq(table.limit)]
         with m.If(self.descriptor.valid & self.descriptor.ready):
             m.d.sync += valid.eq(0)
         return m

@@ -7,10 +7,11 @@ Field widths come from the specification: the TASK_MANAGER register map
 """
 
 from amaranth.hdl import unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.descriptors import HEADER
+from npu_spec.engine import ERROR_BITS, Engine
 from npu_spec.taskman import Cause, task_manager_map
 
 from ..lib.engine import ADDR_WIDTH, QUEUE_WIDTH
@@ -21,6 +22,7 @@ __all__ = [
     "ExceptionEvent",
     "Fetched",
     "MemReadSignature",
+    "MemResponse",
     "MemoryWindow",
     "QueueControl",
     "QueueStatus",
@@ -68,7 +70,8 @@ MemoryWindow = data.StructLayout({
 SlotInfo = data.StructLayout({
     "queue": unsigned(QUEUE_WIDTH),
     "addr":  unsigned(ADDR_WIDTH),       # descriptor address (exceptions)
-    "base":  unsigned(ADDR_WIDTH),       # the network's base address
+    "base":  unsigned(ADDR_WIDTH),       # the network's memory window: base address
+    "limit": unsigned(ADDR_WIDTH),       # ... and size in words
     "tsr":   unsigned(1),                # a TSR task: no commit until it completes
 })
 
@@ -79,11 +82,14 @@ Fetched = data.StructLayout({
 })
 
 #: An exception: ``cause`` is ``NONE`` when nothing is raised; ``queue`` is retired and ``addr``
-#: is the descriptor's address.
+#: is the descriptor's address; ``engine`` is the task's engine (causes ``ENGINE`` and
+#: ``TIMEOUT``) and ``code`` the engine's error code (cause ``ENGINE``), 0 otherwise.
 ExceptionEvent = data.StructLayout({
-    "cause": CauseCode,
-    "queue": unsigned(QUEUE_WIDTH),
-    "addr":  unsigned(ADDR_WIDTH),
+    "cause":  CauseCode,
+    "queue":  unsigned(QUEUE_WIDTH),
+    "addr":   unsigned(ADDR_WIDTH),
+    "engine": unsigned(Engine.bits),
+    "code":   unsigned(ERROR_BITS),
 })
 
 
@@ -95,17 +101,33 @@ def slot_word(slot_words):
     })
 
 
-class MemReadSignature(wiring.Signature):
-    """Read port to system memory (the task-manager DMA), from the initiator's side.
+#: The answer to one read of system memory: the word, or ``err`` (the bus answered with an
+#: error; ``data`` is then meaningless).
+MemResponse = data.StructLayout({
+    "data": unsigned(32),
+    "err":  unsigned(1),
+})
 
-    ``data`` holds the word at ``addr`` in the cycle after ``en``.
+
+class MemReadSignature(wiring.Signature):
+    """Word reads from system memory (the descriptor fetch), from the initiator's side.
+
+    Members
+    -------
+    req : Out(stream.Signature(ADDR_WIDTH))
+        Read requests: 32-bit word addresses.
+    resp : In(stream.Signature(MemResponse))
+        One response per request taken, in request order, after any number of cycles.
+
+    The memory side (the ``WordReader`` adapter on the system bus, a behavioural memory in
+    simulation) may stall requests and responses arbitrarily; the initiator may have several
+    requests in flight.
     """
 
     def __init__(self):
         super().__init__({
-            "addr": Out(ADDR_WIDTH),
-            "en":   Out(1),
-            "data": In(32),
+            "req":  Out(stream.Signature(ADDR_WIDTH)),
+            "resp": In(stream.Signature(MemResponse)),
         })
 
 

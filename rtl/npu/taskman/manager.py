@@ -52,12 +52,14 @@ class TaskManager(wiring.Component):
     irq : Out(1)
         Interrupt: an enabled ``IRQ_STATUS`` bit is set.
     mem : Out(MemReadSignature())
-        Descriptor reads from system memory.
+        Descriptor reads from system memory: requests (word addresses) and in-order responses
+        (word and bus error) after any latency.
     writes : Out(stream.Signature(WriteLayout))
         Register writes to the blocks (descriptor entries), tagged with the task's sequence
         number.
-    ne, pe : Out(EngineSignature())
-        Dispatch to the neural engine and the planar engine (their ``error`` code is not used).
+    ne, pe, dma : Out(EngineSignature())
+        Dispatch to the neural engine, the planar engine and the DMA engine. A ``done`` with a
+        nonzero ``error`` code raises the exception ``ENGINE`` and retires the task's queue.
     """
 
     def __init__(self, config, *, config_depth=2, slot_words=32, buffer_depth=4):
@@ -83,6 +85,7 @@ class TaskManager(wiring.Component):
             "writes": Out(stream.Signature(WriteLayout)),
             "ne": Out(EngineSignature()),
             "pe": Out(EngineSignature()),
+            "dma": Out(EngineSignature()),
         })
 
     @property
@@ -170,11 +173,11 @@ class TaskManager(wiring.Component):
         wiring.connect(m, program.writes, wiring.flipped(self.writes))
         wiring.connect(m, program.load, taskbuf.load)
         m.d.comb += [program.drop.eq(queues.dropped), program.next_seq.eq(taskbuf.next_seq),
-                     taskbuf.drop.eq(queues.dropped), taskbuf.skew.eq(reg("SKEW").limit),
+                     taskbuf.skew.eq(reg("SKEW").limit),
                      schedule.tsr_dropped.eq(program.dropped_tsr)]
 
         # Dispatch to the engines and the switch rules.
-        for e, engine in enumerate((self.ne, self.pe)):
+        for e, engine in enumerate((self.ne, self.pe, self.dma)):
             wiring.connect(m, taskbuf.start[e], dispatch.start[e])
             wiring.connect(m, dispatch.engines[e], wiring.flipped(engine))
             m.d.comb += [dispatch.finished[e].eq(taskbuf.finished[e]),
@@ -193,16 +196,24 @@ class TaskManager(wiring.Component):
             queues.flag_queue.eq(dispatch.flag_queue),
         ]
 
-        # Exceptions: a fetch error or a watchdog timeout (which wins) retires its queue.
+        # Exceptions: a fetch error, or an engine error or a watchdog timeout (which win),
+        # retires its queue; an engine error or a timeout also drops its remaining tasks, none of
+        # which starts from this cycle on.
         raised = Signal(ExceptionEvent)
         m.d.comb += raised.eq(fetch.exception)
         with m.If(dispatch.exception.cause != CauseCode.NONE):
             m.d.comb += raised.eq(dispatch.exception)
         any_raised = Signal()
         m.d.comb += any_raised.eq(raised.cause != CauseCode.NONE)
+        engine_raised = Signal()
+        m.d.comb += engine_raised.eq(dispatch.exception.cause != CauseCode.NONE)
         m.d.comb += [queues.retire.eq(any_raised), queues.retire_queue.eq(raised.queue),
-                     queues.retire_drop.eq(dispatch.exception.cause != CauseCode.NONE),
+                     queues.retire_drop.eq(engine_raised),
                      schedule.retire.eq(any_raised), schedule.retire_queue.eq(raised.queue)]
+        dropping = Signal(nq)
+        with m.If(engine_raised):
+            m.d.comb += dropping.eq(1 << dispatch.exception.queue)
+        m.d.comb += taskbuf.drop.eq(queues.dropped | dropping)
         latest = Signal(ExceptionEvent)
         exceptions = Signal(8)          # saturating count
         with m.If(any_raised):
@@ -212,6 +223,8 @@ class TaskManager(wiring.Component):
         m.d.comb += [reg("EXC_STATUS").cause.eq(latest.cause),
                      reg("EXC_STATUS").queue.eq(latest.queue),
                      reg("EXC_STATUS").count.eq(exceptions),
+                     reg("EXC_STATUS").engine.eq(latest.engine),
+                     reg("EXC_STATUS").error_code.eq(latest.code),
                      reg("EXC_ADDR").address.eq(latest.addr)]
 
         # Interrupt.

@@ -20,8 +20,10 @@ class Programmer(wiring.Component):
     and then loads its task into the task buffer.
 
     The header words H0..H3 are kept (their fields, through the declarations of
-    :data:`npu_spec.descriptors.HEADER`, make the task entry); each entry word gives the first
-    register address and the count of the data words that follow, each sent on ``writes`` as
+    :data:`npu_spec.descriptors.HEADER`, make the task entry, with the queue, the descriptor
+    address and the network's memory window ``base``, ``limit`` of the slot); each entry word
+    gives the first register address and the count of the data words that follow, each sent on
+    ``writes`` as
     ``(address + i, data[i])`` when the blocks are ready, tagged with the sequence number the
     task gets in the task buffer. After the last word the task is loaded, then the descriptor
     is popped. The slot memory is read one word ahead, so one word is handled per cycle.
@@ -100,7 +102,7 @@ class Programmer(wiring.Component):
         m.d.comb += [
             load.barrier.eq(Cat(header[0][name] for name in SWITCH_POINTS).any()),
             load.queue.eq(slot.info.queue), load.base.eq(slot.info.base),
-            load.addr.eq(slot.info.addr),
+            load.limit.eq(slot.info.limit), load.addr.eq(slot.info.addr),
         ]
         m.d.comb += [self.writes.payload.addr.eq(address), self.writes.payload.data.eq(word),
                      self.writes.payload.seq.eq(self.next_seq)]

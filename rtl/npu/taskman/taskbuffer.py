@@ -1,15 +1,19 @@
-"""The task buffer: asynchronous neural-engine / planar-engine dispatch with dependencies."""
+"""The task buffer: asynchronous dispatch to the neural engine, the planar engine and the DMA
+engine, with dependencies."""
 
 from amaranth.hdl import Array, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from npu_spec.engine import Engine
+
 from ..lib.engine import QUEUE_WIDTH, SEQ_WIDTH, TaskEntry
 
 __all__ = ["ENGINES", "TaskBuffer"]
 
-#: Engines served: 0 is the neural engine, 1 the planar engine.
-ENGINES = 2
+#: Engines served, indexed by :class:`npu_spec.engine.Engine` code: 0 the neural engine, 1 the
+#: planar engine, 2 the DMA engine.
+ENGINES = len(Engine)
 
 
 class TaskBuffer(wiring.Component):
@@ -50,7 +54,7 @@ class TaskBuffer(wiring.Component):
     finished : Out(TaskEntry).array(ENGINES); finished_valid : Out(1).array(ENGINES)
         Per engine: the task leaving the buffer this cycle (combinational).
     drop : In(queues)
-        Entries not started whose queue bit is set are removed.
+        Entries not started whose queue bit is set are removed, and none of them starts.
     empty : Out(1)
         No entry is valid.
     waiting : Out(1).array(ENGINES)

@@ -4,6 +4,7 @@
 import random
 
 from npu.taskman.counters import Counters
+from npu.taskman.taskbuffer import ENGINES
 from npu_spec.taskman import COUNTERS
 from tests.support.csr import run
 
@@ -19,7 +20,7 @@ def test_counters():
         nonlocal latency
         for cycle in range(3000):
             x = {"busy": rng.random() < 0.6, "work": rng.random() < 0.5,
-                 "completed": rng.getrandbits(2), "waiting": rng.getrandbits(2),
+                 "completed": rng.getrandbits(ENGINES), "waiting": rng.getrandbits(ENGINES),
                  "write_stall": rng.random() < 0.2, "switch": rng.random() < 0.02,
                  "request": rng.random() < 0.03, "started_new_queue": rng.random() < 0.02}
             for name, value in x.items():

@@ -1,7 +1,7 @@
 # amaranth: UnusedElaboratable=no
-"""Dispatch: rule 4 on the start beats, the watchdog, and the completion rules 1, 2, 3 and 5,
-against the rules as ``docs/task_manager.md`` states them, with random tasks, run lengths,
-TQSP, GTSP and switch requests."""
+"""Dispatch: rule 4 on the start beats, the watchdog, engine errors, and the completion rules 1,
+2, 3 and 5, against the rules as ``docs/task_manager.md`` states them, with random tasks, run
+lengths, error codes, TQSP, GTSP and switch requests on the three engines."""
 
 import random
 
@@ -9,11 +9,12 @@ import pytest
 
 from npu.taskman.dispatch import Dispatch
 from npu_spec.descriptors import FLAGS
+from npu_spec.engine import Engine
 from npu_spec.taskman import Cause
 from tests.support.csr import run
 
 QUEUES = 4
-ENGINES = 2
+ENGINES = len(Engine)
 
 
 def random_task(rng, engine, seq):
@@ -23,9 +24,11 @@ def random_task(rng, engine, seq):
     return task
 
 
-def expected_completion(finishing, timeout, request_above, gtsp):
-    """The completion rules for the tasks leaving the buffer on each engine (``None``: none)."""
-    completes = [t is not None and not timeout[e] for e, t in enumerate(finishing)]
+def expected_completion(finishing, timeout, failed, request_above, gtsp):
+    """The completion rules for the tasks leaving the buffer on each engine (``None``: none); a
+    task aborted by the watchdog or ended with an error code completes nothing."""
+    completes = [t is not None and not timeout[e] and not failed[e]
+                 for e, t in enumerate(finishing)]
     out = {"gtsp_set": any(c and t["tse"] and request_above[e]
                            for e, (c, t) in enumerate(zip(completes, finishing)))}   # rule 1
     gtsp = gtsp or out["gtsp_set"]
@@ -45,12 +48,12 @@ def expected_completion(finishing, timeout, request_above, gtsp):
 def test_dispatch_rules(seed):
     dut = Dispatch(QUEUES)
     rng = random.Random(seed)
-    seen = {"rule4": 0, "timeout": 0, "gtsp_set": 0, "switch": 0, "tqsp_clear": 0,
-            "new_queue": 0}
+    seen = {"rule4": 0, "timeout": 0, "engine_error": 0, "gtsp_set": 0, "switch": 0,
+            "tqsp_clear": 0, "new_queue": 0}
 
     async def tb(ctx):
-        offered = [None, None]       # task offered on each engine's start stream
-        running = [None, None]       # (task, cycles left, start cycle)
+        offered = [None] * ENGINES   # task offered on each engine's start stream
+        running = [None] * ENGINES   # (task, cycles left, start cycle, error code at done)
         last_queue = None
         seq = 0
         watchdog = 0
@@ -73,8 +76,10 @@ def test_dispatch_rules(seed):
                     for name, value in offered[e].items():
                         ctx.set(getattr(dut.start[e].payload, name), value)
                 ctx.set(engine.start.ready, running[e] is None and rng.random() < 0.8)
-                ctx.set(engine.done, running[e] is not None and running[e][1] == 0)
-                ctx.set(engine.error, rng.getrandbits(4))        # not used
+                done = running[e] is not None and running[e][1] == 0
+                ctx.set(engine.done, done)
+                # The code counts only with done.
+                ctx.set(engine.error, running[e][3] if done else rng.getrandbits(4))
                 ctx.set(dut.request_above[e], request_above[e])
             # The watchdog, from the running tasks' ages.
             timeout = [running[e] is not None and running[e][1] != 0 and watchdog != 0 and
@@ -91,7 +96,9 @@ def test_dispatch_rules(seed):
                 task = finishing[e] or random_task(rng, e, 0)
                 for name, value in task.items():
                     ctx.set(getattr(dut.finished[e], name), value)
-            expect = expected_completion(finishing, timeout, request_above, gtsp)
+            failed = [finishing[e] is not None and not timeout[e] and running[e][3] != 0
+                      for e in range(ENGINES)]
+            expect = expected_completion(finishing, timeout, failed, request_above, gtsp)
             for name in ("gtsp_set", "switch", "tqsp_clear", "tsr_done", "task_done_irq"):
                 assert ctx.get(getattr(dut, name)) == expect[name], f"{name} at {cycle}"
             assert ctx.get(dut.tqsp_set) == expect["switch"]
@@ -103,15 +110,21 @@ def test_dispatch_rules(seed):
             assert ctx.get(dut.completed) == sum(1 << e for e in range(ENGINES)
                                                  if finishing[e] is not None)
             exception = ctx.get(dut.exception)
+            got = (Cause(exception.cause.value), exception.queue, exception.addr,
+                   exception.engine, exception.code)
             if any(timeout):
                 e = max(e for e in range(ENGINES) if timeout[e])
-                assert (Cause(exception.cause.value), exception.queue, exception.addr) == \
-                    (Cause.TIMEOUT, running[e][0]["queue"], running[e][0]["addr"])
+                assert got == (Cause.TIMEOUT, running[e][0]["queue"], running[e][0]["addr"], e,
+                               0)
+            elif any(failed):
+                e = max(e for e in range(ENGINES) if failed[e])
+                assert got == (Cause.ENGINE, running[e][0]["queue"], running[e][0]["addr"], e,
+                               running[e][3])
             else:
                 assert Cause(exception.cause.value) == Cause.NONE
             # Starts: rule 4, and a task of another queue than the last started one.
             new_queue = False
-            started = [False, False]
+            started = [False] * ENGINES
             for e in range(ENGINES):
                 engine = dut.engines[e]
                 fire = offered[e] is not None and ctx.get(engine.start.ready)
@@ -131,6 +144,7 @@ def test_dispatch_rules(seed):
             assert ctx.get(dut.started_new_queue) == new_queue
             seen["new_queue"] += new_queue
             seen["timeout"] += any(timeout)
+            seen["engine_error"] += any(failed)
             for name in ("gtsp_set", "switch", "tqsp_clear"):
                 seen[name] += expect[name]
             await ctx.tick()
@@ -138,10 +152,11 @@ def test_dispatch_rules(seed):
                 if finishing[e] is not None:
                     running[e] = None
                 elif running[e] is not None:
-                    running[e] = (running[e][0], running[e][1] - 1, running[e][2])
+                    running[e] = (running[e][0], running[e][1] - 1, *running[e][2:])
             for e in range(ENGINES):
                 if started[e]:
-                    running[e] = (offered[e], rng.choice((0, 1, 2, 3, 8, 30)), cycle)
+                    code = rng.randrange(1, 16) if rng.random() < 0.15 else 0
+                    running[e] = (offered[e], rng.choice((0, 1, 2, 3, 8, 30)), cycle, code)
                     last_queue = offered[e]["queue"]
                     offered[e] = None
 

@@ -1,12 +1,14 @@
 # amaranth: UnusedElaboratable=no
-"""Every error class: exception status, interrupt, the queue retired, the others running."""
+"""Every error class (descriptor checks, bus errors on descriptor reads, engine errors, the
+watchdog): exception status, interrupt, the queue retired, the others running."""
 
 import random
 
 import pytest
 
-from npu_model.taskman import task
+from npu_model.taskman import Raised, task
 from npu_spec.descriptors import AddressError, DecodeError, WindowError, decode, encode
+from npu_spec.engine import Engine
 from npu_spec.taskman import Cause
 from tests.support.taskman import WINDOWS, Scenario, chain, values
 
@@ -179,3 +181,66 @@ def test_garbage_never_hangs():
             ok = False
         if not ok:
             assert bench.reads["q1"]["retired"] == 1
+
+
+def exception_reads():
+    return [("read", "EXC_STATUS", "exc"), ("read", "EXC_ADDR", "addr"),
+            ("read", "IRQ_STATUS", "irq"), ("read", "Q1_STATUS", "q1"),
+            ("read", "Q0_STATUS", "q0")]
+
+
+def kinds(trace):
+    return [(e.kind, e.queue, e.task_id) for e in trace]
+
+
+@pytest.mark.parametrize("memory", [{}, {"mem_latency": (1, 6), "mem_stall": 0.3, "seed": 4}])
+def test_engine_error(memory):
+    """Queue 1 preempts queue 0 at its switch point; queue 1's DMA task ends with error code 5:
+    EXC_STATUS records ENGINE, the queue, the engine and the code; queue 1 is retired and its
+    remaining tasks never start; queue 0 resumes and runs to its end with serial results. The
+    reference model gives the same trace and the same exception."""
+    A = chain(1, [{}, {"tse": True, "dpc": True, "tsr": True}, {"spc": True, "spl": True}, {}],
+              cycles=40)
+    B = chain(2, [{}, {"engine": Engine.DMA, "error": 5, "dep": 1},
+                  {"engine": Engine.PLANAR, "dep": 1}, {"dep": 1}], cycles=30)
+    sc = Scenario({0: (1, A, 4), 1: (5, B, 0)}, [("start", 0, 1, 1, 4)])
+    bench = sc.rtl(reads=[("cycles", 300)] + exception_reads(), **memory)
+    exc = bench.reads["exc"]
+    assert (exc["cause"], exc["queue"], exc["engine"], exc["error_code"], exc["count"]) == \
+        (Cause.ENGINE, 1, Engine.DMA, 5, 1)
+    assert bench.reads["addr"]["address"] == bench.placed[1].addresses[1]
+    assert bench.reads["irq"]["error"] == 1 and bench.irq
+    assert bench.reads["q1"]["retired"] == 1
+    assert kinds(bench.trace) == [
+        ("start", 0, 0), ("end", 0, 0), ("start", 0, 1), ("end", 0, 1),
+        ("start", 1, 0), ("end", 1, 0), ("start", 1, 1), ("error", 1, 1),
+        ("start", 0, 2), ("end", 0, 2), ("start", 0, 3), ("end", 0, 3)]
+    assert values(bench, 0) == sc.serial(0)
+    # The failed task wrote nothing.
+    assert not [entry for entry in bench.space.log if entry[0] == "write" and
+                entry[4] == (1, 1)]
+    model = sc.model()
+    assert kinds(model.trace) == kinds(bench.trace)
+    assert model.errors == [Raised(Cause.ENGINE, 1, bench.placed[1].addresses[1], Engine.DMA,
+                                   5)]
+
+
+@pytest.mark.parametrize("word", [0, 2, 5])
+def test_bus_error(word):
+    """A descriptor read answered with a bus error raises BUS for its queue and retires it, like
+    a window error: the queue's earlier task ran, nothing after it; the other queue runs. The
+    reference model agrees."""
+    B = chain(2, [{}, {}, {}], cycles=25)
+    sc = Scenario({0: (1, good(), 4), 1: (3, B, 3)})
+    from npu_model.taskman import layout
+    _, placed = layout({1: B}, start=WINDOWS[1][0])
+    bad = placed[1].addresses[1] + word
+    bench = sc.rtl(reads=[("cycles", 300)] + exception_reads(), bus_errors={bad},
+                   mem_latency=(1, 5), mem_stall=0.2, seed=word)
+    check_error(sc, bench, Cause.BUS, index=1)
+    assert bench.reads["exc"]["engine"] == 0 and bench.reads["exc"]["error_code"] == 0
+    assert [e.task_id for e in bench.events("end", 1)] == [0]
+    assert any(err for _, address, err in bench.mem_answers if address == bad)
+    model = sc.model(bus_errors={bad})
+    assert kinds(model.trace) == kinds(bench.trace)
+    assert model.errors == [Raised(Cause.BUS, 1, placed[1].addresses[1])]

@@ -1,7 +1,8 @@
 # amaranth: UnusedElaboratable=no
-"""The descriptor DMA and fetch queue: every check of a random good or bad descriptor gives the
-error class of ``npu_spec.descriptors.decode``, a good descriptor arrives whole and is read
-exactly once word by word, and a replaced fetch has no effect."""
+"""The descriptor DMA and fetch queue, on a memory with random latency and stalls: every check of
+a random good or bad descriptor gives the error class of ``npu_spec.descriptors.decode``, a bus
+error gives ``BUS``, a good descriptor arrives whole and is read exactly once word by word, and
+a replaced fetch has no effect, even with its reads still in flight."""
 
 import random
 
@@ -9,6 +10,7 @@ import pytest
 
 from npu.taskman.fetch import Fetch
 from npu_spec.descriptors import AddressError, DecodeError, Descriptor, WindowError, decode, encode
+from npu_spec.engine import Engine
 from npu_spec.registers import ADDRESS_WINDOWS
 from npu_spec.regmap import WriteBlock
 from npu_spec.taskman import BASE_TABLE_SIZE, Cause
@@ -33,7 +35,7 @@ def random_descriptor(rng, network, limit, slot_words):
     src_len = rng.randrange(256)
     flags = {name: rng.random() < 0.3 for name in ("tse", "spc", "dpc", "tsr", "spl",
                                                    "src_mem", "dst_mem", "irq")}
-    return Descriptor(task_id=rng.getrandbits(16), network=network, engine=rng.randrange(2),
+    return Descriptor(task_id=rng.getrandbits(16), network=network, engine=rng.choice(list(Engine)),
                       dep=rng.getrandbits(8), src=rng.randrange(max(1, limit - src_len)),
                       src_len=src_len, dst=rng.randrange(limit), blocks=tuple(blocks),
                       **flags)
@@ -43,15 +45,17 @@ def mutate(rng, words, slot_words, limit):
     """``words`` with one random fault (it may still decode); ``limit`` is the window's
     size."""
     words = list(words)
-    kind = rng.randrange(12)
+    kind = rng.randrange(13)
     if kind == 0:
         k = rng.randrange(len(words))
         words[k] ^= 1 << rng.randrange(32)                      # any bit
     elif kind == 1:
         words[0] ^= rng.randrange(1, 256)                       # magic
     elif kind == 2:
-        k, bit = rng.choice([(0, 25), (0, 31), (2, 24), (2, 31), (3, 16), (3, 31)])
+        k, bit = rng.choice([(0, 26), (0, 31), (2, 24), (2, 31), (3, 16), (3, 31)])
         words[k] |= 1 << bit                                    # reserved bits
+    elif kind == 12:
+        words[0] |= 3 << 16                                     # engine 3: no engine
     elif kind == 3:
         length = rng.choice([0, 1, 3, slot_words + 1, 255, len(words) - 1, len(words) + 1])
         words[0] = (words[0] & ~0xFF00) | (length & 0xFF) << 8  # length
@@ -90,27 +94,58 @@ def raised(ctx, dut):
 
 class FetchBench:
     """Fetch with a memory, two queues and a base-address table; runs one descriptor at a
-    time."""
+    time.
 
-    def __init__(self, slot_words, rng):
+    The memory takes a request unless it stalls (probability ``stall``), reads the word when it
+    takes the request, and answers in order after a latency drawn from ``latency``; a ready
+    answer is also held back with probability ``stall``. Reads of ``bus_errors`` are answered
+    with ``err``.
+    """
+
+    def __init__(self, slot_words, rng, latency=(1, 1), stall=0.0):
         self.dut = Fetch(QUEUES, slot_words)
         self.slot_words = slot_words
         self.rng = rng
+        self.latency = latency
+        self.stall = stall
         self.mem = {}
+        self.bus_errors = set()
         self.reads = []
         self.fills = []
-        self.pending = None
+        self.inflight = []          # [cycle the answer may come, address, word, err]
+        self.answering = False
+        self.cycle = 0
+
+    def drive(self, ctx):
+        """The memory's outputs for this cycle."""
+        dut = self.dut
+        if not self.answering and self.inflight and self.inflight[0][0] <= self.cycle:
+            self.answering = self.rng.random() >= self.stall
+        ctx.set(dut.mem.resp.valid, self.answering)
+        if self.answering:
+            ctx.set(dut.mem.resp.payload.data, self.inflight[0][2])
+            ctx.set(dut.mem.resp.payload.err, self.inflight[0][3])
+        else:
+            ctx.set(dut.mem.resp.payload.data, self.rng.getrandbits(32))
+            ctx.set(dut.mem.resp.payload.err, self.rng.getrandbits(1))
+        ctx.set(dut.mem.req.ready, self.rng.random() >= self.stall)
 
     async def tick(self, ctx):
         dut = self.dut
-        if ctx.get(dut.mem.en):
-            self.reads.append(ctx.get(dut.mem.addr))
+        if ctx.get(dut.mem.req.valid) and ctx.get(dut.mem.req.ready):
+            address = ctx.get(dut.mem.req.payload)
+            self.reads.append(address)
+            self.inflight.append([self.cycle + self.rng.randint(*self.latency), address,
+                                  self.mem.get(address, self.rng.getrandbits(32)),
+                                  address in self.bus_errors])
+        if self.answering and ctx.get(dut.mem.resp.ready):
+            self.inflight.pop(0)
+            self.answering = False
         if ctx.get(dut.fill.valid):
             self.fills.append((ctx.get(dut.fill.payload.index), ctx.get(dut.fill.payload.data)))
-        self.pending = ctx.get(dut.mem.addr) if ctx.get(dut.mem.en) else None
         await ctx.tick()
-        ctx.set(dut.mem.data, self.mem.get(self.pending, 0) if self.pending is not None
-                else self.rng.getrandbits(32))
+        self.cycle += 1
+        self.drive(ctx)
 
     def setup(self, ctx, windows):
         for j, (base, limit) in enumerate(windows):
@@ -118,6 +153,16 @@ class FetchBench:
             ctx.set(self.dut.window[j].limit, limit)
         for q in range(QUEUES):
             ctx.set(self.dut.control[q].network, NETWORK[q])
+        self.drive(ctx)
+
+    async def quiesce(self, ctx):
+        """Wait until no read is in flight."""
+        for _ in range(200):
+            if not ctx.get(self.dut.in_flight):
+                return
+            assert not ctx.get(self.dut.fill.valid) and not raised(ctx, self.dut)
+            await self.tick(ctx)
+        raise AssertionError("reads still in flight")
 
     async def fetch(self, ctx, q, address, base_index, tail):
         """Fetch the descriptor at ``address`` for queue ``q``; returns ``("error", event)`` or
@@ -130,13 +175,14 @@ class FetchBench:
         ctx.set(dut.target, q)
         ctx.set(dut.target_valid, 1)
         self.reads, self.fills = [], []
-        for _ in range(self.slot_words + 20):
+        for _ in range(40 * (self.slot_words + 20)):
             if raised(ctx, dut):
                 result = ("error", ctx.get(dut.exception))
                 ctx.set(dut.target_valid, 0)                     # the queue is retired
                 await self.tick(ctx)
                 assert not ctx.get(dut.descriptor.valid)
                 await self.tick(ctx)
+                await self.quiesce(ctx)
                 return result
             if ctx.get(dut.descriptor.valid):
                 payload = ctx.get(dut.descriptor.payload)
@@ -151,15 +197,17 @@ class FetchBench:
                 ctx.set(dut.target_valid, 0)
                 assert not ctx.get(dut.descriptor.valid)
                 await self.tick(ctx)
+                assert not ctx.get(dut.in_flight)
                 return ("descriptor", payload)
             await self.tick(ctx)
         raise AssertionError(f"fetch of 0x{address:X} did not end")
 
 
-@pytest.mark.parametrize("slot_words,seed", [(8, 0), (16, 1), (32, 2), (32, 3)])
-def test_fetch_checks_against_decode(slot_words, seed):
+@pytest.mark.parametrize("slot_words,seed,latency,stall", [
+    (8, 0, (1, 1), 0.0), (16, 1, (1, 4), 0.3), (32, 2, (1, 1), 0.0), (32, 3, (2, 9), 0.5)])
+def test_fetch_checks_against_decode(slot_words, seed, latency, stall):
     rng = random.Random(seed)
-    bench = FetchBench(slot_words, rng)
+    bench = FetchBench(slot_words, rng, latency, stall)
     dut = bench.dut
     windows = [(0x1000 * (j + 1), rng.choice((0x40, 0x400, 0x1000)))
                for j in range(BASE_TABLE_SIZE)]
@@ -191,8 +239,19 @@ def test_fetch_checks_against_decode(slot_words, seed):
                                 tail=tail, max_length=slot_words)
             except (DecodeError, AddressError, WindowError) as error:
                 expect = error
+            # A bus error on word 0, or on any word of a good descriptor, gives BUS.
+            bench.bus_errors = set()
+            if rng.random() < 0.1:
+                k = rng.randrange(expect.length) if isinstance(expect, Descriptor) else 0
+                bench.bus_errors = {address + k}
+                expect = "bus"
             kind, value = await bench.fetch(ctx, q, address, base_index, tail)
-            if isinstance(expect, Descriptor):
+            if expect == "bus":
+                assert kind == "error", f"trial {trial}: {value}"
+                assert (Cause(value.cause.value), value.queue, value.addr) == \
+                    (Cause.BUS, q, address), f"trial {trial}"
+                assert [w for k, w in bench.fills] == words[:len(bench.fills)]
+            elif isinstance(expect, Descriptor):
                 assert kind == "descriptor", f"trial {trial}: {value}"
                 length = expect.length
                 assert (value.slot.queue, value.slot.addr, value.slot.base,
@@ -204,24 +263,31 @@ def test_fetch_checks_against_decode(slot_words, seed):
                 assert kind == "error", f"trial {trial}: {expect!r}"
                 assert (Cause(value.cause.value), value.queue, value.addr) == \
                     (CAUSE[type(expect)], q, address), f"trial {trial}: {expect!r}"
-                # Reads never go past the checked words.
-                assert len(bench.reads) <= len(bench.fills) + 1
-            name = type(expect).__name__
+            if kind == "error":
+                # Reads stay in the slot, in order, at most word 0 before the length is known.
+                assert bench.reads == [address + k for k in range(len(bench.reads))]
+                assert 1 <= len(bench.reads) <= slot_words
+            name = "BusError" if expect == "bus" else type(expect).__name__
             outcomes[name] = outcomes.get(name, 0) + 1
 
     run(dut, tb)
     # Every outcome occurred.
-    assert set(outcomes) == {"Descriptor", "DecodeError", "AddressError", "WindowError"}, \
-        outcomes
+    assert set(outcomes) == {"Descriptor", "DecodeError", "AddressError", "WindowError",
+                             "BusError"}, outcomes
 
 
-def test_fetch_queue_replacement():
+@pytest.mark.parametrize("latency,stall,seed", [((1, 1), 0.0, 7), ((2, 8), 0.3, 8),
+                                                ((4, 12), 0.0, 9)])
+def test_fetch_queue_replacement(latency, stall, seed):
     """A fetch whose target changes, whose head moves or whose queue is retired is dropped
-    without an exception or a descriptor, and the new target is fetched from its head."""
-    rng = random.Random(7)
-    bench = FetchBench(32, rng)
+    without an exception or a descriptor, and the new target is fetched from its head; the
+    dropped fetch's reads still in flight are discarded, so the new descriptor has exactly its
+    own words (the memory is rewritten at the drop: an old word would show)."""
+    rng = random.Random(seed)
+    bench = FetchBench(32, rng, latency, stall)
     dut = bench.dut
     windows = [(0x1000, 0x1000)] * BASE_TABLE_SIZE
+    dropped_in_flight = []
 
     async def tb(ctx):
         bench.setup(ctx, windows)
@@ -238,10 +304,11 @@ def test_fetch_queue_replacement():
             ctx.set(dut.target, 0)
             ctx.set(dut.target_valid, 1)
             # Part of A's fetch, or all of it and some waiting.
-            for _ in range(rng.randrange(1, len(a) + 6)):
+            for _ in range(rng.randrange(1, 2 * len(a) + 6)):
                 assert not raised(ctx, dut)
                 await bench.tick(ctx)
-            how = trial % 3
+            dropped_in_flight.append(ctx.get(dut.in_flight))
+            how = trial % 4
             if how == 0:
                 ctx.set(dut.target, 1)                       # another target
                 new, head = b, 0x1200
@@ -249,26 +316,41 @@ def test_fetch_queue_replacement():
                 ctx.set(dut.queue[0].head, 0x1200)           # the head moved
                 bench.mem.update({0x1200 + k: w for k, w in enumerate(a)})
                 new, head = a, 0x1200
-            else:
+            elif how == 2:
                 ctx.set(dut.queue[0].retired, 1)             # retired: nothing more is read
                 for _ in range(3):
                     await bench.tick(ctx)
-                    assert not ctx.get(dut.mem.en) and not ctx.get(dut.descriptor.valid)
+                    assert not ctx.get(dut.fill.valid) and not ctx.get(dut.descriptor.valid)
                     assert not raised(ctx, dut)
                 ctx.set(dut.target, 1)                       # then another choice
                 new, head = b, 0x1200
+            else:
+                ctx.set(dut.target_valid, 0)                 # no target for a cycle, then
+                await bench.tick(ctx)                        # the same head, rewritten
+                assert not ctx.get(dut.fill.valid) and not ctx.get(dut.descriptor.valid)
+                ctx.set(dut.target_valid, 1)
+                new = encode(random_descriptor(rng, NETWORK[0], 0x1000, 32))
+                bench.mem.update({0x1100 + k: w for k, w in enumerate(new)})
+                head = 0x1100
             assert not ctx.get(dut.descriptor.valid)
             bench.reads, bench.fills = [], []
-            for _ in range(len(new) + 6):
+            for _ in range(40 * len(new) + 20):
                 assert not raised(ctx, dut)
                 if ctx.get(dut.descriptor.valid):
                     break
                 await bench.tick(ctx)
             assert ctx.get(dut.descriptor.valid)
             assert ctx.get(dut.descriptor.payload.slot.addr) == head
-            assert bench.reads == [head + k for k in range(len(new))]
-            assert [w for _, w in bench.fills] == new
+            # At most one request of the dropped fetch (offered before the drop, taken after)
+            # precedes the new fetch's reads.
+            assert bench.reads[-len(new):] == [head + k for k in range(len(new))]
+            assert len(bench.reads) <= len(new) + 1
+            assert bench.fills == list(enumerate(new))
             ctx.set(dut.target_valid, 0)
             await bench.tick(ctx)
+            await bench.quiesce(ctx)
 
     run(dut, tb)
+    # Some fetches were dropped with several reads in flight.
+    if latency[1] > 1:
+        assert max(dropped_in_flight) >= 2, dropped_in_flight

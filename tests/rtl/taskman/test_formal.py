@@ -124,11 +124,12 @@ class TaskBufferProof(wiring.Component):
         t = self.tracked
         t_prev = Signal(SEQ_WIDTH)
         m.d.sync += t_prev.eq(t)
-        m.d.comb += [Assume(self.load.dep < 8), Assume(self.skew <= n), Assume(t == t_prev)]
+        m.d.comb += [Assume(self.load.dep < 8), Assume(self.skew <= n), Assume(t == t_prev),
+                     Assume(self.load.engine < ENGINES)]
 
         out = Signal()       # the tracked task is loaded and not finished
         begun = Signal()     # ... and started
-        eng = Signal()
+        eng = Signal.like(self.load.engine)
         bar = Signal()
         with m.If(dut.load.valid & dut.load.ready & (dut.next_seq == t)):
             m.d.sync += [out.eq(1), begun.eq(0), eng.eq(self.load.engine),
@@ -165,7 +166,7 @@ class TaskBufferProof(wiring.Component):
             in_buffer = in_buffer | (dut.valid[i] & (dut.entry[i].seq == t))
             with m.If(dut.valid[i]):
                 m.d.comb += [Assert((age >= 1) & (age <= n)),
-                             Assert(dut.entry[i].dep < 8)]
+                             Assert(dut.entry[i].dep < 8), Assert(dut.entry[i].engine < ENGINES)]
                 with m.If(dut.entry[i].seq == t):
                     m.d.comb += [Assert(begun == dut.started[i]),
                                  Assert(eng == dut.entry[i].engine),
@@ -259,30 +260,59 @@ class QueuesProof(wiring.Component):
 class FetchProof(wiring.Component):
     """The fetch queue: its descriptor leaves only by a commit or a replacement (it no longer
     matches the target), unchanged while it waits; a complete descriptor has had every one of
-    its words checked, at least the header and at most a slot; reads and slot writes stay inside
-    the slot, each word at its index; nothing is offered or raised for a stale fetch. Memory
-    data, queue state, registers and commits are arbitrary."""
+    its words checked, at least the header and at most a slot; new requests and slot writes stay
+    inside the slot, each word at its index; nothing new is requested, filled, offered or raised
+    for a stale fetch; a request not taken stays offered, unchanged; the reads in flight are
+    those of dropped fetches (``drain``, answered first) then this fetch's unanswered words, and
+    no word is taken while a dropped fetch's answer is still due. Memory data, bus errors,
+    request stalls, response timing (in order, one per request taken), queue state, registers
+    and commits are arbitrary."""
 
-    def __init__(self, queues, slot_words, fetch=Fetch):
+    def __init__(self, queues, slot_words, fetch=Fetch, max_in_flight=3):
         self.queues = queues
         self.slot_words = slot_words
         self.fetch = fetch
+        self.max_in_flight = max_in_flight
         super().__init__({
             "queue": In(data.ArrayLayout(QueueStatus, queues)),
             "control": In(data.ArrayLayout(QueueControl, queues)),
             "window": In(data.ArrayLayout(MemoryWindow, BASE_TABLE_SIZE)),
-            "target": In(QUEUE_WIDTH), "target_valid": In(1), "data": In(32), "ready": In(1),
+            "target": In(QUEUE_WIDTH), "target_valid": In(1), "data": In(32), "err": In(1),
+            "resp_valid": In(1), "req_ready": In(1), "ready": In(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         w = self.slot_words
-        m.submodules.dut = dut = self.fetch(self.queues, w)
+        m.submodules.dut = dut = self.fetch(self.queues, w, max_in_flight=self.max_in_flight)
+        req, resp = dut.mem.req, dut.mem.resp
         m.d.comb += [dut.queue.eq(self.queue), dut.control.eq(self.control),
                      dut.window.eq(self.window), dut.target.eq(self.target),
-                     dut.target_valid.eq(self.target_valid), dut.mem.data.eq(self.data),
-                     dut.descriptor.ready.eq(self.ready)]
+                     dut.target_valid.eq(self.target_valid), resp.payload.data.eq(self.data),
+                     resp.payload.err.eq(self.err), resp.valid.eq(self.resp_valid),
+                     req.ready.eq(self.req_ready), dut.descriptor.ready.eq(self.ready)]
         m.d.comb += Assume(self.target < self.queues)
+        # The memory: one answer per request taken, in order (``pending`` taken, not answered).
+        pending = Signal(range(self.max_in_flight + 2))
+        m.d.sync += pending.eq(pending + (req.valid & req.ready) - (resp.valid & resp.ready))
+        m.d.comb += Assume(~self.resp_valid | (pending != 0))
+        m.d.comb += [Assert(resp.ready), Assert(dut.in_flight == pending + dut.hold),
+                     Assert(dut.in_flight <= self.max_in_flight),
+                     Assert(dut.drain <= dut.in_flight)]
+        with m.If(dut.busy):
+            m.d.comb += Assert(dut.in_flight == dut.drain + dut.issued - dut.received)
+        with m.Else():
+            m.d.comb += Assert(dut.in_flight == dut.drain)
+        with m.If(dut.fill.valid | (dut.exception.cause != CauseCode.NONE)):
+            m.d.comb += Assert(dut.drain == 0)               # no word of a dropped fetch
+        # A request not taken is offered again, unchanged.
+        past_offered = Signal()
+        past_req = Signal(ADDR_WIDTH)
+        m.d.sync += [past_offered.eq(req.valid & ~req.ready), past_req.eq(req.payload)]
+        with m.If(past_offered):
+            m.d.comb += [Assert(req.valid), Assert(req.payload == past_req), Assert(dut.hold)]
+        with m.Else():
+            m.d.comb += Assert(~dut.hold)
         fetched = dut.fetched
         commit = dut.descriptor.valid & dut.descriptor.ready
         past_valid = Signal()
@@ -299,22 +329,23 @@ class FetchProof(wiring.Component):
                                                        past_fetched.as_value())]
             with m.If(past_held & ~dut.valid):
                 m.d.comb += Assert(past_left)
-        # Nothing is offered or raised for a stale fetch.
+        # Nothing new is requested, offered or raised for a stale fetch.
+        new_request = req.valid & ~dut.hold
         with m.If(dut.stale):
             m.d.comb += [Assert(~dut.descriptor.valid),
-                         Assert(dut.exception.cause == CauseCode.NONE), Assert(~dut.mem.en),
+                         Assert(dut.exception.cause == CauseCode.NONE), Assert(~new_request),
                          Assert(~dut.fill.valid)]
         # Inside the slot, word by word.
         m.d.comb += Assert(~(dut.busy & dut.valid))
-        with m.If(dut.mem.en):
-            m.d.comb += [Assert(dut.issued < w), Assert(dut.mem.addr == (fetched.slot.addr +
-                                                                       dut.issued)[:32])]
+        with m.If(new_request):
+            m.d.comb += [Assert(dut.busy), Assert(dut.issued < w),
+                         Assert(req.payload == (fetched.slot.addr + dut.issued)[:32])]
         with m.If(dut.fill.valid):
             index = dut.fill.payload.index
             m.d.comb += [Assert(dut.received < w),
                          Assert(index == dut.received[:len(index)])]
         with m.If(dut.busy):
-            m.d.comb += Assert(dut.received + dut.pending == dut.issued)
+            m.d.comb += Assert(dut.received <= dut.issued)
             with m.If(dut.length_known):
                 m.d.comb += [Assert(fetched.length >= HEADER_WORDS),
                              Assert(fetched.length <= w), Assert(dut.issued <= fetched.length),
@@ -323,6 +354,7 @@ class FetchProof(wiring.Component):
                 m.d.comb += [Assert(dut.received == 0), Assert(dut.issued <= 1)]
         with m.If(dut.valid):
             m.d.comb += [Assert(dut.length_known), Assert(dut.received == fetched.length),
+                         Assert(dut.issued == fetched.length), Assert(dut.drain == 0),
                          Assert(fetched.length >= HEADER_WORDS), Assert(fetched.length <= w)]
         return m
 

@@ -15,6 +15,7 @@ from npu.taskman.config_queue import ConfigQueue
 from npu.taskman.layouts import SlotInfo, slot_word
 from npu.taskman.program import Programmer
 from npu_spec.descriptors import FLAGS, Descriptor, decode, encode
+from npu_spec.engine import Engine
 from npu_spec.registers import ADDRESS_WINDOWS
 from npu_spec.regmap import WriteBlock
 from tests.support.csr import run
@@ -61,7 +62,7 @@ def random_words(rng, slot_words):
         room -= 1 + count
     flags = {name: rng.random() < 0.3 for name in FLAGS}
     return encode(Descriptor(task_id=rng.getrandbits(16), network=rng.getrandbits(8),
-                             engine=rng.randrange(2), dep=rng.getrandbits(8),
+                             engine=rng.choice(list(Engine)), dep=rng.getrandbits(8),
                              src=rng.getrandbits(16), src_len=rng.getrandbits(8),
                              dst=rng.getrandbits(16), blocks=tuple(blocks), **flags))
 
@@ -101,7 +102,7 @@ def test_program_against_decode(depth, slot_words, drop, seed):
             if words is None and len(sent) < 120:
                 words, position = random_words(rng, slot_words), 0
                 info = {"queue": rng.randrange(QUEUES), "addr": rng.getrandbits(32),
-                        "base": rng.getrandbits(32)}
+                        "base": rng.getrandbits(32), "limit": rng.getrandbits(32)}
             # Producer: the words into the fetch slot, then the commit.
             fill = words is not None and position < len(words) and rng.random() < 0.8
             ctx.set(dut.fill.valid, fill)

@@ -1,6 +1,7 @@
 # amaranth: UnusedElaboratable=no
-"""Randomized task lists in several queues: random priorities, engines, run lengths,
-dependencies, switch points, push times and write-port stalls. Checked every cycle and at the
+"""Randomized task lists in several queues: random priorities, engines (all three), run lengths,
+dependencies, switch points, push times, write-port stalls and descriptor-memory latencies and
+stalls. Checked every cycle and at the
 end: no task lost or run twice, per-engine order kept, every input equal to the serial run's
 (no read before the producer's data), every result equal to serial execution."""
 
@@ -9,7 +10,7 @@ import random
 import pytest
 
 from npu_model.taskman import task
-from npu_spec.descriptors import NE, PE
+from npu_spec.engine import Engine
 from tests.support.taskman import IN_OFF, WINDOWS, Scenario
 
 
@@ -19,7 +20,7 @@ def random_list(rng, network, n):
     output of an earlier task of their segment."""
     descs = []
     seg_start = 0
-    engines = [rng.choice((NE, PE)) for _ in range(n)]
+    engines = [rng.choice(list(Engine)) for _ in range(n)]
     switch_after = None
     for i in range(n):
         f = {}
@@ -70,7 +71,7 @@ def check_run(sc, bench):
         assert sorted(starts) == list(range(len(descs))), (q, starts)
         assert sorted(ends) == list(range(len(descs))), (q, ends)
         # Per-engine order kept.
-        for engine in (NE, PE):
+        for engine in Engine:
             ids = [e.task_id for e in bench.events("start", q) if e.engine == engine]
             assert ids == sorted(ids)
         # Inputs and results equal the serial run.
@@ -102,7 +103,7 @@ def no_overlap_check():
             else:
                 in_flight.pop(key, None)
         assert len({e.queue for e in in_flight.values()}) <= 1
-        for engine in (NE, PE):
+        for engine in Engine:
             assert sum(e.engine == engine for e in in_flight.values()) <= 1
     return check
 
@@ -110,7 +111,8 @@ def no_overlap_check():
 @pytest.mark.parametrize("seed", range(6))
 def test_random(seed):
     sc, rng = random_scenario(seed)
-    bench_kwargs = {"write_stall": rng.choice((0.0, 0.3)), "seed": seed}
+    bench_kwargs = {"write_stall": rng.choice((0.0, 0.3)), "seed": seed,
+                    "mem_latency": rng.choice((1, (1, 6))), "mem_stall": rng.choice((0.0, 0.3))}
     bench = sc.rtl(skew=rng.choice((0, 2, 3)), **bench_kwargs, reads=[("cycles", 50)],
                    checks=[no_overlap_check()])
     check_run(sc, bench)
@@ -121,5 +123,6 @@ def test_random(seed):
 def test_random_long(seed):
     sc, rng = random_scenario(seed)
     bench = sc.rtl(skew=rng.choice((0, 2, 3)), write_stall=rng.choice((0.0, 0.3)), seed=seed,
+                   mem_latency=rng.choice((1, (1, 6))), mem_stall=rng.choice((0.0, 0.3)),
                    reads=[("cycles", 50)], checks=[no_overlap_check()])
     check_run(sc, bench)
