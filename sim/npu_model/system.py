@@ -35,8 +35,10 @@ as the RTL does (``docs/system.md``), for programs whose result does not depend 
 
   An engine's nonzero error code retires the queue with cause ``ENGINE``.
 
-A program the RTL could not finish (an operand dataset streaming fewer beats than the planar
-engine consumes, a result dataset taking fewer than it produces) raises :class:`HangError`.
+A task the RTL could not finish (an operand dataset streaming fewer beats than the planar
+engine consumes, a result dataset taking fewer than it produces) is aborted by the task
+manager's watchdog: the queue is retired with cause ``TIMEOUT`` (the host must set
+``WATCHDOG``; ``npu_sim.system.setup_writes`` does).
 """
 
 from dataclasses import dataclass, field
@@ -602,7 +604,14 @@ def _run_queue(machine, q, slot_words, tasks):
         engine = Engine(desc.engine)
         run = {Engine.NEURAL: machine.run_neural, Engine.PLANAR: machine.run_planar,
                Engine.DMA: machine.run_dma}[engine]
-        code = run()
+        try:
+            code = run()
+        except HangError:
+            # The engine waits forever; the task manager's watchdog aborts the task.
+            tasks.append(TaskRecord(q.index, desc.task_id, int(engine), None, address))
+            status.retired, status.cause, status.address = True, Cause.TIMEOUT, address
+            status.engine = int(engine)
+            break
         tasks.append(TaskRecord(q.index, desc.task_id, int(engine), code, address))
         if code:
             status.retired, status.cause, status.address = True, Cause.ENGINE, address

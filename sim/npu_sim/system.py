@@ -279,10 +279,14 @@ class SystemCommands:
         return records
 
 
-def setup_writes(program):
+#: Default watchdog of a system run: a task running longer is aborted (``TIMEOUT``).
+WATCHDOG = 1 << 20
+
+
+def setup_writes(program, *, watchdog=WATCHDOG):
     """Host register writes that load a program's queues (``docs/program.md``): the task
-    manager stopped, the base-address table, every queue's control, head, tail and push, the
-    interrupts enabled; the start (``CTRL.enable``) is left to the caller."""
+    manager stopped, the watchdog, the base-address table, every queue's control, head, tail
+    and push, the interrupts enabled; the start (``CTRL.enable``) is left to the caller."""
     from npu_spec.taskman import task_manager_map
     tm = task_manager_map(program.config.task_queues)
     w = []
@@ -291,6 +295,7 @@ def setup_writes(program):
         w.append((tm.base + tm[name].offset, tm[name].pack(**fields)))
 
     put("CTRL", enable=0)
+    put("WATCHDOG", cycles=watchdog)
     for j, entry in enumerate(program.base_table):
         put(f"BASE{j}", address=entry.base)
         put(f"LIMIT{j}", words=entry.limit)
@@ -313,7 +318,7 @@ def _le_words(image, width):
     return [int.from_bytes(image[k:k + step], "little") for k in range(0, len(image), step)]
 
 
-def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64):
+def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64, watchdog=WATCHDOG):
     """The commands of one run of ``program``: load memory, set up the queues, start, wait
     until the task manager is idle, read the trace, the status and the memory back.
 
@@ -329,7 +334,7 @@ def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64):
     for k, word in enumerate(_le_words(program.memory, cfg.mem_width)):
         if word:
             cmds.mem_write(k, word)
-    cmds.writes(setup_writes(program))
+    cmds.writes(setup_writes(program, watchdog=watchdog))
     cmds.read(NPU_INFO["CYCLE"].offset, "start")
     ctrl = tm["CTRL"]
     cmds.write(tm.base + ctrl.offset, ctrl.pack(enable=1))
@@ -358,7 +363,7 @@ def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64):
 
 
 def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_bytes=None,
-            progress=None, max_cycles=None, vcd=None):
+            progress=None, max_cycles=None, vcd=None, watchdog=WATCHDOG):
     """Run ``program`` on the RTL system simulation; returns a dict: ``memory`` (bytes, the
     first ``dump_bytes``), ``trace`` (``[(task_id, engine, end, error, queue, cycle)]``),
     ``registers`` (status and counters by name), ``queues`` (``{index: Qi_STATUS}``),
@@ -370,7 +375,7 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
 
     cfg = program.config
     say = progress or (lambda msg: None)
-    cmds, words = host_commands(program, stall=stall, dump_bytes=dump_bytes)
+    cmds, words = host_commands(program, stall=stall, dump_bytes=dump_bytes, watchdog=watchdog)
     t0 = time.perf_counter()
     stats = {}
     if backend == "verilator":

@@ -169,6 +169,9 @@ def task_manager_map(queues=8):
             Field("secure", 1, offset=9, access="ro", reset=0, doc="Secure mode: only secure "
                   "queues run."),
             Field("secure_request", 1, access="ro", reset=0, doc="A secure queue has work."),
+            Field("idle", 1, access="ro", reset=0, doc="Nothing to do: no queue has "
+                  "uncommitted descriptors (retired queues aside) and no task is committed, "
+                  "loaded or running. A host waits for it after enabling the queues."),
         ]),
     ]
     for n, (name, doc) in enumerate(COUNTERS):

@@ -244,6 +244,8 @@ class TaskManager(wiring.Component):
             status.current.eq(schedule.current), status.busy.eq(busy),
             status.secure.eq(schedule.secure_mode),
             status.secure_request.eq(schedule.secure_request),
+            status.idle.eq(~busy & ~Cat(*((queues.state[i].count != 0) & ~queues.state[i].retired
+                                          for i in range(nq))).any()),
             counters.busy.eq(busy), counters.work.eq(schedule.work),
             counters.completed.eq(dispatch.completed),
             counters.waiting.eq(Cat(*taskbuf.waiting)),
