@@ -7,12 +7,14 @@ request order; writes are one stream with a mask of the lanes to write.
 
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
-from npu_spec.dataproc import ADDR_BITS
+from npu_spec.dataproc import ADDR_BITS, SHAPE_BITS
 
 __all__ = [
-    "ELEMENT_BITS", "KMEM_ADDR_BITS", "BufferReadSignature", "KernelWriteLayout",
-    "buffer_write_layout", "read_request_layout", "read_response_layout",
+    "ELEMENT_BITS", "KMEM_ADDR_BITS", "BufferReadSignature", "DatasetLayout",
+    "KernelWriteLayout", "buffer_write_layout", "read_request_layout", "read_response_layout",
+    "wrap_address",
 ]
 
 #: Width of a buffer element.
@@ -58,3 +60,20 @@ class BufferReadSignature(wiring.Signature):
 
 #: A write of one kernel-memory word: word ``addr`` of core ``core``'s kernel memory.
 KernelWriteLayout = data.StructLayout({"core": 6, "addr": KMEM_ADDR_BITS, "data": 32})
+
+
+#: A dataset as the ports read it from the register file: ``(C, H, W)`` at element ``addr``,
+#: element ``(c, y, x)`` at ``addr + c * cstride + y * rstride + x`` (``npu_spec.dataproc``).
+DatasetLayout = data.StructLayout({
+    "addr": ADDR_BITS, "width": SHAPE_BITS, "height": SHAPE_BITS, "channels": SHAPE_BITS,
+    "cstride": ADDR_BITS, "rstride": ADDR_BITS,
+})
+
+
+def wrap_address(value, elements):
+    """``value`` (signed or unsigned) modulo ``elements`` as an unsigned element address:
+    the low bits when ``elements`` is a power of two, else a modulo (a divider)."""
+    bits = ceil_log2(elements)
+    if elements == 1 << bits:
+        return value.as_unsigned()[:bits] if bits else value.as_unsigned()[:0]
+    return (value % elements).as_unsigned()[:bits]

@@ -1,0 +1,231 @@
+"""The planar engine's ports on the buffer: operand readers and the result writer.
+
+Both walk a dataset the same way (:class:`DatasetWalk`): the ``C * H`` rows of ``W`` elements
+in raster order, ``ceil(W / L)`` beats of ``L`` lanes a row; beat ``k`` of a row covers columns
+``k * L .. k * L + L - 1``, of which those below ``W`` are the dataset's.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from npu_spec.dataproc import ADDR_BITS, SHAPE_BITS
+
+from ..planar.layouts import beat_layout
+from .ports import BufferReadSignature, DatasetLayout, buffer_write_layout, wrap_address
+
+__all__ = ["DatasetWalk", "PEReader", "PEWriter"]
+
+
+class DatasetWalk(wiring.Component):
+    """The beats of a dataset, one step at a time, without multipliers.
+
+    Parameters
+    ----------
+    lanes : int
+        ``L``, a power of two.
+    elements : int
+        Elements of the buffer.
+
+    Members
+    -------
+    dataset : In(DatasetLayout)
+        Sampled by ``start``.
+    start : In(1)
+        Begin at the first beat.
+    advance : In(1)
+        Step to the next beat.
+    addr : Out(ADDR_BITS)
+        Element address of the beat's first column.
+    lanes_in : Out(range(L + 1))
+        Lanes of the beat inside ``W``.
+    last : Out(1)
+        The beat is the dataset's last.
+    empty : Out(1)
+        The dataset sampled has no beats (``C``, ``H`` or ``W`` is 0); combinational from
+        ``dataset``.
+    """
+
+    def __init__(self, lanes, elements):
+        self._lanes = lanes
+        self._elements = elements
+        super().__init__({
+            "dataset":  In(DatasetLayout),
+            "start":    In(1),
+            "advance":  In(1),
+            "addr":     Out(ADDR_BITS),
+            "lanes_in": Out(range(lanes + 1)),
+            "last":     Out(1),
+            "empty":    Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L = self._lanes
+        ds = Signal(DatasetLayout)
+        c = Signal(SHAPE_BITS)
+        y = Signal(SHAPE_BITS)
+        col = Signal(SHAPE_BITS + exact_log2(L) + 1)      # k * L
+        row = Signal(ADDR_BITS)                           # address of (c, y, 0)
+        plane = Signal(ADDR_BITS)                         # address of (c, 0, 0)
+        left = Signal(SHAPE_BITS + 1)
+        m.d.comb += [
+            self.empty.eq((self.dataset.channels == 0) | (self.dataset.height == 0)
+                          | (self.dataset.width == 0)),
+            self.addr.eq(wrap_address(row + col, self._elements)),
+            left.eq(ds.width - col),
+            self.lanes_in.eq(Mux(left >= L, L, left)),
+        ]
+        row_end = col + L >= ds.width
+        plane_end = row_end & (y == ds.height - 1)
+        m.d.comb += self.last.eq(plane_end & (c == ds.channels - 1))
+
+        wrap = self._elements
+        with m.If(self.start):
+            base = wrap_address(self.dataset.addr, wrap)
+            m.d.sync += [ds.eq(self.dataset), c.eq(0), y.eq(0), col.eq(0), row.eq(base),
+                         plane.eq(base)]
+        with m.Elif(self.advance):
+            with m.If(~row_end):
+                m.d.sync += col.eq(col + L)
+            with m.Elif(~plane_end):
+                m.d.sync += [col.eq(0), y.eq(y + 1),
+                             row.eq(wrap_address(row + ds.rstride, wrap))]
+            with m.Else():
+                nxt = wrap_address(plane + ds.cstride, wrap)
+                m.d.sync += [col.eq(0), y.eq(0), c.eq(c + 1), row.eq(nxt), plane.eq(nxt)]
+        return m
+
+
+class PEReader(wiring.Component):
+    """Streams an operand dataset to the planar engine.
+
+    On ``start`` (the engine's task start) the reader samples its dataset and requests its
+    beats from the buffer, one a cycle while the buffer grants them; a dataset with ``C``,
+    ``H`` or ``W`` of 0 streams nothing. Lanes beyond ``W`` are 0. ``stop`` (the engine's
+    done) ends the stream: requests stop and the runs already asked for are taken from the
+    buffer and dropped; a new ``start`` waits until they are gone.
+
+    Parameters
+    ----------
+    lanes : int
+        ``L``, the planar engine's lanes.
+    elements : int
+        Elements of the buffer.
+    depth : int
+        Runs in flight (the buffer port's response queue depth).
+
+    Members
+    -------
+    dataset : In(DatasetLayout)
+    start, stop : In(1)
+        One-cycle pulses.
+    buf : Out(BufferReadSignature(lanes))
+        The buffer read port.
+    out : Out(stream.Signature(beat_layout(lanes)))
+        The operand stream.
+    """
+
+    def __init__(self, lanes, elements, *, depth=4):
+        self._lanes = lanes
+        self._elements = elements
+        self._depth = depth
+        super().__init__({
+            "dataset": In(DatasetLayout),
+            "start":   In(1),
+            "stop":    In(1),
+            "buf":     Out(BufferReadSignature(lanes)),
+            "out":     Out(stream.Signature(beat_layout(lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L = self._lanes
+        m.submodules.walk = walk = DatasetWalk(L, self._elements)
+        m.submodules.meta = meta = fifo.SyncFIFO(width=len(walk.lanes_in), depth=self._depth)
+        running = Signal()
+        drop = Signal()           # runs of a stopped stream are still coming back
+
+        # Requests: one per beat while running.
+        req = self.buf.req
+        issue = Signal()
+        m.d.comb += [
+            walk.dataset.eq(self.dataset), walk.start.eq(self.start),
+            req.valid.eq(running & ~drop & meta.w_rdy),
+            req.payload.addr.eq(walk.addr),
+            issue.eq(req.valid & req.ready),
+            walk.advance.eq(issue),
+            meta.w_en.eq(issue), meta.w_data.eq(walk.lanes_in),
+        ]
+        with m.If(self.start):
+            m.d.sync += running.eq(~walk.empty)
+        with m.Elif(self.stop | (issue & walk.last)):
+            m.d.sync += running.eq(0)
+
+        # Responses: to the engine, or dropped after a stop.
+        resp = self.buf.resp
+        taken = Signal()
+        m.d.comb += [
+            self.out.valid.eq(resp.valid & ~drop),
+            resp.ready.eq(drop | self.out.ready),
+            taken.eq(resp.valid & resp.ready),
+            meta.r_en.eq(taken),
+        ]
+        inside = Signal(range(L + 1))
+        m.d.comb += inside.eq(meta.r_data)
+        m.d.comb += [self.out.payload.data[j].eq(Mux(j < inside, resp.payload.data[j], 0))
+                     for j in range(L)]
+        outstanding = Signal(range(2 * self._depth + 1))
+        after = Signal.like(outstanding)
+        m.d.comb += after.eq(outstanding + issue - taken)
+        m.d.sync += outstanding.eq(after)
+        with m.If(self.start | self.stop):
+            m.d.sync += drop.eq(after != 0)
+        with m.Elif(after == 0):
+            m.d.sync += drop.eq(0)
+        return m
+
+
+class PEWriter(wiring.Component):
+    """Writes the planar engine's result beats into the result dataset ``PE_OUT``.
+
+    On ``start`` the writer samples its dataset; result beat ``k`` of row ``r = c * H + y``
+    is written at columns ``k * L ..`` of that row, the lanes below ``W`` only. A beat is taken
+    in the cycle the buffer takes its run.
+
+    Members
+    -------
+    dataset : In(DatasetLayout)
+    start : In(1)
+    beats : In(stream.Signature(beat_layout(lanes)))
+        The engine's result stream.
+    buf : Out(stream.Signature(buffer_write_layout(lanes)))
+        The buffer write port.
+    """
+
+    def __init__(self, lanes, elements):
+        self._lanes = lanes
+        self._elements = elements
+        super().__init__({
+            "dataset": In(DatasetLayout),
+            "start":   In(1),
+            "beats":   In(stream.Signature(beat_layout(lanes))),
+            "buf":     Out(stream.Signature(buffer_write_layout(lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L = self._lanes
+        m.submodules.walk = walk = DatasetWalk(L, self._elements)
+        w = self.buf.payload
+        m.d.comb += [
+            walk.dataset.eq(self.dataset), walk.start.eq(self.start),
+            self.buf.valid.eq(self.beats.valid),
+            self.beats.ready.eq(self.buf.ready),
+            walk.advance.eq(self.beats.valid & self.beats.ready),
+            w.addr.eq(walk.addr),
+            w.data.eq(self.beats.payload.data),
+            w.mask.eq(Cat(j < walk.lanes_in for j in range(L))),
+        ]
+        return m
