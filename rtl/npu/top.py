@@ -225,7 +225,7 @@ class NPUTop(wiring.Component):
         # Data: every engine's ports on the data processor.
         for i, core in enumerate(cores):
             dp.connect_core(m, core, i)
-        dp.connect_planar(m, pe)
+        dp.connect_planar(m, pe, task=False)
         m.d.comb += [dp.pe_start.eq(tm.pe.start.valid & tm.pe.start.ready),
                      dp.pe_done.eq(tm.pe.done | tm.pe.abort)]
         wiring.connect(m, dma.buf_read, dp.dma_read)
@@ -234,7 +234,10 @@ class NPUTop(wiring.Component):
 
         # System memory: descriptor fetch and DMA share the master.
         m.submodules.fetch_port = reader = WordReader(cfg.mem_width)
-        wiring.connect(m, tm.mem, reader)
+        # Descriptor addresses are 32-bit word addresses; the bus reaches 2**30 of them.
+        m.d.comb += [reader.req.valid.eq(tm.mem.req.valid), tm.mem.req.ready.eq(reader.req.ready),
+                     reader.req.payload.eq(tm.mem.req.payload)]
+        wiring.connect(m, reader.resp, tm.mem.resp)
         m.submodules.arbiter = arbiter = Arbiter(2, MEM_ADDR_BITS, cfg.mem_width)
         wiring.connect(m, reader.bus, arbiter.masters[0])
         wiring.connect(m, dma.bus, arbiter.masters[1])

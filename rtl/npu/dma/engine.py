@@ -143,7 +143,8 @@ class DMAEngine(wiring.Component):
         # Task sequence: check, then run until nothing is outstanding.
         unit_error = reader.error | writer.error
         unit_idle = reader.idle & writer.idle
-        m.d.comb += [ctl.finish.eq(finish & ~ctl.flush), ctl.code.eq(code)]
+        # No gating by the abort: the task manager never aborts in the cycle of a done.
+        m.d.comb += [ctl.finish.eq(finish), ctl.code.eq(code)]
         checking = Signal()
         m.d.sync += checking.eq(ctl.go)
         m.d.comb += check.start.eq(checking)
