@@ -91,7 +91,7 @@ class TraceRecorder(wiring.Component):
         overflow = Signal()
         queues = []
         for e in range(self._engines):
-            q = fifo.SyncFIFOBuffered(width=width, depth=2)
+            q = fifo.SyncFIFO(width=width, depth=4)
             m.submodules[f"events{e}"] = q
             queues.append(q)
             running = Signal(TraceEntry, name=f"running{e}")

@@ -348,6 +348,8 @@ def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64, watchd
         cmds.read(info["TRACE_DATA0"].offset, ("trace0", k))
         cmds.read(info["TRACE_DATA1"].offset, ("trace1", k))
         cmds.write(info["TRACE_CTRL"].offset, pop)
+        # The pop takes effect a cycle after the write (a write-only field): one read between.
+        cmds.read(info["TRACE_STATUS"].offset, ("trace_status", k))
     cmds.read(info["TRACE_STATUS"].offset, "trace_status")
     for name in ("EXC_STATUS", "EXC_ADDR", "IRQ_STATUS") + tuple(n for n, _ in COUNTERS):
         cmds.read(tm.base + tm[name].offset, name)
@@ -396,7 +398,7 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
         async def producer(ctx):
             for beat in cmds.beats:
                 ctx.set(bench.cmd.valid, 1)
-                ctx.set(bench.cmd.payload, beat)
+                ctx.set(bench.cmd.payload.as_value(), beat)
                 await ctx.tick().until(bench.cmd.ready)
             ctx.set(bench.cmd.valid, 0)
 
@@ -404,9 +406,7 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
             ctx.set(bench.res.ready, 1)
             while len(responses) < cmds.expected:
                 await ctx.tick().until(bench.res.valid)
-                responses.append(ctx.get(bench.res.payload).as_value().value
-                                 if hasattr(ctx.get(bench.res.payload), "as_value")
-                                 else int(ctx.get(bench.res.payload)))
+                responses.append(ctx.get(bench.res.payload.as_value()))
 
         async def watchdog(ctx):
             for _ in range(limit):
