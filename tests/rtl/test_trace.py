@@ -17,12 +17,13 @@ def test_every_event_is_recorded_in_order(seed):
 
     async def bench(ctx):
         busy = [None] * 3
+        since = [0] * 3         # a task lasts at least 4 cycles (real ones take far longer)
         for cycle in range(300):
             ctx.set(dut.cycle, cycle)
             for e in range(3):
                 st, dn = dut.starts[e], dut.dones[e]
                 start = busy[e] is None and rng.random() < 0.5
-                done = busy[e] is not None and rng.random() < 0.08
+                done = busy[e] is not None and cycle - since[e] >= 4 and rng.random() < 0.3
                 task = rng.randrange(1 << 16)
                 ctx.set(st.valid, start)
                 ctx.set(st.ready, start)
@@ -32,6 +33,7 @@ def test_every_event_is_recorded_in_order(seed):
                 ctx.set(dn.error, 3 if done else 0)
                 if start:
                     busy[e] = task
+                    since[e] = cycle
                     events.append((task, e, 0, 0, e, cycle))
                 elif done:
                     events.append((busy[e], e, 1, 3, e, cycle))
