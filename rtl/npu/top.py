@@ -222,6 +222,11 @@ class NPUTop(wiring.Component):
         wiring.connect(m, tm.pe, pe.task)
         wiring.connect(m, tm.dma, dma.task)
 
+        # Writes to a running engine's datasets wait for its task's end.
+        for i in range(cfg.cores):
+            m.d.comb += dp.ne_busy[i].eq(_running(m, cluster.core[i], f"core{i}_running"))
+        m.d.comb += dp.pe_busy.eq(_running(m, tm.pe, "pe_running"))
+
         # Data: every engine's ports on the data processor.
         for i, core in enumerate(cores):
             dp.connect_core(m, core, i)
@@ -255,6 +260,18 @@ class NPUTop(wiring.Component):
             self.irq.eq(info.irq | tm.irq),
         ]
         return m
+
+
+def _running(m, port, name):
+    """High from the cycle a start is taken on dispatch port ``port`` to its ``done`` (or
+    abort)."""
+    busy = Signal(name=name)
+    started = port.start.valid & port.start.ready
+    with m.If(started):
+        m.d.sync += busy.eq(1)
+    with m.Elif(port.done | port.abort):
+        m.d.sync += busy.eq(0)
+    return busy | started
 
 
 def _connect_csr(m, source, target):

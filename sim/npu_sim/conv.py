@@ -20,9 +20,9 @@ from npu_model.mac import FMT
 from npu_model.postproc import Act, PostprocConfig
 from npu_spec.neural import NEURAL_ENGINE, best_log2w, layer_writes, make_layer
 
-__all__ = ["ACTIVATIONS", "ConvCase", "commands", "golden_output", "kernel_image",
-           "layer_fields", "load_commands", "parse_run", "random_case", "run_rtl",
-           "run_rtl_many"]
+__all__ = ["ACTIVATIONS", "ConvCase", "commands", "golden_output", "input_commands",
+           "kernel_commands", "kernel_image", "layer_fields", "load_commands", "parse_run",
+           "random_case", "register_commands", "run_rtl", "run_rtl_many", "run_rtl_overlapped"]
 
 #: Activation names of ``--activation``.
 ACTIVATIONS = {a.name.lower(): a for a in Act}
@@ -41,6 +41,7 @@ class ConvCase:
     palette_bits: int = 0
     log2w: int = 0
     slots: int = 8
+    kernel_addr: int = 0          # kernel-memory word of the group table (KTABLE.addr)
     groups_enc: list = field(default_factory=list)   # kernel_codec.EncodedGroup per group
 
     def __post_init__(self):
@@ -126,7 +127,7 @@ def layer_fields(case):
         fmt=FMT[L.fmt], log2w=case.log2w, sparse=int(case.sparse), palette=case.palette_bits,
         groups=L.groups, icpg=L.icpg, ocpg=L.ocpg, in_h=L.height, in_w=L.width,
         out_h=L.out_height, out_w=L.out_width, kh=L.kh, kw=L.kw, stride=L.stride,
-        dilation=L.dilation, pad=L.pad, addr=0, out_fp16=int(p.out_fp16),
+        dilation=L.dilation, pad=L.pad, addr=case.kernel_addr, out_fp16=int(p.out_fp16),
         stochastic=int(p.stochastic), act=int(p.act), zero_point=int(p.zero_point) & 0xFF,
         lo=p.lo, hi=p.hi, alpha=p.alpha, seed=p.seed)
 
@@ -140,9 +141,9 @@ def golden_output(case, config):
 
 
 def kernel_image(case):
-    """The kernel-memory words of ``case``: the group table at word 0, then each group's
-    header and body (:func:`npu_model.kernel_codec.kernel_memory`)."""
-    return kernel_memory(case.groups_enc)
+    """The kernel-memory words of ``case`` from word ``case.kernel_addr`` on: the group table,
+    then each group's header and body (:func:`npu_model.kernel_codec.kernel_memory`)."""
+    return kernel_memory(case.groups_enc, base=case.kernel_addr)
 
 
 def load_commands(case, config, bench, program, stall=0.0, overrides=None, kernel_patch=None):
@@ -150,20 +151,35 @@ def load_commands(case, config, bench, program, stall=0.0, overrides=None, kerne
     (:func:`npu_sim.conv_harness.conv_bench`) and program its layer, up to the start: the
     data side's stall probability ``stall``, the kernel memory, the input memory, the layer
     registers and ``overrides`` (see :func:`commands`)."""
-    from npu_sim.conv_harness import MemorySel, input_address
-
-    engine, side = bench.engine, bench.data_side
-    L = case.layer
     program.stall(stall)
+    kernel_commands(case, bench, program, kernel_patch)
+    input_commands(case, bench, program)
+    register_commands(case, bench, program, overrides)
+    return program
+
+
+def kernel_commands(case, bench, program, kernel_patch=None):
+    """Append the loads of ``case``'s kernel image (at ``case.kernel_addr``; ``kernel_patch``
+    maps offsets in the image to replacement words)."""
+    from npu_sim.conv_harness import MemorySel
+
     kwords = kernel_image(case)
     for addr, word in (kernel_patch or {}).items():
         kwords[addr] = word
-    if len(kwords) > side.kernel_words:
-        raise ValueError(f"kernels need {len(kwords)} words, the harness has "
-                         f"{side.kernel_words}")
+    if case.kernel_addr + len(kwords) > bench.data_side.kernel_words:
+        raise ValueError(f"kernels need words up to {case.kernel_addr + len(kwords)}, the "
+                         f"harness has {bench.data_side.kernel_words}")
     for addr, word in enumerate(kwords):
-        program.load(MemorySel.KERNEL, int(word), addr)
+        program.load(MemorySel.KERNEL, int(word), case.kernel_addr + addr)
+    return program
 
+
+def input_commands(case, bench, program):
+    """Append the loads of ``case``'s inputs into the input memory."""
+    from npu_sim.conv_harness import MemorySel, input_address
+
+    side = bench.data_side
+    L = case.layer
     rv = side.row_values
     inputs = np.asarray(case.inputs).astype(np.uint16)
     n_in = input_address(rv, L.width, L.channels - 1, L.height - 1, L.width - 1, L.height) + 1
@@ -175,7 +191,13 @@ def load_commands(case, config, bench, program, stall=0.0, overrides=None, kerne
             for x in range(L.width):
                 program.load(MemorySel.INPUT, int(inputs[c, y, x]),
                              input_address(rv, L.width, c, y, x, L.height))
+    return program
 
+
+def register_commands(case, bench, program, overrides=None):
+    """Append the writes of ``case``'s layer registers, then ``overrides`` (see
+    :func:`commands`)."""
+    engine = bench.engine
     program.writes(layer_writes(layer_fields(case), engine.core))
     for name, fields in (overrides or {}).items():
         if isinstance(fields, int):
@@ -194,8 +216,8 @@ def commands(case, config, bench, stall=0.0, overrides=None, kernel_patch=None, 
     ``stall`` is the probability that the data side's input and output memories refuse a
     request in a cycle (1.0: always). ``overrides`` maps register names to fields (a dict) or
     to a raw word (an int, which may hold codes the encoder refuses), written after the layer's
-    own values (to test bad programs); ``kernel_patch`` maps kernel-memory addresses to
-    replacement words."""
+    own values (to test bad programs); ``kernel_patch`` maps offsets in the kernel image
+    (kernel-memory addresses from ``case.kernel_addr``) to replacement words."""
     from npu_sim.conv_harness import DATA_WIDTH, MemorySel, output_words
     from npu_sim.engine_bench import BenchProgram
 
@@ -259,6 +281,47 @@ def run_rtl(case, config, *, backend="amaranth", stall=0.0, seed=0, progress=Non
                               kernel_patch=kernel_patch)], config, backend=backend,
                         stall=stall, seed=seed, progress=progress, harness_args=harness_args,
                         max_cycles=max_cycles, vcd=vcd)[0]
+
+
+def run_rtl_overlapped(cases, config, *, backend="amaranth", stall=0.0, seed=0,
+                       harness_args=None, max_cycles=None, vcd=None):
+    """Run ``cases`` one after the other on one engine bench the way the task manager programs a
+    core: each layer's kernels (at its ``kernel_addr``, clear of the running layer's) and
+    registers are loaded and written while the layer before it runs, its inputs once that layer
+    has ended (the bench has one input memory). Returns a list of ``(outputs, stats)``."""
+    from npu_sim.conv_harness import DATA_WIDTH, MemorySel, conv_bench, output_words
+    from npu_sim.engine_bench import BenchProgram, run_bench
+
+    verilator = None
+    if backend == "verilator":
+        bench, verilator = _verilator_bench(config, harness_args, None)
+    else:
+        bench = conv_bench(config, **(harness_args or {}))
+    engine = bench.engine
+    program = BenchProgram(DATA_WIDTH)
+
+    def results(case):
+        L = case.layer
+        program.wait()
+        for name in ("STATUS", "CYCLES", "MAC_ACTIVE"):
+            program.read(engine.base + NEURAL_ENGINE[name].offset)
+        words = output_words(config.macs, L.out_channels, L.out_height, L.out_width)
+        program.dump(MemorySel.OUTPUT, 0, words * (config.macs // 2))
+
+    for i, case in enumerate(cases):
+        kernel_commands(case, bench, program)
+        register_commands(case, bench, program)
+        if i:
+            results(cases[i - 1])
+        input_commands(case, bench, program)
+        program.start()
+    results(cases[-1])
+    if backend == "verilator" and max_cycles is None:
+        max_cycles = (200_000 * len(cases) + 40 * len(program.beats) + 50 * program.expected
+                      + sum(4 * layer_macs(c.layer) // config.macs for c in cases))
+    records = run_bench(bench, program, backend=backend, stall=stall, seed=seed,
+                        max_cycles=max_cycles, verilator=verilator, vcd=vcd)
+    return [parse_run(records[5 * i:5 * i + 5], case, config) for i, case in enumerate(cases)]
 
 
 #: Verilator benches already converted in this process, by (config, harness arguments):

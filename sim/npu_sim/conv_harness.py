@@ -23,8 +23,9 @@ The bench's ``STALL`` sets the probability with which, in each cycle, the input 
 row request and the output memory refuses a write (a 16-bit LFSR decides; 256/256: they never
 answer, to test the engine's timeout). The memories' layout depends on the layer's input and
 output sizes: the data side keeps its own copy of ``IN_SIZE`` and ``OUT_SIZE`` from the register
-writes it sees on the engine's ``writes`` port. A ``LOAD`` waits until a ``DUMP`` has sent its
-last beat.
+writes it sees on the engine's ``writes`` port, and uses the values written before a task's start
+for that task (the next layer may be programmed while one runs). A ``LOAD`` waits until a
+``DUMP`` has sent its last beat.
 """
 
 import enum
@@ -94,6 +95,8 @@ class ConvDataSide(wiring.Component):
         The engine's data ports.
     reg_write : In(StructLayout({en, addr, data}))
         The register writes taken by the engine (``IN_SIZE`` and ``OUT_SIZE`` are kept).
+    start : In(1)
+        The engine takes a task's start beat: the kept sizes become the task's.
     """
 
     def __init__(self, engine, *, input_values=None, kernel_words=1 << 14,
@@ -116,6 +119,7 @@ class ConvDataSide(wiring.Component):
             "kmem":      In(KernelReadSignature()),
             "out":       In(stream.Signature(row_write_layout(config.macs))),
             "reg_write": In(data.StructLayout({"en": 1, "addr": 16, "data": 32})),
+            "start":     In(1),
         })
 
     def connect_engine(self, m, engine):
@@ -128,19 +132,23 @@ class ConvDataSide(wiring.Component):
             self.reg_write.en.eq(writes.valid & writes.ready),
             self.reg_write.addr.eq(writes.payload.addr),
             self.reg_write.data.eq(writes.payload.data),
+            self.start.eq(engine.task.start.valid & engine.task.start.ready),
         ]
 
     def elaborate(self, platform):
         m = Module()
         load = self.bench.load
 
-        # The layer's sizes, from the engine's register writes.
+        # The layer's sizes: the engine's register writes, taken at the task's start.
         sizes = {}
         for name in ("IN_SIZE", "OUT_SIZE"):
             reg = NEURAL_ENGINE[name]
+            written = Signal(register_layout(reg), name=f"{name.lower()}_written")
             sizes[name] = Signal(register_layout(reg), name=name.lower())
             with m.If(self.reg_write.en & (self.reg_write.addr == self._base + reg.offset)):
-                m.d.sync += sizes[name].eq(self.reg_write.data)
+                m.d.sync += written.eq(self.reg_write.data)
+            with m.If(self.start):
+                m.d.sync += sizes[name].eq(written)
         in_size, out_size = sizes["IN_SIZE"], sizes["OUT_SIZE"]
 
         # Random stalls of the input and output memories.

@@ -27,8 +27,11 @@ from npu_spec.dataproc import (
     BASE,
     CORE_STRIDE,
     DATA_PROCESSOR,
+    NE_CORES,
     PE_PORTS,
     buffer_elements,
+    ne_port_base,
+    pe_port_base,
 )
 from npu_spec.neural import engine_geometry
 from npu_spec.registers import ADDRESS_WINDOWS
@@ -120,6 +123,9 @@ class DataProcessor(wiring.Component):
         The DMA's element reads and writes.
     kmem_write : In(stream.Signature(KernelWriteLayout))
         The DMA's kernel-memory word writes.
+    ne_busy : In(cores); pe_busy : In(1)
+        The cores and the planar engine run a task (from the cycle the start is taken to the
+        cycle of ``done``): writes to their datasets wait meanwhile.
     """
 
     def __init__(self, config, *, row_values=None, buffer_rows=None, depth=4):
@@ -146,6 +152,8 @@ class DataProcessor(wiring.Component):
             "writes":     In(stream.Signature(WriteLayout)),
             "csr":        In(CSRSignature((self._window[1] - 1).bit_length())),
             "ne_cores":   Out(32),
+            "ne_busy":    In(config.cores),
+            "pe_busy":    In(1),
             "ne":         In(NECoreSignature(self.row_values, self.tag_layout,
                                              config.macs)).array(config.cores),
             "pe_a":       Out(beat),
@@ -200,7 +208,16 @@ class DataProcessor(wiring.Component):
         offset = Signal(17)
         m.d.comb += offset.eq(w.addr - BASE)
         in_map = (w.addr >= BASE) & (offset < self._regmap.size)
-        m.d.comb += self.writes.ready.eq(~host)
+        # A write to the datasets of a running engine (or the core mask while a core runs)
+        # waits until its task ends: the next task's program never changes a running task's.
+        hold = 0
+        for i in range(self._config.cores):
+            lo = ne_port_base(i, "IN")
+            hold = hold | (self.ne_busy[i] & (w.addr >= lo) & (w.addr < lo + CORE_STRIDE))
+        lo = pe_port_base("A")
+        hold = hold | (self.pe_busy & (w.addr >= lo) & (w.addr < lo + 8 * len(PE_PORTS)))
+        hold = hold | (self.ne_busy.any() & (w.addr == NE_CORES))
+        m.d.comb += self.writes.ready.eq(~host & ~hold)
         with m.If(host):
             m.d.comb += [bus.addr.eq(self.csr.addr), bus.w_data.eq(self.csr.w_data),
                          bus.w_en.eq(self.csr.w_en), bus.r_en.eq(self.csr.r_en)]

@@ -134,7 +134,8 @@ class EngineControl(wiring.Component):
         cycle, which waits.
     writes : In(stream.Signature(WriteLayout))
         Register writes from the task manager; writes outside ``[base, base + size)`` are
-        taken and dropped.
+        taken and dropped; a write inside waits while a task runs and in the cycle one starts
+        (the task manager programs an engine's next task while it runs another).
     task : In(EngineSignature())
         Start, done, error, done_mem, abort.
     go : Out(1)
@@ -202,7 +203,10 @@ class EngineControl(wiring.Component):
         offset = Signal(17)
         m.d.comb += offset.eq(w.addr - self._base)
         in_window = (w.addr >= self._base) & (offset < self._regmap.size)
-        m.d.comb += self.writes.ready.eq(~host)
+        # A write to the engine's own registers waits while a task runs (and in the cycle it
+        # starts): the next task's program never changes the running task's registers.
+        hold = (self.busy | self.go) & in_window
+        m.d.comb += self.writes.ready.eq(~host & ~hold)
         with m.If(host):
             m.d.comb += [bus.addr.eq(self.csr.addr), bus.w_data.eq(self.csr.w_data),
                          bus.w_en.eq(self.csr.w_en), bus.r_en.eq(self.csr.r_en)]

@@ -11,11 +11,12 @@
 
 Each process keeps its own copy of the loop position (output-channel group, tile row, tile
 column; ``npu.lib.loop.LoopNest``); nothing but data travels between them. A layer is
-programmed through the engine's registers (``npu_spec.neural.NEURAL_ENGINE``) and started,
+programmed through the engine's registers (``npu_spec.neural.NEURAL_ENGINE``), which the core
+samples when the layer starts (so the next layer may be programmed while one runs), and started,
 ended and aborted through the shared engine interface (``npu.lib.engine.EngineControl``).
 """
 
-from amaranth.hdl import Module, ResetInserter, Signal
+from amaranth.hdl import Module, Mux, ResetInserter, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -139,11 +140,19 @@ class NeuralEngine(wiring.Component):
         for name in ("writes", "csr", "task"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(control, name))
 
-        # The layer registers, as the sub-units read them.
-        layer = Signal(layer_layout())
+        # The layer registers, as the sub-units read them: the register file in the cycle of
+        # `go`, then the copy taken at `go` until the next start. Writes that land while a layer
+        # runs (the task manager programs an engine's next task while it runs another) only
+        # change the next layer.
+        live = Signal(layer_layout())
         for reg in LAYER_REGISTERS:
             port = control.regs.port(reg.name)
-            m.d.comb += [getattr(layer, f.name).eq(getattr(port, f.name)) for f in reg.fields]
+            m.d.comb += [getattr(live, f.name).eq(getattr(port, f.name)) for f in reg.fields]
+        held = Signal(layer_layout())
+        with m.If(control.go):
+            m.d.sync += held.eq(live)
+        layer = Signal(layer_layout())
+        m.d.comb += layer.eq(Mux(control.go, live, held))
 
         # The datapath: everything but the register file and the counters, cleared after an
         # error (the sequencer's `fail`) and by an abort.

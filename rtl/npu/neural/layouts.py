@@ -40,8 +40,9 @@ MacFormat = hw_enum(mac_spec.MacFormat)
 def layer_layout():
     """The layer registers of a core (``npu_spec.neural.LAYER_REGISTERS``) as one struct: a
     member per field, named as the field (``fmt``, ``log2w``, ..., ``addr`` of ``KTABLE``,
-    ``lo`` of ``POST_LO``), with the field's width; ``fmt`` is a :class:`MacFormat`. The values
-    are read while the layer runs (the registers must not change until it ends)."""
+    ``lo`` of ``POST_LO``), with the field's width; ``fmt`` is a :class:`MacFormat`. The core
+    samples the registers when a layer starts (``go``) and its sub-units read that copy while the
+    layer runs: later writes are for the next layer."""
     fields = {}
     for reg in LAYER_REGISTERS:
         for f in reg.fields:

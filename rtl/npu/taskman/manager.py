@@ -173,6 +173,7 @@ class TaskManager(wiring.Component):
         wiring.connect(m, program.writes, wiring.flipped(self.writes))
         wiring.connect(m, program.load, taskbuf.load)
         m.d.comb += [program.drop.eq(queues.dropped), program.next_seq.eq(taskbuf.next_seq),
+                     program.engine_busy.eq(taskbuf.loaded),
                      taskbuf.skew.eq(reg("SKEW").limit),
                      schedule.tsr_dropped.eq(program.dropped_tsr)]
 

@@ -11,6 +11,7 @@ from npu_spec.taskman import MAX_QUEUES
 from ..lib.csr import register_layout
 from ..lib.engine import SEQ_WIDTH, TaskEntry, WriteLayout
 from .layouts import SlotReadSignature
+from .taskbuffer import ENGINES
 
 __all__ = ["Programmer"]
 
@@ -52,6 +53,9 @@ class Programmer(wiring.Component):
         The task, after its writes (``seq`` is left to the task buffer).
     dropped_tsr : Out(1)
         A TSR task is dropped from the configuration queue in this cycle (combinational).
+    engine_busy : In(ENGINES)
+        Per engine: a task of it is loaded or running; a descriptor's register writes wait
+        until its engine has none.
     """
 
     def __init__(self, queues, slot_words):
@@ -69,6 +73,7 @@ class Programmer(wiring.Component):
             "writes": Out(stream.Signature(WriteLayout)),
             "load": Out(stream.Signature(TaskEntry)),
             "dropped_tsr": Out(1),
+            "engine_busy": In(ENGINES),
         })
 
     @property
@@ -135,8 +140,10 @@ class Programmer(wiring.Component):
                     # An entry word.
                     m.d.sync += [address.eq(entry.address), left.eq(entry.count)]
                     m.d.comb += advance.eq(1)
-                with m.Else():
-                    # A data word.
+                with m.Elif(~self.engine_busy.bit_select(header[0].engine, 1)):
+                    # A data word, once no earlier task of the engine is loaded or running:
+                    # a task's program never changes the registers of an earlier task of its
+                    # engine (engines read some registers while they run).
                     m.d.comb += self.writes.valid.eq(1)
                     with m.If(self.writes.ready):
                         m.d.sync += [address.eq(address + 1), left.eq(left - 1)]

@@ -1,7 +1,7 @@
 """The task buffer: asynchronous dispatch to the neural engine, the planar engine and the DMA
 engine, with dependencies."""
 
-from amaranth.hdl import Array, Module, Signal
+from amaranth.hdl import Array, Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -59,6 +59,8 @@ class TaskBuffer(wiring.Component):
         No entry is valid.
     waiting : Out(1).array(ENGINES)
         Per engine: it is idle while a task of it is loaded but may not start yet.
+    loaded : Out(ENGINES)
+        Per engine: a task of it is loaded or running (not yet completed).
     """
 
     def __init__(self, depth=4, queues=8):
@@ -77,6 +79,7 @@ class TaskBuffer(wiring.Component):
             "drop": In(queues),
             "empty": Out(1),
             "waiting": Out(1).array(ENGINES),
+            "loaded": Out(ENGINES),
         })
         # Entry state; attributes (not locals of elaborate) so that formal harnesses can state
         # invariants over them.
@@ -177,6 +180,9 @@ class TaskBuffer(wiring.Component):
         for i in range(n):
             empty = empty & ~valid[i]
         m.d.comb += self.empty.eq(empty)
+        for e in range(ENGINES):
+            m.d.comb += self.loaded[e].eq(Cat(valid[i] & (entry[i].engine == e)
+                                              for i in range(n)).any())
         limit = Signal(8)
         m.d.comb += limit.eq(self.skew)
         with m.If(self.skew == 0):

@@ -5,12 +5,12 @@ bit for bit; its error codes against the specification's layer rules; an abort."
 import numpy as np
 import pytest
 
-from npu.neural.engine import EngineError, engine_geometry
+from npu.neural.engine import EngineError, NeuralEngine, engine_geometry
 from npu_fpga.toolenv import apply_tool_env
 from npu_model.conv import ConvLayer, fc_as_conv
 from npu_sim.conv import golden_output, layer_fields, random_case, run_rtl, run_rtl_many
 from npu_spec.config import preset
-from npu_spec.neural import NEURAL_ENGINE, layer_error
+from npu_spec.neural import NEURAL_ENGINE, layer_error, layer_writes
 
 SMALL = preset("small")
 
@@ -264,3 +264,121 @@ def test_abort_then_next_layer(delay):
     assert len(dones) == 1          # the second layer's
     got, stats = parse_run(records, second, SMALL)
     _check([second], [(got, stats)])
+
+
+def _every_pair(items):
+    """A sequence of ``items`` in which every ordered pair (with repeats) follows once: a de
+    Bruijn sequence of order 2, made linear."""
+    k = len(items)
+    seq, a = [], [0] * 3
+
+    def db(t, p):
+        if t > 2:
+            if 2 % p == 0:
+                seq.extend(a[1:p + 1])
+        else:
+            a[t] = a[t - p]
+            db(t + 1, p)
+            for j in range(a[t - p] + 1, k):
+                a[t] = j
+                db(t + 1, t)
+    db(1, 1)
+    return [items[i] for i in seq + seq[:1]]
+
+
+def _build_formats(config):
+    names = {"int8": ["int8"], "fp16": ["fp16"], "mixed": ["i8f16", "f16i8"]}
+    return [f for name in config.formats for f in names[name]]
+
+
+@pytest.mark.parametrize("kernels", ["dense", "sparse", "mixed"])
+def test_consecutive_layers_every_format_pair(kernels):
+    """Layers one after the other on one core, every ordered pair of the build's formats, each
+    layer's kernels and registers written while the layer before it runs (as the task manager
+    does): both layers of each pair bit for bit as the golden model. The shapes are those of a
+    system program that failed: a 3x3 stride-2 padded layer (4 -> 8 channels, 2x3 input), then
+    a 1x2 layer (8 -> 4 channels, 1x2 input, 1x1 output), alternately."""
+    from npu_sim.conv import run_rtl_overlapped
+
+    formats = _every_pair(_build_formats(SMALL))
+    pairs = set(zip(formats, formats[1:]))
+    assert len(pairs) == len(formats) - 1 == len(_build_formats(SMALL)) ** 2
+    shapes = [dict(channels=4, height=2, width=3, out_channels=8, kh=3, kw=3, stride=2, pad=1),
+              dict(channels=8, height=1, width=2, out_channels=4, kh=1, kw=2)]
+    cases = []
+    for i, fmt in enumerate(formats):
+        sparse = {"dense": False, "sparse": True, "mixed": i % 3 != 1}[kernels]
+        case = random_case(SMALL, ConvLayer(**shapes[i % 2], fmt=fmt), seed=300 + i,
+                           sparsity=0.5, sparse=sparse)
+        case.kernel_addr = 0 if i % 2 == 0 else 700      # clear of the layer before
+        cases.append(case)
+    _check(cases, run_rtl_overlapped(cases, SMALL, backend="verilator"))
+
+
+def test_writes_while_a_layer_runs_are_for_the_next_layer():
+    """The core samples its layer registers at the start: the next layer's registers written
+    into the register file while a layer runs (here by the host, whose writes never wait) leave
+    the running layer as it was. The layers of a system program that ended with EXTRACT when
+    the core read its registers live: an i8f16 3x3 stride-2 layer, then a sparse f16i8 1x2
+    layer."""
+    from amaranth.hdl import Signal
+
+    from npu_sim.conv import commands, parse_run
+    from npu_sim.conv_harness import DATA_WIDTH, ConvDataSide
+    from npu_sim.engine_bench import EngineBench
+    from npu_sim.streams import run_simulation, stream_get, stream_put
+
+    class HostBench(EngineBench):
+        """The engine bench with a host write port into the engine's CSR bus."""
+        def __init__(self, engine):
+            super().__init__(engine, ConvDataSide(engine), data_width=DATA_WIDTH)
+            self.host_en = Signal()
+            self.host_addr = Signal(len(engine.csr.addr))
+            self.host_data = Signal(32)
+
+        def elaborate(self, platform):
+            m = super().elaborate(platform)
+            csr = self.engine.csr
+            with m.If(self.host_en):
+                m.d.comb += [csr.addr.eq(self.host_addr), csr.w_en.eq(1),
+                             csr.w_data.eq(self.host_data)]
+            return m
+
+    first = random_case(SMALL, ConvLayer(4, 2, 3, 8, 3, 3, stride=2, pad=1, fmt="i8f16"),
+                        seed=41)
+    second = random_case(SMALL, ConvLayer(8, 1, 2, 4, 1, 2, fmt="f16i8"), seed=42,
+                         sparsity=0.5, sparse=True)
+    second.kernel_addr = 700
+    bench = HostBench(NeuralEngine(SMALL))
+    engine = bench.engine
+    program, _ = commands(first, SMALL, bench)
+    commands(second, SMALL, bench, program=program)
+    pokes = [(addr - engine.base, value) for addr, value in
+             layer_writes(layer_fields(second), engine.core)]
+    responses, poked = [], []
+
+    async def producer(ctx):
+        for beat in program.beats:
+            await stream_put(ctx, bench.cmd, beat)
+
+    async def consumer(ctx):
+        for _ in range(program.expected):
+            responses.append(await stream_get(ctx, bench.res))
+
+    async def host(ctx):
+        # Early in the first layer, while its first kernels are decoded.
+        await ctx.tick().until(engine.task.start.valid & engine.task.start.ready)
+        await ctx.tick().repeat(10)
+        for addr, value in pokes:
+            ctx.set(bench.host_en, 1)
+            ctx.set(bench.host_addr, addr)
+            ctx.set(bench.host_data, value)
+            await ctx.tick()
+        ctx.set(bench.host_en, 0)
+        poked.append(ctx.get(bench.active))
+
+    run_simulation(bench, [producer, consumer, host])
+    records = program.parse([int(r) for r in responses])
+    assert poked == [1], "the first layer ended before the writes"
+    results = [parse_run(records[:5], first, SMALL), parse_run(records[5:], second, SMALL)]
+    _check([first, second], results)

@@ -1,0 +1,122 @@
+"""The whole NPU (``npu.top.NPUTop``) running programs from system memory, on the Verilator
+system simulation, against the golden system model (``npu_model.system``): final system
+memory byte for byte, every queue's status and the exception."""
+
+import numpy as np
+import pytest
+
+from npu_model.builder import ProgramBuilder
+from npu_model.system import run_program
+from npu_sim.programs import random_program
+from npu_sim.system import compare, rtl_run
+from npu_spec import dma
+from npu_spec.config import PRESETS
+from npu_spec.engine import Engine
+from npu_spec.taskman import Cause
+
+CFG = PRESETS["small"]
+LATENCY = 4
+
+
+def _int8(rng, shape):
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+def _params(rng, k, taps):
+    return dict(bias=rng.integers(-(1 << 10), 1 << 10, k), scale=rng.integers(1 << 28, 1 << 30, k),
+                shift=np.full(k, min(63, round(36.5 + 0.5 * np.log2(taps)))))
+
+
+def check(program, *, stall=0.0, seed=0, watchdog=None, expect_retired=False):
+    """Run ``program`` on the golden model and the RTL; assert they agree; the summary."""
+    golden = run_program(program)
+    kwargs = {} if watchdog is None else {"watchdog": watchdog}
+    rtl = rtl_run(program, backend="verilator", latency=LATENCY, stall=stall, seed=seed,
+                  **kwargs)
+    summary = compare(program, golden, rtl)
+    assert summary["memory_match"], summary["first_differences"]
+    assert summary["match"], summary
+    assert any(q.retired for q in golden.queues) == expect_retired
+    # Every task that ran left a start and an end in the trace.
+    ran = [t for t in golden.tasks]
+    assert summary["trace_entries"] == 2 * len(ran), (summary["trace_entries"], len(ran))
+    return summary, golden, rtl
+
+
+def test_conv_relu_pool_through_the_buffer():
+    rng = np.random.default_rng(1)
+    x = _int8(rng, (4, 10, 12))
+    b = ProgramBuilder(CFG)
+    xd = b.load(b.input("x", x))
+    p = b.conv_relu_pool(xd, _int8(rng, (8, 4, 3, 3)), pad=1, **_params(rng, 8, 36))
+    b.store(p, b.output("y", p.shape))
+    summary, golden, _ = check(b.build(), stall=0.1, seed=1)
+    assert summary["ne_busy_cycles"] > 0 and summary["pe_busy_cycles"] > 0
+    assert golden.queues[0].completed == 7
+
+
+def test_residual_block():
+    rng = np.random.default_rng(2)
+    x = _int8(rng, (8, 8, 8))
+    b = ProgramBuilder(CFG)
+    xd = b.load(b.input("x", x))
+    k1 = b.dma_kernels(0, b.kernels(_int8(rng, (8, 8, 3, 3)), **_params(rng, 8, 72)))
+    k2 = b.dma_kernels(0, b.kernels(_int8(rng, (8, 8, 3, 3)), **_params(rng, 8, 72)))
+    h = b.conv(xd, k1, pad=1, act="relu")
+    h = b.conv(h, k2, pad=1)
+    out = b.relu(b.add(h, xd))
+    b.store(out, b.output("y", out.shape))
+    check(b.build())
+
+
+def test_dma_outside_the_window_is_an_engine_error():
+    rng = np.random.default_rng(3)
+    x = _int8(rng, (2, 4, 4))
+    b = ProgramBuilder(CFG, base=64)
+    xd = b.load(b.input("x", x))
+    limit = CFG.mem_kib * 1024 - 4 * 64
+    b.dma(dma.make_transfer(dir=dma.DmaDir.BUF_TO_MEM, fmt=dma.DmaFormat.HALF,
+                            mem_addr=limit, buf_addr=xd.addr, sizes=[1], mem_strides=[0],
+                            buf_strides=[0]))
+    b.store(xd, b.output("y", x.shape))
+    program = b.build()
+    summary, golden, rtl = check(program, expect_retired=True)
+    q = golden.queues[0]
+    assert (q.cause, q.engine, q.code) == (Cause.ENGINE, Engine.DMA, dma.DmaError.WINDOW)
+    assert summary["error_code"] == Cause.ENGINE
+    # Nothing outside the failing task's output changed: memory equals the initial image.
+    assert rtl["memory"] == program.memory[:len(rtl["memory"])]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_programs(seed):
+    check(random_program(CFG, 4, seed), stall=0.2, seed=seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["fp16", "mixed"])
+def test_formats(fmt):
+    for seed in range(3):
+        check(random_program(CFG, 4, 100 + seed, fmt=fmt), seed=seed)
+
+
+@pytest.mark.slow
+def test_depthwise_then_pointwise_and_fully_connected():
+    rng = np.random.default_rng(4)
+    x = _int8(rng, (8, 9, 9))
+    b = ProgramBuilder(CFG)
+    xd = b.load(b.input("x", x))
+    dw = b.dma_kernels(0, b.kernels(_int8(rng, (8, 1, 3, 3)), groups=8, **_params(rng, 8, 9)))
+    h = b.conv(xd, dw, pad=1, act="relu")
+    pw = b.dma_kernels(0, b.kernels(_int8(rng, (16, 8, 1, 1)), **_params(rng, 16, 8)))
+    h = b.conv(h, pw)
+    fc = b.dma_kernels(0, b.kernels(_int8(rng, (10, 16, 9, 9)), **_params(rng, 10, 1296)))
+    y = b.conv(h, fc)
+    b.store(y, b.output("y", y.shape))
+    check(b.build(), stall=0.3, seed=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(200))
+def test_random_programs_slow(seed):
+    check(random_program(CFG, 6, 1000 + seed), stall=(seed % 4) / 8, seed=seed)
