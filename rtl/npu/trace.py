@@ -1,7 +1,7 @@
 """The task trace: a stamp for every start and end of a task, for the host to read
 (``docs/system.md``, "Trace buffer")."""
 
-from amaranth.hdl import Module, ResetInserter, Signal
+from amaranth.hdl import Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -9,7 +9,10 @@ from npu_spec.engine import ERROR_BITS, Engine
 
 from .lib.engine import QUEUE_WIDTH
 
-__all__ = ["TraceEntry", "TraceRecorder"]
+__all__ = ["ABORTED", "TraceEntry", "TraceRecorder"]
+
+#: The error code of the end entry of a task the task manager's watchdog aborted.
+ABORTED = (1 << ERROR_BITS) - 1
 
 #: One trace entry: what happened (the fields of ``TRACE_DATA0``) and when.
 TraceEntry = data.StructLayout({
@@ -39,7 +42,7 @@ class TraceRecorder(wiring.Component):
     Members
     -------
     starts : In(valid, ready, task_id, queue).array(engines)
-    dones : In(done, error).array(engines)
+    dones : In(done, error, abort).array(engines)
         What the recorder watches of each dispatch port (:meth:`watch` connects them).
     cycle : In(32)
         The time base.
@@ -60,8 +63,8 @@ class TraceRecorder(wiring.Component):
             "starts":     In(wiring.Signature({"valid": In(1), "ready": In(1),
                                                "task_id": In(16), "queue": In(QUEUE_WIDTH)}))
                           .array(engines),
-            "dones":      In(wiring.Signature({"done": In(1), "error": In(ERROR_BITS)}))
-                          .array(engines),
+            "dones":      In(wiring.Signature({"done": In(1), "error": In(ERROR_BITS),
+                                               "abort": In(1)})).array(engines),
             "cycle":      In(32),
             "head":       Out(TraceEntry),
             "head_valid": Out(1),
@@ -80,6 +83,7 @@ class TraceRecorder(wiring.Component):
             self.starts[e].task_id.eq(start.payload.task_id),
             self.starts[e].queue.eq(start.payload.queue),
             self.dones[e].done.eq(port.done), self.dones[e].error.eq(port.error),
+            self.dones[e].abort.eq(port.abort),
         ]
 
     def elaborate(self, platform):
@@ -103,10 +107,11 @@ class TraceRecorder(wiring.Component):
                              event.queue.eq(start.queue), event.engine.eq(e),
                              event.cycle.eq(self.cycle)]
                 m.d.sync += [running.task_id.eq(start.task_id), running.queue.eq(start.queue)]
-            with m.Elif(done.done):
+            with m.Elif(done.done | done.abort):
                 m.d.comb += [fire.eq(1), event.task_id.eq(running.task_id),
                              event.queue.eq(running.queue), event.engine.eq(e),
-                             event.end.eq(1), event.error.eq(done.error),
+                             event.end.eq(1),
+                             event.error.eq(Mux(done.abort, ABORTED, done.error)),
                              event.cycle.eq(self.cycle)]
             m.d.comb += [q.w_data.eq(event), q.w_en.eq(fire & ~clear)]
             with m.If(fire & ~q.w_rdy):

@@ -41,7 +41,8 @@ from .kernel_codec import encode as kernel_encode
 from .kernel_codec import kernel_memory
 from .system import SLOT_WORDS, write_tensor
 
-__all__ = ["BuildError", "Dataset", "KernelBlob", "KernelPlacement", "ProgramBuilder", "Task"]
+__all__ = ["BuildError", "Dataset", "KernelBlob", "KernelPlacement", "ProgramBuilder", "Task",
+           "combine"]
 
 #: Largest dependency distance (the width of ``H1.dep``).
 MAX_DEP = 255
@@ -162,12 +163,13 @@ class _Regions:
     def __init__(self, size, what, unit):
         self.size, self.what, self.unit = size, what, unit
         self.used = []      # sorted (start, end)
+        self.reserved = 0   # the space below belongs to another program
 
     def alloc(self, n, align=1, at=None):
         if at is not None:
             start = at
         else:
-            start = 0
+            start = self.reserved
             for lo, hi in self.used:
                 start = -(-start // align) * align
                 if start + n <= lo:
@@ -201,10 +203,13 @@ class ProgramBuilder:
         0); the window reaches to the end of the memory.
     slot_words : int
         The task manager's slot size: the longest descriptor allowed.
+    buffer_from, kernel_from : int
+        First buffer element and first kernel-memory word the program may use (the space
+        below is left to another network that shares the NPU; see :func:`combine`).
     """
 
     def __init__(self, config, *, queue=0, priority=0, network=0, base=0,
-                 slot_words=SLOT_WORDS):
+                 slot_words=SLOT_WORDS, buffer_from=0, kernel_from=0):
         self.config = config
         self.queue, self.priority, self.network = queue, priority, network
         self.base = base
@@ -218,6 +223,9 @@ class ProgramBuilder:
         self._buf = _Regions(dataproc.buffer_elements(config), "buffer", "elements")
         self._kmem = [_Regions(config.kernel_kib * 256, f"kernel memory of core {i}", "words")
                       for i in range(config.cores)]
+        self._buf.reserved = buffer_from
+        for regions in self._kmem:
+            regions.reserved = kernel_from
         self._kversion = [dict() for _ in range(config.cores)]
         self.tensors = []
         self.tasks = []
@@ -640,3 +648,39 @@ class ProgramBuilder:
                            len(descs))
         return Program(self.config, (window,), (queue,), tuple(self.tensors),
                        self.memory[:end].tobytes(), {"name": name} if name else {})
+
+
+def combine(programs):
+    """One program running ``programs`` (built for one configuration, each with its own
+    queue, network and memory window, e.g. ``ProgramBuilder(config, queue=1, network=1,
+    base=...)``) side by side: their memory images overlaid, their windows in one base-address
+    table, their queues together; tensor names get the prefix ``q<queue>/``. The programs
+    must not share system memory; to share the NPU safely across a task switch they also need
+    their own buffer and kernel-memory space (``buffer_from``, ``kernel_from``)."""
+    programs = list(programs)
+    if not programs:
+        raise BuildError("combine needs at least one program")
+    config = programs[0].config
+    size = max(len(p.memory) for p in programs)
+    image = np.zeros(size, np.uint8)
+    owner = np.full(size, -1, np.int64)
+    table, queues, tensors = [], [], []
+    for n, p in enumerate(programs):
+        if p.config != config:
+            raise BuildError("the programs were built for different configurations")
+        mem = np.frombuffer(p.memory, np.uint8)
+        used = np.nonzero(mem)[0]
+        clash = used[(owner[used] >= 0)]
+        if clash.size:
+            raise BuildError(f"programs {owner[clash[0]]} and {n} both use memory byte "
+                             f"{int(clash[0])}")
+        image[used] = mem[used]
+        owner[used] = n
+        for q in p.queues:
+            entry = p.base_table[q.base_index]
+            table.append(entry)
+            queues.append(QueueSetup(q.index, q.priority, q.network, len(table) - 1, q.head,
+                                     q.tail, q.tasks))
+        tensors += [Tensor(f"q{p.queues[0].index}/{t.name}", t.role, t.addr, t.format, t.shape,
+                           t.strides) for t in p.tensors]
+    return Program(config, tuple(table), tuple(queues), tuple(tensors), image.tobytes())

@@ -100,7 +100,8 @@ NPU_INFO = RegisterMap("NPU_INFO", base=0x0000, doc=(
         Field("task_id", 16, access="ro", doc="Task ID of the descriptor."),
         Field("engine", 2, access="ro", doc="0 neural, 1 planar, 2 DMA."),
         Field("end", 1, access="ro", doc="0: the task started; 1: it ended."),
-        Field("error", 4, offset=20, access="ro", doc="The engine's error code (ends only)."),
+        Field("error", 4, offset=20, access="ro", doc="The engine's error code (ends only); "
+              "15: the task manager's watchdog aborted the task."),
         Field("queue", 5, offset=24, access="ro", doc="Queue of the task."),
         Field("valid", 1, offset=31, access="ro", doc="An entry is present."),
     ]),

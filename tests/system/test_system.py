@@ -37,9 +37,8 @@ def check(program, *, stall=0.0, seed=0, watchdog=None, expect_retired=False):
     assert summary["memory_match"], summary["first_differences"]
     assert summary["match"], summary
     assert any(q.retired for q in golden.queues) == expect_retired
-    # Every task that ran left a start and an end in the trace.
-    ran = [t for t in golden.tasks]
-    assert summary["trace_entries"] == 2 * len(ran), (summary["trace_entries"], len(ran))
+    # Every task that ran left a start and an end (an abort is an end) in the trace.
+    assert summary["trace_entries"] == 2 * len(golden.tasks)
     return summary, golden, rtl
 
 
@@ -120,3 +119,78 @@ def test_depthwise_then_pointwise_and_fully_connected():
 @pytest.mark.parametrize("seed", range(200))
 def test_random_programs_slow(seed):
     check(random_program(CFG, 6, 1000 + seed), stall=(seed % 4) / 8, seed=seed)
+
+
+# ---- bad input: the failing queue retires with the documented status, the other runs -------
+
+def _network(queue, priority, rng, *, base, buffer_from=0, kernel_from=0):
+    """A conv -> relu -> pool network on queue ``queue``; returns the builder and the input."""
+    b = ProgramBuilder(CFG, queue=queue, priority=priority, network=queue, base=base,
+                       buffer_from=buffer_from, kernel_from=kernel_from)
+    x = _int8(rng, (4, 8, 8))
+    xd = b.load(b.input("x", x))
+    p = b.conv_relu_pool(xd, _int8(rng, (8, 4, 3, 3)), pad=1, **_params(rng, 8, 36))
+    b.store(p, b.output("y", p.shape))
+    return b
+
+
+def _two_queues(spoil, rng):
+    """Queue 0 (higher priority, runs first) spoiled by ``spoil(builder)``, queue 1 intact."""
+    from npu_model.builder import combine
+    a = _network(0, 2, rng, base=0)
+    spoil(a)
+    b = _network(1, 1, rng, base=CFG.mem_kib * 128, buffer_from=16384, kernel_from=2048)
+    return combine([a.build(), b.build()])
+
+
+def _planar_task(builder):
+    return next(t for t in builder.tasks if t.engine == Engine.PLANAR)
+
+
+def _bad_mode(builder):
+    """The first planar task's MODE gets mode 3 (no such mode): PlanarError.BAD_MODE."""
+    from npu_spec.planar import PLANAR_ENGINE
+    task = _planar_task(builder)
+    addr = PLANAR_ENGINE.base + PLANAR_ENGINE["MODE"].offset
+    task.writes = [(a, (w & ~0x3) | 3 if a == addr else w) for a, w in task.writes]
+
+
+def _short_operand(builder):
+    """The first planar task's operand A is one plane short: the engine waits forever."""
+    from npu_spec.dataproc import pe_port_base
+    task = _planar_task(builder)
+    shape1 = pe_port_base("A") + 2
+    task.writes = [(a, w - 1 if a == shape1 else w) for a, w in task.writes]
+
+
+@pytest.mark.parametrize("case", ["decode", "engine", "timeout", "window"])
+def test_bad_input_retires_one_queue(case):
+    from npu_spec.planar import PlanarError
+    rng = np.random.default_rng(7)
+    if case == "decode":
+        program = _two_queues(lambda b: None, rng)
+        head = program.queue(0).head
+        memory = bytearray(program.memory)
+        memory[4 * head:4 * head + 1] = b"\x00"          # descriptor 0's magic
+        from dataclasses import replace
+        program = replace(program, memory=bytes(memory))
+    else:
+        spoil = {"engine": _bad_mode, "timeout": _short_operand,
+                 "window": lambda b: b.dma(dma.make_transfer(
+                     dir=dma.DmaDir.BUF_TO_MEM, fmt=dma.DmaFormat.INT8,
+                     mem_addr=CFG.mem_kib * 1024, buf_addr=0, sizes=[1], mem_strides=[0],
+                     buf_strides=[0]))}[case]
+        program = _two_queues(spoil, rng)
+    summary, golden, rtl = check(program, watchdog=20_000, expect_retired=True)
+    q0, q1 = golden.queue(0), golden.queue(1)
+    expected = {"decode": (Cause.DECODE, None, 0),
+                "engine": (Cause.ENGINE, Engine.PLANAR, PlanarError.BAD_MODE),
+                "timeout": (Cause.TIMEOUT, Engine.PLANAR, 0),
+                "window": (Cause.ENGINE, Engine.DMA, dma.DmaError.WINDOW)}[case]
+    assert q0.retired and (q0.cause, q0.engine, q0.code) == expected
+    assert not q1.retired and q1.completed == 6
+    assert summary["error_code"] == expected[0]
+    if case != "window":            # (there the failing task comes after the store)
+        # The failing queue's output was never stored: it still holds its initial zeros.
+        y0 = program.tensor("q0/y")
+        assert not any(rtl["memory"][y0.addr:y0.extent[1]])
