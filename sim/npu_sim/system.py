@@ -283,10 +283,11 @@ class SystemCommands:
 WATCHDOG = 1 << 20
 
 
-def setup_writes(program, *, watchdog=WATCHDOG):
+def setup_writes(program, *, watchdog=WATCHDOG, late=()):
     """Host register writes that load a program's queues (``docs/program.md``): the task
     manager stopped, the watchdog, the base-address table, every queue's control, head, tail
-    and push, the interrupts enabled; the start (``CTRL.enable``) is left to the caller."""
+    and push (except the queues in ``late``), the interrupts enabled; the start
+    (``CTRL.enable``) is left to the caller."""
     from npu_spec.taskman import task_manager_map
     tm = task_manager_map(program.config.task_queues)
     w = []
@@ -305,7 +306,7 @@ def setup_writes(program, *, watchdog=WATCHDOG):
         put(f"Q{i}_CTRL", priority=q.priority, network=q.network, base_index=q.base_index)
         put(f"Q{i}_TAIL", address=q.tail)
         put(f"Q{i}_HEAD", address=q.head)
-        if q.tasks:
+        if q.tasks and i not in late:
             put(f"Q{i}_PUSH", count=q.tasks)
     return w
 
@@ -318,9 +319,13 @@ def _le_words(image, width):
     return [int.from_bytes(image[k:k + step], "little") for k in range(0, len(image), step)]
 
 
-def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64, watchdog=WATCHDOG):
+def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64, watchdog=WATCHDOG,
+                  late=None):
     """The commands of one run of ``program``: load memory, set up the queues, start, wait
     until the task manager is idle, read the trace, the status and the memory back.
+
+    ``late`` (``{queue: n}``) pushes a queue's tasks only once ``TASKS_RUN`` has reached
+    ``n`` (a network arriving while another runs: a task switch).
 
     Returns ``(commands, dump_words)``.
     """
@@ -334,10 +339,15 @@ def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64, watchd
     for k, word in enumerate(_le_words(program.memory, cfg.mem_width)):
         if word:
             cmds.mem_write(k, word)
-    cmds.writes(setup_writes(program, watchdog=watchdog))
+    late = dict(late or {})
+    cmds.writes(setup_writes(program, watchdog=watchdog, late=late))
     cmds.read(NPU_INFO["CYCLE"].offset, "start")
     ctrl = tm["CTRL"]
     cmds.write(tm.base + ctrl.offset, ctrl.pack(enable=1))
+    for i, n in sorted(late.items(), key=lambda item: item[1]):
+        cmds.poll(tm.base + tm["TASKS_RUN"].offset, 0xFFFF_FFFF, n, ("late", i))
+        push = tm[f"Q{i}_PUSH"]
+        cmds.write(tm.base + push.offset, push.pack(count=program.queue(i).tasks))
     status = tm["STATUS"]
     idle = status["idle"]
     cmds.poll(tm.base + status.offset, idle.mask, idle.mask, "idle")
@@ -365,7 +375,7 @@ def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64, watchd
 
 
 def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_bytes=None,
-            progress=None, max_cycles=None, vcd=None, watchdog=WATCHDOG):
+            progress=None, max_cycles=None, vcd=None, watchdog=WATCHDOG, late=None):
     """Run ``program`` on the RTL system simulation; returns a dict: ``memory`` (bytes, the
     first ``dump_bytes``), ``trace`` (``[(task_id, engine, end, error, queue, cycle)]``),
     ``registers`` (status and counters by name), ``queues`` (``{index: Qi_STATUS}``),
@@ -377,7 +387,8 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
 
     cfg = program.config
     say = progress or (lambda msg: None)
-    cmds, words = host_commands(program, stall=stall, dump_bytes=dump_bytes, watchdog=watchdog)
+    cmds, words = host_commands(program, stall=stall, dump_bytes=dump_bytes, watchdog=watchdog,
+                                late=late)
     t0 = time.perf_counter()
     stats = {}
     if backend == "verilator":

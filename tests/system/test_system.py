@@ -194,3 +194,30 @@ def test_bad_input_retires_one_queue(case):
         # The failing queue's output was never stored: it still holds its initial zeros.
         y0 = program.tensor("q0/y")
         assert not any(rtl["memory"][y0.addr:y0.extent[1]])
+
+
+def test_fig15_preemption_with_real_engines():
+    """Seed 000 FIG. 15: a higher-priority network arrives while a network runs; the running
+    one switches out after its TSE/TSR task, the new one runs to its end, the first resumes
+    (SPC/SPL). Both networks' outputs equal the golden model's runs without a switch."""
+    from npu_model.builder import combine
+    rng = np.random.default_rng(8)
+    a = ProgramBuilder(CFG, queue=0, priority=1, network=0, base=0)
+    x = _int8(rng, (4, 8, 8))
+    xd = a.load(a.input("x", x))
+    k = a.dma_kernels(0, a.kernels(_int8(rng, (8, 4, 3, 3)), **_params(rng, 8, 36)))
+    y = a.conv(xd, k, pad=1, tse=True, dpc=True, tsr=True)          # T2: the switch point
+    r = a.relu(y, spc=True, spl=True)                               # T3: resumes
+    p = a.max_pool(r, 2)
+    a.store(p, a.output("y", p.shape))
+    b = _network(1, 5, rng, base=CFG.mem_kib * 128, buffer_from=16384, kernel_from=2048)
+    program = combine([a.build(), b.build()])
+    golden = run_program(program)
+    rtl = rtl_run(program, backend="verilator", latency=LATENCY, late={1: 2})
+    summary = compare(program, golden, rtl)
+    assert summary["match"], summary
+    assert rtl["registers"]["SWITCHES"] == 1
+    # B's six tasks ran between A's conv and A's relu.
+    starts = [(q, t) for t, _, end, _, q, _ in rtl["trace"] if not end]
+    assert starts == [(0, 0), (0, 1), (0, 2)] + [(1, i) for i in range(6)] + \
+        [(0, 3), (0, 4), (0, 5)]
