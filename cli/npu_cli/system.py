@@ -12,7 +12,7 @@ import sys
 
 from npu_cli.util import CLIError, preset_arg, progress
 
-__all__ = ["add_sim_commands", "cmd_sim_system"]
+__all__ = ["add_bench_commands", "add_sim_commands", "cmd_bench_system", "cmd_sim_system"]
 
 
 def _load(args, say):
@@ -106,3 +106,42 @@ def add_sim_commands(ssub):
     p.add_argument("--dump", metavar="FILE.npz", help="write the tensors (golden and RTL)")
     p.add_argument("--vcd", metavar="FILE", help="waveforms (Amaranth backend)")
     p.set_defaults(func=cmd_sim_system)
+
+
+def cmd_bench_system(args):
+    from npu_fpga.toolenv import apply_tool_env
+    from npu_sim import system_bench
+
+    apply_tool_env()
+    say = progress(args.json)
+    results = {}
+    if args.which in ("conv-pool", "all"):
+        say("conv 3x3 16->16 on 16x16, then a 2x2 max pool through the buffer")
+        results["conv_pool"] = system_bench.conv_pool(args.preset, progress=say)
+    if args.which in ("double-buffered", "all"):
+        say(f"the same conv from and to system memory at latency {args.latency}, in bands")
+        results["double_buffered"] = system_bench.double_buffered(
+            args.preset, latency=args.latency, progress=say)
+    if args.which in ("speed", "all"):
+        say("simulation speed: four 16-channel 32x32 conv layers")
+        results["speed"] = system_bench.speed(args.preset, progress=say)
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        for name, figures in results.items():
+            print(name + ": " + ", ".join(f"{k} {v}" for k, v in figures.items()))
+    ok = all(r.get("match", True) for r in results.values())
+    return 0 if ok else 1
+
+
+def add_bench_commands(bsub):
+    p = bsub.add_parser("system", help="system benchmarks: streaming, double buffering, speed",
+                        description="Benchmarks of the whole NPU on the system simulation "
+                        "(docs/system.md, \"Figures\"), each checked against the golden model.")
+    p.add_argument("--preset", type=preset_arg, default="small", help="configuration")
+    p.add_argument("--which", choices=("conv-pool", "double-buffered", "speed", "all"),
+                   default="all")
+    p.add_argument("--latency", type=int, default=20,
+                   help="system-memory latency of the double-buffered run")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_bench_system)

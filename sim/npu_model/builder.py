@@ -82,6 +82,17 @@ class Dataset:
         c, h, w = self.shape
         return self.addr, self.addr + (c - 1) * self.cstride + (h - 1) * self.rstride + w
 
+    def footprint(self):
+        """The buffer intervals ``[("buf", lo, hi), ...]`` the dataset covers: one per
+        plane (rows with gaps between planes, e.g. a band of rows of a larger tensor, are told
+        apart from their neighbours), or one for a dense dataset."""
+        c, h, w = self.shape
+        if self.cstride == h * self.rstride:
+            return [("buf", *self.span)]
+        last = (h - 1) * self.rstride + w
+        return [("buf", self.addr + k * self.cstride, self.addr + k * self.cstride + last)
+                for k in range(c)]
+
     def row(self):
         """The same elements as one row ``(1, 1, C * H * W)`` (a dense dataset only)."""
         c, h, w = self.shape
@@ -398,7 +409,7 @@ class ProgramBuilder:
             raise BuildError(f"tensor {tensor.name!r} {tensor.shape} {tensor.format} does not "
                              f"fit dataset {ds.shape} {ds.fmt}")
         t = self._transfer(dma_spec.DmaDir.MEM_TO_BUF, tensor, ds)
-        return self._dma(t, [self._mem_span(tensor)], [("buf", *ds.span)], flags,
+        return self._dma(t, [self._mem_span(tensor)], ds.footprint(), flags,
                          f"load {tensor.name}")
 
     def dma_store(self, ds, tensor, **flags):
@@ -408,7 +419,7 @@ class ProgramBuilder:
             raise BuildError(f"dataset {ds.shape} {ds.fmt} does not fit tensor "
                              f"{tensor.name!r} {tensor.shape} {tensor.format}")
         t = self._transfer(dma_spec.DmaDir.BUF_TO_MEM, tensor, ds)
-        return self._dma(t, [("buf", *ds.span)], [self._mem_span(tensor)], flags,
+        return self._dma(t, ds.footprint(), [self._mem_span(tensor)], flags,
                          f"store {tensor.name}")
 
     def dma(self, transfer, **flags):
@@ -431,6 +442,34 @@ class ProgramBuilder:
             dir=direction, fmt=fmt, mem_addr=tensor.addr - 4 * self.base, buf_addr=ds.addr,
             sizes=[w, h, c], mem_strides=[size, size * w, size * w * h],
             buf_strides=[1, ds.rstride, ds.cstride])
+
+    def load_rows(self, tensor, r0, r1, ds, **flags):
+        """A DMA task copying rows ``r0 .. r1 - 1`` of every plane of ``tensor`` (``(C, H,
+        W)`` in memory) into dataset ``ds`` (``(C, r1 - r0, W)``, any strides): a band of a
+        tiled layer."""
+        return self._rows(dma_spec.DmaDir.MEM_TO_BUF, tensor, r0, r1, ds, flags)
+
+    def store_rows(self, ds, tensor, r0, **flags):
+        """A DMA task copying dataset ``ds`` (``(C, n, W)``) into rows ``r0 .. r0 + n - 1`` of
+        every plane of ``tensor``."""
+        return self._rows(dma_spec.DmaDir.BUF_TO_MEM, tensor, r0, r0 + ds.shape[1], ds, flags)
+
+    def _rows(self, direction, tensor, r0, r1, ds, flags):
+        c, h, w = tensor.shape
+        if ds.shape != (c, r1 - r0, w) or tensor.format != ds.fmt or not 0 <= r0 < r1 <= h:
+            raise BuildError(f"rows {r0}..{r1 - 1} of tensor {tensor.name!r} {tensor.shape} do "
+                             f"not fit dataset {ds.shape} {ds.fmt}")
+        size = TENSOR_FORMATS[tensor.format]
+        first = tensor.addr + size * w * r0
+        t = dma_spec.make_transfer(
+            dir=direction, fmt=dma_spec.DmaFormat.INT8 if size == 1 else dma_spec.DmaFormat.HALF,
+            mem_addr=first - 4 * self.base, buf_addr=ds.addr, sizes=[w, r1 - r0, c],
+            mem_strides=[size, size * w, size * w * h], buf_strides=[1, ds.rstride, ds.cstride])
+        mem = [("mem", first + size * w * h * k, first + size * w * h * k + size * w * (r1 - r0))
+               for k in range(c)]
+        if direction == dma_spec.DmaDir.MEM_TO_BUF:
+            return self._dma(t, mem, ds.footprint(), flags, f"load rows of {tensor.name}")
+        return self._dma(t, ds.footprint(), mem, flags, f"store rows of {tensor.name}")
 
     def load(self, tensor, addr=None, **flags):
         """A dataset for ``tensor`` (``(C, H, W)``) and the DMA task that fills it."""
@@ -529,8 +568,8 @@ class ProgramBuilder:
         writes += dataproc.dataset_writes(dataproc.ne_port_base(core, "IN"), src.fields)
         writes += dataproc.dataset_writes(dataproc.ne_port_base(core, "OUT"), dst.fields)
         writes.append((dataproc.NE_CORES, sum(1 << i for i in cores)))
-        reads = [("buf", *src.span), (f"kmem{core}", placement.addr, placement.end)]
-        self._task(Engine.NEURAL, writes, reads, [("buf", *dst.span)], flags,
+        reads = src.footprint() + [(f"kmem{core}", placement.addr, placement.end)]
+        self._task(Engine.NEURAL, writes, reads, dst.footprint(), flags,
                    f"conv core {core}")
         return dst
 
@@ -569,9 +608,9 @@ class ProgramBuilder:
                 if ds is None:
                     raise BuildError(f"the task needs operand {port}")
                 writes += dataproc.dataset_writes(dataproc.pe_port_base(port), ds.fields)
-                reads.append(("buf", *ds.span))
+                reads += ds.footprint()
         writes += dataproc.dataset_writes(dataproc.pe_port_base("OUT"), out.fields)
-        self._task(Engine.PLANAR, writes, reads, [("buf", *out.span)], flags or {},
+        self._task(Engine.PLANAR, writes, reads, out.footprint(), flags or {},
                    f"planar {planar_spec.Mode(task['mode']).name.lower()}")
         return out
 
