@@ -16,6 +16,7 @@ from npu_spec.engine import Engine
 from npu_spec.neural import CORE_STRIDE, NEURAL_ENGINE, core_base
 from npu_spec.planar import PLANAR_ENGINE
 from npu_spec.registers import ADDRESS_WINDOWS, NPU_INFO, npu_info_values
+from npu_spec.taskman import SLOT_WORDS
 
 from .dataproc.dataproc import DataProcessor
 from .dma.engine import DMAEngine
@@ -165,7 +166,7 @@ class NPUTop(wiring.Component):
         m = Module()
         cfg = self._config
         m.submodules.info = info = NPUInfo(cfg)
-        m.submodules.taskman = tm = TaskManager(cfg)
+        m.submodules.taskman = tm = TaskManager(cfg, slot_words=SLOT_WORDS)
         m.submodules.dataproc = dp = DataProcessor(cfg)
         m.submodules.planar = pe = PlanarEngine(cfg)
         m.submodules.dma = dma = DMAEngine(cfg)

@@ -515,27 +515,39 @@ class ProgramBuilder:
         return KernelPlacement(core, start, start + n, blob, src, len(self.tasks))
 
     def conv(self, src, kernels, dst=None, *, stride=1, pad=0, dilation=1, log2w=None,
-             cores=None, act="none", out_fp16=None, zero_point=0, lo=None, hi=None, alpha=0,
+             act="none", out_fp16=None, zero_point=0, lo=None, hi=None, alpha=0,
              stochastic=False, seed=1, **flags):
         """A neural engine task: the convolution of dataset ``src`` with the kernels placed by
-        :meth:`dma_kernels` (``kernels``, a :class:`KernelPlacement`), into ``dst`` (a new
-        dataset if None); returns ``dst``.
+        :meth:`dma_kernels` (``kernels``, a :class:`KernelPlacement`, or a list of them on
+        different cores: each core computes the output channels of its blob, in list order,
+        from the same input, in one task), into ``dst`` (a new dataset if None); returns
+        ``dst``.
 
         The post-processor: ``act`` (a :class:`npu_spec.postproc.Act` name), ``out_fp16``
         (default: binary16 out for a float layer), ``zero_point``, ``lo`` / ``hi`` (int8
         values for an int8 layer, floats or binary32 bits otherwise), ``alpha``, ``stochastic``
         and ``seed``."""
         cfg = self.config
-        placement = kernels
-        blob = placement.blob
-        core = placement.core
-        if self._kversion[core].get((placement.addr, placement.end)) != placement.version:
-            raise BuildError(f"the kernels at word {placement.addr} of core {core} were "
-                             f"overwritten before this layer")
-        fmt = MacFormat(blob.fmt)
-        k, icpg, kh, kw = blob.weight_shape
+        placements = list(kernels) if isinstance(kernels, (list, tuple)) else [kernels]
+        cores = [p.core for p in placements]
+        if len(set(cores)) != len(cores):
+            raise BuildError(f"one placement per core, not cores {cores}")
+        for placement in placements:
+            if (self._kversion[placement.core].get((placement.addr, placement.end))
+                    != placement.version):
+                raise BuildError(f"the kernels at word {placement.addr} of core "
+                                 f"{placement.core} were overwritten before this layer")
+        blobs = [p.blob for p in placements]
+        fmt = MacFormat(blobs[0].fmt)
+        _, icpg, kh, kw = blobs[0].weight_shape
+        groups = blobs[0].conv_groups
+        if any(b.fmt != blobs[0].fmt or b.weight_shape[1:] != (icpg, kh, kw)
+               or b.conv_groups != groups for b in blobs):
+            raise BuildError("the cores' kernels must share format, shape and groups")
+        if len(blobs) > 1 and groups != 1:
+            raise BuildError("a grouped layer runs on one core")
+        k = sum(b.weight_shape[0] for b in blobs)
         c, h, w = src.shape
-        groups = blob.conv_groups
         if c != groups * icpg:
             raise BuildError(f"the input has {c} channels, the kernels need {groups * icpg}")
         oh = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
@@ -553,24 +565,30 @@ class ProgramBuilder:
         else:
             lo = (-128 if lo is None else int(lo)) & 0xFF
             hi = (127 if hi is None else int(hi)) & 0xFF
-        layer = neural.make_layer(
-            fmt=fmt, log2w=log2w, sparse=blob.groups[0].config.sparse,
-            palette=blob.groups[0].config.palette, groups=groups, icpg=icpg,
-            ocpg=k // groups, in_h=h, in_w=w, out_h=oh, out_w=ow, kh=kh, kw=kw, stride=stride,
-            dilation=dilation, pad=pad, addr=placement.addr, out_fp16=int(out_fp16),
-            stochastic=int(stochastic), act=act, zero_point=int(zero_point) & 0xFF, lo=lo,
-            hi=hi, alpha=_f32(alpha), seed=seed)
-        cores = [core] if cores is None else list(cores)
-        if cores != [core]:
-            raise BuildError("a layer on several cores needs one placement per core; build "
-                             "one conv per core")
-        writes = neural.layer_writes(layer, core)
-        writes += dataproc.dataset_writes(dataproc.ne_port_base(core, "IN"), src.fields)
-        writes += dataproc.dataset_writes(dataproc.ne_port_base(core, "OUT"), dst.fields)
+        writes = []
+        reads = src.footprint()
+        first = 0
+        for placement, blob in zip(placements, blobs):
+            kj = blob.weight_shape[0]
+            layer = neural.make_layer(
+                fmt=fmt, log2w=log2w, sparse=blob.groups[0].config.sparse,
+                palette=blob.groups[0].config.palette, groups=groups, icpg=icpg,
+                ocpg=kj // groups, in_h=h, in_w=w, out_h=oh, out_w=ow, kh=kh, kw=kw,
+                stride=stride, dilation=dilation, pad=pad, addr=placement.addr,
+                out_fp16=int(out_fp16), stochastic=int(stochastic), act=act,
+                zero_point=int(zero_point) & 0xFF, lo=lo, hi=hi, alpha=_f32(alpha), seed=seed)
+            out = Dataset(dst.addr + first * dst.cstride, (kj, oh, ow), dst.fmt,
+                          cstride=dst.cstride, rstride=dst.rstride)
+            core = placement.core
+            writes += neural.layer_writes(layer, core)
+            writes += dataproc.dataset_writes(dataproc.ne_port_base(core, "IN"), src.fields)
+            writes += dataproc.dataset_writes(dataproc.ne_port_base(core, "OUT"), out.fields)
+            reads.append((f"kmem{core}", placement.addr, placement.end))
+            first += kj
         writes.append((dataproc.NE_CORES, sum(1 << i for i in cores)))
-        reads = src.footprint() + [(f"kmem{core}", placement.addr, placement.end)]
         self._task(Engine.NEURAL, writes, reads, dst.footprint(), flags,
-                   f"conv core {core}")
+                   f"conv core{'s' if len(cores) > 1 else ''} "
+                   f"{', '.join(str(i) for i in cores)}")
         return dst
 
     def planar(self, a, b=None, c=None, out=None, *, flags=None, **fields):

@@ -48,6 +48,7 @@ import numpy as np
 
 from npu_spec import dataproc, dma, neural
 from npu_spec import planar as planar_spec
+from npu_spec import taskman as taskman_spec
 from npu_spec.descriptors import (
     AddressError,
     DecodeError,
@@ -80,8 +81,8 @@ __all__ = [
     "write_tensor",
 ]
 
-#: Largest descriptor the task manager takes (its slot size, ``TaskManager(slot_words=32)``).
-SLOT_WORDS = 32
+#: Largest descriptor the task manager takes (its slot size in ``npu.top.NPUTop``).
+SLOT_WORDS = taskman_spec.SLOT_WORDS
 
 _CAUSES = {DecodeError: Cause.DECODE, AddressError: Cause.ADDRESS, WindowError: Cause.WINDOW}
 

@@ -22,6 +22,7 @@ __all__ = [
     "PRIORITY_WIDTH",
     "QUEUE_OFFSET",
     "QUEUE_STRIDE",
+    "SLOT_WORDS",
     "TASK_MANAGER",
     "Cause",
     "task_manager_map",
@@ -37,6 +38,9 @@ BASE_TABLE_OFFSET = 0x20
 BASE_TABLE_SIZE = 8
 #: Width of a queue's priority.
 PRIORITY_WIDTH = 4
+#: Descriptor slot of the integrated NPU's task manager (``npu.top.NPUTop``): the longest
+#: descriptor it takes, in words (a layer on two cores with their datasets needs about 60).
+SLOT_WORDS = 64
 #: Largest number of queues the layout has room for.
 MAX_QUEUES = 32
 

@@ -221,3 +221,43 @@ def test_fig15_preemption_with_real_engines():
     starts = [(q, t) for t, _, end, _, q, _ in rtl["trace"] if not end]
     assert starts == [(0, 0), (0, 1), (0, 2)] + [(1, i) for i in range(6)] + \
         [(0, 3), (0, 4), (0, 5)]
+
+
+def _two_core_program(config, cores):
+    rng = np.random.default_rng(9)
+    x = _int8(rng, (8, 9, 10))
+    w = _int8(rng, (16, 8, 3, 3))
+    prm = _params(rng, 16, 72)
+    b = ProgramBuilder(config)
+    xd = b.load(b.input("x", x))
+    if cores == 2:
+        halves = [b.dma_kernels(i, b.kernels(w[8 * i:8 * i + 8],
+                                             **{k: v[8 * i:8 * i + 8] for k, v in prm.items()}))
+                  for i in range(2)]
+        y = b.conv(xd, halves, pad=1, act="relu")
+    else:
+        y = b.conv(xd, b.dma_kernels(0, b.kernels(w, **prm)), pad=1, act="relu")
+    b.store(y, b.output("y", y.shape))
+    return b.build()
+
+
+def test_two_cores_golden_equals_one_core():
+    from npu_model.system import read_tensor
+    config = PRESETS["ecp5"]
+    outs = []
+    for cores in (1, 2):
+        program = _two_core_program(config, cores)
+        outs.append(read_tensor(run_program(program).memory, program.tensor("y")))
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.slow
+def test_two_cores_on_one_layer():
+    config = PRESETS["ecp5"]
+    program = _two_core_program(config, 2)
+    golden = run_program(program)
+    rtl = rtl_run(program, backend="verilator", latency=LATENCY)
+    summary = compare(program, golden, rtl)
+    assert summary["match"], summary
+    # One neural engine task ran, on both cores.
+    assert [e for _, e, end, _, _, _ in rtl["trace"] if not end].count(Engine.NEURAL) == 1
