@@ -70,7 +70,7 @@ def conv_pool(config, *, latency=4, seed=1, progress=None):
             "latency": latency}
 
 
-def double_buffered(config, *, latency=20, bands=4, seed=1, progress=None):
+def double_buffered(config, *, latency=20, bands=8, seed=1, progress=None):
     rng = np.random.default_rng(seed)
     c, h, w = 16, 16, 16
     x = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
