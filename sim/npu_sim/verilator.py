@@ -157,6 +157,12 @@ int main(int argc, char **argv) {
         top->clk = 1; top->eval(); top->clk = 0; top->eval();
         cycles++;
         if (in_fire) { sent++; presenting = false; }
+        if ((cycles & 0x3FFFFF) == 0) {
+            fprintf(stderr, "progress %llu cycles, %llu of %llu outputs\n",
+                    (unsigned long long)cycles, (unsigned long long)got,
+                    (unsigned long long)expected);
+            fflush(stderr);
+        }
     }
     FILE *fout = fopen(argv[2], "wb");
     if (!fout) { perror(argv[2]); return 3; }
@@ -276,12 +282,21 @@ class StreamBench:
         if max_cycles is None:
             max_cycles = 1000 + 100 * (len(in_words) + expected)
         stall_fixed = min(65535, int(round(stall * 65536)))
-        res = subprocess.run([str(self.binary), str(fin), str(fout), str(expected),
-                              str(stall_fixed), str(seed), str(max_cycles)],
-                             capture_output=True, text=True)
+        # A long run reports progress on stderr (every 4M cycles); pass it on.
+        proc = subprocess.Popen([str(self.binary), str(fin), str(fout), str(expected),
+                                 str(stall_fixed), str(seed), str(max_cycles)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        errors = []
+        for line in proc.stderr:
+            if line.startswith("progress "):
+                self.progress("verilator: " + line[len("progress "):].strip())
+            else:
+                errors.append(line)
+        returncode = proc.wait()
         try:
-            if res.returncode not in (0, 2):
-                raise VerilatorError(f"testbench failed ({res.returncode}): {res.stderr[-2000:]}")
+            if returncode not in (0, 2):
+                raise VerilatorError(f"testbench failed ({returncode}): "
+                                     f"{''.join(errors)[-2000:]}")
             raw = fout.read_bytes()
         finally:
             fin.unlink(missing_ok=True)
@@ -295,7 +310,7 @@ class StreamBench:
                 w |= body[k * ow + i] << (32 * i)
             outs.append(w)
         stats = {"cycles": cycles, "sent": sent, "active": active}
-        if res.returncode == 2:
+        if returncode == 2:
             raise VerilatorError(f"timeout: {got} of {expected} output beats after {cycles} "
                                  f"cycles ({sent} of {len(in_words)} input beats accepted)")
         return outs, stats
