@@ -38,7 +38,7 @@ from npu_spec.registers import ADDRESS_WINDOWS
 from npu_spec.regmap import Register, RegisterMap
 
 from ..lib.csr import CSRSignature, RegisterFile
-from ..lib.engine import WriteLayout
+from ..lib.engine import WriteLayout, merge_writes
 from ..neural.layouts import (
     KernelReadSignature,
     row_data_layout,
@@ -202,33 +202,18 @@ class DataProcessor(wiring.Component):
         """The register file, on the host's bus or else the task manager's writes."""
         m.submodules.regfile = regs = RegisterFile(self._regmap,
                                                    addr_width=len(self.csr.addr))
-        bus = regs.bus
-        host = self.csr.r_en | self.csr.w_en
-        w = self.writes.payload
-        offset = Signal(17)
-        m.d.comb += offset.eq(w.addr - BASE)
-        in_map = (w.addr >= BASE) & (offset < self._regmap.size)
         # A write to the datasets of a running engine (or the core mask while a core runs)
         # waits until its task ends: the next task's program never changes a running task's.
-        hold = 0
-        for i in range(self._config.cores):
-            lo = ne_port_base(i, "IN")
-            hold = hold | (self.ne_busy[i] & (w.addr >= lo) & (w.addr < lo + CORE_STRIDE))
-        lo = pe_port_base("A")
-        hold = hold | (self.pe_busy & (w.addr >= lo) & (w.addr < lo + 8 * len(PE_PORTS)))
-        hold = hold | (self.ne_busy.any() & (w.addr == NE_CORES))
-        m.d.comb += self.writes.ready.eq(~host & ~hold)
-        with m.If(host):
-            m.d.comb += [bus.addr.eq(self.csr.addr), bus.w_data.eq(self.csr.w_data),
-                         bus.w_en.eq(self.csr.w_en), bus.r_en.eq(self.csr.r_en)]
-        with m.Else():
-            m.d.comb += [bus.addr.eq(offset), bus.w_data.eq(w.data),
-                         bus.w_en.eq(self.writes.valid & in_map)]
-        # The read data and the error strobe answer the host's access of the cycle before.
-        host_last = Signal()
-        m.d.sync += host_last.eq(host)
-        m.d.comb += [self.csr.r_data.eq(bus.r_data), self.csr.error.eq(bus.error & host_last),
-                     self.ne_cores.eq(regs.port("NE_CORES").mask)]
+        def hold(addr, in_map):
+            held = self.ne_busy.any() & (addr == NE_CORES)
+            for i in range(self._config.cores):
+                lo = ne_port_base(i, "IN")
+                held = held | (self.ne_busy[i] & (addr >= lo) & (addr < lo + CORE_STRIDE))
+            lo = pe_port_base("A")
+            return held | (self.pe_busy & (addr >= lo) & (addr < lo + 8 * len(PE_PORTS)))
+
+        merge_writes(m, regs.bus, self.csr, self.writes, BASE, self._regmap.size, hold=hold)
+        m.d.comb += self.ne_cores.eq(regs.port("NE_CORES").mask)
         return regs
 
     @staticmethod

@@ -34,6 +34,7 @@ __all__ = [
     "EngineSignature",
     "TaskEntry",
     "WriteLayout",
+    "merge_writes",
 ]
 
 #: Width of task sequence numbers (task buffer tags).
@@ -84,6 +85,32 @@ WriteLayout = data.StructLayout({
     "data": unsigned(32),
     "seq":  unsigned(SEQ_WIDTH),
 })
+
+
+def merge_writes(m, bus, csr, writes, base, size, *, hold=None):
+    """Drive register-file bus ``bus`` from the host's CSR port ``csr`` (offsets) and, when
+    the host is not accessing it, the task manager's write stream ``writes`` (absolute word
+    addresses; those outside ``[base, base + size)`` are taken and dropped).
+
+    ``hold(addr, in_window)`` returns a signal that keeps the write at ``addr`` waiting (a
+    write to a running engine's registers). The read data and the error strobe answer the
+    host's access of the cycle before."""
+    host = csr.r_en | csr.w_en
+    w = writes.payload
+    offset = Signal(17)
+    m.d.comb += offset.eq(w.addr - base)
+    in_window = (w.addr >= base) & (offset < size)
+    held = 0 if hold is None else hold(w.addr, in_window)
+    m.d.comb += writes.ready.eq(~host & ~held)
+    with m.If(host):
+        m.d.comb += [bus.addr.eq(csr.addr), bus.w_data.eq(csr.w_data),
+                     bus.w_en.eq(csr.w_en), bus.r_en.eq(csr.r_en)]
+    with m.Else():
+        m.d.comb += [bus.addr.eq(offset), bus.w_data.eq(w.data),
+                     bus.w_en.eq(writes.valid & in_window)]
+    host_last = Signal()
+    m.d.sync += host_last.eq(host)
+    m.d.comb += [csr.r_data.eq(bus.r_data), csr.error.eq(bus.error & host_last)]
 
 
 class EngineSignature(wiring.Signature):
@@ -195,28 +222,12 @@ class EngineControl(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.regfile = regs = self._regfile
-        bus = regs.bus
 
-        # Bus merge: the host's access, else a register write in the window.
-        host = self.csr.r_en | self.csr.w_en
-        w = self.writes.payload
-        offset = Signal(17)
-        m.d.comb += offset.eq(w.addr - self._base)
-        in_window = (w.addr >= self._base) & (offset < self._regmap.size)
-        # A write to the engine's own registers waits while a task runs (and in the cycle it
-        # starts): the next task's program never changes the running task's registers.
-        hold = (self.busy | self.go) & in_window
-        m.d.comb += self.writes.ready.eq(~host & ~hold)
-        with m.If(host):
-            m.d.comb += [bus.addr.eq(self.csr.addr), bus.w_data.eq(self.csr.w_data),
-                         bus.w_en.eq(self.csr.w_en), bus.r_en.eq(self.csr.r_en)]
-        with m.Else():
-            m.d.comb += [bus.addr.eq(offset), bus.w_data.eq(w.data),
-                         bus.w_en.eq(self.writes.valid & in_window)]
-        # The read data and the error strobe answer the host's access of the cycle before.
-        host_last = Signal()
-        m.d.sync += host_last.eq(host)
-        m.d.comb += [self.csr.r_data.eq(bus.r_data), self.csr.error.eq(bus.error & host_last)]
+        # The host's accesses and the task manager's writes; a write to the engine's own
+        # registers waits while a task runs (and in the cycle it starts): the next task's
+        # program never changes the running task's registers.
+        merge_writes(m, regs.bus, self.csr, self.writes, self._base, self._regmap.size,
+                     hold=lambda addr, in_window: (self.busy | self.go) & in_window)
 
         # Task control.
         start = self.task.start
