@@ -45,7 +45,7 @@ def test_npu_info(preset):
         status = NPU_INFO.address("IRQ_STATUS")
         assert await csr_read(ctx, dut.bus, status) == (0, 0)
         # An unmapped read sets bus_read_error, an unmapped write bus_write_error.
-        assert await csr_read(ctx, dut.bus, 0x6) == (0, 1)
+        assert await csr_read(ctx, dut.bus, 0x7) == (0, 1)
         await ctx.tick()
         data, _ = await csr_read(ctx, dut.bus, status)
         assert NPU_INFO.decode(status, data) == {"bus_read_error": 1, "bus_write_error": 0}
@@ -62,5 +62,33 @@ def test_npu_info(preset):
         # SCRATCH was not disturbed by the failed write.
         data, _ = await csr_read(ctx, dut.bus, NPU_INFO.address("SCRATCH"))
         assert data == 0xFFFF_FFFF
+
+    run(dut, tb)
+
+
+def test_npu_info_cycle_and_trace():
+    dut = NPUInfo(PRESETS["small"])
+
+    async def tb(ctx):
+        c0, _ = await csr_read(ctx, dut.bus, NPU_INFO.address("CYCLE"))
+        c1, _ = await csr_read(ctx, dut.bus, NPU_INFO.address("CYCLE"))
+        assert c1 > c0
+        ctx.set(dut.trace, {"task_id": 0x1234, "engine": 2, "end": 1, "error": 5, "queue": 3,
+                            "cycle": 777})
+        ctx.set(dut.trace_valid, 1)
+        ctx.set(dut.trace_count, 9)
+        data, _ = await csr_read(ctx, dut.bus, NPU_INFO.address("TRACE_DATA0"))
+        assert NPU_INFO.decode(NPU_INFO.address("TRACE_DATA0"), data) == {
+            "task_id": 0x1234, "engine": 2, "end": 1, "error": 5, "queue": 3, "valid": 1}
+        data, _ = await csr_read(ctx, dut.bus, NPU_INFO.address("TRACE_DATA1"))
+        assert data == 777
+        data, _ = await csr_read(ctx, dut.bus, NPU_INFO.address("TRACE_STATUS"))
+        assert NPU_INFO.decode(NPU_INFO.address("TRACE_STATUS"), data) == {
+            "count": 9, "overflow": 0}
+        # TRACE_CTRL.pop is a one-cycle pulse after the write.
+        await csr_write(ctx, dut.bus, *NPU_INFO.encode("TRACE_CTRL", pop=1))
+        assert ctx.get(dut.trace_pop) == 1
+        await ctx.tick()
+        assert ctx.get(dut.trace_pop) == 0
 
     run(dut, tb)

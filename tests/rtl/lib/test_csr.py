@@ -75,7 +75,7 @@ def test_addr_width():
     assert RegisterFile(TEST_MAP, addr_width=8).bus.addr.shape().width == 8
     with pytest.raises(ValueError, match=r"at least 2 .* not 1"):
         RegisterFile(TEST_MAP, addr_width=1)
-    assert RegisterFile(NPU_INFO).addr_width == 4
+    assert RegisterFile(NPU_INFO).addr_width == (NPU_INFO.size - 1).bit_length()
 
 
 def test_port_name_clashes():
