@@ -401,23 +401,18 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
         responses, stats = sb.run(cmds.beats, cmds.expected, seed=seed,
                                   max_cycles=max_cycles or 50_000_000)
     elif backend == "amaranth":
-        from .streams import run_simulation
+        from .streams import run_simulation, stream_get, stream_put
         bench = SystemBench(cfg, latency=latency)
         responses = []
         limit = max_cycles or 2_000_000
 
         async def producer(ctx):
             for beat in cmds.beats:
-                ctx.set(bench.cmd.valid, 1)
-                ctx.set(bench.cmd.payload.as_value(), beat)
-                await ctx.tick().until(bench.cmd.ready)
-            ctx.set(bench.cmd.valid, 0)
+                await stream_put(ctx, bench.cmd, beat)
 
         async def consumer(ctx):
-            ctx.set(bench.res.ready, 1)
-            while len(responses) < cmds.expected:
-                await ctx.tick().until(bench.res.valid)
-                responses.append(ctx.get(bench.res.payload.as_value()))
+            for _ in range(cmds.expected):
+                responses.append(await stream_get(ctx, bench.res))
 
         async def watchdog(ctx):
             for _ in range(limit):

@@ -261,3 +261,18 @@ def test_two_cores_on_one_layer():
     assert summary["match"], summary
     # One neural engine task ran, on both cores.
     assert [e for _, e, end, _, _, _ in rtl["trace"] if not end].count(Engine.NEURAL) == 1
+
+
+@pytest.mark.slow
+def test_amaranth_backend():
+    """The same bench on the Amaranth simulator (small cases): a load and a store."""
+    config = CFG.replace(mem_kib=16)
+    b = ProgramBuilder(config)
+    x = np.arange(-20, 20, dtype=np.int8).reshape(2, 4, 5)
+    xd = b.load(b.input("x", x))
+    b.store(xd, b.output("y", x.shape))
+    program = b.build()
+    rtl = rtl_run(program, backend="amaranth", latency=3, stall=0.2)
+    summary = compare(program, run_program(program), rtl)
+    assert summary["match"], summary
+    assert len(rtl["trace"]) == 4
