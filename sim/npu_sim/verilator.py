@@ -283,16 +283,17 @@ class StreamBench:
             max_cycles = 1000 + 100 * (len(in_words) + expected)
         stall_fixed = min(65535, int(round(stall * 65536)))
         # A long run reports progress on stderr (every 4M cycles); pass it on.
-        proc = subprocess.Popen([str(self.binary), str(fin), str(fout), str(expected),
-                                 str(stall_fixed), str(seed), str(max_cycles)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         errors = []
-        for line in proc.stderr:
-            if line.startswith("progress "):
-                self.progress("verilator: " + line[len("progress "):].strip())
-            else:
-                errors.append(line)
-        returncode = proc.wait()
+        with subprocess.Popen([str(self.binary), str(fin), str(fout), str(expected),
+                               str(stall_fixed), str(seed), str(max_cycles)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True) as proc:
+            for line in proc.stderr:
+                if line.startswith("progress "):
+                    self.progress("verilator: " + line[len("progress "):].strip())
+                else:
+                    errors.append(line)
+            returncode = proc.wait()
         try:
             if returncode not in (0, 2):
                 raise VerilatorError(f"testbench failed ({returncode}): "
