@@ -134,6 +134,16 @@ class NPUTop(wiring.Component):
     the planar engine, the DMA engine and the data processor, behind a host register bus, an
     interrupt and one system-memory bus master.
 
+    Parameters
+    ----------
+    config : NPUConfig
+        At most 32 cores.
+    trace_depth : int
+        Entries of the task trace.
+    shared_core : SharedModule or None
+        Instantiate the neural engine cores by name from one converted core
+        (:func:`shared_core`; for Verilog and Verilator only, see :func:`top_verilog`).
+
     Members
     -------
     bus : In(CSRSignature(HOST_ADDR_BITS))
