@@ -12,13 +12,15 @@ import numpy as np
 
 from npu_model.builder import ProgramBuilder
 
-__all__ = ["random_program"]
+__all__ = ["int_params", "random_program"]
 
 #: Task-switch flags a random program sets (a single queue: they change no result).
 _FLAGS = ("tse", "dpc", "tsr", "spl", "irq")
 
 
-def _int_params(rng, k, taps):
+def int_params(rng, k, taps):
+    """Random int8 post-processing parameters of ``k`` output channels summing ``taps``
+    products: bias, scale and a shift that keeps the outputs in range."""
     bias = rng.integers(-(1 << 10), 1 << 10, k)
     scale = rng.integers(1 << 28, 1 << 30, k)
     shift = np.full(k, min(63, round(36.5 + 0.5 * np.log2(max(1, taps)))))
@@ -96,7 +98,7 @@ def random_program(config, layers, seed, *, fmt=None, name=None):
                 if rng.random() < 0.3:
                     wts[rng.random(wts.shape) < 0.5] = 0
             params = (_float_params(rng, k) if (data_fp16 or coef_fp16)
-                      else _int_params(rng, k, icpg * kh * kw))
+                      else int_params(rng, k, icpg * kh * kw))
             sparse = bool(rng.random() < 0.3)
             placement = b.dma_kernels(0, b.kernels(wts, fmt=mac_fmt, groups=groups,
                                                    sparse=sparse, **params), **flags)

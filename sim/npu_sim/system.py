@@ -480,7 +480,8 @@ def compare(program, golden, rtl):
     n = len(rtl["memory"])
     gold = golden.memory[:n]
     gold = gold + bytes(n - len(gold))
-    mem_diff = [k for k in range(n) if rtl["memory"][k] != gold[k]]
+    mem_diff = ([] if rtl["memory"] == gold
+                else [k for k in range(n) if rtl["memory"][k] != gold[k]])
     queues_ok = True
     queue_rows = []
     for q in program.queues:

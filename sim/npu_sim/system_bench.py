@@ -19,6 +19,7 @@ import numpy as np
 from npu_model.builder import Dataset, ProgramBuilder
 from npu_model.system import run_program
 
+from .programs import int_params
 from .system import compare, rtl_run
 
 __all__ = ["conv_pool", "double_buffered"]
@@ -26,10 +27,7 @@ __all__ = ["conv_pool", "double_buffered"]
 
 def _layer(rng, c=16, k=16):
     w = rng.integers(-128, 128, (k, c, 3, 3)).astype(np.int8)
-    params = dict(bias=rng.integers(-(1 << 10), 1 << 10, k),
-                  scale=rng.integers(1 << 28, 1 << 30, k),
-                  shift=np.full(k, round(36.5 + 0.5 * np.log2(9 * c))))
-    return w, params
+    return w, int_params(rng, k, 9 * c)
 
 
 def _spans(trace):

@@ -7,7 +7,7 @@ import pytest
 
 from npu_model.builder import ProgramBuilder
 from npu_model.system import run_program
-from npu_sim.programs import random_program
+from npu_sim.programs import int_params, random_program
 from npu_sim.system import compare, rtl_run
 from npu_spec import dma
 from npu_spec.config import PRESETS
@@ -22,9 +22,7 @@ def _int8(rng, shape):
     return rng.integers(-128, 128, shape).astype(np.int8)
 
 
-def _params(rng, k, taps):
-    return dict(bias=rng.integers(-(1 << 10), 1 << 10, k), scale=rng.integers(1 << 28, 1 << 30, k),
-                shift=np.full(k, min(63, round(36.5 + 0.5 * np.log2(taps)))))
+_params = int_params
 
 
 def check(program, *, stall=0.0, seed=0, watchdog=None, expect_retired=False):
