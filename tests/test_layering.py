@@ -2,7 +2,9 @@
 specification run without Amaranth.
 
 Layers, lowest first: ``npu_spec`` (plain Python) <- ``npu`` (gateware) <- ``npu_fpga`` <-
-``npu_sim`` <- ``npu_cli``; ``npu_spec`` <- ``npu_model`` (numpy) <- ``npu_sim``.
+``npu_sim`` <- ``npu_cli``; ``npu_spec`` <- ``npu_model`` (numpy) <- ``npu_sim``;
+``npu_model`` <- ``npu_compiler`` (onnx) <- ``npu_runtime`` (with ``npu_sim`` and onnxruntime)
+<- ``npu_cli``.
 """
 
 import ast
@@ -20,6 +22,8 @@ PACKAGES = {
     "npu_fpga": ROOT / "fpga" / "npu_fpga",
     "npu_sim": ROOT / "sim" / "npu_sim",
     "npu_cli": ROOT / "cli" / "npu_cli",
+    "npu_compiler": ROOT / "compiler" / "npu_compiler",
+    "npu_runtime": ROOT / "sim" / "npu_runtime",
 }
 PROJECT = set(PACKAGES)
 #: What each package may import, besides the standard library and itself.
@@ -29,9 +33,12 @@ ALLOWED = {
     "npu_model": {"npu_spec", "numpy"},
     "npu_fpga": {"npu_spec", "npu", "amaranth", "amaranth_boards"},
     "npu_sim": {"npu_spec", "npu", "npu_model", "npu_fpga", "amaranth", "numpy", "cocotb"},
-    "npu_cli": PROJECT | {"amaranth", "numpy"},
+    "npu_cli": PROJECT | {"amaranth", "numpy", "onnx", "onnxruntime"},
+    "npu_compiler": {"npu_spec", "npu_model", "numpy", "onnx"},
+    "npu_runtime": {"npu_spec", "npu_model", "npu_compiler", "npu_sim", "numpy", "onnx",
+                    "onnxruntime"},
 }
-THIRD_PARTY = {"amaranth", "amaranth_boards", "numpy", "cocotb"}
+THIRD_PARTY = {"amaranth", "amaranth_boards", "numpy", "cocotb", "onnx", "onnxruntime"}
 
 
 def imports_of(path):

@@ -1,0 +1,78 @@
+"""``compile_model``: an ONNX model in, a :class:`Compiled` program out."""
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from npu_model.builder import BuildError
+
+from .frontend import load_graph
+from .graph import CompileError
+from .lower import lower
+
+__all__ = ["FORMATS", "Compiled", "compile_model", "io_metadata"]
+
+#: Formats of ``--format``; ``int8`` and ``mixed`` need calibration (not built yet).
+FORMATS = ("fp16",)
+
+
+@dataclass
+class Compiled:
+    """A compiled model: the program (its metadata carries ``compiler``: format, inputs and
+    outputs with ONNX names and shapes, the per-layer plan), the plan rows and the graph."""
+    program: object
+    plan: list
+    graph: object
+    seconds: float
+
+
+def io_metadata(program):
+    """``(inputs, outputs)``: the ``compiler`` metadata's lists (dicts with ``name``,
+    ``tensor``, ``shape``, ``dtype``)."""
+    meta = program.metadata.get("compiler")
+    if not meta:
+        raise CompileError("the program was not made by npu compile (no input/output "
+                           "metadata)")
+    return meta["inputs"], meta["outputs"]
+
+
+def _plain(row):
+    return {k: (sorted(v) if isinstance(v, set) else v) for k, v in row.items()}
+
+
+def compile_model(source, config, *, fmt="fp16", shapes=None, name=None):
+    """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
+
+    ``shapes`` gives concrete shapes for inputs with dynamic dimensions. Raises
+    :class:`CompileError` (one line) for anything the compiler cannot take.
+    """
+    if fmt not in FORMATS:
+        raise CompileError(f"format {fmt!r} is not supported yet (supported: "
+                           f"{', '.join(FORMATS)})")
+    t0 = time.perf_counter()
+    graph = load_graph(source, shapes)
+    lw = lower(graph, config, name=name or graph.name)
+    try:
+        program = lw.b.build(name or graph.name or "")
+    except BuildError as e:
+        raise CompileError(str(e)) from None
+    tensors = {t.name: t for t in program.tensors}
+
+    def entry(name, role):
+        tname = name if name in tensors and tensors[name].role == role else f"{name}:out"
+        t = tensors[tname]
+        return {"name": name, "tensor": tname, "shape": list(graph.shapes[name]),
+                "dtype": np.dtype(graph.dtypes.get(name, np.float32)).name,
+                "format": t.format, "addr": t.addr}
+
+    meta = dict(program.metadata)
+    meta["compiler"] = {
+        "format": fmt,
+        "inputs": [entry(n, "input") for n in graph.inputs],
+        "outputs": [entry(n, "output") for n in graph.outputs],
+        "plan": [_plain(r) for r in lw.plan],
+    }
+    program = dataclasses.replace(program, metadata=meta)
+    return Compiled(program, [_plain(r) for r in lw.plan], graph, time.perf_counter() - t0)

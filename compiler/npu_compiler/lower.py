@@ -1,0 +1,425 @@
+"""Lowering a :class:`~npu_compiler.graph.Graph` onto the engines (binary16 activations).
+
+Every ONNX tensor lives in system memory, dense, in its ONNX shape (binary16). An operator is
+one or more *steps*: DMA tasks load its operands into buffer datasets (any layout: the DMA
+walks a rank-5 index space with any strides, so transposes, slices, padding and
+subsampling are DMA work), an engine task computes, DMA tasks store the result. A layer that
+does not fit the buffer is cut into bands of output rows (convolution, pooling) or into
+channel chunks (everything else). Shape-only operators (``Reshape``, ``Flatten``,
+``Squeeze``, ``Unsqueeze``, ``Identity``) are aliases of the same bytes.
+
+Mapping (``docs/compiler.md`` has the table): ``Conv``, ``Gemm`` and ``MatMul`` with constant
+weights, per-channel affine operations (``BatchNormalization``, ``Mul``/``Add`` by a
+per-channel constant) and the activations other than ReLU run on the neural engine (the
+activations through its post-processor, as a depthwise 1x1 convolution of weight 1 when they
+are not fused); ``Relu``, pooling, reductions and elementwise operations between tensors on
+the planar engine.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from npu_model.builder import BuildError, Dataset, ProgramBuilder
+from npu_spec import dataproc, neural
+from npu_spec import dma as dma_spec
+from npu_spec import planar as planar_spec
+from npu_spec.engine import Engine
+from npu_spec.program import Tensor, dense_strides
+
+from .frontend import activation
+from .graph import CompileError
+
+__all__ = ["Lowering", "MView", "lower"]
+
+FP16 = "fp16"
+ESIZE = 2                       # bytes of a binary16 element
+MAX_DIM = (1 << planar_spec.SHAPE_BITS) - 1
+PLANE_DEPTH = planar_spec.LINE_BUFFER_DEPTH
+
+
+@dataclass(frozen=True)
+class MView:
+    """A view of a system-memory tensor: ``shape`` and ``strides`` (bytes) from byte
+    ``addr``."""
+    addr: int
+    shape: tuple
+    strides: tuple
+
+    @staticmethod
+    def dense(tensor):
+        return MView(tensor.addr, tuple(tensor.shape), dense_strides(tensor.shape, FP16))
+
+    def reshape(self, shape):
+        return MView(self.addr, tuple(shape), dense_strides(shape, FP16))
+
+    def slice(self, axis, start, stop, step=1):
+        shape = list(self.shape)
+        strides = list(self.strides)
+        shape[axis] = len(range(start, stop, step))
+        addr = self.addr + start * strides[axis]
+        strides[axis] *= step
+        return MView(addr, tuple(shape), tuple(strides))
+
+    def permute(self, perm):
+        return MView(self.addr, tuple(self.shape[p] for p in perm),
+                     tuple(self.strides[p] for p in perm))
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+
+def _f16(x):
+    return np.asarray(x, np.float32).astype(np.float16).view(np.uint16)
+
+
+def _f32bits(x):
+    return np.asarray(x, np.float32).view(np.uint32).astype(np.int64)
+
+
+def _as3(shape):
+    """The ``(C, H, W)`` view of an ONNX shape: leading dimensions merge into ``C``."""
+    shape = tuple(int(n) for n in shape)
+    if len(shape) == 0:
+        return (1, 1, 1)
+    if len(shape) == 1:
+        return (1, 1, shape[0])
+    if len(shape) == 2:
+        return (1, shape[0], shape[1])
+    return (int(np.prod(shape[:-2])), shape[-2], shape[-1])
+
+
+def _merge(sizes, s1, s2):
+    """Drop size-1 dimensions and merge dimensions contiguous on both sides (innermost
+    first)."""
+    out = []
+    for n, a, b in zip(sizes, s1, s2):
+        if n == 1:
+            continue
+        if out and out[-1][1] * out[-1][0] == a and out[-1][2] * out[-1][0] == b:
+            m = out.pop()
+            out.append((m[0] * n, m[1], m[2]))
+        else:
+            out.append((n, a, b))
+    return out or [(1, 0, 0)]
+
+
+def _flat_shape(n, limit=MAX_DIM):
+    """``(H, W)`` with ``H * W = n``, ``W`` the largest divisor of ``n`` up to 1024 (wide rows
+    keep the lanes busy) and ``H`` at most ``limit``; None if there is none."""
+    for w in range(min(n, 1024), 0, -1):
+        if n % w == 0 and n // w <= limit:
+            return n // w, w
+    return None
+
+
+class Lowering:
+    """Lowers ``graph`` for ``config``; :meth:`run` returns the builder with every task."""
+
+    def __init__(self, graph, config, *, name=""):
+        if "fp16" not in config.formats:
+            raise CompileError(f"preset {config.name!r} has no binary16 datapath; --format fp16 "
+                               f"needs one")
+        self.g = graph
+        self.cfg = config
+        self.name = name
+        self.b = ProgramBuilder(config)
+        self.views = {}
+        self.plan = []
+        self.buf_size = dataproc.buffer_elements(config)
+        self.buffer_rows = neural.engine_geometry(config)[2]
+        self.kmem_words = config.kernel_kib * 256
+        self._consts = {}
+        self._step = None
+        self._row = None
+        self._temps = []
+
+    # ---- memory --------------------------------------------------------------------------
+
+    def _new_tensor(self, name, shape, role="scratch", values=None):
+        shape = tuple(int(n) for n in shape) or (1,)
+        t = self.b.tensor(name, shape, FP16, role, values)
+        return MView.dense(t)
+
+    def _const_tensor(self, key, values):
+        """A binary16 constant in system memory (shared by key)."""
+        if key not in self._consts:
+            arr = _f16(values)
+            self._consts[key] = self._new_tensor(f"const:{key}", arr.shape or (1,), "constant",
+                                                 arr.reshape(arr.shape or (1,)))
+        return self._consts[key]
+
+    def _output_tensor(self, name):
+        shape = self.g.shapes[name]
+        role = "output" if name in self.g.outputs else "scratch"
+        v = self._new_tensor(name, shape, role)
+        self.views[name] = v
+        return v
+
+    def _alias(self, name, view):
+        """``name`` is the same bytes as ``view`` (dense) in another shape."""
+        shape = tuple(self.g.shapes[name])
+        v = MView(view.addr, shape, dense_strides(shape, FP16))
+        self.views[name] = v
+        if name in self.g.outputs:
+            self.b.tensors.append(Tensor(name, "output", v.addr, FP16, shape or (1,)))
+
+    def view(self, name):
+        if name in self.views:
+            return self.views[name]
+        c = self.g.const(name)
+        if c is not None:
+            v = self._const_tensor(name, c)
+            self.views[name] = v.reshape(c.shape) if c.shape else v
+            return self.views[name]
+        raise CompileError(f"tensor {name!r} has no value")
+
+    # ---- DMA -----------------------------------------------------------------------------
+
+    def _dma(self, direction, mview, buf_addr, buf_strides, label):
+        """One DMA task between memory view ``mview`` and the buffer elements
+        ``buf_addr + sum(i_k * buf_strides[k])`` over the same index space."""
+        dims = _merge(reversed(mview.shape), reversed(mview.strides), reversed(buf_strides))
+        if len(dims) > 5:
+            raise CompileError(f"{self._step}: a transfer of rank {len(dims)} (at most 5)")
+        sizes = [d[0] for d in dims] + [1] * (5 - len(dims))
+        ms = [d[1] for d in dims] + [0] * (5 - len(dims))
+        bs = [d[2] for d in dims] + [0] * (5 - len(dims))
+        t = dma_spec.make_transfer(dir=direction, fmt=dma_spec.DmaFormat.HALF,
+                                   mem_addr=mview.addr - 4 * self.b.base, buf_addr=buf_addr,
+                                   sizes=sizes, mem_strides=ms, buf_strides=bs)
+        mlo, mhi = dma_spec.extent(mview.addr, sizes, ms)
+        blo, bhi = dma_spec.extent(buf_addr, sizes, bs)
+        mem = [("mem", mlo, mhi + ESIZE)]
+        buf = [("buf", blo, bhi + 1)]
+        if direction == dma_spec.DmaDir.MEM_TO_BUF:
+            self.b._dma(t, mem, buf, {}, label)
+        else:
+            self.b._dma(t, buf, mem, {}, label)
+        self._count("dma", int(np.prod(sizes)))
+
+    def load(self, mview, ds):
+        """Copy ``mview`` into dataset ``ds`` (the same elements in raster order; ``ds``'s
+        shape may differ from the view's as long as the counts agree when ``ds`` is
+        dense)."""
+        if tuple(ds.shape) == tuple(_as3(mview.shape)) or len(mview.shape) == 3:
+            c, h, w = ds.shape
+            if mview.size != c * h * w:
+                raise CompileError(f"{self._step}: internal size mismatch")
+            view = mview if len(mview.shape) == 3 else MView(mview.addr, (c, h, w), _strides3(
+                mview, (c, h, w)))
+            self._dma(dma_spec.DmaDir.MEM_TO_BUF, view, ds.addr, (ds.cstride, ds.rstride, 1),
+                      "load")
+        else:
+            dense = _dense_elements(mview.shape)
+            self._dma(dma_spec.DmaDir.MEM_TO_BUF, mview, ds.addr, dense, "load")
+
+    def load_any(self, mview, ds):
+        """Copy ``mview`` (any shape and strides) into dense dataset ``ds`` in raster order."""
+        self._dma(dma_spec.DmaDir.MEM_TO_BUF, mview, ds.addr, _dense_elements(mview.shape),
+                  "load")
+
+    def store_any(self, ds, mview):
+        """Copy dense dataset ``ds`` in raster order into ``mview``."""
+        self._dma(dma_spec.DmaDir.BUF_TO_MEM, mview, ds.addr, _dense_elements(mview.shape),
+                  "store")
+
+    def load3(self, mview, ds):
+        """``mview`` of shape ``(C, H, W)`` into dataset ``ds`` of that shape (any strides)."""
+        self._dma(dma_spec.DmaDir.MEM_TO_BUF, mview, ds.addr, (ds.cstride, ds.rstride, 1),
+                  "load")
+
+    def store3(self, ds, mview, xstep=1, ystep=1):
+        """Dataset ``ds`` (every ``ystep``-th row and ``xstep``-th column) into ``mview``
+        ``(C, H, W)``."""
+        self._dma(dma_spec.DmaDir.BUF_TO_MEM, mview, ds.addr,
+                  (ds.cstride, ds.rstride * ystep, xstep), "store")
+
+    def fill(self, ds, value):
+        """Set every element of dense dataset ``ds`` to ``value`` (a DMA from one constant
+        element with zero strides)."""
+        src = self._const_tensor(f"fill{float(value)}", np.asarray([value], np.float32))
+        c, h, w = ds.shape
+        self._dma(dma_spec.DmaDir.MEM_TO_BUF, MView(src.addr, (c, h, w), (0, 0, 0)), ds.addr,
+                  (ds.cstride, ds.rstride, 1), "fill")
+
+    def buffer(self, shape):
+        try:
+            return self.b.buffer(shape, FP16)
+        except BuildError:
+            raise CompileError(f"{self._step}: a dataset of {'x'.join(map(str, shape))} "
+                               f"elements does not fit the {self.buf_size}-element buffer "
+                               f"(after tiling)") from None
+
+    def release(self, *datasets):
+        for ds in datasets:
+            self.b.release(ds)
+
+    def _release_all(self):
+        """Free the datasets the engines' steps left (:attr:`_temps`)."""
+        for ds in self._temps:
+            self.b.release(ds)
+        self._temps = []
+
+    # ---- plan ----------------------------------------------------------------------------
+
+    def _begin(self, node, what=None):
+        self._step = str(node)
+        self._row = {"node": node.name, "op": node.op, "engine": set(), "tasks": 0,
+                     "first_task": len(self.b.tasks), "in": [list(self.g.shapes.get(i, ()))
+                                                             for i in node.inputs if i
+                                                             and i not in self.g.consts],
+                     "out": [list(self.g.shapes.get(o, ())) for o in node.outputs if o],
+                     "kernel_bytes": 0, "kernel_encoding": "", "dma_elements": 0,
+                     "macs": 0, "how": what or ""}
+
+    def _count(self, engine, dma_elements=0):
+        if self._row is not None:
+            self._row["engine"].add(engine)
+            self._row["dma_elements"] += dma_elements
+
+    def _end(self):
+        row = self._row
+        row["tasks"] = len(self.b.tasks) - row["first_task"]
+        row["last_task"] = len(self.b.tasks) - 1
+        engines = row["engine"]
+        row["engine"] = ("NE" if "ne" in engines else "PE" if "pe" in engines
+                         else "DMA" if "dma" in engines else "-")
+        row["engines"] = sorted(engines)
+        self.plan.append(row)
+        self._row = None
+
+    # ---- engines -------------------------------------------------------------------------
+
+    def planar(self, a, b=None, c=None, out=None, **fields):
+        fields.setdefault("in_fmt", planar_spec.Fmt.FP16)
+        fields.setdefault("out_fmt", planar_spec.Fmt.FP16)
+        try:
+            r = self.b.planar(a, b, c, out, **fields)
+        except BuildError as e:
+            raise CompileError(f"{self._step}: {e}") from None
+        self._count("pe")
+        return r
+
+    def kernels(self, w, bias, scale, groups):
+        """A kernel blob (binary16 weights; bias and scale binary32)."""
+        k = w.shape[0]
+        blob = self.b.kernels(_f16(w), bias=_f32bits(np.broadcast_to(bias, (k,))),
+                              scale=_f32bits(np.broadcast_to(scale, (k,))), fmt="fp16",
+                              groups=groups)
+        return blob
+
+    def conv_task(self, src, w, bias, scale, groups, dst, stride=1, pad=0, dilation=1,
+                  act=None):
+        """One neural-engine task (its kernels loaded first); ``dst`` a dataset."""
+        blob = self.kernels(w, bias, scale, groups)
+        if blob.words > self.kmem_words:
+            raise _TooBig()
+        if self._row is not None:
+            self._row["kernel_bytes"] += 4 * blob.words
+            self._row["kernel_encoding"] = "raw fp16"
+            self._row["macs"] += int(np.prod(w.shape)) * dst.shape[1] * dst.shape[2]
+        place = self.b.dma_kernels(0, blob)
+        self._count("dma", blob.words)
+        act = dict(act or {})
+        kind = act.pop("act", "none")
+        try:
+            r = self.b.conv(src, place, dst, stride=stride, pad=pad, dilation=dilation,
+                            act=kind, **act)
+        except BuildError as e:
+            raise CompileError(f"{self._step}: {e}") from None
+        layer_err = self._layer_error(src, blob, dst, stride, pad, dilation, groups)
+        if layer_err:
+            raise CompileError(f"{self._step}: the neural engine cannot run this layer "
+                               f"({layer_err})")
+        self._count("ne")
+        return r
+
+    def _layer_error(self, src, blob, dst, stride, pad, dilation, groups):
+        _, icpg, kh, kw = blob.weight_shape
+        c, h, w = src.shape
+        k, oh, ow = dst.shape
+        layer = neural.make_layer(fmt=1, log2w=neural.best_log2w(self.cfg, ow, kw, stride,
+                                                                 dilation),
+                                  groups=groups, icpg=icpg, ocpg=k // groups, in_h=h, in_w=w,
+                                  out_h=oh, out_w=ow, kh=kh, kw=kw, stride=stride,
+                                  dilation=dilation, pad=pad, out_fp16=1)
+        err = neural.layer_error(layer, self.cfg)
+        return None if err == neural.NeuralError.NONE else err.name
+
+    # ---- lowering ------------------------------------------------------------------------
+
+    def run(self):
+        for name in self.g.inputs:
+            shape = self.g.shapes[name]
+            if not self.g.is_float(name):
+                raise CompileError(f"input {name!r} has element type "
+                                   f"{np.dtype(self.g.dtypes[name]).name}; the NPU takes "
+                                   f"float inputs")
+            t = self.b.input(name, np.zeros(tuple(shape) or (1,), np.uint16), FP16)
+            self.views[name] = MView.dense(t)
+        from . import ops
+        for node in self.g.nodes:
+            fn = ops.LOWER.get(node.op)
+            if fn is None:
+                raise CompileError(f"{node}: operator {node.op} is not supported on the NPU")
+            for o in node.outputs:
+                if o and not self.g.is_float(o):
+                    raise CompileError(f"{node}: output {o!r} has element type "
+                                       f"{np.dtype(self.g.dtypes[o]).name}; only float "
+                                       f"tensors run on the NPU")
+            self._begin(node)
+            try:
+                fn(self, node)
+            except BuildError as e:
+                raise CompileError(f"{node}: {e}") from None
+            self._end()
+        for name in self.g.outputs:
+            if name in self.g.consts and name not in self.views:
+                c = self.g.consts[name]
+                t = self.b.tensor(name, c.shape or (1,), FP16, "output",
+                                  _f16(c).reshape(c.shape or (1,)))
+                self.views[name] = MView.dense(t)
+            elif name in self.g.inputs:
+                self._alias_output(name)
+        return self.b
+
+    def _alias_output(self, name):
+        v = self.views[name]
+        if not any(t.name == name and t.role == "output" for t in self.b.tensors):
+            # An input that is also an output: a copy named "<name>:out".
+            src = v
+            dst = self.b.tensor(f"{name}:out", v.shape or (1,), FP16, "output")
+            ds = self.buffer(_as3(v.shape))
+            self.load_any(src, ds)
+            self.store_any(ds, MView.dense(dst))
+            self.release(ds)
+
+
+class _TooBig(Exception):
+    """A kernel blob larger than the kernel memory: the caller splits the layer."""
+
+
+def _dense_elements(shape):
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return tuple(reversed(strides))
+
+
+def _strides3(mview, shape3):
+    """Strides of a dense memory view seen as ``shape3``."""
+    return dense_strides(shape3, FP16)
+
+
+def lower(graph, config, name=""):
+    """``(ProgramBuilder, plan)`` for ``graph``."""
+    lw = Lowering(graph, config, name=name)
+    lw.run()
+    return lw
+
+
+# re-exported for ops
+__all__ += ["Dataset", "Engine", "activation"]
