@@ -35,8 +35,8 @@ ALLOWED = {
     "npu_sim": {"npu_spec", "npu", "npu_model", "npu_fpga", "amaranth", "numpy", "cocotb"},
     "npu_cli": PROJECT | {"amaranth", "numpy", "onnx", "onnxruntime"},
     "npu_compiler": {"npu_spec", "npu_model", "numpy", "onnx"},
-    "npu_runtime": {"npu_spec", "npu_model", "npu_compiler", "npu_sim", "numpy", "onnx",
-                    "onnxruntime"},
+    "npu_runtime": {"npu_spec", "npu_model", "npu_compiler", "npu_sim", "npu_fpga", "numpy",
+                    "onnx", "onnxruntime"},
 }
 THIRD_PARTY = {"amaranth", "amaranth_boards", "numpy", "cocotb", "onnx", "onnxruntime"}
 

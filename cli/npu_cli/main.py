@@ -5,6 +5,7 @@
 ``npu bench``     benchmarks that print cycle counts and utilization.
 ``npu synth``     out-of-context synthesis and place-and-route of a block (YoWASP tools).
 ``npu disasm``    a program file in readable form.
+``npu compile``   an ONNX model into a program; ``npu run`` runs a model or a program.
 
 Every command has ``--help``. Bad arguments print one line on stderr and exit with status 2;
 a failed run (RTL differs from the golden model, a tool fails) exits with status 1.
@@ -25,7 +26,7 @@ __all__ = ["main"]
 #: :class:`npu_spec.config.NPUConfig`), ``add_sim_commands(subparsers)``,
 #: ``add_bench_commands(subparsers)`` and ``add_commands(subparsers)`` (top-level commands).
 COMMAND_MODULES = ("npu_cli.neural", "npu_cli.planar", "npu_cli.tasks", "npu_cli.program",
-                   "npu_cli.system")
+                   "npu_cli.system", "npu_cli.compiler")
 
 
 def _command_modules():

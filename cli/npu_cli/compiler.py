@@ -1,0 +1,205 @@
+"""``npu compile`` and ``npu run``: ONNX models on the NPU (``docs/compiler.md``).
+
+``npu compile MODEL.onnx --preset P --format fp16 -o PROG`` prints the plan, one line per
+layer; ``npu run MODEL.onnx|PROG --backend golden|rtl|golden,rtl --input NAME=FILE --output
+OUT.npz [--check] [--json]`` runs it.
+"""
+
+import json
+
+from npu_cli.util import CLIError, preset_arg, progress
+
+__all__ = ["add_commands"]
+
+
+def _shape_arg(text):
+    import argparse
+    name, sep, dims = text.partition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=1x3x48x192, not {text!r}") from None
+
+
+def _input_arg(text):
+    import argparse
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE, not {text!r}")
+    return name, path
+
+
+def _compile(path, args, shapes, say):
+    from npu_compiler.compile import compile_model
+    from npu_compiler.graph import CompileError
+    say(f"compiling {path} for {args.preset.name} ({args.format})")
+    try:
+        return compile_model(path, args.preset, fmt=args.format, shapes=shapes)
+    except CompileError as e:
+        raise CLIError(str(e), status=2) from None
+
+
+def _plan_lines(plan):
+    lines = []
+    for i, r in enumerate(plan):
+        ins = " ".join("x".join(map(str, s)) for s in r["in"]) or "-"
+        outs = " ".join("x".join(map(str, s)) for s in r["out"]) or "-"
+        kern = (f" kernels {r['kernel_encoding']} {r['kernel_bytes']} B"
+                if r["kernel_bytes"] else "")
+        lines.append(f"{i:3d} {r['op']:<18} {ins} -> {outs}  {r['engine']:<3} "
+                     f"tasks {r['tasks']}{kern}  ({r['node']})")
+    return lines
+
+
+def cmd_compile(args):
+    say = progress(False)
+    compiled = _compile(args.model, args, dict(args.shape or []), say)
+    for line in _plan_lines(compiled.plan):
+        print(line)
+    prog = compiled.program
+    print(f"{len(compiled.plan)} layers, {prog.queues[0].tasks} tasks, "
+          f"{len(prog.memory)} bytes of system memory, compiled in {compiled.seconds:.2f} s")
+    if args.output:
+        prog.save(args.output)
+        say(f"wrote {args.output}")
+    return 0
+
+
+def _load_program(args, inputs, say):
+    """``(program, model path or None, plan)``."""
+    from npu_spec.program import ProgramError, load
+    path = args.model
+    if path.endswith(".onnx") or not _is_zip(path):
+        shapes = dict(args.shape or [])
+        for name, arr in inputs.items():
+            shapes.setdefault(name, arr.shape)
+        compiled = _compile(path, args, shapes, say)
+        return compiled.program, path, compiled.plan
+    try:
+        prog = load(path)
+    except ProgramError as e:
+        raise CLIError(str(e), status=2) from None
+    return prog, None, prog.metadata.get("compiler", {}).get("plan", [])
+
+
+def _is_zip(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError as e:
+        raise CLIError(f"cannot read {path}: {e.strerror}", status=2) from None
+
+
+def cmd_run(args):
+    import numpy as np
+
+    from npu_compiler.graph import CompileError
+    from npu_runtime.runtime import compare, read_input_file, reference, run
+
+    say = progress(args.json)
+    try:
+        inputs = {name: read_input_file(path, name) for name, path in (args.input or [])}
+    except CompileError as e:
+        raise CLIError(str(e), status=2) from None
+    backends = [b.strip() for b in args.backend.split(",")]
+    for b in backends:
+        if b not in ("golden", "rtl"):
+            raise CLIError(f"npu run: unknown backend {b!r} (golden, rtl)", status=2)
+    prog, model, plan = _load_program(args, inputs, say)
+    if args.check and model is None:
+        raise CLIError("npu run: --check needs the ONNX model, not a program file", status=2)
+    results = {}
+    for b in backends:
+        say(f"running on {b}")
+        try:
+            results[b] = run(prog, inputs, b, progress=say)
+        except CompileError as e:
+            raise CLIError(str(e), status=2) from None
+        except RuntimeError as e:
+            raise CLIError(f"npu run: {e}", status=1) from None
+    main = results[backends[-1]]
+    summary = {"backend": backends[-1], "outputs": {n: {"shape": list(v.shape)}
+                                                    for n, v in main.outputs.items()},
+               "cycles": main.cycles, "layers": _layers(plan, main, prog.config.macs)}
+    status = 0
+    if len(backends) > 1:
+        same = all(np.array_equal(results[backends[0]].outputs[n].view(np.uint32),
+                                  r.outputs[n].view(np.uint32))
+                   for r in results.values() for n in r.outputs)
+        summary["bit_exact"] = bool(same)
+        if not same:
+            status = 1
+    if args.check:
+        ref = reference(model, inputs)
+        for name, m in compare(main.outputs, ref).items():
+            summary["outputs"][name].update(m)
+    if args.output:
+        np.savez(args.output, **main.outputs)
+        say(f"wrote {args.output}")
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for name, o in summary["outputs"].items():
+            extra = "".join(f" {k} {o[k]:.4g}" for k in ("max_abs_err", "rel_err", "cosine")
+                            if k in o)
+            print(f"{name}: shape {'x'.join(map(str, o['shape']))}{extra}")
+        if main.cycles is not None:
+            print(f"cycles: {main.cycles}")
+        if "bit_exact" in summary:
+            print(f"{' and '.join(backends)} agree bit for bit: "
+                  f"{'yes' if summary['bit_exact'] else 'NO'}")
+    return status
+
+
+def _layers(plan, result, macs):
+    """Per layer: op, engine, cycles (from the RTL trace: first start to last end of its
+    tasks) and MAC utilization when known."""
+    by_task = {t[0]: t for t in result.tasks}
+    layers = []
+    for r in plan:
+        row = {"op": r["op"], "node": r["node"], "engine": r["engine"], "cycles": None,
+               "utilization": None}
+        ts = [by_task[i] for i in range(r["first_task"], r["last_task"] + 1) if i in by_task]
+        if ts:
+            row["cycles"] = max(t[3] for t in ts) - min(t[2] for t in ts)
+            ne = sum(t[3] - t[2] for t in ts if t[1] == "NEURAL")
+            if ne and r.get("macs"):
+                row["utilization"] = round(r["macs"] / (ne * macs), 4)
+        layers.append(row)
+    return layers
+
+
+def add_commands(sub):
+    from npu_spec.config import PRESETS
+
+    c = sub.add_parser("compile", help="compile an ONNX model into a program file",
+                       description="Compile an ONNX model; prints one line per layer.")
+    c.add_argument("model", metavar="MODEL.onnx")
+    c.add_argument("--preset", type=preset_arg, default="small",
+                   help=f"one of {', '.join(PRESETS)} (default small)")
+    c.add_argument("--format", default="fp16", choices=("fp16",),
+                   help="number format (fp16; int8 needs calibration, not yet built)")
+    c.add_argument("--shape", type=_shape_arg, action="append",
+                   help="NAME=1x3x48x192: the shape of an input with dynamic dimensions")
+    c.add_argument("-o", "--output", metavar="PROG", help="write the program file")
+    c.set_defaults(func=cmd_compile)
+
+    r = sub.add_parser("run", help="run an ONNX model or a program on a backend",
+                       description="Run a model (compiled first) or a program file.")
+    r.add_argument("model", metavar="MODEL.onnx|PROG")
+    r.add_argument("--preset", type=preset_arg, default="small",
+                   help=f"one of {', '.join(PRESETS)} (default small; for .onnx)")
+    r.add_argument("--format", default="fp16", choices=("fp16",), help="for .onnx (fp16)")
+    r.add_argument("--backend", default="golden",
+                   help="golden, rtl, or golden,rtl (both, compared bit for bit)")
+    r.add_argument("--input", type=_input_arg, action="append",
+                   help="NAME=FILE (.npy, .npz with key NAME, or TensorProto .pb)")
+    r.add_argument("--shape", type=_shape_arg, action="append",
+                   help="NAME=1x3x48x192 for inputs with dynamic dimensions")
+    r.add_argument("--output", metavar="OUT.npz", help="write every graph output")
+    r.add_argument("--check", action="store_true",
+                   help="compare with onnxruntime (max_abs_err, rel_err, cosine)")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.set_defaults(func=cmd_run)

@@ -1,0 +1,183 @@
+"""Running compiled programs: inputs in, outputs out, on the golden model or the RTL.
+
+``run(program, inputs, backend)`` writes the inputs (float arrays, converted to binary16)
+into the program's memory image, runs it and reads every output back in its ONNX shape as
+float32. ``reference(model, inputs)`` runs onnxruntime on the same inputs; ``compare`` gives
+the per-output errors.
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npu_compiler.compile import io_metadata
+from npu_compiler.graph import CompileError
+from npu_model.system import read_tensor, run_program, write_tensor
+from npu_spec.engine import Engine
+
+__all__ = ["BACKENDS", "RunResult", "compare", "read_input_file", "reference", "run"]
+
+BACKENDS = ("golden", "rtl")
+
+
+@dataclass
+class RunResult:
+    """Outputs by ONNX name (float32 arrays), the raw memory, cycles (RTL only) and the
+    per-task trace ``[(task, engine, start cycle, end cycle)]`` (RTL only)."""
+    outputs: dict
+    memory: bytes
+    backend: str
+    cycles: int = None
+    tasks: list = field(default_factory=list)
+
+
+def _tensor(program, name):
+    for t in program.tensors:
+        if t.name == name:
+            return t
+    raise CompileError(f"the program has no tensor {name!r}")
+
+
+def prepare(program, inputs):
+    """The program with ``inputs`` (name -> array) written into its memory image."""
+    ins, _ = io_metadata(program)
+    mem = np.zeros(max(len(program.memory), 1), np.uint8)
+    mem[:len(program.memory)] = np.frombuffer(program.memory, np.uint8)
+    end = len(program.memory)
+    for spec in ins:
+        name = spec["name"]
+        if name not in inputs:
+            raise CompileError(f"no value for input {name!r} (shape "
+                               f"{'x'.join(map(str, spec['shape']))})")
+        x = np.asarray(inputs[name])
+        if x.dtype.kind not in "fiu":
+            raise CompileError(f"input {name!r} has dtype {x.dtype}; a number array is needed")
+        if x.dtype.kind != np.dtype(spec["dtype"]).kind:
+            raise CompileError(f"input {name!r} has dtype {x.dtype}; the model takes "
+                               f"{spec['dtype']}")
+        if tuple(x.shape) != tuple(spec["shape"]):
+            raise CompileError(f"input {name!r} has shape {'x'.join(map(str, x.shape))}; the "
+                               f"program takes {'x'.join(map(str, spec['shape']))}")
+        t = _tensor(program, spec["tensor"])
+        lo, hi = t.extent
+        if hi > len(mem):
+            mem = np.concatenate([mem, np.zeros(hi - len(mem), np.uint8)])
+        end = max(end, hi)
+        codes = x.astype(np.float32).astype(np.float16).view(np.uint16)
+        write_tensor(mem, t, codes.reshape(t.shape))
+    return dataclasses.replace(program, memory=mem[:end].tobytes())
+
+
+def _outputs(program, memory):
+    _, outs = io_metadata(program)
+    result = {}
+    for spec in outs:
+        t = _tensor(program, spec["tensor"])
+        codes = read_tensor(memory, t)
+        result[spec["name"]] = codes.view(np.float16).astype(np.float32).reshape(spec["shape"])
+    return result
+
+
+def run(program, inputs, backend="golden", *, latency=4, progress=None):
+    """Run ``program`` with ``inputs`` on ``backend``; a :class:`RunResult`. An engine error
+    or a retired queue is a ``RuntimeError``."""
+    prog = prepare(program, inputs)
+    if backend == "golden":
+        res = run_program(prog)
+        for q in res.queues:
+            if q.retired:
+                raise RuntimeError(f"the program stopped: queue {q.index} retired "
+                                   f"({q.cause.name}, engine {q.engine}, code {q.code})")
+        return RunResult(_outputs(prog, res.memory), res.memory, backend)
+    if backend == "rtl":
+        from npu_fpga.toolenv import apply_tool_env
+        from npu_sim.system import rtl_run
+        apply_tool_env()
+        res = rtl_run(prog, backend="verilator", latency=latency, progress=progress,
+                      dump_bytes=prog.config.mem_kib * 1024)
+        starts = {}
+        tasks = []
+        for task_id, engine, end, error, queue, cycle in res["trace"]:
+            if not end:
+                starts[(task_id, engine)] = cycle
+            else:
+                tasks.append((task_id, Engine(engine).name,
+                              starts.get((task_id, engine), cycle), cycle, error))
+                if error:
+                    raise RuntimeError(f"task {task_id} on {Engine(engine).name} ended with "
+                                       f"error {error}")
+        return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
+                         res["cycles"], tasks)
+    raise CompileError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+
+
+def reference(model, inputs):
+    """onnxruntime's outputs ``{name: array}`` for ``inputs`` (the model as given, or
+    converted to a newer opset when onnxruntime refuses it)."""
+    import onnx
+    import onnxruntime as ort
+
+    from npu_compiler.frontend import TARGET_OPSET, read_model
+    m = read_model(model)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(m.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+    except Exception:
+        from onnx import version_converter
+        m = version_converter.convert_version(m, TARGET_OPSET)
+        sess = ort.InferenceSession(m.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+    del onnx
+    names = [o.name for o in sess.get_outputs()]
+    feeds = {i.name: np.asarray(inputs[i.name], np.float32) for i in sess.get_inputs()}
+    return dict(zip(names, sess.run(None, feeds)))
+
+
+def compare(outputs, ref):
+    """Per output: ``max_abs_err``, ``rel_err`` (max |error| / max |reference|) and
+    ``cosine`` similarity."""
+    result = {}
+    for name, y in outputs.items():
+        r = np.asarray(ref[name], np.float64).reshape(-1)
+        v = np.asarray(y, np.float64).reshape(-1)
+        err = np.abs(v - r)
+        scale = np.abs(r).max() if r.size else 0.0
+        denom = np.linalg.norm(v) * np.linalg.norm(r)
+        result[name] = {
+            "max_abs_err": float(err.max()) if err.size else 0.0,
+            "rel_err": float(err.max() / scale) if scale else float(err.max() if err.size
+                                                                     else 0.0),
+            "cosine": float(v @ r / denom) if denom else (1.0 if not err.any() else 0.0),
+        }
+    return result
+
+
+def read_input_file(path, name):
+    """An input array from ``.npy``, ``.npz`` (key ``name``, or its only array) or an ONNX
+    ``TensorProto`` ``.pb`` file."""
+    p = str(path)
+    try:
+        if p.endswith(".npz"):
+            with np.load(p) as z:
+                if name in z.files:
+                    return z[name]
+                if len(z.files) == 1:
+                    return z[z.files[0]]
+                raise CompileError(f"{p} has no array {name!r} (it has "
+                                   f"{', '.join(z.files)})")
+        if p.endswith(".pb"):
+            import onnx
+            from onnx import numpy_helper
+            t = onnx.TensorProto()
+            with open(p, "rb") as f:
+                t.ParseFromString(f.read())
+            return numpy_helper.to_array(t)
+        return np.load(p, allow_pickle=False)
+    except CompileError:
+        raise
+    except Exception as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CompileError(f"cannot read input file {p}: {why}") from None
