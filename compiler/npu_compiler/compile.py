@@ -53,8 +53,8 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None):
                            f"{', '.join(FORMATS)})")
     t0 = time.perf_counter()
     graph = load_graph(source, shapes)
-    lw = lower(graph, config, name=name or graph.name)
     try:
+        lw = lower(graph, config, name=name or graph.name)
         program = lw.b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -70,6 +70,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None):
     meta = dict(program.metadata)
     meta["compiler"] = {
         "format": fmt,
+        "batch": graph.batch,
         "inputs": [entry(n, "input") for n in graph.inputs],
         "outputs": [entry(n, "output") for n in graph.outputs],
         "plan": [_plain(r) for r in lw.plan],

@@ -81,9 +81,11 @@ def _convert(model):
         return model
 
 
-def _concrete_inputs(model, shapes):
+def _concrete_inputs(model, shapes, batch_one=True):
     """Set every graph input's dimensions (``shapes``: name -> tuple fills the dynamic
-    ones); returns ``{name: shape}``."""
+    ones); with ``batch_one`` a leading batch dimension above one (the same for every input
+    of rank 2 or more) becomes 1, the runtime runs the items one by one. Returns the
+    batch."""
     inits = {t.name for t in model.graph.initializer}
     result = {}
     for inp in model.graph.input:
@@ -98,7 +100,8 @@ def _concrete_inputs(model, shapes):
                 raise CompileError(f"input {inp.name!r} has rank {len(dims)}, the given shape "
                                    f"{'x'.join(map(str, given))} has rank {len(given)}")
             for k, d in enumerate(dims):
-                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != given[k]:
+                if (d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != given[k]
+                        and not (k == 0 and batch_one)):
                     raise CompileError(f"input {inp.name!r} has dimension {k} of size "
                                        f"{d.dim_value}, the given shape has {given[k]}")
             shape = given
@@ -118,11 +121,17 @@ def _concrete_inputs(model, shapes):
                                            str(x.dim_value) if x.dim_value > 0 else "N"
                                            for x in dims))
             shape = tuple(shape)
+        result[inp.name] = (inp, shape)
+    batches = {shape[0] for _, shape in result.values() if len(shape) >= 2}
+    batch = batches.pop() if len(batches) == 1 and batch_one else 1
+    for inp, shape in result.values():
+        if batch > 1 and len(shape) >= 2:
+            shape = (1,) + tuple(shape[1:])
+        tt = inp.type.tensor_type
         tt.shape.Clear()
         for n in shape:
             tt.shape.dim.add().dim_value = n
-        result[inp.name] = shape
-    return result
+    return batch
 
 
 def _attrs(proto):
@@ -232,7 +241,12 @@ def load_graph(source, shapes=None):
     model = _convert(model)
     _FOLD_OPSET[0] = _opset(model) or TARGET_OPSET
     model = onnx.ModelProto.FromString(model.SerializeToString())
-    _concrete_inputs(model, dict(shapes or {}))
+    batch = _concrete_inputs(model, dict(shapes or {}))
+    if batch > 1:
+        # The declared shapes hold the batch: let inference find them again.
+        del model.graph.value_info[:]
+        for out in model.graph.output:
+            out.type.tensor_type.ClearField("shape")
     for _ in range(4):
         model = _infer(model)
         before = len(model.graph.node)
@@ -255,7 +269,7 @@ def load_graph(source, shapes=None):
                                f"{n.domain!r}; only the default ONNX domain is supported")
     graph = Graph(nodes, consts, shapes_, dtypes, [i.name for i in g.input
                                                      if i.name not in consts],
-                  [o.name for o in g.output], g.name)
+                  [o.name for o in g.output], g.name, batch)
     for name in graph.outputs + [o for n in nodes for o in n.outputs if o]:
         if name not in graph.shapes or any(d < 0 for d in graph.shapes[name]):
             raise CompileError(f"the shape of tensor {name!r} is not known after shape "

@@ -37,7 +37,8 @@ class Node:
 class Graph:
     """A model after the front end: ``nodes`` in topological order, ``consts`` (name ->
     array), ``shapes`` and ``dtypes`` of every tensor, graph ``inputs`` and ``outputs``
-    (names, outputs in model order)."""
+    (names, outputs in model order); ``batch``: the model's batch, compiled as 1 and run
+    item by item."""
     nodes: list
     consts: dict
     shapes: dict
@@ -45,6 +46,7 @@ class Graph:
     inputs: list
     outputs: list
     name: str = ""
+    batch: int = 1
 
     def consumers(self, tensor):
         return [n for n in self.nodes if tensor in n.inputs]

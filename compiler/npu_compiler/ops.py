@@ -204,7 +204,7 @@ def _conv_geometry(node, x_shape, w_shape):
     elif auto == "VALID":
         pads = [0] * (2 * nd)
     if nd == 1:
-        k, strides, dil = [1] + k, [1] + strides, [1] + dil
+        k, strides, dil = [1] + k, strides * 2, dil * 2
         pads = [0, pads[0], 0, pads[1]]
         spatial = [1] + spatial
     return k, strides, dil, pads, spatial
@@ -791,7 +791,15 @@ def _prelu(lw, node):
     oshape = tuple(lw.g.shapes[node.outputs[0]])
     x = lw.view(node.inputs[0])
     out = lw._output_tensor(node.outputs[0])
-    se = np.broadcast_to(slope.reshape((1,) * (len(oshape) - slope.ndim) + slope.shape), oshape)
+    try:
+        se = np.broadcast_to(slope.reshape((1,) * (len(oshape) - slope.ndim) + slope.shape),
+                             oshape)
+    except ValueError:
+        if slope.size != oshape[1]:
+            raise CompileError(f"{node}: slope {slope.shape} does not broadcast to "
+                               f"{oshape}") from None
+        # A per-channel slope (channels on axis 1), as older exporters write it.
+        se = np.broadcast_to(slope.reshape((1, -1) + (1,) * (len(oshape) - 2)), oshape)
     cv = lw._const_tensor(f"{node.name}:slope", se.astype(np.float32)).reshape(oshape)
     # out = relu(x) + slope * (x - relu(x)), three planar tasks per chunk.
     a3, o3, s3 = _flat3(x), _flat3(out), _flat3(cv)

@@ -79,9 +79,35 @@ def _outputs(program, memory):
     return result
 
 
+def _batch(program, inputs):
+    """The batch of ``inputs`` when they hold several items of a program compiled for one
+    (every input of rank 2 or more with the same leading size), else 1."""
+    ins, _ = io_metadata(program)
+    sizes = set()
+    for spec in ins:
+        x = inputs.get(spec["name"])
+        if x is not None and np.ndim(x) >= 2 and len(spec["shape"]) >= 2 \
+                and spec["shape"][0] == 1 and tuple(np.shape(x)[1:]) == tuple(spec["shape"][1:]):
+            sizes.add(np.shape(x)[0])
+    return sizes.pop() if len(sizes) == 1 else 1
+
+
 def run(program, inputs, backend="golden", *, latency=4, progress=None):
-    """Run ``program`` with ``inputs`` on ``backend``; a :class:`RunResult`. An engine error
-    or a retired queue is a ``RuntimeError``."""
+    """Run ``program`` with ``inputs`` on ``backend``; a :class:`RunResult`. A batch of
+    several items (the program compiled for one) runs item by item; outputs, cycles and
+    tasks are joined. An engine error or a retired queue is a ``RuntimeError``."""
+    n = _batch(program, inputs)
+    if n > 1:
+        parts = [_run_one(program, {k: (np.asarray(v)[i:i + 1] if np.ndim(v) >= 2 else v)
+                                    for k, v in inputs.items()}, backend, latency, progress)
+                 for i in range(n)]
+        outs = {k: np.concatenate([p.outputs[k] for p in parts]) for k in parts[0].outputs}
+        cycles = None if parts[0].cycles is None else sum(p.cycles for p in parts)
+        return RunResult(outs, parts[-1].memory, backend, cycles, parts[0].tasks)
+    return _run_one(program, inputs, backend, latency, progress)
+
+
+def _run_one(program, inputs, backend, latency, progress):
     prog = prepare(program, inputs)
     if backend == "golden":
         res = run_program(prog)
