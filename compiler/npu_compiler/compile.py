@@ -42,17 +42,19 @@ def _plain(row):
     return {k: (sorted(v) if isinstance(v, set) else v) for k, v in row.items()}
 
 
-def compile_model(source, config, *, fmt="fp16", shapes=None, name=None):
+def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto"):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
-    ``shapes`` gives concrete shapes for inputs with dynamic dimensions. Raises
+    ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
+    (``"auto"``, True, False) compiles a leading batch dimension as 1 (the runtime runs the
+    items one by one, :func:`npu_compiler.frontend.load_graph`). Raises
     :class:`CompileError` (one line) for anything the compiler cannot take.
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
                            f"{', '.join(FORMATS)})")
     t0 = time.perf_counter()
-    graph = load_graph(source, shapes)
+    graph = load_graph(source, shapes, batch_one)
     try:
         lw = lower(graph, config, name=name or graph.name)
         program = lw.b.build(name or graph.name or "")

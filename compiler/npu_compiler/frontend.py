@@ -81,10 +81,11 @@ def _convert(model):
         return model
 
 
-def _concrete_inputs(model, shapes, batch_one=True):
+def _concrete_inputs(model, shapes, batch_one="auto"):
     """Set every graph input's dimensions (``shapes``: name -> tuple fills the dynamic
     ones); with ``batch_one`` a leading batch dimension above one (the same for every input
-    of rank 2 or more) becomes 1, the runtime runs the items one by one. Returns the
+    of rank 2 or more) becomes 1, the runtime runs the items one by one (``"auto"``: when
+    every such input has rank 3 or more or a dynamic leading dimension). Returns the
     batch."""
     inits = {t.name for t in model.graph.initializer}
     result = {}
@@ -123,6 +124,11 @@ def _concrete_inputs(model, shapes, batch_one=True):
             shape = tuple(shape)
         result[inp.name] = (inp, shape)
     batches = {shape[0] for _, shape in result.values() if len(shape) >= 2}
+    if batch_one == "auto":
+        # Images and sequences (rank 3 or more) or a dynamic leading dimension.
+        batch_one = result and all(
+            len(shape) >= 3 or not inp.type.tensor_type.shape.dim[0].HasField("dim_value")
+            for inp, shape in result.values() if len(shape) >= 2)
     batch = batches.pop() if len(batches) == 1 and batch_one else 1
     for inp, shape in result.values():
         if batch > 1 and len(shape) >= 2:
@@ -234,14 +240,14 @@ def _rebuild(model, nodes, consts):
     return m
 
 
-def load_graph(source, shapes=None):
+def load_graph(source, shapes=None, batch_one="auto"):
     """The :class:`Graph` of an ONNX model (path, bytes or ``ModelProto``); ``shapes`` maps
     input names to concrete shapes for their dynamic dimensions."""
     model = read_model(source)
     model = _convert(model)
     _FOLD_OPSET[0] = _opset(model) or TARGET_OPSET
     model = onnx.ModelProto.FromString(model.SerializeToString())
-    batch = _concrete_inputs(model, dict(shapes or {}))
+    batch = _concrete_inputs(model, dict(shapes or {}), batch_one)
     if batch > 1:
         # The declared shapes hold the batch: let inference find them again.
         del model.graph.value_info[:]

@@ -360,6 +360,10 @@ class Lowering:
             t = self.b.input(name, np.zeros(tuple(shape) or (1,), np.uint16), FP16)
             self.views[name] = MView.dense(t)
         from . import ops
+        for name, shape in self.g.shapes.items():
+            if 0 in tuple(shape) and (name in self.g.inputs or name in self.g.outputs):
+                raise CompileError(f"tensor {name!r} is empty (shape {tuple(shape)}); the NPU "
+                                   f"needs at least one element")
         for node in self.g.nodes:
             fn = ops.LOWER.get(node.op)
             if fn is None:

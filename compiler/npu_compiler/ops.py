@@ -8,7 +8,7 @@ from npu_spec import planar as planar_spec
 
 from .frontend import activation
 from .graph import CompileError
-from .lower import MAX_DIM, PLANE_DEPTH, MView, _as3, _flat_shape, _TooBig
+from .lower import MAX_DIM, PLANE_DEPTH, MView, _flat_shape, _TooBig
 
 __all__ = ["LOWER"]
 
@@ -522,9 +522,13 @@ def _chan3(lw, mv, shape):
         rest = int(np.prod(shape[2:]))
         hw = _flat_shape(rest) if rest > 1 else (1, 1)
         return mv.reshape((c,) + hw)
-    if len(shape) == 2:
-        n, c = shape
-        return MView(mv.addr, (c, 1, n), (mv.strides[1], 0, mv.strides[0]))
+    if len(shape) >= 2:
+        # Several items: (C, N, S) with the items as rows.
+        n, c = shape[:2]
+        rest = int(np.prod(shape[2:]))
+        if rest > MAX_DIM:
+            return None
+        return MView(mv.addr, (c, n, rest), (rest * 2, c * rest * 2, 2))
     return None
 
 
