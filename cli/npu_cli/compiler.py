@@ -132,7 +132,10 @@ def cmd_run(args):
         if not same:
             status = 1
     if args.check:
-        ref = reference(model, inputs)
+        try:
+            ref = reference(model, inputs)
+        except Exception as e:
+            raise CLIError(f"npu run: onnxruntime failed: {str(e).splitlines()[0]}") from None
         for name, m in compare(main.outputs, ref).items():
             summary["outputs"][name].update(m)
     if args.output:

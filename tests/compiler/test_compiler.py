@@ -1,0 +1,169 @@
+"""The compiler and runtime on a handmade CNN against onnxruntime, the front end's errors,
+and ``npu compile`` / ``npu run`` with good and bad input."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from npu_cli.main import main
+from npu_compiler.compile import compile_model
+from npu_compiler.graph import CompileError
+from npu_runtime.runtime import compare, reference, run
+from npu_spec.config import preset
+
+from .cases import COS_TOL, REL_TOL
+from .models import small_cnn
+
+CFG = preset("small")
+
+
+@pytest.fixture(scope="module")
+def cnn_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cnn")
+    path = d / "cnn.onnx"
+    onnx.save(small_cnn(), str(path))
+    x = np.random.default_rng(1).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    np.save(d / "x.npy", x)
+    return path, d / "x.npy", x
+
+
+def test_small_cnn_against_onnxruntime(cnn_file):
+    path, _, x = cnn_file
+    compiled = compile_model(str(path), CFG, shapes={"x": x.shape})
+    ops = [r["op"] for r in compiled.plan]
+    assert "Clip" not in ops and "BatchNormalization" not in ops   # fused into the conv
+    result = run(compiled.program, {"x": x})
+    assert result.outputs["y"].shape == (2, 10) and result.outputs["se"].shape == (2, 8, 6, 12)
+    for name, e in compare(result.outputs, reference(str(path), {"x": x})).items():
+        assert e["rel_err"] <= REL_TOL and e["cosine"] >= COS_TOL, (name, e)
+
+
+@pytest.mark.slow
+def test_small_cnn_rtl_equals_golden(cnn_file):
+    path, _, x = cnn_file
+    compiled = compile_model(str(path), CFG, shapes={"x": (1, 3, 12, 12)})
+    golden = run(compiled.program, {"x": x[:1]})
+    rtl = run(compiled.program, {"x": x[:1]}, "rtl")
+    assert rtl.cycles > 0
+    for k in golden.outputs:
+        assert np.array_equal(golden.outputs[k].view(np.uint32), rtl.outputs[k].view(np.uint32))
+
+
+def test_cli_compile_and_run(cnn_file, tmp_path, capsys):
+    path, xfile, x = cnn_file
+    prog = tmp_path / "cnn.npu"
+    assert main(["compile", str(path), "--shape", "x=1x3x12x12", "-o", str(prog)]) == 0
+    plan = capsys.readouterr().out
+    assert "Transpose" in plan and "kernels raw fp16" in plan
+    out = tmp_path / "out.npz"
+    assert main(["run", str(path), "--input", f"x={xfile}", "--check", "--json",
+                 "--output", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["outputs"]["y"]["rel_err"] <= REL_TOL
+    assert summary["outputs"]["y"]["cosine"] >= COS_TOL
+    assert [layer["op"] for layer in summary["layers"]][:2] == ["Conv", "Conv"]
+    with np.load(out) as z:
+        assert z["y"].shape == (2, 10) and z["y"].dtype == np.float32
+    # The program file runs as well and gives the same outputs (.npz input by key).
+    np.savez(tmp_path / "in.npz", x=x[:1])
+    out2 = tmp_path / "out2.npz"
+    assert main(["run", str(prog), "--input", f"x={tmp_path / 'in.npz'}",
+                 "--output", str(out2)]) == 0
+    with np.load(out) as a, np.load(out2) as b:
+        assert np.array_equal(a["y"][:1], b["y"])
+
+
+def _tiny(op="Relu", dims=(1, 4, 5, 5), **attrs):
+    node = helper.make_node(op, ["x"], ["y"], name="the_node", **attrs)
+    g = helper.make_graph([node], "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         list(dims))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(dims))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("case,message", [
+    ("truncated", "not a readable ONNX model"),
+    ("garbage", "not a readable ONNX model"),
+    ("missing", "cannot read"),
+    ("unsupported", "node 'the_node' (Softmax): operator Softmax is not supported"),
+    ("dynamic", "dynamic dimension 'H' (axis 2) with no value"),
+    ("shape", "has shape 1x4x6x5; the program takes 1x4x5x5"),
+    ("dtype", "has dtype int64"),
+])
+def test_cli_bad_input(case, message, tmp_path, capsys):
+    model = tmp_path / "m.onnx"
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((1, 4, 5, 5), np.float32))
+    if case == "truncated":
+        data = _tiny().SerializeToString()
+        model.write_bytes(data[:len(data) // 2])
+    elif case == "garbage":
+        model.write_bytes(b"this is not a model")
+    elif case == "unsupported":
+        onnx.save(_tiny("Softmax"), str(model))
+    elif case == "dynamic":
+        onnx.save(_tiny(dims=(1, 4, "H", 5)), str(model))
+    elif case == "shape":
+        onnx.save(_tiny(), str(model))
+        np.save(x, np.zeros((1, 4, 6, 5), np.float32))
+    elif case == "dtype":
+        onnx.save(_tiny(), str(model))
+        np.save(x, np.zeros((1, 4, 5, 5), np.int64))
+    args = ["run", str(model if case != "missing" else tmp_path / "none.onnx")]
+    if case in ("shape", "dtype"):
+        args += ["--shape", "x=1x4x5x5"]
+        # Compile for the model's shape, then feed the wrong array.
+        prog = tmp_path / "m.npu"
+        assert main(["compile", str(model), "-o", str(prog)]) == 0
+        args = ["run", str(prog)]
+    if case != "dynamic":
+        args += ["--input", f"x={x}"]
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1], err
+    assert "Traceback" not in "".join(err)
+
+
+def test_dynamic_dimension_from_shape_option():
+    graph = compile_model(_tiny(dims=(1, 4, "H", 5)), CFG, shapes={"x": (1, 4, 7, 5)}).graph
+    assert graph.shapes["y"] == (1, 4, 7, 5)
+
+
+def test_unsupported_operator_names_node():
+    with pytest.raises(CompileError, match=r"node 'the_node' \(Softmax\)"):
+        compile_model(_tiny("Softmax"), CFG)
+
+
+def test_tensor_beyond_system_memory_names_size():
+    with pytest.raises(CompileError, match="KiB\\) of system memory; the configuration has "
+                                           "mem_kib=256"):
+        compile_model(_tiny(dims=(1, 64, 64, 64)), CFG)
+
+
+def test_identity_and_dropout_are_removed_and_bn_folded():
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, (4, 4, 1, 1),
+                           rng.standard_normal(16).astype(np.float32))
+    bn = [helper.make_tensor(n, TensorProto.FLOAT, (4,), v) for n, v in
+          (("s", [1.0, 2, 3, 4]), ("b", [0.0, 1, 0, 1]), ("m", [0.5] * 4), ("v", [1.0] * 4))]
+    nodes = [helper.make_node("Identity", ["x"], ["i"]),
+             helper.make_node("Conv", ["i", "w"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+             helper.make_node("Dropout", ["n"], ["d"]),
+             helper.make_node("Relu", ["d"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 4, 3, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3, 3])],
+                          [w] + bn)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = compile_model(model, CFG)
+    assert [n.op for n in compiled.graph.nodes] == ["Conv"]
+    assert compiled.graph.nodes[0].fused == {"act": "relu"}
+    x = rng.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    got = run(compiled.program, {"x": x}).outputs
+    err = compare(got, reference(model, {"x": x}))["y"]
+    assert err["rel_err"] <= REL_TOL
