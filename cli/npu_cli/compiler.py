@@ -7,7 +7,7 @@ OUT.npz [--check] [--json]`` runs it.
 
 import json
 
-from npu_cli.util import CLIError, preset_arg, progress
+from npu_cli.util import CLIError, positive, preset_arg, progress
 
 __all__ = ["add_commands"]
 
@@ -31,12 +31,19 @@ def _input_arg(text):
     return name, path
 
 
+def _config(args):
+    import dataclasses
+    if args.mem_kib is None:
+        return args.preset
+    return dataclasses.replace(args.preset, mem_kib=args.mem_kib)
+
+
 def _compile(path, args, shapes, say):
     from npu_compiler.compile import compile_model
     from npu_compiler.graph import CompileError
     say(f"compiling {path} for {args.preset.name} ({args.format})")
     try:
-        return compile_model(path, args.preset, fmt=args.format, shapes=shapes)
+        return compile_model(path, _config(args), fmt=args.format, shapes=shapes)
     except CompileError as e:
         raise CLIError(str(e), status=2) from None
 
@@ -184,6 +191,8 @@ def add_commands(sub):
                    help=f"one of {', '.join(PRESETS)} (default small)")
     c.add_argument("--format", default="fp16", choices=("fp16",),
                    help="number format (fp16; int8 needs calibration, not yet built)")
+    c.add_argument("--mem-kib", type=positive, metavar="KIB",
+                   help="system memory of the build (default: the preset's)")
     c.add_argument("--shape", type=_shape_arg, action="append",
                    help="NAME=1x3x48x192: the shape of an input with dynamic dimensions")
     c.add_argument("-o", "--output", metavar="PROG", help="write the program file")
@@ -199,6 +208,8 @@ def add_commands(sub):
                    help="golden, rtl, or golden,rtl (both, compared bit for bit)")
     r.add_argument("--input", type=_input_arg, action="append",
                    help="NAME=FILE (.npy, .npz with key NAME, or TensorProto .pb)")
+    r.add_argument("--mem-kib", type=positive, metavar="KIB",
+                   help="system memory of the build (default: the preset's)")
     r.add_argument("--shape", type=_shape_arg, action="append",
                    help="NAME=1x3x48x192 for inputs with dynamic dimensions")
     r.add_argument("--output", metavar="OUT.npz", help="write every graph output")

@@ -64,3 +64,58 @@ def small_cnn(seed=0, size=12, batch="N"):
          helper.make_tensor_value_info("se", TensorProto.FLOAT, [batch, c, h // 2, h])],
         inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def light_model(name, seed=0, size=None, drop_softmax=True):
+    """One of the onnx package's ``light`` models with seeded random weights (the shipped
+    ones are constants): every ``ConstantOfShape`` output becomes a random initializer (a
+    conv's bias small, weights scaled by ``1/sqrt(fan_in)`` so activations stay of order
+    one). ``size`` sets the input's height and width; ``drop_softmax`` ends the graph at the
+    input of a final ``Softmax`` (the NPU has no exponential)."""
+    import os
+
+    import onnx
+    from onnx import numpy_helper as nh
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
+                        f"light_{name}.onnx")
+    m = onnx.load(path)
+    rng = np.random.default_rng(seed)
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    keep = []
+    for node in g.node:
+        if node.op_type == "ConstantOfShape":
+            shape_name = node.input[0]
+            shape = tuple(int(v) for v in nh.to_array(inits[shape_name])) \
+                if shape_name in inits else None
+            if shape is None:
+                keep.append(node)
+                continue
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 0
+            if fan_in:
+                w = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+            else:
+                w = rng.standard_normal(shape) * 0.1
+                if "var" in node.output[0] or "scale" in node.output[0]:
+                    w = 1.0 + np.abs(w)
+            g.initializer.append(nh.from_array(w.astype(np.float32), node.output[0]))
+            continue
+        keep.append(node)
+    if drop_softmax and keep and keep[-1].op_type == "Softmax":
+        last = keep.pop()
+        g.output[0].name = last.input[0]
+    del g.node[:]
+    g.node.extend(keep)
+    names = {t.name for t in g.initializer}
+    inputs = [i for i in g.input if i.name not in names]
+    del g.input[:]
+    g.input.extend(inputs)
+    if size is not None:
+        dims = g.input[0].type.tensor_type.shape.dim
+        dims[2].dim_value = dims[3].dim_value = size
+    for out in g.output:
+        for k, d in enumerate(out.type.tensor_type.shape.dim):
+            d.dim_param = f"d{k}"     # inference finds the values
+    del g.value_info[:]
+    m.ir_version = max(m.ir_version, 4)   # initializers need not be graph inputs
+    return m
