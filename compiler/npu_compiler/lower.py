@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npu_model.builder import BuildError, Dataset, ProgramBuilder
+from npu_model.builder import MAX_DEP, BuildError, Dataset, ProgramBuilder
 from npu_spec import dataproc, neural
 from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
@@ -114,6 +114,113 @@ def _flat_shape(n, limit=MAX_DIM):
     return None
 
 
+class _Builder(ProgramBuilder):
+    """The program builder with a dependency search that stays fast for thousands of tasks.
+
+    What is certainly complete when task ``j`` completes is, per engine, every task up to
+    an index (an engine runs its tasks in order): :meth:`_closure` gives those indices,
+    following the dependency distances through a running maximum per engine
+    (``_reach``). A conflicting earlier task that is already complete when this engine's
+    previous task completes needs no wait, so the backward search stops below those
+    indices; the distance then points at the newest conflicting task that is not."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._reach = []        # per task: {engine: newest task waited for, by its engine}
+        self._last = {}         # engine -> index of its newest task
+
+    def _closure(self, j):
+        m = {self.tasks[j].engine: j}
+        changed = True
+        while changed:
+            changed = False
+            for idx in list(m.values()):
+                for f, t in self._reach[idx].items():
+                    if t > m.get(f, -1):
+                        m[f] = t
+                        changed = True
+        return m
+
+    @staticmethod
+    def _merge(a, b):
+        out = dict(a)
+        for e, i in b.items():
+            out[e] = max(out.get(e, -1), i)
+        return out
+
+    def _reach_of(self, i):
+        task = self.tasks[i]
+        prev = [k for k in range(i - 1, -1, -1) if self.tasks[k].engine == task.engine][:1]
+        reach = dict(self._reach[prev[0]]) if prev else {}
+        if task.dep:
+            t = i - task.dep
+            f = self.tasks[t].engine
+            reach[f] = max(reach.get(f, -1), t)
+        return reach
+
+    def _task(self, engine, writes, reads, writes_to, flags, label):
+        task = super()._task(engine, writes, reads, writes_to, flags, label)
+        last = self._last.get(task.engine)
+        reach = dict(self._reach[last]) if last is not None else {}
+        if task.dep:
+            t = task.task_id - task.dep
+            f = self.tasks[t].engine
+            reach[f] = max(reach.get(f, -1), t)
+        self._reach.append(reach)
+        self._last[task.engine] = task.task_id
+        return task
+
+    def _dependency(self, task):
+        n = len(self.tasks)
+        own = self._last.get(task.engine)
+        cov = self._closure(own) if own is not None else {}
+        others = {t.engine for t in self.tasks} - {task.engine}
+
+        def floor():
+            return min((cov.get(e, -1) for e in others), default=n)
+
+        producer, needed = None, []
+        j = n - 1
+        stop = floor()
+        while j > stop:
+            other = self.tasks[j]
+            if other.engine != task.engine and j > cov.get(other.engine, -1) and (
+                    any(_overlap(r, w) for r in task.reads for w in other.writes_to)
+                    or any(_overlap(w, r) for w in task.writes_to for r in other.reads)
+                    or any(_overlap(w, v) for w in task.writes_to for v in other.writes_to)):
+                if producer is None:
+                    producer = j
+                    cov = self._merge(cov, self._closure(j))
+                    stop = floor()
+                else:
+                    needed.append(j)
+            j -= 1
+        if producer is None:
+            return 0
+        missing = [k for k in needed if k > cov.get(self.tasks[k].engine, -1)]
+        if missing and self.tasks[producer].dep == 0 and producer - missing[0] <= MAX_DEP:
+            # The newest producer waits for nothing: let it wait for the older one.
+            self.tasks[producer].dep = producer - missing[0]
+            for k in range(producer, n):
+                if self.tasks[k].engine == self.tasks[producer].engine:
+                    self._reach[k] = self._reach_of(k)
+            cov = self._merge(cov, self._closure(producer))
+            missing = [k for k in needed if k > cov.get(self.tasks[k].engine, -1)]
+        if missing:
+            raise BuildError(f"task {n} ({task.label}) depends on tasks {producer} and "
+                             f"{missing[0]} of two other engines; one dependency distance "
+                             f"cannot wait for both (add a task between them)")
+        if n - producer > MAX_DEP:
+            raise BuildError(f"task {n} ({task.label}) depends on task {producer}, "
+                             f"{n - producer} positions earlier; the distance is at most "
+                             f"{MAX_DEP}")
+        return n - producer
+
+
+def _overlap(a, b):
+    return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
 class Lowering:
     """Lowers ``graph`` for ``config``; :meth:`run` returns the builder with every task."""
 
@@ -124,7 +231,7 @@ class Lowering:
         self.g = graph
         self.cfg = config
         self.name = name
-        self.b = ProgramBuilder(config)
+        self.b = _Builder(config)
         self.views = {}
         self.plan = []
         self.buf_size = dataproc.buffer_elements(config)
