@@ -707,10 +707,36 @@ def _scalar_op(lw, node, op, x, value, out, reverse=False):
     elementwise(lw, node, op, x, None, out, bcast="scalar", scalar=float(value))
 
 
+@lowers("Sum")
+def _nary_sum(lw, node):
+    _nary(lw, node, "Add")
+
+
+def _nary(lw, node, op):
+    """``Sum``, ``Max``, ``Min`` of any number of inputs: pairwise, left to right, through
+    scratch tensors."""
+    from .graph import Node
+    ins = [i for i in node.inputs if i]
+    out = node.outputs[0]
+    if len(ins) == 1:
+        _alias(lw, Node("Identity", node.name, ins, [out]))
+        return
+    acc = ins[0]
+    for k, name in enumerate(ins[1:]):
+        last = k == len(ins) - 2
+        dst = out if last else f"{out}:{node.op}{k}"
+        if not last:
+            lw.g.shapes[dst] = tuple(np.broadcast_shapes(lw.g.shapes[acc], lw.g.shapes[name]))
+            lw.g.dtypes[dst] = np.dtype(np.float32)
+        _binary(lw, Node(op, node.name, [acc, name], [dst]))
+        acc = dst
+
+
 @lowers("Add", "Sub", "Mul", "Div", "Max", "Min")
 def _binary(lw, node):
     if node.op in ("Max", "Min") and len(node.inputs) != 2:
-        _unsupported(node, "Max/Min of more than two inputs")
+        _nary(lw, node, node.op)
+        return
     g = lw.g
     a, b = node.inputs
     op = node.op.lower()
