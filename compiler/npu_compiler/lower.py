@@ -16,18 +16,17 @@ are not fused); ``Relu``, pooling, reductions and elementwise operations between
 the planar engine.
 """
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from npu_model.builder import MAX_DEP, BuildError, Dataset, ProgramBuilder
+from npu_model.builder import MAX_DEP, BuildError, ProgramBuilder
 from npu_spec import dataproc, neural
 from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
-from npu_spec.engine import Engine
 from npu_spec.program import Tensor, dense_strides
 
-from .frontend import activation
 from .graph import CompileError
 
 __all__ = ["Lowering", "MView", "lower"]
@@ -241,6 +240,7 @@ class Lowering:
         self._step = None
         self._row = None
         self._temps = []
+        self._blobs = {}
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -305,22 +305,6 @@ class Lowering:
         else:
             self.b._dma(t, buf, mem, {}, label)
         self._count("dma", int(np.prod(sizes)))
-
-    def load(self, mview, ds):
-        """Copy ``mview`` into dataset ``ds`` (the same elements in raster order; ``ds``'s
-        shape may differ from the view's as long as the counts agree when ``ds`` is
-        dense)."""
-        if tuple(ds.shape) == tuple(_as3(mview.shape)) or len(mview.shape) == 3:
-            c, h, w = ds.shape
-            if mview.size != c * h * w:
-                raise CompileError(f"{self._step}: internal size mismatch")
-            view = mview if len(mview.shape) == 3 else MView(mview.addr, (c, h, w), _strides3(
-                mview, (c, h, w)))
-            self._dma(dma_spec.DmaDir.MEM_TO_BUF, view, ds.addr, (ds.cstride, ds.rstride, 1),
-                      "load")
-        else:
-            dense = _dense_elements(mview.shape)
-            self._dma(dma_spec.DmaDir.MEM_TO_BUF, mview, ds.addr, dense, "load")
 
     def load_any(self, mview, ds):
         """Copy ``mview`` (any shape and strides) into dense dataset ``ds`` in raster order."""
@@ -412,10 +396,16 @@ class Lowering:
     def kernels(self, w, bias, scale, groups):
         """A kernel blob (binary16 weights; bias and scale binary32)."""
         k = w.shape[0]
-        blob = self.b.kernels(_f16(w), bias=_f32bits(np.broadcast_to(bias, (k,))),
-                              scale=_f32bits(np.broadcast_to(scale, (k,))), fmt="fp16",
-                              groups=groups)
-        return blob
+        codes = _f16(w)
+        bias = _f32bits(np.broadcast_to(bias, (k,)))
+        scale = _f32bits(np.broadcast_to(scale, (k,)))
+        key = hashlib.sha1(b"".join(np.ascontiguousarray(a).tobytes() for a in (codes, bias,
+                                                                             scale))
+                           + repr((codes.shape, groups)).encode()).hexdigest()
+        if key not in self._blobs:     # bands of one layer use the same kernels
+            self._blobs[key] = self.b.kernels(codes, bias=bias, scale=scale, fmt="fp16",
+                                              groups=groups)
+        return self._blobs[key]
 
     def conv_task(self, src, w, bias, scale, groups, dst, stride=1, pad=0, dilation=1,
                   act=None):
@@ -520,17 +510,10 @@ def _dense_elements(shape):
     return tuple(reversed(strides))
 
 
-def _strides3(mview, shape3):
-    """Strides of a dense memory view seen as ``shape3``."""
-    return dense_strides(shape3, FP16)
-
-
 def lower(graph, config, name=""):
-    """``(ProgramBuilder, plan)`` for ``graph``."""
+    """The :class:`Lowering` of ``graph`` after :meth:`Lowering.run` (its builder ``b`` holds
+    the tasks, ``plan`` the per-layer rows)."""
     lw = Lowering(graph, config, name=name)
     lw.run()
     return lw
 
-
-# re-exported for ops
-__all__ += ["Dataset", "Engine", "activation"]

@@ -328,19 +328,10 @@ def conv_engine(lw, node, w, bias, scale, groups, s, dil, act):
             _unsupported(node, f"a group of {icpg} input channels x {kh} kernel rows exceeds "
                                f"the input buffer's {lw.buffer_rows} rows")
         step = groups
-        while True:
-            try:
-                for g0 in range(0, groups, step):
-                    g1 = min(groups, g0 + step)
-                    _ = lw.kernels(w[g0 * ocpg:g1 * ocpg], 0, 1, g1 - g0)
-                    if _.words > lw.kmem_words:
-                        raise _TooBig()
-                    break
-                break
-            except _TooBig:
-                if step == 1:
-                    _unsupported(node, "one group's kernels exceed the kernel memory")
-                step = max(1, step // 2)
+        while lw.kernels(w[:step * ocpg], 0, 1, step).words > lw.kmem_words:
+            if step == 1:
+                _unsupported(node, "one group's kernels exceed the kernel memory")
+            step = max(1, step // 2)
         for g0 in range(0, groups, step):
             g1 = min(groups, g0 + step)
             lw.conv_task(_sub(src, g0 * icpg, g1 * icpg), w[g0 * ocpg:g1 * ocpg],
