@@ -43,7 +43,8 @@ def _compile(path, args, shapes, say):
     from npu_compiler.graph import CompileError
     say(f"compiling {path} for {args.preset.name} ({args.format})")
     try:
-        return compile_model(path, _config(args), fmt=args.format, shapes=shapes)
+        return compile_model(path, _config(args), fmt=args.format, shapes=shapes,
+                             fallback=args.fallback)
     except CompileError as e:
         raise CLIError(str(e), status=2) from None
 
@@ -191,6 +192,9 @@ def add_commands(sub):
                    help=f"one of {', '.join(PRESETS)} (default small)")
     c.add_argument("--format", default="fp16", choices=("fp16",),
                    help="number format (fp16; int8 needs calibration, not yet built)")
+    c.add_argument("--fallback", choices=("host",),
+                   help="run the operators the NPU cannot run (and what follows them) on the "
+                        "host after the program")
     c.add_argument("--mem-kib", type=positive, metavar="KIB",
                    help="system memory of the build (default: the preset's)")
     c.add_argument("--shape", type=_shape_arg, action="append",
@@ -208,6 +212,9 @@ def add_commands(sub):
                    help="golden, rtl, or golden,rtl (both, compared bit for bit)")
     r.add_argument("--input", type=_input_arg, action="append",
                    help="NAME=FILE (.npy, .npz with key NAME, or TensorProto .pb)")
+    r.add_argument("--fallback", choices=("host",),
+                   help="run the operators the NPU cannot run (and what follows them) on the "
+                        "host after the program")
     r.add_argument("--mem-kib", type=positive, metavar="KIB",
                    help="system memory of the build (default: the preset's)")
     r.add_argument("--shape", type=_shape_arg, action="append",

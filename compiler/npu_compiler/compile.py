@@ -42,19 +42,30 @@ def _plain(row):
     return {k: (sorted(v) if isinstance(v, set) else v) for k, v in row.items()}
 
 
-def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto"):
+def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
+                  fallback=None):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
     (``"auto"``, True, False) compiles a leading batch dimension as 1 (the runtime runs the
-    items one by one, :func:`npu_compiler.frontend.load_graph`). Raises
+    items one by one, :func:`npu_compiler.frontend.load_graph`). ``fallback="host"`` runs
+    the operators the NPU cannot run, and what depends on them, on the host after the
+    program (:mod:`npu_compiler.host`). Raises
     :class:`CompileError` (one line) for anything the compiler cannot take.
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
                            f"{', '.join(FORMATS)})")
     t0 = time.perf_counter()
+    if fallback not in (None, "host"):
+        raise CompileError(f"fallback must be 'host' or none, not {fallback!r}")
     graph = load_graph(source, shapes, batch_one)
+    graph_outputs = list(graph.outputs)
+    host = None
+    if fallback == "host":
+        from .host import split_host
+        from .ops import LOWER
+        host = split_host(graph, set(LOWER))
     try:
         lw = lower(graph, config, name=name or graph.name)
         program = lw.b.build(name or graph.name or "")
@@ -76,6 +87,15 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         "inputs": [entry(n, "input") for n in graph.inputs],
         "outputs": [entry(n, "output") for n in graph.outputs],
         "plan": [_plain(r) for r in lw.plan],
+        "graph_outputs": graph_outputs,
     }
+    if host:
+        meta["compiler"]["host"] = host
     program = dataclasses.replace(program, metadata=meta)
-    return Compiled(program, [_plain(r) for r in lw.plan], graph, time.perf_counter() - t0)
+    plan = [_plain(r) for r in lw.plan]
+    for node in (host or {}).get("nodes", []):
+        op, _, name = node.partition(" (")
+        plan.append({"node": name.rstrip(")"), "op": op, "engine": "host", "tasks": 0,
+                     "in": [], "out": [], "kernel_bytes": 0, "kernel_encoding": "",
+                     "first_task": 0, "last_task": -1})
+    return Compiled(program, plan, graph, time.perf_counter() - t0)

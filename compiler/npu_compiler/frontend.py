@@ -275,7 +275,7 @@ def load_graph(source, shapes=None, batch_one="auto"):
                                f"{n.domain!r}; only the default ONNX domain is supported")
     graph = Graph(nodes, consts, shapes_, dtypes, [i.name for i in g.input
                                                      if i.name not in consts],
-                  [o.name for o in g.output], g.name, batch)
+                  [o.name for o in g.output], g.name, batch, _FOLD_OPSET[0])
     for name in graph.outputs + [o for n in nodes for o in n.outputs if o]:
         if name not in graph.shapes or any(d < 0 for d in graph.shapes[name]):
             raise CompileError(f"the shape of tensor {name!r} is not known after shape "

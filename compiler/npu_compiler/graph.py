@@ -47,6 +47,7 @@ class Graph:
     outputs: list
     name: str = ""
     batch: int = 1
+    opset: int = 17
 
     def consumers(self, tensor):
         return [n for n in self.nodes if tensor in n.inputs]

@@ -70,13 +70,20 @@ def prepare(program, inputs):
 
 
 def _outputs(program, memory):
+    """The graph outputs: read from the NPU's memory, then (``--fallback host``) the host
+    part's."""
     _, outs = io_metadata(program)
     result = {}
     for spec in outs:
         t = _tensor(program, spec["tensor"])
         codes = read_tensor(memory, t)
         result[spec["name"]] = codes.view(np.float16).astype(np.float32).reshape(spec["shape"])
-    return result
+    meta = program.metadata["compiler"]
+    if meta.get("host"):
+        from npu_compiler.host import run_host
+        result.update(run_host(meta["host"], result))
+    names = meta.get("graph_outputs", list(result))
+    return {name: result[name] for name in names}
 
 
 def _batch(program, inputs):

@@ -167,3 +167,27 @@ def test_identity_and_dropout_are_removed_and_bn_folded():
     got = run(compiled.program, {"x": x}).outputs
     err = compare(got, reference(model, {"x": x}))["y"]
     assert err["rel_err"] <= REL_TOL
+
+
+def test_fallback_host_runs_the_tail_on_the_host():
+    rng = np.random.default_rng(3)
+    w = helper.make_tensor("w", TensorProto.FLOAT, (6, 4, 3, 3),
+                           (rng.standard_normal(216) * 0.3).astype(np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["s"], axis=1),
+             helper.make_node("Elu", ["s"], ["y"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c, 5, 5])
+          for n, c in (("x", 4), ("y", 6), ("r", 6))]
+    model = helper.make_model(helper.make_graph(nodes, "g", io[:1], io[1:], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(CompileError, match=r"\(Softmax\)"):
+        compile_model(model, CFG)
+    compiled = compile_model(model, CFG, fallback="host")
+    assert [(r["op"], r["engine"]) for r in compiled.plan] == [
+        ("Conv", "NE"), ("Softmax", "host"), ("Elu", "host")]
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    out = run(compiled.program, {"x": x}).outputs
+    assert list(out) == ["y", "r"]
+    for name, e in compare(out, reference(model, {"x": x})).items():
+        assert e["rel_err"] <= REL_TOL and e["cosine"] >= COS_TOL, (name, e)
