@@ -191,3 +191,46 @@ def test_fallback_host_runs_the_tail_on_the_host():
     assert list(out) == ["y", "r"]
     for name, e in compare(out, reference(model, {"x": x})).items():
         assert e["rel_err"] <= REL_TOL and e["cosine"] >= COS_TOL, (name, e)
+
+
+def _banded_model():
+    """A conv and a max pool whose layers do not fit the `small` buffer at once (bands of
+    rows with explicit padding), and a conv with more input channels than the input buffer's
+    rows (partial sums)."""
+    rng = np.random.default_rng(5)
+    inits = [helper.make_tensor("w1", TensorProto.FLOAT, (8, 8, 3, 3),
+                                (rng.standard_normal(576) * 0.2).astype(np.float32)),
+             helper.make_tensor("w2", TensorProto.FLOAT, (4, 384, 1, 1),
+                                (rng.standard_normal(1536) * 0.1).astype(np.float32))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[0, 0, 1, 1]),
+             helper.make_node("Reshape", ["p", "shape"], ["q"]),
+             helper.make_node("Conv", ["q", "w2"], ["y"])]
+    inits.append(helper.make_tensor("shape", TensorProto.INT64, (4,), [1, 384, 4, 4]))
+    io = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 64, 48]),
+          helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4]),
+          helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 8, 64, 48])]
+    return helper.make_model(helper.make_graph(nodes, "banded", io[:1], io[1:], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_banded_layers_against_onnxruntime():
+    model = _banded_model()
+    compiled = compile_model(model, CFG)
+    x = np.random.default_rng(6).standard_normal((1, 8, 64, 48)).astype(np.float32)
+    out = run(compiled.program, {"x": x}).outputs
+    for name, e in compare(out, reference(model, {"x": x})).items():
+        assert e["rel_err"] <= REL_TOL and e["cosine"] >= COS_TOL, (name, e)
+    conv = compiled.plan[0]
+    assert conv["op"] == "Conv" and conv["tasks"] > 4        # more than one band
+
+
+@pytest.mark.slow
+def test_banded_layers_rtl_equals_golden():
+    compiled = compile_model(_banded_model(), CFG)
+    x = np.random.default_rng(6).standard_normal((1, 8, 64, 48)).astype(np.float32)
+    golden = run(compiled.program, {"x": x})
+    rtl = run(compiled.program, {"x": x}, "rtl")
+    for k in golden.outputs:
+        assert np.array_equal(golden.outputs[k].view(np.uint32), rtl.outputs[k].view(np.uint32))
