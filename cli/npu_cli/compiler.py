@@ -11,6 +11,10 @@ from npu_cli.util import CLIError, positive, preset_arg, progress
 
 __all__ = ["add_commands"]
 
+#: ``--check``: an output whose rel_err exceeds this starts the search for the first layer
+#: that departs (the tests' tolerance, docs/compiler.md "Tolerances").
+CHECK_TOL = 3e-3
+
 
 def _shape_arg(text):
     import argparse
@@ -146,6 +150,15 @@ def cmd_run(args):
             raise CLIError(f"npu run: onnxruntime failed: {str(e).splitlines()[0]}") from None
         for name, m in compare(main.outputs, ref).items():
             summary["outputs"][name].update(m)
+        worst = max((o.get("rel_err", 0.0) for o in summary["outputs"].values()), default=0)
+        if worst > CHECK_TOL:
+            from npu_runtime.runtime import first_departure
+            say("an output departs from onnxruntime: looking for the first layer")
+            found = first_departure(model, _config(args), inputs, rel_tol=CHECK_TOL,
+                                    shapes=dict(args.shape or []) or None)
+            if found:
+                summary["first_departure"] = dict(zip(("node", "op", "tensor", "rel_err"),
+                                                      found))
     if args.output:
         np.savez(args.output, **main.outputs)
         say(f"wrote {args.output}")
@@ -158,6 +171,10 @@ def cmd_run(args):
             print(f"{name}: shape {'x'.join(map(str, o['shape']))}{extra}")
         if main.cycles is not None:
             print(f"cycles: {main.cycles}")
+        if "first_departure" in summary:
+            d = summary["first_departure"]
+            print(f"first departure from onnxruntime: node {d['node']} ({d['op']}), tensor "
+                  f"{d['tensor']}, rel_err {d['rel_err']:.4g}")
         if "bit_exact" in summary:
             print(f"{' and '.join(backends)} agree bit for bit: "
                   f"{'yes' if summary['bit_exact'] else 'NO'}")

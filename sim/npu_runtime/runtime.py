@@ -214,3 +214,40 @@ def read_input_file(path, name):
     except Exception as e:
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CompileError(f"cannot read input file {p}: {why}") from None
+
+
+def first_departure(model, config, inputs, *, rel_tol=3e-3, shapes=None):
+    """The first tensor, in the model's node order, where the NPU (golden backend) departs
+    from onnxruntime by more than ``rel_tol`` (max |error| / max |reference|): ``(node name,
+    op, tensor, rel_err)``, or None. Every intermediate tensor is made a graph output (so
+    nothing is fused across it) and compared."""
+    import onnx
+    from onnx import shape_inference
+
+    from npu_compiler.compile import compile_model
+    from npu_compiler.frontend import read_model
+
+    m = onnx.ModelProto()
+    m.CopyFrom(read_model(model))
+    m = shape_inference.infer_shapes(m)
+    known = {vi.name: vi for vi in m.graph.value_info}
+    outs = {o.name for o in m.graph.output}
+    order = []
+    for node in m.graph.node:
+        for o in node.output:
+            if o and o in known and o not in outs:
+                m.graph.output.append(known[o])
+                outs.add(o)
+            order.append((node.name or node.op_type, node.op_type, o))
+    shapes = dict(shapes or {})
+    for k, v in inputs.items():
+        shapes.setdefault(k, np.shape(v))
+    compiled = compile_model(m, config, shapes=shapes)
+    got = run(compiled.program, inputs).outputs
+    ref = reference(m, inputs)
+    errors = compare({k: v for k, v in got.items() if k in ref}, ref)
+    for name, op, tensor in order:
+        e = errors.get(tensor)
+        if e is not None and (e["rel_err"] > rel_tol or not np.isfinite(e["rel_err"])):
+            return name, op, tensor, e["rel_err"]
+    return None

@@ -234,3 +234,12 @@ def test_banded_layers_rtl_equals_golden():
     rtl = run(compiled.program, {"x": x}, "rtl")
     for k in golden.outputs:
         assert np.array_equal(golden.outputs[k].view(np.uint32), rtl.outputs[k].view(np.uint32))
+
+
+def test_first_departure_names_the_first_layer(cnn_file):
+    from npu_runtime.runtime import first_departure
+    path, _, x = cnn_file
+    assert first_departure(str(path), CFG, {"x": x[:1]}) is None
+    # Below binary16's resolution every layer departs: the first one is named.
+    node, op, tensor, err = first_departure(str(path), CFG, {"x": x[:1]}, rel_tol=1e-6)
+    assert (op, tensor) == ("Conv", "c1") and err > 1e-6
