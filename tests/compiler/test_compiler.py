@@ -243,3 +243,36 @@ def test_first_departure_names_the_first_layer(cnn_file):
     # Below binary16's resolution every layer departs: the first one is named.
     node, op, tensor, err = first_departure(str(path), CFG, {"x": x[:1]}, rel_tol=1e-6)
     assert (op, tensor) == ("Conv", "c1") and err > 1e-6
+
+
+def test_small_ranks_broadcast_and_decomposed_hardswish():
+    """A (2, 3) matrix plus a (3,) vector (both inputs), a mean over one axis of a (3, 2, 5)
+    tensor, and HardSwish written as Add/Clip/Div/Mul: no host work."""
+    consts = [helper.make_tensor("three", TensorProto.FLOAT, (), [3.0]),
+              helper.make_tensor("six", TensorProto.FLOAT, (), [6.0]),
+              helper.make_tensor("zero", TensorProto.FLOAT, (), [0.0]),
+              helper.make_tensor("axes", TensorProto.INT64, (1,), [1])]
+    nodes = [helper.make_node("Add", ["m", "v"], ["mv"]),
+             helper.make_node("ReduceMean", ["t", "axes"], ["tm"], keepdims=0),
+             helper.make_node("Add", ["t", "three"], ["t3"]),
+             helper.make_node("Clip", ["t3", "zero", "six"], ["tc"]),
+             helper.make_node("Div", ["tc", "six"], ["td"]),
+             helper.make_node("Mul", ["t", "td"], ["hs"])]
+    f = TensorProto.FLOAT
+    ins = [helper.make_tensor_value_info("m", f, [2, 3]),
+           helper.make_tensor_value_info("v", f, [3]),
+           helper.make_tensor_value_info("t", f, [3, 2, 5])]
+    outs = [helper.make_tensor_value_info("mv", f, [2, 3]),
+            helper.make_tensor_value_info("tm", f, [3, 5]),
+            helper.make_tensor_value_info("hs", f, [3, 2, 5])]
+    model = helper.make_model(helper.make_graph(nodes, "g", ins, outs, consts),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    compiled = compile_model(model, CFG)
+    rng = np.random.default_rng(7)
+    feeds = {"m": rng.standard_normal((2, 3)).astype(np.float32),
+             "v": rng.standard_normal(3).astype(np.float32),
+             "t": (rng.standard_normal((3, 2, 5)) * 4).astype(np.float32)}
+    out = run(compiled.program, feeds).outputs
+    assert {k: v.shape for k, v in out.items()} == {"mv": (2, 3), "tm": (3, 5), "hs": (3, 2, 5)}
+    for name, e in compare(out, reference(model, feeds)).items():
+        assert e["rel_err"] <= REL_TOL and e["cosine"] >= COS_TOL, (name, e)
