@@ -187,10 +187,10 @@ def _depth_first(graph, targets, done=None, eager_sinks=False):
 
 def depth_first_order(graph, outputs=None):
     """The partial-network order: for each output in turn (default: the sinks in
-    layer-by-layer order, those of layers that others read last), the units of its partial network not computed yet, each after its
-    inputs, then the output. Any sink is computed as soon as its inputs are (outputs are
-    written out as they are made; a unit nobody reads, such as a row a strided layer skips,
-    would otherwise hold its inputs until its turn)."""
+    layer-by-layer order, those of layers that others read last), the units of its partial
+    network not computed yet, each after its inputs, then the output. Any sink is computed
+    as soon as its inputs are (outputs are written out as they are made; a unit nobody reads,
+    such as a row a strided layer skips, would otherwise hold its inputs until its turn)."""
     if outputs is None:
         # Sinks of layers that another layer reads (rows a strided layer skips) come last:
         # led by them, the walk would compute their inputs early and hold them.
