@@ -94,3 +94,33 @@ def test_training_reproduces_the_model(digits, split, tmp_path):
     stored = digits.load_params(MODEL)
     for name, value in stored.items():
         assert np.allclose(p[name], value, atol=1e-5), name
+
+
+def test_int8_network_as_a_program_on_the_golden_system_model(digits, split):
+    """The same quantized layers as a program (``ProgramBuilder``: DMA, neural engine with
+    the post-processor's ReLU, planar max pooling; the fully connected layer as a 2x2
+    convolution over the pooled [16, 2, 2] tensor) run by the golden system model give the
+    int8 logits of the layer-by-layer simulation bit for bit."""
+    from npu_compiler.quant import quantize
+    from npu_model.builder import ProgramBuilder
+    from npu_model.system import read_tensor, run_program
+    from npu_spec.config import preset
+
+    x_train, _, x_test, _ = split
+    s0, layers = digits.quantize_model(digits.load_params(MODEL), x_train)
+    images = x_test[:8]
+    want = digits.int8_logits(s0, layers, images)
+    weights = [layers[0].weights, layers[1].weights, layers[2].weights.reshape(10, 16, 2, 2)]
+    for image, expect in zip(images, want):
+        b = ProgramBuilder(preset("small"))
+        h = b.load(b.input("x", quantize(image, s0)))
+        for i, (layer, w) in enumerate(zip(layers, weights)):
+            placement = b.dma_kernels(0, b.kernels(w, **layer.kernel_args()))
+            h = b.conv(h, placement, pad=1 if i < 2 else 0, **layer.conv_args())
+            if i < 2:
+                h = b.max_pool(h, 2)
+        b.store(h, b.output("logits", h.shape))
+        program = b.build()
+        got = read_tensor(run_program(program).memory, program.tensor("logits"))
+        assert got.dtype == np.int8
+        np.testing.assert_array_equal(got.reshape(10), expect)
