@@ -238,3 +238,59 @@ def same_chains(draw):
 def test_depth_first_beats_layer_by_layer_on_tall_chains(g):
     c = compare(g)
     assert c.depth_first <= c.layer_by_layer
+
+
+# --------------------------------------------------------------------------------------------
+# SqueezeNet 1.1 in row bands
+
+#: SqueezeNet 1.1's layers up to conv10: (name, kernel, stride, pad, channels), "fire"
+#: entries as (squeeze, expand) channels. Its global average pool reads conv10 from memory.
+SQUEEZENET_11 = [("conv1", 3, 2, 0, 64), ("pool1", 3, 2, 0, None), ("fire", 16, 64),
+                 ("fire", 16, 64), ("pool3", 3, 2, 0, None), ("fire", 32, 128),
+                 ("fire", 32, 128), ("pool5", 3, 2, 0, None), ("fire", 48, 192),
+                 ("fire", 48, 192), ("fire", 64, 256), ("fire", 64, 256),
+                 ("conv10", 1, 1, 0, 1000)]
+
+
+def squeezenet_graph(size, band=1):
+    """Row-band graph of SqueezeNet 1.1 on a ``size`` x ``size`` RGB input, sizes in
+    elements (a row of a layer is its width times its channels). A fire module is a 1x1
+    squeeze, then 1x1 and 3x3 (pad 1) expands read together by the next layer (the concat)."""
+    layers, prev, width, channels = [], ("input",), size, 3
+    fire = 2
+
+    def add(name, inputs, k, s, p, ch):
+        nonlocal width
+        layer = RowLayer(name, inputs, k, s, p, 1, 0, band)
+        out = layer.out_height(width)
+        layers.append(RowLayer(name, inputs, k, s, p, 1, out * ch, band))
+        return out
+
+    for entry in SQUEEZENET_11:
+        if entry[0] == "fire":
+            _, sq, ex = entry
+            name = f"fire{fire}"
+            add(f"{name}/squeeze", prev, 1, 1, 0, sq)
+            add(f"{name}/e1", (f"{name}/squeeze",), 1, 1, 0, ex)
+            add(f"{name}/e3", (f"{name}/squeeze",), 3, 1, 1, ex)
+            prev, channels, fire = (f"{name}/e1", f"{name}/e3"), 2 * ex, fire + 1
+        else:
+            name, k, s, p, ch = entry
+            channels = channels if ch is None else ch
+            width = add(name, prev, k, s, p, channels)
+            prev = (name,)
+    return row_band_graph(size, layers, input_row_size=3 * size, input_band=band)
+
+
+@pytest.mark.parametrize("size", [64, 224])
+def test_squeezenet_depth_first_halves_the_peak(size):
+    """The goal of issue 14: the depth-first peak at most half the layer-by-layer one
+    (docs/scheduling.md has the figures)."""
+    g = squeezenet_graph(size)
+    # conv1 (3x3, stride 2, no pad) has (size - 3) // 2 + 1 rows of as many columns x 64.
+    conv1 = [u for u in g if u.layer == "conv1"]
+    assert len(conv1) == (size - 3) // 2 + 1 and conv1[0].size == len(conv1) * 64
+    assert len([u for u in g if u.layer == "conv10"]) == {64: 3, 224: 13}[size]
+    c = compare(g)
+    assert c.depth_first * 2 <= c.layer_by_layer <= c.whole_layers
+    assert schedule(g).strategy == "depth-first"
