@@ -1,6 +1,8 @@
 """Partial-network scheduling (``npu_compiler.schedule``): seed 003's reference cases, the
 row-band graph of convolution chains, and properties on random DAGs."""
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -294,3 +296,34 @@ def test_squeezenet_depth_first_halves_the_peak(size):
     c = compare(g)
     assert c.depth_first * 2 <= c.layer_by_layer <= c.whole_layers
     assert schedule(g).strategy == "depth-first"
+
+
+def random_dag(seed):
+    """A random layered DAG from ``random.Random(seed)``, as ``layered_dags`` draws them (the
+    figures of docs/scheduling.md use it)."""
+    rng = random.Random(seed)
+    layers, units = [], []
+    for li in range(rng.randint(1, 5)):
+        row = []
+        for i in range(rng.randint(1, 6)):
+            inputs = ()
+            if li:
+                pool = [u.name for u in layers[-1]]
+                if li > 1 and rng.random() < 0.5:
+                    pool += [u.name for u in layers[rng.randrange(li - 1)]]
+                inputs = tuple(rng.sample(pool, rng.randint(1, min(3, len(pool)))))
+            row.append(Unit(f"{li}.{i}", li, inputs, rng.randint(0, 9)))
+        layers.append(row)
+        units += row
+    return UnitGraph(units)
+
+
+def test_depth_first_alone_can_exceed_layer_by_layer():
+    """Why ``schedule`` takes the minimum: some DAGs make the plain depth-first order hold
+    more than layer by layer."""
+    worse = [s for s in range(200) if (c := compare(random_dag(s))).depth_first >
+             c.layer_by_layer]
+    assert worse
+    for s in worse[:5]:
+        g = random_dag(s)
+        assert schedule(g).peak <= compare(g).layer_by_layer
