@@ -30,6 +30,7 @@ from npu_spec.postproc import Act
 
 __all__ = [
     "QMAX",
+    "Calibrator",
     "QuantizedConv",
     "activation_scale",
     "bias_int32",
@@ -108,6 +109,97 @@ def activation_scale(samples, method="maxabs", percentile=99.99):
     else:
         raise ValueError(f"method must be maxabs or percentile, not {method!r}")
     return float(peak / QMAX) if peak > 0 else 1.0
+
+
+class Calibrator:
+    """Running statistics of named activations over calibration batches, for inputs too many
+    to keep: per name the largest ``|x|`` and a histogram of ``|x|``.
+
+    The histogram has ``bins`` (a power of two) equal bins over ``[0, top)``, ``top`` a power of
+    two at least the largest ``|x|`` seen; when a larger value arrives, ``top`` doubles as often
+    as needed and neighbouring bins merge, so every value is counted once, in a bin whose edges
+    are multiples of the current width. :meth:`scale` with ``method="percentile"`` returns the
+    upper edge of the bin holding the ``ceil(p n / 100)``-th smallest ``|x|``, capped at the
+    largest: at most one bin width (``top / bins <= 2 max|x| / bins``) above that order
+    statistic, never below it.
+    """
+
+    def __init__(self, bins=2048):
+        if bins < 2 or bins & (bins - 1):
+            raise ValueError(f"bins must be a power of two of at least 2, not {bins}")
+        self.bins = bins
+        self._max = {}
+        self._top = {}
+        self._counts = {}
+
+    @property
+    def names(self):
+        """The names seen, in first-seen order."""
+        return tuple(self._max)
+
+    def update(self, name, values):
+        """Add the values of activation ``name`` (any shape)."""
+        a = np.abs(np.asarray(values, np.float64)).ravel()
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"calibration values of {name!r} must be finite")
+        if a.size == 0:
+            return
+        peak = float(a.max())
+        if name not in self._max:
+            self._max[name] = 0.0
+            self._top[name] = 0.0
+            self._counts[name] = np.zeros(self.bins, np.int64)
+        self._max[name] = max(self._max[name], peak)
+        top = self._top[name]
+        if peak >= top and peak > 0:
+            new_top = top if top > 0 else 2.0 ** np.ceil(np.log2(peak))
+            while new_top <= peak:
+                new_top *= 2
+            if top > 0:
+                factor = int(round(new_top / top))
+                counts = self._counts[name]
+                if factor >= self.bins:
+                    merged = np.zeros(self.bins, np.int64)
+                    merged[0] = counts.sum()
+                else:
+                    merged = np.zeros(self.bins, np.int64)
+                    merged[:self.bins // factor] = counts.reshape(-1, factor).sum(axis=1)
+                self._counts[name] = merged
+            self._top[name] = top = new_top
+        if top == 0:  # only zeros so far: they belong to the first bin whatever the range
+            self._counts[name][0] += a.size
+            return
+        index = np.minimum((a * (self.bins / top)).astype(np.int64), self.bins - 1)
+        self._counts[name] += np.bincount(index, minlength=self.bins)
+
+    def max_abs(self, name):
+        """The largest ``|x|`` of ``name``."""
+        if name not in self._max:
+            raise KeyError(f"no calibration values for {name!r}")
+        return self._max[name]
+
+    def percentile_abs(self, name, percentile):
+        """The histogram estimate of the ``percentile``-th percentile of ``|x|`` (see the
+        class)."""
+        if not 0 < percentile <= 100:
+            raise ValueError(f"percentile must be in (0, 100], not {percentile}")
+        peak = self.max_abs(name)
+        if peak == 0:
+            return 0.0
+        counts = self._counts[name]
+        rank = int(np.ceil(percentile / 100 * counts.sum()))
+        i = int(np.searchsorted(np.cumsum(counts), max(rank, 1)))
+        return min((i + 1) * self._top[name] / self.bins, peak)
+
+    def scale(self, name, method="maxabs", percentile=99.99):
+        """The symmetric per-tensor scale of ``name`` (as :func:`activation_scale`)."""
+        if method == "maxabs":
+            peak = self.max_abs(name)
+        elif method == "percentile":
+            peak = self.percentile_abs(name, percentile)
+        else:
+            raise ValueError(f"method must be maxabs or percentile, not {method!r}")
+        return float(peak / QMAX) if peak > 0 else 1.0
 
 
 def requantize_params(factor):

@@ -8,6 +8,7 @@ import pytest
 
 from npu_compiler.quant import (
     QMAX,
+    Calibrator,
     activation_scale,
     bias_int32,
     dequantize,
@@ -227,3 +228,48 @@ def test_golden_conv_batch_equals_single_images():
                         for a in acc[kk].ravel()]
                 assert batch[i, kk].ravel().tolist() == want
         assert np.array_equal(golden_conv(q, x[1], stride, pad, dil), batch[1])
+
+
+# --------------------------------------------------------------------------------------------
+# streaming calibration
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_calibrator_against_all_values(seed):
+    rng = np.random.default_rng(seed)
+    cal = Calibrator(bins=256)
+    batches = [rng.normal(size=rng.integers(1, 500)) * 10.0 ** rng.uniform(-3, 3)
+               for _ in range(8)]
+    batches.insert(rng.integers(0, 8), np.zeros(7))  # zeros before or after a range exists
+    for b in batches:
+        cal.update("t", b)
+        cal.update("other", b * 3)
+    allv = np.abs(np.concatenate(batches))
+    assert cal.names == ("t", "other")
+    assert cal.max_abs("t") == allv.max() and cal.scale("t") == activation_scale(batches)
+    width = 2 * allv.max() / 256
+    for p in (50, 90, 99, 99.99, 100):
+        true = np.percentile(allv, p, method="inverted_cdf")
+        est = cal.percentile_abs("t", p)
+        assert true <= est <= true + width
+    assert cal.scale("t", "percentile", 99.0) == pytest.approx(
+        cal.percentile_abs("t", 99.0) / QMAX)
+    # Nothing is lost when bins merge: the largest value is in the last occupied bin.
+    assert cal.percentile_abs("t", 100) == allv.max()
+
+
+def test_calibrator_edge_cases():
+    cal = Calibrator(bins=4)
+    cal.update("z", np.zeros(3))
+    assert cal.scale("z") == 1.0 and cal.percentile_abs("z", 50) == 0.0
+    cal.update("z", [1.0, 1.0, 1000.0])  # the range starts at 1024: bins of 256
+    assert cal.percentile_abs("z", 50) == 256.0  # the 3rd of 6 values lies in bin 0
+    cal.update("z", [5000.0])  # the range grows 8-fold, more than the bin count: bins of
+    # 2048, the six old values all in bin 0, 5000 in bin 2 (capped at the maximum).
+    assert cal.percentile_abs("z", 50) == 2048.0 and cal.percentile_abs("z", 90) == 5000.0
+    assert cal.percentile_abs("z", 100) == 1000.0
+    for bad in (lambda: Calibrator(bins=3), lambda: cal.max_abs("nope"),
+                lambda: cal.update("z", [np.nan]), lambda: cal.scale("z", "minmax"),
+                lambda: cal.percentile_abs("z", 0)):
+        with pytest.raises((ValueError, KeyError)):
+            bad()
