@@ -267,7 +267,7 @@ def test_calibrator_edge_cases():
     cal.update("z", [5000.0])  # the range grows 8-fold, more than the bin count: bins of
     # 2048, the six old values all in bin 0, 5000 in bin 2 (capped at the maximum).
     assert cal.percentile_abs("z", 50) == 2048.0 and cal.percentile_abs("z", 90) == 5000.0
-    assert cal.percentile_abs("z", 100) == 1000.0
+    assert cal.percentile_abs("z", 100) == cal.max_abs("z") == 5000.0
     for bad in (lambda: Calibrator(bins=3), lambda: cal.max_abs("nope"),
                 lambda: cal.update("z", [np.nan]), lambda: cal.scale("z", "minmax"),
                 lambda: cal.percentile_abs("z", 0)):
