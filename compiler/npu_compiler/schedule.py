@@ -24,14 +24,17 @@ __all__ = [
     "Schedule",
     "Unit",
     "UnitGraph",
+    "band_for_budget",
     "check_order",
     "compare",
     "depth_first_order",
     "layer_by_layer_order",
+    "layer_windows",
     "live_profile",
     "partial_network",
     "peak",
     "row_band_graph",
+    "runs",
     "schedule",
 ]
 
@@ -422,3 +425,71 @@ def row_band_graph(height, layers, *, input_name="input", input_row_size=1, inpu
             units.append(Unit((layer.name, i), layer.name, tuple(inputs),
                               (r1 - r0) * layer.row_size, (r0, r1)))
     return UnitGraph(units)
+
+
+# --------------------------------------------------------------------------------------------
+# from an order to tasks and buffers
+
+
+def runs(graph, order):
+    """``order`` as tasks: maximal stretches of consecutive units of one layer whose rows
+    follow each other, each ``(layer, first_row, end_row, names)``. Units without rows form
+    stretches of one."""
+    out = []
+    for name in order:
+        unit = graph.units[name]
+        last = out[-1] if out else None
+        if (last is not None and unit.rows is not None and last[0] == unit.layer
+                and last[2] == unit.rows[0]):
+            out[-1] = (last[0], last[1], unit.rows[1], last[3] + (name,))
+        else:
+            first, end = unit.rows if unit.rows is not None else (None, None)
+            out.append((unit.layer, first, end, (name,)))
+    return out
+
+
+def layer_windows(graph, order, count_outputs=False):
+    """Per layer, the largest live size of its own units at any step of ``order`` (freeing at
+    last use): the size of a ring buffer that holds the layer's live bands. Their sum bounds
+    :func:`peak` from above; it is what per-layer rings need, free of fragmentation."""
+    check_order(graph, order)
+    position = {name: i for i, name in enumerate(order)}
+    events = {}
+    for name, unit in graph.units.items():
+        readers = graph.consumers[name]
+        if not readers and not count_outputs:
+            continue
+        end = max((position[c] for c in readers), default=position[name])
+        events.setdefault(unit.layer, []).append((position[name], end, unit.size))
+    windows = {}
+    for layer, spans in events.items():
+        delta = {}
+        for start, end, size in spans:
+            delta[start] = delta.get(start, 0) + size
+            delta[end + 1] = delta.get(end + 1, 0) - size
+        live = best = 0
+        for step in sorted(delta):
+            live += delta[step]
+            best = max(best, live)
+        windows[layer] = best
+    return windows
+
+
+def band_for_budget(height, layers, budget, *, input_row_size=1, bands=None):
+    """The largest band height (the same for every layer and the input) whose best
+    :func:`schedule` peaks within ``budget``: ``(band, graph, schedule)``. Fewer, larger bands
+    mean fewer tasks. ``bands`` lists the candidates (default: the powers of two up to
+    ``height``, largest first). ``ValueError`` names the smallest peak found if none fits."""
+    candidates = bands or [1 << k for k in range(height.bit_length())][::-1]
+    best = None
+    for band in candidates:
+        bl = [RowLayer(la.name, la.inputs, la.kernel, la.stride, la.pad, la.dilation,
+                       la.row_size, band) for la in layers]
+        graph = row_band_graph(height, bl, input_row_size=input_row_size, input_band=band)
+        plan = schedule(graph)
+        if plan.peak <= budget:
+            return band, graph, plan
+        if best is None or plan.peak < best[1]:
+            best = (band, plan.peak)
+    raise ValueError(f"no band height fits {budget}: the smallest peak is {best[1]} "
+                     f"(bands of {best[0]} rows)")

@@ -12,14 +12,17 @@ from npu_compiler.schedule import (
     RowLayer,
     Unit,
     UnitGraph,
+    band_for_budget,
     check_order,
     compare,
     depth_first_order,
     layer_by_layer_order,
+    layer_windows,
     live_profile,
     partial_network,
     peak,
     row_band_graph,
+    runs,
     schedule,
 )
 
@@ -327,3 +330,51 @@ def test_depth_first_alone_can_exceed_layer_by_layer():
     for s in worse[:5]:
         g = random_dag(s)
         assert schedule(g).peak <= compare(g).layer_by_layer
+
+
+# --------------------------------------------------------------------------------------------
+# tasks and buffers
+
+
+def test_runs_merge_consecutive_rows():
+    g = row_band_graph(6, [RowLayer("c", kernel=3, pad=1)])
+    order = depth_first_order(g)
+    r = runs(g, order)
+    # input 0, 1 | c 0 | input 2 | c 1 | ... : rows 0-1 of the input form one run.
+    assert r[0][:3] == ("input", 0, 2) and r[1][:3] == ("c", 0, 1)
+    assert [n for run in r for n in run[3]] == order
+    assert runs(g, layer_by_layer_order(g)) == [
+        ("input", 0, 6, tuple(("input", i) for i in range(6))),
+        ("c", 0, 6, tuple(("c", i) for i in range(6)))]
+    fig = fig5()
+    assert len(runs(fig, depth_first_order(fig))) == 12  # no rows: one unit a run
+
+
+@settings(max_examples=100, deadline=None)
+@given(same_chains())
+def test_layer_windows_bound_the_peak(g):
+    order = depth_first_order(g)
+    w = layer_windows(g, order)
+    assert peak(g, order) <= sum(w.values())
+    for layer, size in w.items():  # each window is the peak of that layer alone
+        alone = UnitGraph([Unit(u.name, u.layer, tuple(s for s in u.inputs),
+                                u.size if u.layer == layer else 0, u.rows) for u in g])
+        assert peak(alone, order) == size
+
+
+def test_three_tap_chain_window_is_three_rows():
+    g = row_band_graph(40, [RowLayer("c", kernel=3, row_size=5)], input_row_size=2)
+    assert layer_windows(g, depth_first_order(g)) == {"input": 6}
+
+
+def test_band_for_budget():
+    layers = [RowLayer("a", kernel=3, pad=1, row_size=10), RowLayer("b", kernel=3, pad=1,
+                                                                    row_size=10)]
+    band, g, plan = band_for_budget(64, layers, 200, input_row_size=10)
+    assert plan.peak <= 200 and band >= 1
+    bigger = [RowLayer(la.name, la.inputs, la.kernel, la.stride, la.pad, la.dilation,
+                       la.row_size, 2 * band) for la in layers]
+    g2 = row_band_graph(64, bigger, input_row_size=10, input_band=2 * band)
+    assert schedule(g2).peak > 200  # the next larger band does not fit
+    with pytest.raises(ValueError, match="no band height fits 10"):
+        band_for_budget(64, layers, 10, input_row_size=10)
