@@ -367,6 +367,12 @@ class BridgeClient:
 
 # --- The line, bit by bit (simulation) -----------------------------------------------------
 
+async def _ticks(ctx, n):
+    # Plain ticks (not ``repeat``), so a background testbench may be left waiting here.
+    for _ in range(n):
+        await ctx.tick()
+
+
 def line_bits(byte, *, stop=1):
     """Levels of one byte on the line: start bit, 8 data bits (LSB first), stop bit."""
     return [0] + [(byte >> k) & 1 for k in range(8)] + [stop]
@@ -384,15 +390,15 @@ async def uart_send(ctx, pin, data, cycles_per_bit, *, gap_bits=0, bad_stop=()):
             ctx.set(pin, level)
             t += cycles_per_bit
             edge = round(t)
-            await ctx.tick().repeat(edge - now)
+            await _ticks(ctx, edge - now)
             now = edge
     ctx.set(pin, 1)
 
 
 async def uart_receive(ctx, pin, count, cycles_per_bit, *, timeout):
-    """Sample ``count`` bytes from ``pin`` (idle high) in the middle of each bit; raises
-    :class:`BridgeError` on a low stop bit or when no start bit comes for ``timeout``
-    cycles."""
+    """Sample ``count`` bytes from ``pin`` (idle high) in the middle of each bit, at
+    ``cycles_per_bit`` (a float for a mistuned host); raises :class:`BridgeError` on a low stop
+    bit or when no start bit comes for ``timeout`` cycles."""
     out = bytearray()
     for _ in range(count):
         waited = 0
@@ -401,13 +407,17 @@ async def uart_receive(ctx, pin, count, cycles_per_bit, *, timeout):
             waited += 1
             if waited > timeout:
                 raise BridgeError(f"no start bit for {timeout} cycles after {len(out)} bytes")
-        await ctx.tick().repeat(max(1, int(cycles_per_bit // 2)))
-        value = 0
-        for k in range(8):
-            await ctx.tick().repeat(int(cycles_per_bit))
-            value |= ctx.get(pin) << k
-        await ctx.tick().repeat(int(cycles_per_bit))
-        if not ctx.get(pin):
+        # The start edge was at most a cycle ago: sample bit k at (k + 0.5) bit times from it.
+        now = 0
+        levels = []
+        for k in range(10):
+            at = max(now + 1, round((k + 0.5) * cycles_per_bit))
+            await _ticks(ctx, at - now)
+            now = at
+            levels.append(ctx.get(pin))
+        if levels[0]:
+            raise BridgeError(f"a start bit shorter than half a bit in byte {len(out)}")
+        if not levels[9]:
             raise BridgeError(f"low stop bit in byte {len(out)}")
-        out.append(value)
+        out.append(sum(bit << k for k, bit in enumerate(levels[1:9])))
     return bytes(out)

@@ -126,3 +126,38 @@ def run_core(bench, script, *, seed=0, stall=0.0, stall_prob=0):
 
     run_simulation(bench, [producer], background=[consumer])
     return bytes(answer), memory[0]
+
+
+def run_uart(bench, script, *, cycles_per_bit=None, bad_stop=()):
+    """Run ``script`` on a :func:`uart_bench` at the bit level with the host's line model:
+    ``bytes`` are sent on ``rx`` back to back (at ``cycles_per_bit``, default the bridge's
+    divisor), an ``int`` is that many bit times of idle line. The answer is sampled from ``tx``
+    at the same rate. Returns ``(answer bytes, memory bytes)``."""
+    from npu_sim.streams import run_simulation
+    from npu_sim.uart_host import uart_receive, uart_send
+    dut = bench.dut
+    cpb = cycles_per_bit or dut.divisor
+    answer = bytearray()
+    memory = []
+
+    async def host(ctx):
+        ctx.set(dut.rx, 1)
+        await ctx.tick().repeat(4)
+        for item in script:
+            if isinstance(item, int):
+                await ctx.tick().repeat(max(1, round(item * cpb)))
+            else:
+                await uart_send(ctx, dut.rx, item, cpb, bad_stop=bad_stop)
+        # Let the last answer leave (the receiver below is behind by at most a byte).
+        await ctx.tick().repeat(round(12 * cpb))
+        while ctx.get(dut.busy) or ctx.get(dut.tx) == 0:
+            await ctx.tick()
+        await ctx.tick().repeat(round(12 * cpb))
+        memory.append(await read_memory(ctx, bench.memory, bench.memory.words))
+
+    async def receiver(ctx):
+        while True:
+            answer.extend(await uart_receive(ctx, dut.tx, 1, cpb, timeout=1 << 40))
+
+    run_simulation(bench, [host], background=[receiver])
+    return bytes(answer), memory[0]
