@@ -137,3 +137,53 @@ def test_board_files_with_the_npu(board, preset):
     for block in ("taskman", "dataproc", "planar", "dma", "bridge", "memory"):
         assert block in design
     print(f"{board}: {time.perf_counter() - t0:.1f} s, RTLIL {len(design)} bytes")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board,preset", [("icebreaker", "ice40")])
+def test_board_runs_a_program_over_the_bridge(board, preset):
+    """The board's system (NPU, bridge, arbiter, on-chip memory) under Verilator with a host
+    on its serial pins: the program is loaded, started, polled and read back through the
+    bridge, and the result memory equals the golden model's byte for byte."""
+    import numpy as np
+
+    from npu_model.builder import ProgramBuilder
+    from npu_model.system import run_program
+    from npu_sim.board_sim import board_run
+    from npu_sim.programs import int_params
+    from npu_spec.taskman import task_manager_map
+
+    cfg = PRESETS[preset]
+    rng = np.random.default_rng(1)
+    b = ProgramBuilder(cfg)
+    x = b.load(b.input("x", rng.integers(-128, 128, (4, 10, 12)).astype(np.int8)))
+    weights = rng.integers(-128, 128, (8, 4, 3, 3)).astype(np.int8)
+    p = b.conv_relu_pool(x, weights, pad=1, **int_params(rng, 8, 36))
+    b.store(p, b.output("y", p.shape))
+    program = b.build()
+    golden = run_program(program)
+    rtl = board_run(program)
+    n = len(rtl["memory"])
+    assert rtl["memory"] == (golden.memory[:n] + bytes(n - len(golden.memory[:n])))
+    assert rtl["memory"] != program.memory[:n].ljust(n, b"\0")    # the program wrote something
+    exc = task_manager_map(cfg.task_queues)["EXC_STATUS"].unpack(rtl["EXC_STATUS"],
+                                                                  strict=False)
+    assert int(exc["cause"]) == 0
+    print(f"{board}: {rtl['cycles']} cycles, {rtl['wall']:.1f} s")
+
+
+@pytest.mark.synth
+def test_the_bridge_alone_fits_the_up5k():
+    """Yosys and nextpnr-ice40 (router1, seed 1) on the UART bridge alone, as built for the
+    iCEBreaker (12 MHz, 1 Mbaud, 64 KiB of memory mapped): small, and faster than the clock."""
+    from npu.bridge import UARTBridge
+    from npu_fpga.synth import synthesize
+    dut = UARTBridge(clk_freq=12e6, baud=1e6, mem_bytes=64 * 1024)
+    report = synthesize(dut, "ice40-up5k", name="bridge", freq_mhz=25, seed=1,
+                        nextpnr_opts=("--router", "router1"), progress=None)
+    print(f"bridge on the UP5K: {report.luts - report.harness_luts} LUT4, "
+          f"{report.ffs - report.harness_ffs} FF, {report.brams} EBR, "
+          f"{report.fmax_mhz:.1f} MHz")
+    assert report.luts - report.harness_luts < 700
+    assert report.brams <= 1
+    assert report.fmax_mhz > 25

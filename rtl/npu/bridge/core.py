@@ -198,8 +198,12 @@ class BridgeCore(wiring.Component):
                 def got_address():
                     m.d.sync += [addr.eq(Cat(byte, addr[:24])), count.eq(count + 1)]
                     with m.If(count == 3):
-                        m.next = "CHECK"
+                        m.next = "RANGE"
                 receive(got_address)
+            with m.State("RANGE"):
+                # The last address is registered here (a long carry chain), the region
+                # decoded from it in CHECK.
+                m.next = "CHECK"
             with m.State("CHECK"):
                 # The whole frame's region, held while ``addr`` advances.
                 m.d.sync += [word.eq(0), count.eq(0), region.eq(frame_region)]
@@ -259,12 +263,14 @@ class BridgeCore(wiring.Component):
         return m
 
     def _region_check(self, m, length, addr, fixed):
-        """The region of the frame's whole range (``_NONE``: not inside one region);
-        combinational, from the frame's first address."""
+        """The region of the frame's whole range (``_NONE``: not inside one region), from the
+        frame's first address and its last one (registered: valid a cycle after the header's
+        last byte)."""
         region = Signal(2)
         first = Signal(33)
         last = Signal(33)
-        m.d.comb += [first.eq(addr), last.eq(addr + Mux(fixed, 0, length - 1))]
+        m.d.comb += first.eq(addr)
+        m.d.sync += last.eq(addr + Mux(fixed, 0, length - 1))
         mem_words = self._mem_bytes // 4
         with m.If((last < mem_words) & (length != 0)):
             m.d.comb += region.eq(Region.MEMORY)
