@@ -140,7 +140,7 @@ def test_board_files_with_the_npu(board, preset):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("board,preset", [("icebreaker", "ice40")])
+@pytest.mark.parametrize("board,preset", [("icebreaker", "ice40"), ("ulx3s", "ecp5")])
 def test_board_runs_a_program_over_the_bridge(board, preset):
     """The board's system (NPU, bridge, arbiter, on-chip memory) under Verilator with a host
     on its serial pins: the program is loaded, started, polled and read back through the
