@@ -79,7 +79,8 @@ BRIDGE = RegisterMap("BRIDGE", base=0, doc=(
               doc="A byte arrived with a low stop bit (it was dropped, and so was the frame)."),
         Field("overrun", 1, access="w1c",
               doc="A received byte found the receive queue full and was lost (the host sent "
-                  "while a read answer or a stalled memory access held the bridge)."),
+                  "while a read answer or a stalled memory access held the bridge); the "
+                  "frame was dropped, and every byte until the line was idle."),
         Field("timeout", 1, access="w1c",
               doc="A partial frame was dropped: no byte for the idle timeout."),
         Field("command", 1, access="w1c",

@@ -45,8 +45,8 @@ class BridgeCore(wiring.Component):
       ``STATUS.command`` and makes the bridge drop every byte until ``rx`` has been idle for
       ``timeout`` cycles (the rest of a corrupted frame is never taken for a frame).
     * A frame that waits ``timeout`` cycles for its next byte is dropped (``STATUS.timeout``);
-      so is a frame during which ``rx_error`` pulses (``STATUS.framing``), which then also
-      drops bytes until the line is idle.
+      so is a frame during which ``rx_error`` or ``rx_overrun`` pulses (``STATUS.framing``,
+      ``STATUS.overrun``), which then also drops bytes until the line is idle.
     * Before the first access the whole frame's address range is checked: words outside one
       region access nothing (``STATUS.range``; write data are dropped, reads answer 0).
     * One word is accessed at a time: a write when its four bytes have arrived, a read before
@@ -154,10 +154,10 @@ class BridgeCore(wiring.Component):
         with m.Elif(~expired):
             m.d.sync += idle.eq(idle + 1)
 
-        # A framing error spoils the frame in progress: noted now, acted on where the frame
-        # takes its next byte.
+        # A framing error or a lost byte spoils the frame in progress (and the bytes queued
+        # behind it): noted now, acted on where the frame takes its next byte.
         spoilt = Signal()
-        with m.If(self.rx_error):
+        with m.If(self.rx_error | self.rx_overrun):
             m.d.sync += spoilt.eq(1)
         m.d.comb += status.framing_set.eq(self.rx_error)
 

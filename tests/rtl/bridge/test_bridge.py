@@ -110,3 +110,18 @@ def test_timeout_parameter_is_in_bit_times():
         UARTBridge(clk_freq=25e6, mem_bytes=64, timeout_bits=0)
     with pytest.raises(ValueError, match=r"4\.2% off"):
         UARTBridge(clk_freq=25e6, baud=3e6, mem_bytes=64)
+
+
+def test_receive_queue_overrun_is_flagged():
+    """A host that sends a long frame while a read's answer goes out overflows a small receive
+    queue: the lost bytes are flagged, and after an idle timeout frames work again."""
+    bench = uart_bench(MEM, clk_freq=4e6, baud=1e6, rx_depth=4, timeout_bits=30)
+    script = [encode_read(0, 8) + encode_write(8, list(range(1, 9))), 45,
+              encode_write(20, [0xFEED]), encode_read(20, 1), STATUS]
+    answer, memory = run_uart(bench, script)
+    words = decode_words(answer)
+    assert words[:8] == [0] * 8
+    assert words[8] == 0xFEED
+    assert "overrun" in flags(words[9:])[0]
+    # Nothing outside the two frames' words was written.
+    assert words_of(memory)[:8] == [0] * 8 and words_of(memory)[16:20] == [0] * 4
