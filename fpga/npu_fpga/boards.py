@@ -83,9 +83,11 @@ class BoardSystem(wiring.Component):
         self._config = config
         self._mem_bytes = mem_bytes
         self._led_bits = led_bits
-        self._npu = npu if npu is not None else NPUTop(config)
-        self._bridge = UARTBridge(clk_freq=clk_freq, baud=baud, mem_bytes=mem_bytes,
-                                  mem_width=config.mem_width, timeout_bits=timeout_bits)
+        self._npu = npu
+        # The bridge is made in ``elaborate``; its parameters are checked here.
+        self._bridge_args = dict(clk_freq=clk_freq, baud=baud, mem_bytes=mem_bytes,
+                                 mem_width=config.mem_width, timeout_bits=timeout_bits)
+        UARTBridge.check(**self._bridge_args)
         super().__init__({
             "rx":    In(1, init=1),
             "tx":    Out(1, init=1),
@@ -101,19 +103,11 @@ class BoardSystem(wiring.Component):
     def mem_bytes(self):
         return self._mem_bytes
 
-    @property
-    def bridge(self):
-        return self._bridge
-
-    @property
-    def npu(self):
-        return self._npu
-
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        m.submodules.npu = npu = self._npu
-        m.submodules.bridge = bridge = self._bridge
+        m.submodules.npu = npu = self._npu if self._npu is not None else NPUTop(cfg)
+        m.submodules.bridge = bridge = UARTBridge(**self._bridge_args)
         m.submodules.arbiter = arbiter = Arbiter(2, ADDR_BITS, cfg.mem_width)
         words = self._mem_bytes * 8 // cfg.mem_width
         m.submodules.memory = memory = WishboneSRAM(words, cfg.mem_width)

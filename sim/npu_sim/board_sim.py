@@ -64,13 +64,11 @@ class BoardSimBench(wiring.Component):
     """
 
     def __init__(self, config, *, clk_freq=4e6, baud=1e6, mem_bytes=None, shared_core=None):
-        from npu.top import NPUTop
         self.config = config
-        self.system = BoardSystem(config, clk_freq=clk_freq, baud=baud, mem_bytes=mem_bytes,
-                                  timeout_bits=1000,
-                                  npu=NPUTop(config, shared_core=shared_core))
-        self.host_tx = UARTTx(clk_freq, baud)
-        self.host_rx = UARTRx(clk_freq, baud)
+        self.clk_freq = clk_freq
+        self.baud = baud
+        self.mem_bytes = mem_bytes
+        self.shared_core = shared_core
         super().__init__({
             "cmd": In(stream.Signature(host_layout())),
             "res": Out(stream.Signature(data.StructLayout({"byte": 8}))),
@@ -78,9 +76,13 @@ class BoardSimBench(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.system = system = self.system
-        m.submodules.host_tx = tx = self.host_tx
-        m.submodules.host_rx = rx = self.host_rx
+        from npu.top import NPUTop
+        npu = NPUTop(self.config, shared_core=self.shared_core)
+        m.submodules.system = system = BoardSystem(
+            self.config, clk_freq=self.clk_freq, baud=self.baud, mem_bytes=self.mem_bytes,
+            timeout_bits=1000, npu=npu)
+        m.submodules.host_tx = tx = UARTTx(self.clk_freq, self.baud)
+        m.submodules.host_rx = rx = UARTRx(self.clk_freq, self.baud)
         m.d.comb += [system.rx.eq(tx.tx), rx.rx.eq(system.tx)]
         cmd = self.cmd.payload
 

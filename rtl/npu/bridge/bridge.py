@@ -4,7 +4,7 @@ from amaranth.hdl import Module
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 
-from npu_spec.bridge import DEFAULT_BAUD, DEFAULT_TIMEOUT_BITS
+from npu_spec.bridge import DEFAULT_BAUD, DEFAULT_TIMEOUT_BITS, baud_divisor
 
 from ..lib.csr import CSRSignature
 from ..lib.wishbone import ADDR_BITS, WishboneSignature
@@ -54,15 +54,16 @@ class UARTBridge(wiring.Component):
 
     def __init__(self, *, clk_freq, mem_bytes, baud=DEFAULT_BAUD, mem_width=32,
                  timeout_bits=DEFAULT_TIMEOUT_BITS, rx_depth=16, host_addr_bits=16):
-        if not isinstance(timeout_bits, int) or timeout_bits < 1:
-            raise ValueError(f"timeout_bits must be a positive integer, not {timeout_bits!r}")
-        if not isinstance(rx_depth, int) or rx_depth < 1:
-            raise ValueError(f"rx_depth must be a positive integer, not {rx_depth!r}")
-        self._uart_rx = UARTRx(clk_freq, baud)           # checks the divisor
-        self._uart_tx = UARTTx(clk_freq, baud)
-        self._core = BridgeCore(mem_bytes=mem_bytes, mem_width=mem_width,
-                                timeout=timeout_bits * self._uart_rx.divisor,
-                                host_addr_bits=host_addr_bits)
+        # The parts are made in ``elaborate``; the parameters are checked here.
+        self._divisor = self.check(clk_freq=clk_freq, mem_bytes=mem_bytes, baud=baud,
+                                   mem_width=mem_width, timeout_bits=timeout_bits,
+                                   rx_depth=rx_depth, host_addr_bits=host_addr_bits)
+        self._clk_freq = clk_freq
+        self._baud = baud
+        self._mem_bytes = mem_bytes
+        self._mem_width = mem_width
+        self._timeout = timeout_bits * self._divisor
+        self._host_addr_bits = host_addr_bits
         self._rx_depth = rx_depth
         super().__init__({
             "rx":    In(1, init=1),
@@ -73,22 +74,37 @@ class UARTBridge(wiring.Component):
             "error": Out(1),
         })
 
+    @staticmethod
+    def check(*, clk_freq, mem_bytes, baud=DEFAULT_BAUD, mem_width=32,
+              timeout_bits=DEFAULT_TIMEOUT_BITS, rx_depth=16, host_addr_bits=16):
+        """:class:`ValueError` naming the first bad parameter; the divisor otherwise."""
+        if not isinstance(timeout_bits, int) or timeout_bits < 1:
+            raise ValueError(f"timeout_bits must be a positive integer, not {timeout_bits!r}")
+        if not isinstance(rx_depth, int) or rx_depth < 1:
+            raise ValueError(f"rx_depth must be a positive integer, not {rx_depth!r}")
+        divisor = baud_divisor(clk_freq, baud)
+        BridgeCore.check(mem_bytes=mem_bytes, mem_width=mem_width,
+                         timeout=timeout_bits * divisor, host_addr_bits=host_addr_bits)
+        return divisor
+
     @property
     def divisor(self):
         """Clock cycles per bit."""
-        return self._uart_rx.divisor
+        return self._divisor
 
     @property
     def timeout(self):
         """Idle timeout in clock cycles."""
-        return self._core.timeout
+        return self._timeout
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.uart_rx = rx = self._uart_rx
-        m.submodules.uart_tx = tx = self._uart_tx
+        m.submodules.uart_rx = rx = UARTRx(self._clk_freq, self._baud)
+        m.submodules.uart_tx = tx = UARTTx(self._clk_freq, self._baud)
         m.submodules.rx_queue = queue = fifo.SyncFIFOBuffered(width=8, depth=self._rx_depth)
-        m.submodules.core = core = self._core
+        m.submodules.core = core = BridgeCore(
+            mem_bytes=self._mem_bytes, mem_width=self._mem_width, timeout=self._timeout,
+            host_addr_bits=self._host_addr_bits)
 
         m.d.comb += [rx.rx.eq(self.rx), self.tx.eq(tx.tx)]
         wiring.connect(m, rx.data, queue.w_stream)

@@ -87,15 +87,8 @@ class BridgeCore(wiring.Component):
     """
 
     def __init__(self, *, mem_bytes, mem_width=32, timeout=100_000, host_addr_bits=16):
-        if not isinstance(mem_bytes, int) or mem_bytes < 4 or mem_bytes % 4:
-            raise ValueError(f"mem_bytes must be a positive multiple of 4, not {mem_bytes!r}")
-        if mem_bytes // 4 > NPU_REGS_BASE:
-            raise ValueError(f"mem_bytes of {mem_bytes} overlaps the register windows")
-        if not isinstance(timeout, int) or timeout < 1:
-            raise ValueError(f"timeout must be a positive number of cycles, not {timeout!r}")
-        if not 1 <= host_addr_bits <= exact_log2(NPU_REGS_WORDS):
-            raise ValueError(f"host_addr_bits must be 1 to {exact_log2(NPU_REGS_WORDS)}, "
-                             f"not {host_addr_bits!r}")
+        self.check(mem_bytes=mem_bytes, mem_width=mem_width, timeout=timeout,
+                   host_addr_bits=host_addr_bits)
         self._mem_bytes = mem_bytes
         self._mem_width = mem_width
         self._timeout = timeout
@@ -110,6 +103,20 @@ class BridgeCore(wiring.Component):
             "busy":       Out(1),
             "error":      Out(1),
         })
+
+    @staticmethod
+    def check(*, mem_bytes, mem_width, timeout, host_addr_bits):
+        """:class:`ValueError` naming the first bad parameter."""
+        if not isinstance(mem_bytes, int) or mem_bytes < 4 or mem_bytes % 4:
+            raise ValueError(f"mem_bytes must be a positive multiple of 4, not {mem_bytes!r}")
+        if mem_bytes // 4 > NPU_REGS_BASE:
+            raise ValueError(f"mem_bytes of {mem_bytes} overlaps the register windows")
+        if not isinstance(timeout, int) or timeout < 1:
+            raise ValueError(f"timeout must be a positive number of cycles, not {timeout!r}")
+        if not 1 <= host_addr_bits <= exact_log2(NPU_REGS_WORDS):
+            raise ValueError(f"host_addr_bits must be 1 to {exact_log2(NPU_REGS_WORDS)}, "
+                             f"not {host_addr_bits!r}")
+        WishboneSignature(ADDR_BITS, mem_width)         # checks the width
 
     @property
     def mem_bytes(self):
