@@ -23,21 +23,21 @@ def flags(words):
     return {n for n, v in BRIDGE["STATUS"].unpack(words[0]).items() if v}, words[1]
 
 
-@pytest.mark.parametrize("clk_freq,mem_width", [(12e6, 32), (25e6, 64)])
-def test_round_trip(clk_freq, mem_width):
+@pytest.mark.parametrize("clk_freq,mem_width,n", [(12e6, 32, 5), (25e6, 64, 2)])
+def test_round_trip(clk_freq, mem_width, n):
     rng = random.Random(1)
     image = bytes(rng.randrange(256) for _ in range(MEM))
     bench = uart_bench(MEM, clk_freq=clk_freq, baud=1e6, mem_width=mem_width,
                        init=image_words(image, mem_width))
-    words = [rng.randrange(1 << 32) for _ in range(5)]
-    script = [encode_write(3, words), encode_read(2, 7),
+    words = [rng.randrange(1 << 32) for _ in range(n)]
+    script = [encode_write(3, words), encode_read(2, n + 2),
               encode_read(NPU_REGS_BASE + NPU_INFO["ID"].offset, 1), STATUS]
     answer, memory = run_uart(bench, script)
     model = BridgeModel(MEM, memory=image, regs={NPU_INFO["ID"].offset: MAGIC})
     assert answer == b"".join(model.feed(f) for f in script)
     assert memory == bytes(model.memory)
-    assert decode_words(answer)[7] == MAGIC
-    assert flags(decode_words(answer)[8:]) == (set(), 3)
+    assert decode_words(answer)[n + 2] == MAGIC
+    assert flags(decode_words(answer)[n + 3:]) == (set(), 3)
 
 
 def test_host_disconnects_mid_frame():
