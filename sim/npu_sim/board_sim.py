@@ -184,8 +184,14 @@ def board_run(program, *, progress=None, max_cycles=20_000_000):
     core = shared_core(cfg) if cfg.cores > 1 else None
     mem_bytes = program.memory_bytes
     bench = BoardSimBench(cfg, mem_bytes=mem_bytes, shared_core=core)
+    # The cache key's source digest covers npu, npu_spec and npu_sim; add the board system.
+    import hashlib
+    from pathlib import Path
+
+    import npu_fpga.boards
+    boards = hashlib.sha256(Path(npu_fpga.boards.__file__).read_bytes()).hexdigest()[:16]
     sb = StreamBench(bench, in_name="cmd", out_name="res", progress=progress,
-                     key=("board", cfg, mem_bytes),
+                     key=("board", cfg, mem_bytes, boards),
                      extra_verilog=core.verilog if core else None)
     t0 = time.perf_counter()
     answer, stats = sb.run(beats, expected, max_cycles=max_cycles)
