@@ -1,0 +1,189 @@
+# amaranth: UnusedElaboratable=no
+"""Board tops (``npu_fpga.boards``): the board-independent system simulated over its serial
+pins (with a stand-in NPU that holds the bus, so the bridge must win the arbiter between its
+bursts), and the iCEBreaker and ULX3S tops elaborated into the toolchain's files (pins,
+clock, the ESP32's GPIO0). The real NPU's board files are built in the slow suite."""
+
+import re
+import time
+
+import pytest
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from npu.lib.csr import CSRSignature
+from npu.lib.wishbone import WishboneSignature
+from npu.top import NPUInfo
+from npu_fpga.boards import BOARDS, BoardSystem, BoardTop, board_files
+from npu_sim.streams import run_simulation
+from npu_sim.uart_host import decode_words, encode_read, encode_write, uart_receive, uart_send
+from npu_spec.bridge import NPU_REGS_BASE
+from npu_spec.config import PRESETS
+from npu_spec.registers import MAGIC, NPU_INFO
+
+
+class StandInNPU(wiring.Component):
+    """``NPU_INFO`` on the host bus, and a bus master that reads word 0 in bursts of
+    ``burst`` cycles with ``cyc`` high, dropping ``cyc`` for one cycle between bursts."""
+
+    def __init__(self, config, burst=50):
+        self.config = config
+        self.burst = burst
+        super().__init__({"bus": In(CSRSignature(16)), "irq": Out(1),
+                          "mem": Out(WishboneSignature(30, config.mem_width)),
+                          "reads": Out(16)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.info = info = NPUInfo(self.config)
+        bits = len(info.bus.addr)
+        mine = (self.bus.addr >> bits) == 0
+        m.d.comb += [info.bus.addr.eq(self.bus.addr), info.bus.w_data.eq(self.bus.w_data),
+                     info.bus.w_en.eq(self.bus.w_en & mine), info.bus.r_en.eq(self.bus.r_en & mine),
+                     self.bus.r_data.eq(info.bus.r_data)]
+        count = Signal(range(self.burst + 1))
+        pending = Signal(8)
+        m.d.sync += count.eq(count + 1)
+        with m.If(count == self.burst):
+            m.d.sync += count.eq(0)
+        stb = (count != self.burst) & (count < self.burst - 4)
+        m.d.comb += [self.mem.cyc.eq((count != self.burst) & (stb | (pending != 0))),
+                     self.mem.stb.eq(stb), self.mem.sel.eq(-1)]
+        taken = self.mem.cyc & self.mem.stb & ~self.mem.stall
+        m.d.sync += pending.eq(pending + taken - self.mem.ack)
+        with m.If(self.mem.ack):
+            m.d.sync += self.reads.eq(self.reads + 1)
+        return m
+
+
+@pytest.mark.parametrize("preset", ["ice40", "ecp5"])
+def test_board_system_over_the_serial_pins(preset):
+    config = PRESETS[preset]
+    npu = StandInNPU(config)
+    dut = BoardSystem(config, clk_freq=4e6, baud=1e6, mem_bytes=512, timeout_bits=30,
+                      led_bits=4, npu=npu)
+    script = [encode_write(2, [0x1111_2222, 0x3333_4444, 0x5555_6666]), encode_read(1, 4),
+              encode_read(NPU_REGS_BASE + NPU_INFO["ID"].offset, 1)]
+    answer = bytearray()
+    seen = {}
+
+    async def host(ctx):
+        for frame in script:
+            await uart_send(ctx, dut.rx, frame, 4)
+        await ctx.tick().repeat(400)
+        seen["error_before"] = ctx.get(dut.error)
+        await uart_send(ctx, dut.rx, encode_read(1 << 24, 1), 4)     # out of range
+        await ctx.tick().repeat(300)
+        seen["error_after"] = ctx.get(dut.error)
+        seen["reads"] = ctx.get(npu.reads)
+
+    async def receiver(ctx):
+        while True:
+            answer.extend(await uart_receive(ctx, dut.tx, 1, 4, timeout=1 << 40))
+
+    run_simulation(dut, [host], background=[receiver])
+    words = decode_words(bytes(answer))
+    assert words[:5] == [0, 0x1111_2222, 0x3333_4444, 0x5555_6666, MAGIC]
+    assert words[5:] == [0]
+    assert seen["error_before"] == 0 and seen["error_after"] == 1
+    assert seen["reads"] > 100          # the stand-in NPU kept using the bus
+
+
+def test_board_system_checks_memory_size():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        BoardSystem(PRESETS["ecp5"], clk_freq=25e6, mem_bytes=1020,
+                    npu=StandInNPU(PRESETS["ecp5"]))
+    with pytest.raises(ValueError, match="unknown board 'arty'"):
+        BoardTop("arty", PRESETS["ice40"])
+
+
+@pytest.mark.parametrize("board,preset", [("icebreaker", "ice40"), ("ulx3s", "ecp5")])
+def test_board_files(board, preset):
+    config = PRESETS[preset]
+    files = board_files(board, config, npu=StandInNPU(config), mem_bytes=4096)
+    design = files["npu_board.il"]
+    assert "bridge" in design and "arbiter" in design
+    if board == "icebreaker":
+        pcf = files["npu_board.pcf"]
+        # The FTDI UART (rx 6, tx 9), the 12 MHz clock, both LEDs and the button.
+        for line in ("set_io uart_0__rx__io 6", "set_io uart_0__tx__io 9",
+                     "set_io clk12_0__io 35", "set_io led_g_0__io 37", "set_io led_r_0__io 11",
+                     "set_io button_0__io 10", "set_frequency clk12_0__io 12.0"):
+            assert line in pcf
+    else:
+        lpf = files["npu_board.lpf"]
+        for comp, site in (("uart_0__rx__io", "M1"), ("uart_0__tx__io", "L4"),
+                           ("clk25_0__io", "G2"), ("wifi_gpio0_0__io", "L2"),
+                           ("led_0__io", "B2"), ("led_1__io", "C2")):
+            assert f'LOCATE COMP "{comp}" SITE "{site}";' in lpf
+        # Only GPIO0 of the ESP32: its enable pin (F1) is left alone.
+        assert "F1" not in lpf
+        # GPIO0's output buffer is driven by a constant 1 (not inverted).
+        buffer = design[design.index("module \\npu_board.wifi_gpio0_0\n"):]
+        buffer = buffer[:buffer.index("\nend\n")]
+        assert re.search(r"cell \$xor .*\n(.*\n)*?\s*connect \\A 1'1\n\s*connect \\B 1'0\n"
+                         r"\s*connect \\Y \\o\n", buffer)
+    assert set(BOARDS) == {"icebreaker", "ulx3s"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board,preset", [("icebreaker", "ice40"), ("ulx3s", "ecp5")])
+def test_board_files_with_the_npu(board, preset):
+    """The whole NPU of the preset on the board: elaborates, and the files name every block."""
+    t0 = time.perf_counter()
+    files = board_files(board, PRESETS[preset])
+    design = files["npu_board.il"]
+    for block in ("taskman", "dataproc", "planar", "dma", "bridge", "memory"):
+        assert block in design
+    print(f"{board}: {time.perf_counter() - t0:.1f} s, RTLIL {len(design)} bytes")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board,preset", [("icebreaker", "ice40"), ("ulx3s", "ecp5")])
+def test_board_runs_a_program_over_the_bridge(board, preset):
+    """The board's system (NPU, bridge, arbiter, on-chip memory) under Verilator with a host
+    on its serial pins: the program is loaded, started, polled and read back through the
+    bridge, and the result memory equals the golden model's byte for byte."""
+    import numpy as np
+
+    from npu_model.builder import ProgramBuilder
+    from npu_model.system import run_program
+    from npu_sim.board_sim import board_run
+    from npu_sim.programs import int_params
+    from npu_spec.taskman import task_manager_map
+
+    cfg = PRESETS[preset]
+    rng = np.random.default_rng(1)
+    b = ProgramBuilder(cfg)
+    x = b.load(b.input("x", rng.integers(-128, 128, (4, 10, 12)).astype(np.int8)))
+    weights = rng.integers(-128, 128, (8, 4, 3, 3)).astype(np.int8)
+    p = b.conv_relu_pool(x, weights, pad=1, **int_params(rng, 8, 36))
+    b.store(p, b.output("y", p.shape))
+    program = b.build()
+    golden = run_program(program)
+    rtl = board_run(program)
+    n = len(rtl["memory"])
+    assert rtl["memory"] == (golden.memory[:n] + bytes(n - len(golden.memory[:n])))
+    assert rtl["memory"] != program.memory[:n].ljust(n, b"\0")    # the program wrote something
+    exc = task_manager_map(cfg.task_queues)["EXC_STATUS"].unpack(rtl["EXC_STATUS"],
+                                                                  strict=False)
+    assert int(exc["cause"]) == 0
+    print(f"{board}: {rtl['cycles']} cycles, {rtl['wall']:.1f} s")
+
+
+@pytest.mark.synth
+def test_the_bridge_alone_fits_the_up5k():
+    """Yosys and nextpnr-ice40 (router1, seed 1) on the UART bridge alone, as built for the
+    iCEBreaker (12 MHz, 1 Mbaud, 64 KiB of memory mapped): small, and faster than the clock."""
+    from npu.bridge import UARTBridge
+    from npu_fpga.synth import synthesize
+    dut = UARTBridge(clk_freq=12e6, baud=1e6, mem_bytes=64 * 1024)
+    report = synthesize(dut, "ice40-up5k", name="bridge", freq_mhz=25, seed=1,
+                        nextpnr_opts=("--router", "router1"), progress=None)
+    print(f"bridge on the UP5K: {report.luts - report.harness_luts} LUT4, "
+          f"{report.ffs - report.harness_ffs} FF, {report.brams} EBR, "
+          f"{report.fmax_mhz:.1f} MHz")
+    assert report.luts - report.harness_luts < 700
+    assert report.brams <= 1
+    assert report.fmax_mhz > 25
