@@ -43,8 +43,8 @@ def _npu_info(config):
 
 
 def _mac_array(config):
-    from npu.neural.mac import MacArray
-    return MacArray(config)
+    from npu.neural.mac_select import mac_array
+    return mac_array(config)
 
 
 def _mac_unit(config):
