@@ -44,6 +44,10 @@ harness flip-flops. The resources of the harness are therefore known exactly: th
 :attr:`~SynthReport.harness_ffs` (counted in the netlist, equal to
 :attr:`OutOfContextHarness.luts` and :attr:`~OutOfContextHarness.ffs`) say how much they are.
 
+The block is elaborated for an :class:`OutOfContextPlatform`, which names the device (as
+Amaranth's vendor platforms do) and nothing else, so a block with a vendor primitive and a
+behavioural twin (the iCE40 MAC array's ``SB_MAC16``) is synthesised with the primitive.
+
 Pins are real pins of real boards (ULX3S for the ECP5, iCEBreaker for the UP5K) so the clock
 enters on a global clock input. nextpnr-ecp5 has an ``--out-of-context`` mode, but it also
 removes the global clock network, and nextpnr-ice40 has none, so the pin harness is used for
@@ -76,7 +80,8 @@ from amaranth.lib.wiring import In, Out
 from .toolenv import TOOL_DEFAULTS, venv_bin_dir
 
 __all__ = ["DEFAULT_PNR_TIMEOUT", "ROUTERS", "TARGETS", "Target", "SynthError", "SynthReport",
-           "SynthTimeout", "OutOfContextHarness", "find_tool", "synthesize"]
+           "SynthTimeout", "OutOfContextHarness", "OutOfContextPlatform", "find_tool",
+           "synthesize"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,10 @@ class Target:
         ``lutram``, ``spram`` or ``logic_cells`` where the device has them.
     router : str
         Default nextpnr router (``docs/synthesis.md`` records the measurements behind it).
+    part : str
+        Device name as Amaranth's vendor platforms spell it (their ``device`` attribute), given
+        to the block's ``elaborate`` through :class:`OutOfContextPlatform` so that a block can
+        choose the device's primitives.
     """
 
     name: str
@@ -121,6 +130,7 @@ class Target:
     pins: dict
     cells: dict
     router: str
+    part: str
 
 
 #: nextpnr routers that :func:`synthesize` accepts.
@@ -147,6 +157,7 @@ TARGETS = {
         cells={"luts": "TRELLIS_COMB", "ffs": "TRELLIS_FF", "dsps": "MULT18X18D",
                "brams": "DP16KD", "lutram": "TRELLIS_RAMW"},
         router="router2",
+        part="LFE5U-85F",
     ),
     "ice40-up5k": Target(
         name="ice40-up5k",
@@ -163,8 +174,23 @@ TARGETS = {
                "spram": "ICESTORM_SPRAM"},
         # router2 can circle for tens of minutes on a nearly full UP5K (docs/synthesis.md).
         router="router1",
+        part="iCE40UP5K",
     ),
 }
+
+
+class OutOfContextPlatform:
+    """The ``platform`` that :func:`synthesize` elaborates a block for: not a build platform,
+    only the device's name (:attr:`device`, as Amaranth's vendor platforms spell it, e.g.
+    ``"iCE40UP5K"``) and :attr:`family`, so that a block that has a vendor primitive (such as
+    ``SB_MAC16``) and a behavioural twin instantiates the primitive."""
+
+    def __init__(self, target):
+        self.device = target.part
+        self.family = target.family
+
+    def __repr__(self):
+        return f"OutOfContextPlatform({self.device!r})"
 
 
 class SynthError(Exception):
@@ -694,7 +720,8 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
 
         # Amaranth to RTLIL.
         progress("synth: converting to RTLIL ...")
-        il_text = rtlil.convert(harness, name=name, missing_domain=_missing_domain)
+        il_text = rtlil.convert(harness, name=name, platform=OutOfContextPlatform(tgt),
+                                missing_domain=_missing_domain)
         files["rtlil"] = _write(directory, f"{name}.il", il_text)
         kind, constraints = _constraints(tgt, harness, freq_mhz)
         files["constraints"] = _write(directory, f"{name}.{kind}", constraints)

@@ -344,3 +344,12 @@ def test_pnr_timeout_real_nextpnr(tmp_path):
     with pytest.raises(SynthTimeout, match=r"stopped after 2 s"):
         synthesize(mac_array(preset("ice40")), "ice40-up5k", build_dir=tmp_path, timeout=2,
                    progress=None)
+
+
+def test_blocks_see_the_device():
+    from npu.neural.mac_ice40 import is_ice40_platform
+    from npu_fpga.synth import OutOfContextPlatform
+
+    assert is_ice40_platform(OutOfContextPlatform(TARGETS["ice40-up5k"]))
+    assert not is_ice40_platform(OutOfContextPlatform(TARGETS["ecp5-85f"]))
+    assert OutOfContextPlatform(TARGETS["ecp5-85f"]).family == "ecp5"

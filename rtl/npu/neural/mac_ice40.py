@@ -7,10 +7,10 @@ iCE40UP5K, where every logic cell counts:
 * One ``SB_MAC16`` computes the products of two lanes (its 8x8 mode: ``A[15:8] * B[15:8]`` and
   ``A[7:0] * B[7:0]``, both signed), with its input, product and output registers in use, so
   the operands and products cost no logic cells. An 8-lane array takes 4 of the 8 DSPs.
-* The accumulate step of a lane is one carry chain: ``acc + p`` for ``MAC``, ``acc - p`` for
-  ``MAX``, ``MIN`` and ``CMP`` (whose sign and an equality test order ``p`` and ``acc``), and
-  the selection by op in the same cycle. The bias and the command's control travel once for
-  the whole array, not per lane.
+* The accumulate step of a lane is one carry chain: ``acc + p`` for ``MAC``,
+  ``acc + ~p = acc - p - 1`` for ``MAX``, ``MIN`` and ``CMP`` (whose sign and an equality test
+  order ``p`` and ``acc``), and the selection by op in the same cycle. The bias and the
+  command's control travel once for the whole array, not per lane.
 * Only int8 is built: a configuration with a binary16 format is refused when the array is
   constructed. Commands in another format are consumed, write nothing and set ``error``, as in
   the generic int8 build.
@@ -33,7 +33,8 @@ from npu_spec.config import NPUConfig
 
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 
-__all__ = ["DualMul8", "Ice40MacArray", "ice40_pipeline_stages", "is_ice40_platform"]
+__all__ = ["DualMul8", "Ice40MacArray", "check_config", "ice40_pipeline_stages",
+           "is_ice40_platform"]
 
 
 def is_ice40_platform(platform):
@@ -132,6 +133,18 @@ def ice40_pipeline_stages(config):
     return read_stage, write_stage, hazard
 
 
+def check_config(config):
+    """Raise if :class:`Ice40MacArray` cannot be built for ``config`` (it must be an
+    :class:`NPUConfig` with only the int8 format)."""
+    if not isinstance(config, NPUConfig):
+        raise TypeError(f"config must be an NPUConfig, not {config!r}")
+    if config.formats != ("int8",):
+        raise ValueError(f"The iCE40 MAC array (mac_impl='ice40') computes int8 only; "
+                         f"configuration {config.name!r} asks for formats "
+                         f"{', '.join(config.formats)}: use formats=('int8',) or "
+                         f"mac_impl='generic'")
+
+
 _CONTROL = data.StructLayout({
     "valid": 1, "kill": 1, "op": MacOp, "fmt": MacFormat, "first": 1, "last": 1,
 })
@@ -156,13 +169,7 @@ class Ice40MacArray(wiring.Component):
     """
 
     def __init__(self, config, *, primitives=None):
-        if not isinstance(config, NPUConfig):
-            raise TypeError(f"config must be an NPUConfig, not {config!r}")
-        if config.formats != ("int8",):
-            raise ValueError(f"The iCE40 MAC array (mac_impl='ice40') computes int8 only; "
-                             f"configuration {config.name!r} asks for formats "
-                             f"{', '.join(config.formats)}: use formats=('int8',) or "
-                             f"mac_impl='generic'")
+        check_config(config)
         self._config = config
         self._primitives = primitives
         super().__init__({
@@ -238,15 +245,10 @@ class Ice40MacArray(wiring.Component):
             m.d.sync += [slot[i].eq(slot[i - 1]) for i in range(1, write_stage + 1)]
             m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, read_stage + 1)]
 
-        # Shared decode of the op for the accumulate stage (registered with S3).
-        sub3 = Signal()     # S3 holds acc - p (MAX, MIN, CMP) rather than acc + p
-        with m.If(en):
-            m.d.sync += sub3.eq(ctl[read_stage].op != MacOp.MAC)
-
         products = self._products(m, cmd, en)
         for lane, product in enumerate(products):
             result = self._lane(m, lane, product, en=en, ctl=ctl, slot=slot, bias=bias,
-                                sub3=sub3, read_stage=read_stage, write_stage=write_stage)
+                                read_stage=read_stage, write_stage=write_stage)
             m.d.comb += self.res.payload.acc[lane].eq(result)
         m.d.comb += [
             self.res.payload.slot.eq(slot[write_stage]),
@@ -274,10 +276,13 @@ class Ice40MacArray(wiring.Component):
             products += [mul.p_lo, mul.p_hi]
         return products
 
-    def _lane(self, m, lane, product, *, en, ctl, slot, bias, sub3, read_stage, write_stage):
+    def _lane(self, m, lane, product, *, en, ctl, slot, bias, read_stage, write_stage):
         """One lane's slots and accumulate step; returns its result register (S4)."""
         cfg = self._config
-        attrs = {"ram_style": "block"} if cfg.acc_memory == "block" else None
+        # No read ever uses a value read in the cycle that writes the same slot (the interlock
+        # orders a dependent read after the write; other reads are discarded), so the tools
+        # need no logic to settle such a collision (Yosys's `no_rw_check`).
+        attrs = {"ram_style": "block", "no_rw_check": 1} if cfg.acc_memory == "block" else None
         acc = Memory(shape=32, depth=cfg.acc_slots, init=[], attrs=attrs)
         m.submodules[f"acc{lane}"] = acc
         wr = acc.write_port()
@@ -296,16 +301,16 @@ class Ice40MacArray(wiring.Component):
                 q3.eq(product ^ Mux(sub, -1, 0)),
             ]
 
-        # S3 -> S4: one carry chain (acc + p, or acc + ~p + 1 = acc - p), the order of p and
-        # acc from its sign and an equality test, and the selection by op.
+        # S3 -> S4: one carry chain without carry-in: acc + p, or acc + ~p = acc - p - 1, whose
+        # sign says p >= acc; with an equality test that orders p and acc.
         total = Signal(33, name=f"sum{lane}")
-        m.d.comb += total.eq(acc3.as_signed() + q3 + sub3)
+        m.d.comb += total.eq(acc3.as_signed() + q3)
         # The product itself, sign-extended, whenever it is selected (MAX, MIN: q3 = ~p).
         p3 = Signal(32, name=f"p3_{lane}")
         eq = Signal(name=f"eq{lane}")
         m.d.comb += [p3.eq(~q3), eq.eq(acc3 == p3)]
-        gt = total[32]      # acc - p < 0
-        lt = ~gt & ~eq
+        lt = ~total[32]         # acc - p - 1 >= 0: p < acc
+        gt = total[32] & ~eq    # p >= acc and not equal
         c3 = ctl[write_stage - 1]
         value = Signal(32, name=f"value{lane}")
         with m.Switch(c3.op):

@@ -14,7 +14,8 @@ def _generic(config, primitives):
 
 
 def _ice40(config, primitives):
-    from .mac_ice40 import Ice40MacArray
+    from .mac_ice40 import Ice40MacArray, check_config
+    check_config(config)    # before the component exists, so a refused one is not left unused
     return Ice40MacArray(config, primitives=primitives)
 
 
