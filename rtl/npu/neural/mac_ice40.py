@@ -20,8 +20,9 @@ coefficient is broadcast), so the contract leaves nothing for an adder tree to s
 every lane keeps its own int32 slots (block RAM: 2 EBR per lane for 32 bits).
 
 For the Amaranth simulator, and for Verilog that is simulated without the vendor models,
-:class:`DualMul8` has a behavioural twin of the primitive with the same registers and timing;
-the primitive is used when ``primitives=True`` or when elaborated for an iCE40 platform.
+:class:`DualMul8` and :class:`AccSlots` have behavioural twins of their primitives
+(``SB_MAC16``, ``SB_RAM40_4K``) with the same registers and timing; the primitives are used
+when ``primitives=True`` or when elaborated for an iCE40 platform.
 """
 
 from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed
@@ -33,7 +34,7 @@ from npu_spec.config import NPUConfig
 
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 
-__all__ = ["DualMul8", "Ice40MacArray", "check_config", "ice40_pipeline_stages",
+__all__ = ["AccSlots", "DualMul8", "Ice40MacArray", "check_config", "ice40_pipeline_stages",
            "is_ice40_platform"]
 
 
@@ -115,6 +116,70 @@ class DualMul8(wiring.Component):
                              prod[1].eq(ahi.as_signed() * bhi.as_signed()),
                              outs[0].eq(prod[0]), outs[1].eq(prod[1])]
             m.d.comb += [self.p_lo.eq(outs[0]), self.p_hi.eq(outs[1])]
+        return m
+
+
+class AccSlots(wiring.Component):
+    """The accumulator slots of one lane: ``depth`` x 32 bits, one write and one read port
+    (read data one cycle after the address, while ``ren`` is high).
+
+    With ``primitive`` two ``SB_RAM40_4K`` (256 x 16 each) hold the slots; otherwise an
+    Amaranth :class:`Memory`. A read in the cycle that writes the same slot returns an
+    unspecified value (the array never uses such a value). Instantiating the block RAM spares
+    the logic cells Yosys adds to an inferred one to return the old value in that case, which
+    the array does not need.
+
+    Parameters
+    ----------
+    depth : int
+        Number of slots (at most 256 with ``primitive``).
+    primitive : bool or None
+        ``SB_RAM40_4K`` (``True``), an Amaranth memory (``False``), or by the platform
+        (``None``).
+    transparent : bool
+        Amaranth memory only: the read port returns the value written in the same cycle (no
+        block RAM can; for ``acc_memory="logic"``).
+    """
+
+    def __init__(self, depth, *, primitive=None, transparent=False):
+        if not 1 <= depth <= 256:
+            raise ValueError(f"Depth must be in [1, 256], not {depth!r}")
+        self._depth = depth
+        self._primitive = primitive
+        self._transparent = transparent
+        super().__init__({
+            "raddr": In(slot_shape(depth)), "ren": In(1), "rdata": Out(32),
+            "waddr": In(slot_shape(depth)), "wen": In(1), "wdata": In(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        primitive = self._primitive
+        if primitive is None:
+            primitive = is_ice40_platform(platform)
+        if primitive and not self._transparent:
+            for half in range(2):
+                m.submodules[f"ram{half}"] = Instance(
+                    "SB_RAM40_4K",
+                    p_READ_MODE=0, p_WRITE_MODE=0,     # 256 x 16
+                    i_RCLK=ClockSignal("sync"), i_RCLKE=1, i_RE=self.ren,
+                    i_RADDR=Cat(self.raddr, Const(0, 11 - len(self.raddr))),
+                    i_WCLK=ClockSignal("sync"), i_WCLKE=1, i_WE=self.wen,
+                    i_WADDR=Cat(self.waddr, Const(0, 11 - len(self.waddr))),
+                    i_MASK=Const(0, 16),
+                    i_WDATA=self.wdata[16 * half:16 * half + 16],
+                    o_RDATA=self.rdata[16 * half:16 * half + 16],
+                )
+        else:
+            attrs = None if self._transparent else {"ram_style": "block"}
+            mem = Memory(shape=32, depth=self._depth, init=[], attrs=attrs)
+            m.submodules.mem = mem
+            wr = mem.write_port()
+            rd = mem.read_port(transparent_for=(wr,) if self._transparent else ())
+            m.d.comb += [
+                wr.addr.eq(self.waddr), wr.data.eq(self.wdata), wr.en.eq(self.wen),
+                rd.addr.eq(self.raddr), rd.en.eq(self.ren), self.rdata.eq(rd.data),
+            ]
         return m
 
 
@@ -279,17 +344,12 @@ class Ice40MacArray(wiring.Component):
     def _lane(self, m, lane, product, *, en, ctl, slot, bias, read_stage, write_stage):
         """One lane's slots and accumulate step; returns its result register (S4)."""
         cfg = self._config
-        # No read ever uses a value read in the cycle that writes the same slot (the interlock
-        # orders a dependent read after the write; other reads are discarded), so the tools
-        # need no logic to settle such a collision (Yosys's `no_rw_check`).
-        attrs = {"ram_style": "block", "no_rw_check": 1} if cfg.acc_memory == "block" else None
-        acc = Memory(shape=32, depth=cfg.acc_slots, init=[], attrs=attrs)
+        acc = AccSlots(cfg.acc_slots, primitive=self._primitives,
+                       transparent=cfg.acc_memory == "logic")
         m.submodules[f"acc{lane}"] = acc
-        wr = acc.write_port()
-        rd = acc.read_port(transparent_for=(wr,) if cfg.acc_memory == "logic" else ())
 
         # S1 -> S2: slot read.
-        m.d.comb += [rd.en.eq(en), rd.addr.eq(slot[read_stage - 1])]
+        m.d.comb += [acc.ren.eq(en), acc.raddr.eq(slot[read_stage - 1])]
 
         # S2 -> S3: accumulator input (bias or slot); the product, inverted for acc - p.
         acc3 = Signal(32, name=f"acc3_{lane}", reset_less=True)
@@ -297,7 +357,7 @@ class Ice40MacArray(wiring.Component):
         sub = ctl[read_stage].op != MacOp.MAC
         with m.If(en):
             m.d.sync += [
-                acc3.eq(Mux(ctl[read_stage].first, bias[read_stage], rd.data)),
+                acc3.eq(Mux(ctl[read_stage].first, bias[read_stage], acc.rdata)),
                 q3.eq(product ^ Mux(sub, -1, 0)),
             ]
 
@@ -329,8 +389,8 @@ class Ice40MacArray(wiring.Component):
         # S4: the new value is written as the command leaves S4.
         last = ctl[write_stage]
         m.d.comb += [
-            wr.addr.eq(slot[write_stage]),
-            wr.data.eq(result),
-            wr.en.eq(en & last.valid & ~last.kill),
+            acc.waddr.eq(slot[write_stage]),
+            acc.wdata.eq(result),
+            acc.wen.eq(en & last.valid & ~last.kill),
         ]
         return result

