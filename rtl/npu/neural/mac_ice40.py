@@ -351,26 +351,32 @@ class Ice40MacArray(wiring.Component):
         # S1 -> S2: slot read.
         m.d.comb += [acc.ren.eq(en), acc.raddr.eq(slot[read_stage - 1])]
 
-        # S2 -> S3: accumulator input (bias or slot); the product, inverted for acc - p.
+        # S2 -> S3: accumulator input (bias or slot); the product, inverted for acc - p; whether
+        # the two are equal (here rather than after S3, where it would lengthen the carry path).
+        acc_in = Signal(32, name=f"acc_in{lane}")
+        p2 = Signal(32, name=f"p2_{lane}")      # the product, sign-extended
         acc3 = Signal(32, name=f"acc3_{lane}", reset_less=True)
         q3 = Signal(signed(17), name=f"q3_{lane}", reset_less=True)
+        eq3 = Signal(name=f"eq3_{lane}", reset_less=True)
         sub = ctl[read_stage].op != MacOp.MAC
+        m.d.comb += [acc_in.eq(Mux(ctl[read_stage].first, bias[read_stage], acc.rdata)),
+                     p2.eq(product)]
         with m.If(en):
             m.d.sync += [
-                acc3.eq(Mux(ctl[read_stage].first, bias[read_stage], acc.rdata)),
+                acc3.eq(acc_in),
                 q3.eq(product ^ Mux(sub, -1, 0)),
+                eq3.eq(acc_in == p2),
             ]
 
         # S3 -> S4: one carry chain without carry-in: acc + p, or acc + ~p = acc - p - 1, whose
-        # sign says p >= acc; with an equality test that orders p and acc.
+        # sign says p >= acc; with the equality it orders p and acc.
         total = Signal(33, name=f"sum{lane}")
         m.d.comb += total.eq(acc3.as_signed() + q3)
         # The product itself, sign-extended, whenever it is selected (MAX, MIN: q3 = ~p).
         p3 = Signal(32, name=f"p3_{lane}")
-        eq = Signal(name=f"eq{lane}")
-        m.d.comb += [p3.eq(~q3), eq.eq(acc3 == p3)]
+        m.d.comb += p3.eq(~q3)
         lt = ~total[32]         # acc - p - 1 >= 0: p < acc
-        gt = total[32] & ~eq    # p >= acc and not equal
+        gt = total[32] & ~eq3   # p >= acc and not equal
         c3 = ctl[write_stage - 1]
         value = Signal(32, name=f"value{lane}")
         with m.Switch(c3.op):
