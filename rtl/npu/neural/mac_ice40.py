@@ -357,7 +357,7 @@ class Ice40MacArray(wiring.Component):
         p2 = Signal(32, name=f"p2_{lane}")      # the product, sign-extended
         acc3 = Signal(32, name=f"acc3_{lane}", reset_less=True)
         q3 = Signal(signed(17), name=f"q3_{lane}", reset_less=True)
-        eq3 = Signal(name=f"eq3_{lane}", reset_less=True)
+        eq3 = Signal(4, name=f"eq3_{lane}", reset_less=True)     # per byte
         sub = ctl[read_stage].op != MacOp.MAC
         m.d.comb += [acc_in.eq(Mux(ctl[read_stage].first, bias[read_stage], acc.rdata)),
                      p2.eq(product)]
@@ -365,7 +365,9 @@ class Ice40MacArray(wiring.Component):
             m.d.sync += [
                 acc3.eq(acc_in),
                 q3.eq(product ^ Mux(sub, -1, 0)),
-                eq3.eq(acc_in == p2),
+                # Four byte compares (two LUT levels each) rather than one 32-bit compare,
+                # which the tools build as a chain of LUTs.
+                eq3.eq(Cat(acc_in[8 * k:8 * k + 8] == p2[8 * k:8 * k + 8] for k in range(4))),
             ]
 
         # S3 -> S4: one carry chain without carry-in: acc + p, or acc + ~p = acc - p - 1, whose
@@ -376,7 +378,7 @@ class Ice40MacArray(wiring.Component):
         p3 = Signal(32, name=f"p3_{lane}")
         m.d.comb += p3.eq(~q3)
         lt = ~total[32]         # acc - p - 1 >= 0: p < acc
-        gt = total[32] & ~eq3   # p >= acc and not equal
+        gt = total[32] & ~eq3.all()     # p >= acc and not equal
         c3 = ctl[write_stage - 1]
         value = Signal(32, name=f"value{lane}")
         with m.Switch(c3.op):
