@@ -353,3 +353,21 @@ def test_blocks_see_the_device():
     assert is_ice40_platform(OutOfContextPlatform(TARGETS["ice40-up5k"]))
     assert not is_ice40_platform(OutOfContextPlatform(TARGETS["ecp5-85f"]))
     assert OutOfContextPlatform(TARGETS["ecp5-85f"]).family == "ecp5"
+
+
+@pytest.mark.synth
+def test_ice40_mac_array_two_lanes_per_dsp(tmp_path):
+    """The ice40 preset's MAC array (mac_impl="ice40") places on the UP5K with two lanes per
+    SB_MAC16, its slots in 2 EBR per lane, and far fewer logic cells than the generic build
+    (4,706 logic cells, docs/synthesis.md)."""
+    from npu.neural.mac_select import mac_array
+    from npu_spec.config import preset
+
+    cfg = preset("ice40")
+    report = synthesize(mac_array(cfg), "ice40-up5k", name="mac_array", build_dir=tmp_path,
+                        progress=None)
+    assert report.router == "router1" and report.pnr_seconds > 0
+    assert report.dsps == cfg.macs // 2
+    assert report.brams == 2 * cfg.macs
+    assert report.logic_cells < 3500
+    assert report.fmax_mhz > 30

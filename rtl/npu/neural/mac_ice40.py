@@ -310,9 +310,15 @@ class Ice40MacArray(wiring.Component):
             m.d.sync += [slot[i].eq(slot[i - 1]) for i in range(1, write_stage + 1)]
             m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, read_stage + 1)]
 
+        # The op of the command in S3, decoded once for every lane.
+        op3 = Signal(data.StructLayout({"mac": 1, "max": 1, "min": 1, "cmp": 1}))
+        with m.If(en):
+            m.d.sync += op3.eq(Cat(*(ctl[read_stage].op == op for op in
+                                     (MacOp.MAC, MacOp.MAX, MacOp.MIN, MacOp.CMP))))
+
         products = self._products(m, cmd, en)
         for lane, product in enumerate(products):
-            result = self._lane(m, lane, product, en=en, ctl=ctl, slot=slot, bias=bias,
+            result = self._lane(m, lane, product, en=en, ctl=ctl, slot=slot, bias=bias, op3=op3,
                                 read_stage=read_stage, write_stage=write_stage)
             m.d.comb += self.res.payload.acc[lane].eq(result)
         m.d.comb += [
@@ -341,7 +347,7 @@ class Ice40MacArray(wiring.Component):
             products += [mul.p_lo, mul.p_hi]
         return products
 
-    def _lane(self, m, lane, product, *, en, ctl, slot, bias, read_stage, write_stage):
+    def _lane(self, m, lane, product, *, en, ctl, slot, bias, op3, read_stage, write_stage):
         """One lane's slots and accumulate step; returns its result register (S4)."""
         cfg = self._config
         acc = AccSlots(cfg.acc_slots, primitive=self._primitives,
@@ -377,22 +383,23 @@ class Ice40MacArray(wiring.Component):
         # The product itself, sign-extended, whenever it is selected (MAX, MIN: q3 = ~p).
         p3 = Signal(32, name=f"p3_{lane}")
         m.d.comb += p3.eq(~q3)
-        lt = ~total[32]         # acc - p - 1 >= 0: p < acc
-        gt = total[32] & ~eq3.all()     # p >= acc and not equal
+        t32 = total[32]                 # acc - p - 1 < 0: p >= acc
+        eq = eq3.all()
+        # The selection, arranged for LUT4s: a MAC takes the sum, MAX and MIN take p or acc,
+        # CMP takes all ones and is cleared to -1, 0 or +1 by the flip-flops' synchronous reset.
         c3 = ctl[write_stage - 1]
+        take_p = Signal(name=f"take_p{lane}")
+        m.d.comb += take_p.eq(Mux(op3.max, t32 & ~eq, op3.min & ~t32))
+        kept = Mux(op3.mac, total[:32], acc3)
         value = Signal(32, name=f"value{lane}")
-        with m.Switch(c3.op):
-            with m.Case(MacOp.MAC):
-                m.d.comb += value.eq(total[:32])
-            with m.Case(MacOp.MAX):
-                m.d.comb += value.eq(Mux(gt, p3, acc3))
-            with m.Case(MacOp.MIN):
-                m.d.comb += value.eq(Mux(lt, p3, acc3))
-            with m.Case(MacOp.CMP):
-                m.d.comb += value.eq(Mux(gt, 1, Mux(lt, -1, 0)))
+        m.d.comb += value.eq(Mux(op3.cmp, -1, Mux(take_p, p3, kept)))
         result = Signal(32, name=f"result{lane}", reset_less=True)
         with m.If(en):
-            m.d.sync += result.eq(Mux(c3.kill, 0, value))
+            # CMP: bits 1-31 are set only for p < acc, bit 0 only for p != acc.
+            m.d.sync += [
+                result[1:].eq(Mux(c3.kill | (op3.cmp & t32), 0, value[1:])),
+                result[0].eq(Mux(c3.kill | (op3.cmp & eq), 0, value[0])),
+            ]
 
         # S4: the new value is written as the command leaves S4.
         last = ctl[write_stage]
