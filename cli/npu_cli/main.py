@@ -44,8 +44,8 @@ def _npu_info(config):
 
 
 def _mac_array(config):
-    from npu.neural.mac import MacArray
-    return MacArray(config)
+    from npu.neural.mac_select import mac_array
+    return mac_array(config)
 
 
 def _mac_unit(config):
@@ -204,17 +204,18 @@ def cmd_sim_mac(args):
 # ---- npu synth ------------------------------------------------------------------------------
 
 def cmd_synth(args):
-    from npu_fpga.synth import SynthError, synthesize
+    from npu_fpga.synth import DEFAULT_PNR_TIMEOUT, SynthError, synthesize
     from npu_fpga.toolenv import apply_tool_env
 
     apply_tool_env()
     block = _block(args.preset, args.block)
+    timeout = DEFAULT_PNR_TIMEOUT if args.timeout is None else args.timeout
     say = progress(args.json)
     try:
         report = synthesize(block, args.target, name=args.block, freq_mhz=args.freq,
                             seed=args.seed, build_dir=args.build_dir,
                             keep_files=args.keep_files, progress=say,
-                            nextpnr_opts=("--router", args.router))
+                            router=args.router, timeout=timeout)
     except SynthError as e:
         raise CLIError(str(e).splitlines()[0]) from None
     if args.json:
@@ -223,6 +224,16 @@ def cmd_synth(args):
         print(f"{args.block} of preset {args.preset.name} on {args.target}:")
         print(report.format())
     return 0
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
 
 
 # ---- parser ---------------------------------------------------------------------------------
@@ -287,8 +298,12 @@ def build_parser():
     y.add_argument("--freq", type=float, default=None,
                    help="clock constraint in MHz (default 125 for ecp5, 50 for ice40)")
     y.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
-    y.add_argument("--router", choices=("router1", "router2"), default="router2",
-                   help="nextpnr router (default router2: much faster on congested designs)")
+    y.add_argument("--router", choices=("router1", "router2"), default=None,
+                   help="nextpnr router (default: router1 for ice40, router2 for ecp5; "
+                   "see docs/synthesis.md)")
+    y.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="stop place and route after this many seconds with an error "
+                   "(default 30 minutes; 0 for no limit)")
     y.add_argument("--build-dir", default=None, help="where to put tool files")
     y.add_argument("--keep-files", action="store_true", help="keep the tool files")
     y.add_argument("--json", action="store_true", help="print the report as JSON")

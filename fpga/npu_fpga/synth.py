@@ -44,6 +44,10 @@ harness flip-flops. The resources of the harness are therefore known exactly: th
 :attr:`~SynthReport.harness_ffs` (counted in the netlist, equal to
 :attr:`OutOfContextHarness.luts` and :attr:`~OutOfContextHarness.ffs`) say how much they are.
 
+The block is elaborated for an :class:`OutOfContextPlatform`, which names the device (as
+Amaranth's vendor platforms do) and nothing else, so a block with a vendor primitive and a
+behavioural twin (the iCE40 MAC array's ``SB_MAC16``) is synthesised with the primitive.
+
 Pins are real pins of real boards (ULX3S for the ECP5, iCEBreaker for the UP5K) so the clock
 enters on a global clock input. nextpnr-ecp5 has an ``--out-of-context`` mode, but it also
 removes the global clock network, and nextpnr-ice40 has none, so the pin harness is used for
@@ -62,6 +66,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -74,8 +79,9 @@ from amaranth.lib.wiring import In, Out
 
 from .toolenv import TOOL_DEFAULTS, venv_bin_dir
 
-__all__ = ["TARGETS", "Target", "SynthError", "SynthReport", "OutOfContextHarness",
-           "find_tool", "synthesize"]
+__all__ = ["DEFAULT_PNR_TIMEOUT", "ROUTERS", "TARGETS", "Target", "SynthError", "SynthReport",
+           "SynthTimeout", "OutOfContextHarness", "OutOfContextPlatform", "find_tool",
+           "synthesize"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,12 @@ class Target:
     cells : dict of str to str
         nextpnr cell type counted as each of ``luts``, ``ffs``, ``dsps``, ``brams``, and
         ``lutram``, ``spram`` or ``logic_cells`` where the device has them.
+    router : str
+        Default nextpnr router (``docs/synthesis.md`` records the measurements behind it).
+    part : str
+        Device name as Amaranth's vendor platforms spell it (their ``device`` attribute), given
+        to the block's ``elaborate`` through :class:`OutOfContextPlatform` so that a block can
+        choose the device's primitives.
     """
 
     name: str
@@ -117,7 +129,17 @@ class Target:
     nextpnr_args: tuple
     pins: dict
     cells: dict
+    router: str
+    part: str
 
+
+#: nextpnr routers that :func:`synthesize` accepts.
+ROUTERS = ("router1", "router2")
+
+#: Default time limit of place and route in seconds (``timeout=`` of :func:`synthesize`): the
+#: flow is meant to stay usable on a 2-core machine, so a router that does not converge is
+#: stopped rather than left to spin.
+DEFAULT_PNR_TIMEOUT = 1800
 
 #: The supported targets, by name.
 TARGETS = {
@@ -134,6 +156,8 @@ TARGETS = {
         pins={"clk": "G2", "rst": "D6", "din": "R1", "dout": "B2"},
         cells={"luts": "TRELLIS_COMB", "ffs": "TRELLIS_FF", "dsps": "MULT18X18D",
                "brams": "DP16KD", "lutram": "TRELLIS_RAMW"},
+        router="router2",
+        part="LFE5U-85F",
     ),
     "ice40-up5k": Target(
         name="ice40-up5k",
@@ -148,8 +172,25 @@ TARGETS = {
         pins={"clk": "35", "rst": "10", "din": "4", "dout": "11"},
         cells={"logic_cells": "ICESTORM_LC", "dsps": "ICESTORM_DSP", "brams": "ICESTORM_RAM",
                "spram": "ICESTORM_SPRAM"},
+        # router2 can circle for tens of minutes on a nearly full UP5K (docs/synthesis.md).
+        router="router1",
+        part="iCE40UP5K",
     ),
 }
+
+
+class OutOfContextPlatform:
+    """The ``platform`` that :func:`synthesize` elaborates a block for: not a build platform,
+    only the device's name (:attr:`device`, as Amaranth's vendor platforms spell it, e.g.
+    ``"iCE40UP5K"``) and :attr:`family`, so that a block that has a vendor primitive (such as
+    ``SB_MAC16``) and a behavioural twin instantiates the primitive."""
+
+    def __init__(self, target):
+        self.device = target.part
+        self.family = target.family
+
+    def __repr__(self):
+        return f"OutOfContextPlatform({self.device!r})"
 
 
 class SynthError(Exception):
@@ -178,6 +219,15 @@ class SynthError(Exception):
         if log_tail:
             text += "\n" + log_tail
         super().__init__(text)
+
+
+class SynthTimeout(SynthError):
+    """A tool ran past its time limit and was stopped (normally a router that does not
+    converge). :attr:`seconds` is the limit."""
+
+    def __init__(self, message, *, seconds, **kwargs):
+        self.seconds = seconds
+        super().__init__(message, **kwargs)
 
 
 def find_tool(var):
@@ -390,6 +440,10 @@ class SynthReport:
         The "Critical path report" section of nextpnr's log.
     files : dict of str to str
         Paths of the kept files (empty unless files were kept).
+    router : str
+        The nextpnr router used.
+    pnr_seconds : float or None
+        Wall time of place and route.
     """
 
     target: str
@@ -413,6 +467,8 @@ class SynthReport:
     clock: str = ""
     critical_path: str = ""
     files: dict = field(default_factory=dict)
+    router: str = ""
+    pnr_seconds: float | None = None
 
     def format(self):
         """A short human-readable table."""
@@ -431,7 +487,10 @@ class SynthReport:
         else:
             fmax = f"{self.fmax_mhz:.1f} MHz"
         lines = [
-            f"{self.name} on {self.target}: {self.device}, seed {self.seed}",
+            f"{self.name} on {self.target}: {self.device}, seed {self.seed}"
+            + (f", {self.router}" if self.router else "")
+            + (f", place and route {self.pnr_seconds:.0f} s"
+               if self.pnr_seconds is not None else ""),
             f"  {'Fmax':<12} {fmax:>10}   target {self.target_mhz:g} MHz: "
             f"{'met' if self.met else 'NOT MET'}",
         ]
@@ -479,22 +538,47 @@ def _first_error(tail):
     return ""
 
 
-def _run(step, command, *, cwd, log_path, progress, keep):
+def _run(step, command, *, cwd, log_path, progress, keep, timeout=None, hint=""):
+    # Runs one tool; returns its wall time. With `timeout` (seconds), a tool still running
+    # then is killed (its whole process group) and SynthTimeout raised.
     progress(f"synth: {step} ...")
     start = time.monotonic()
     try:
         with open(log_path, "w") as log:
-            result = subprocess.run(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT)
+            process = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                returncode = process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(process)
+                raise SynthTimeout(
+                    f"{step} stopped after {timeout:g} s (time limit): it did not finish; "
+                    f"{hint}", seconds=timeout, step=step, log_tail=_tail(log_path, 5),
+                    log_path=log_path if keep else None) from None
+            except BaseException:
+                _kill_group(process)
+                raise
     except OSError as error:
         raise SynthError(f"{step}: cannot run {command[0]}: {error}", step=step) from None
-    if result.returncode != 0:
+    if returncode != 0:
         tail = _tail(log_path)
         first = _first_error(tail)
-        raise SynthError(f"{step} failed with exit code {result.returncode}"
+        raise SynthError(f"{step} failed with exit code {returncode}"
                          + (f": {first}" if first else ""),
                          step=step, log_tail=tail, log_path=log_path if keep else None)
-    progress(f"synth: {step} done in {time.monotonic() - start:.1f} s")
+    seconds = time.monotonic() - start
+    progress(f"synth: {step} done in {seconds:.1f} s")
+    return seconds
+
+
+def _kill_group(process):
+    # The tool and anything it started (a YoWASP tool is a Python process) run in a session
+    # of their own: stop them all, then reap the tool.
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        process.kill()
+    process.wait()
 
 
 def _critical_path(log_text):
@@ -539,7 +623,8 @@ def _constraints(target, harness, freq_mhz):
 
 
 def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build_dir=None,
-               keep_files=False, progress=print, synth_opts=None, ports=None, nextpnr_opts=()):
+               keep_files=False, progress=print, synth_opts=None, ports=None, nextpnr_opts=(),
+               router=None, timeout=DEFAULT_PNR_TIMEOUT):
     """Synthesise, place and route ``elaboratable`` out of context and report Fmax and resources.
 
     Parameters
@@ -570,7 +655,14 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
     ports : dict, optional
         Ports of a block without a signature; see :class:`OutOfContextHarness`.
     nextpnr_opts : sequence of str, optional
-        Extra nextpnr arguments, for example ``("--router", "router2")``.
+        Extra nextpnr arguments, for example ``("--placer", "sa")``.
+    router : str, optional
+        nextpnr router, one of :data:`ROUTERS`; the target's :attr:`Target.router` if not given.
+    timeout : float or None
+        Time limit of place and route in seconds (:data:`DEFAULT_PNR_TIMEOUT` by default;
+        ``None`` or 0 for none). nextpnr's routers have no iteration limit of their own, so a
+        run that does not converge is stopped by this limit and :class:`SynthTimeout` is
+        raised.
 
     Returns
     -------
@@ -582,6 +674,8 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
         If ``target`` is unknown, or another argument is invalid.
     SynthError
         If a tool is missing or fails.
+    SynthTimeout
+        If place and route ran past ``timeout``.
     """
     if target not in TARGETS:
         raise ValueError(f"Unknown target {target!r}; choose one of "
@@ -595,6 +689,13 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"Seed must be an integer, not {seed!r}")
     synth_opts = tgt.synth_opts if synth_opts is None else synth_opts
+    router = tgt.router if router is None else router
+    if router not in ROUTERS:
+        raise ValueError(f"Router must be one of {', '.join(ROUTERS)}, not {router!r}")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                or timeout < 0):
+        raise ValueError(f"Timeout must be a number of seconds >= 0 or None, not {timeout!r}")
+    timeout = timeout or None
     if progress is None:
         def progress(text):
             pass
@@ -619,7 +720,8 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
 
         # Amaranth to RTLIL.
         progress("synth: converting to RTLIL ...")
-        il_text = rtlil.convert(harness, name=name, missing_domain=_missing_domain)
+        il_text = rtlil.convert(harness, name=name, platform=OutOfContextPlatform(tgt),
+                                missing_domain=_missing_domain)
         files["rtlil"] = _write(directory, f"{name}.il", il_text)
         kind, constraints = _constraints(tgt, harness, freq_mhz)
         files["constraints"] = _write(directory, f"{name}.{kind}", constraints)
@@ -641,14 +743,19 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
         report_name = f"{name}.report.json"
         files["nextpnr_log"] = os.path.join(directory, f"{name}.nextpnr.log")
         files["report"] = os.path.join(directory, report_name)
-        _run(f"{nextpnr_step} place and route at {freq_mhz:g} MHz, seed {seed}",
-             [nextpnr, *tgt.nextpnr_args, "--json", netlist_name, f"--{kind}", f"{name}.{kind}",
-              "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
-              "--report", report_name, *nextpnr_opts],
-             cwd=directory, log_path=files["nextpnr_log"], progress=progress, keep=keep_files)
+        other = "router2" if router == "router1" else "router1"
+        pnr_seconds = _run(
+            f"{nextpnr_step} place and route at {freq_mhz:g} MHz, seed {seed}, {router}",
+            [nextpnr, *tgt.nextpnr_args, "--json", netlist_name, f"--{kind}", f"{name}.{kind}",
+             "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--timing-allow-fail",
+             "--report", report_name, "--router", router, *nextpnr_opts],
+            cwd=directory, log_path=files["nextpnr_log"], progress=progress, keep=keep_files,
+            timeout=timeout, hint=f"try the other router ({other}), another seed, or a larger "
+                                  f"time limit")
 
         report = _make_report(tgt, harness, name=name, seed=seed, freq_mhz=freq_mhz,
                               files=files)
+        report.router, report.pnr_seconds = router, round(pnr_seconds, 1)
         progress(f"synth: finished in {time.monotonic() - start:.1f} s")
         if keep_files:
             report.files = dict(files)

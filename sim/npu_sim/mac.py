@@ -170,11 +170,11 @@ def run_amaranth(config, program, *, seed=0, stall=0.3, vcd=None):
 
     Returns ``(results, cycles)``: decoded result beats and the cycles until the last one.
     """
-    from npu.neural.mac import MacArray
+    from npu.neural.mac_select import mac_array
 
     from .streams import run_simulation, seeded_rng, stream_get, stream_put
 
-    dut = MacArray(config)
+    dut = mac_array(config)     # the implementation of config.mac_impl
     cmd_layout = dut.cmd.payload.shape()
     res_layout = dut.res.payload.shape()
     words = command_words(cmd_layout, program)
@@ -223,11 +223,11 @@ def run_verilator(config, program, *, seed=0, stall=0.3, progress=None):
 
     Returns ``(results, stats)`` with ``stats`` = dict(cycles, sent, active).
     """
-    from npu.neural.mac import MacArray
+    from npu.neural.mac_select import mac_array
 
     from .verilator import StreamBench
 
-    dut = MacArray(config)
+    dut = mac_array(config, primitives=False)   # behavioural twins of vendor primitives
     bench = StreamBench(dut, in_name="cmd", out_name="res", active_name="active",
                         progress=progress, key=("mac_array", config))
     words = command_words(dut.cmd.payload.shape(), program)

@@ -6,12 +6,16 @@ the RTL can all read the same configuration.
 
 from dataclasses import dataclass, field, fields, replace
 
-__all__ = ["FORMATS", "NPUConfig", "PRESETS", "preset"]
+__all__ = ["FORMATS", "MAC_IMPLS", "NPUConfig", "PRESETS", "preset"]
 
 
 #: Number formats a configuration may include. ``mixed`` is int8 x binary16 (either side) and
 #: needs both ``int8`` and ``fp16``.
 FORMATS = ("int8", "fp16", "mixed")
+
+#: Implementations of the MAC array (``NPUConfig.mac_impl``): the portable reference, or a
+#: datapath built around one FPGA family's DSP primitive (``docs/mac.md``).
+MAC_IMPLS = ("generic", "ice40", "ecp5")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,10 @@ class NPUConfig:
     acc_memory : str
         How accumulator slots are stored: ``"logic"`` (flip-flops or LUT RAM, the synthesis
         tool's choice) or ``"block"`` (block RAM, for FPGAs short of logic such as the iCE40).
+    mac_impl : str
+        MAC array implementation, one of :data:`MAC_IMPLS` (same contract, same results):
+        ``"generic"``, ``"ice40"`` (``SB_MAC16`` in its dual 8x8 mode; int8 only) or
+        ``"ecp5"``.
     target : str
         What the preset is sized for (documentation only).
     """
@@ -72,6 +80,7 @@ class NPUConfig:
     mem_kib: int = 256
     kernel_kib: int = 16
     acc_memory: str = "logic"
+    mac_impl: str = "generic"
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -95,6 +104,9 @@ class NPUConfig:
         if self.acc_memory not in ("logic", "block"):
             raise ValueError(f"NPUConfig.acc_memory must be 'logic' or 'block', "
                              f"not {self.acc_memory!r}")
+        if self.mac_impl not in MAC_IMPLS:
+            raise ValueError(f"NPUConfig.mac_impl must be one of {', '.join(MAC_IMPLS)}, "
+                             f"not {self.mac_impl!r}")
         if self.macs % 2:
             raise ValueError(f"NPUConfig.macs must be even (dual-kernel mode pairs lanes), "
                              f"not {self.macs!r}")
@@ -145,7 +157,7 @@ PRESETS = {
     "ice40": NPUConfig(
         name="ice40", cores=1, macs=8, acc_slots=8, formats=("int8",),
         planar_lanes=2, buffer_kib=64, task_queues=4, acc_memory="block",
-        mem_kib=64, kernel_kib=4,
+        mem_kib=64, kernel_kib=4, mac_impl="ice40",
         target="iCEBreaker, iCE40UP5K (5,280 LUT, 8 DSP, 128 KiB SPRAM)"),
     "ecp5": NPUConfig(
         name="ecp5", cores=2, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),

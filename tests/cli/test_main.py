@@ -40,6 +40,8 @@ def test_sim_mac_json_and_dump_recheck(tmp_path, capsys):
     (["generate", "--block", "nope", "-o", "x.v"], "invalid choice"),
     (["generate", "-o", "/nonexistent/dir/x.v"], "output directory does not exist"),
     (["synth", "--target", "xc7"], "invalid choice"),
+    (["synth", "--target", "ice40-up5k", "--timeout", "-5"], "number of seconds >= 0"),
+    (["synth", "--target", "ice40-up5k", "--router", "router3"], "invalid choice"),
     ([], "required"),
 ])
 def test_bad_arguments_one_line(argv, needle, capsys):

@@ -3,6 +3,7 @@
 
 import json
 import os
+import time
 
 import pytest
 from amaranth.back import rtlil
@@ -15,6 +16,7 @@ from npu_fpga.synth import (
     OutOfContextHarness,
     SynthError,
     SynthReport,
+    SynthTimeout,
     find_tool,
     synthesize,
 )
@@ -288,3 +290,84 @@ def test_ice40_mac_array_fits_with_dsps(tmp_path):
     assert report.dsps == cfg.macs
     assert report.logic_cells <= 5280
     assert report.fmax_mhz > 0
+
+
+# The time limit of place and route.
+
+def test_pnr_timeout_stops_a_router_that_does_not_finish(monkeypatch, tmp_path):
+    # A stand-in nextpnr that never finishes (and starts a child of its own, which must be
+    # stopped too); `true` stands in for Yosys.
+    marker = tmp_path / "child.pid"
+    fake = tmp_path / "fake-nextpnr"
+    fake.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {marker}\nwait\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("YOSYS", "true")
+    monkeypatch.setenv("NEXTPNR_ICE40", str(fake))
+    lines = []
+    start = time.monotonic()
+    with pytest.raises(SynthTimeout, match=r"nextpnr-ice40 place and route at 50 MHz, seed 1, "
+                                           r"router1 stopped after 1 s \(time limit\): it did "
+                                           r"not finish; try the other router \(router2\)"
+                       ) as info:
+        synthesize(PipelinedMAC(), "ice40-up5k", build_dir=tmp_path / "build", timeout=1,
+                   progress=lines.append)
+    assert time.monotonic() - start < 20
+    assert info.value.seconds == 1 and info.value.step.startswith("nextpnr-ice40")
+    assert isinstance(info.value, SynthError)
+    child = int(marker.read_text())
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the stand-in router's child process is still running")
+
+
+def test_router_and_timeout_arguments():
+    assert TARGETS["ice40-up5k"].router == "router1"
+    assert TARGETS["ecp5-85f"].router == "router2"
+    with pytest.raises(ValueError, match=r"Router must be one of router1, router2, not 'r3'"):
+        synthesize(PipelinedMAC(), "ice40-up5k", router="r3")
+    with pytest.raises(ValueError, match=r"Timeout must be a number of seconds >= 0"):
+        synthesize(PipelinedMAC(), "ice40-up5k", timeout=-1)
+
+
+@pytest.mark.synth
+def test_pnr_timeout_real_nextpnr(tmp_path):
+    """The real nextpnr is stopped by a limit shorter than its run."""
+    _require_tools("ice40-up5k")
+    from npu.neural.mac_select import mac_array
+    from npu_spec.config import preset
+
+    with pytest.raises(SynthTimeout, match=r"stopped after 2 s"):
+        synthesize(mac_array(preset("ice40")), "ice40-up5k", build_dir=tmp_path, timeout=2,
+                   progress=None)
+
+
+def test_blocks_see_the_device():
+    from npu.neural.mac_ice40 import is_ice40_platform
+    from npu_fpga.synth import OutOfContextPlatform
+
+    assert is_ice40_platform(OutOfContextPlatform(TARGETS["ice40-up5k"]))
+    assert not is_ice40_platform(OutOfContextPlatform(TARGETS["ecp5-85f"]))
+    assert OutOfContextPlatform(TARGETS["ecp5-85f"]).family == "ecp5"
+
+
+@pytest.mark.synth
+def test_ice40_mac_array_two_lanes_per_dsp(tmp_path):
+    """The ice40 preset's MAC array (mac_impl="ice40") places on the UP5K with two lanes per
+    SB_MAC16, its slots in 2 EBR per lane, and far fewer logic cells than the generic build
+    (4,706 logic cells, docs/synthesis.md)."""
+    from npu.neural.mac_select import mac_array
+    from npu_spec.config import preset
+
+    cfg = preset("ice40")
+    report = synthesize(mac_array(cfg), "ice40-up5k", name="mac_array", build_dir=tmp_path,
+                        progress=None)
+    assert report.router == "router1" and report.pnr_seconds > 0
+    assert report.dsps == cfg.macs // 2
+    assert report.brams == 2 * cfg.macs
+    assert report.logic_cells < 3500
+    assert report.fmax_mhz > 30

@@ -1,0 +1,40 @@
+"""Choice of the MAC array implementation by ``NPUConfig.mac_impl`` (``docs/mac.md``).
+
+Every implementation has the contract of :class:`npu.neural.mac.MacArray` and gives the same
+results; they differ in how they use an FPGA family's DSP blocks. Build a MAC array through
+:func:`mac_array` so that the configuration decides.
+"""
+
+__all__ = ["mac_array"]
+
+
+def _generic(config, primitives):
+    from .mac import MacArray
+    return MacArray(config)
+
+
+def _ice40(config, primitives):
+    from .mac_ice40 import Ice40MacArray, check_config
+    check_config(config)    # before the component exists, so a refused one is not left unused
+    return Ice40MacArray(config, primitives=primitives)
+
+
+#: Factory of each implementation built into this version, by ``mac_impl``.
+_FACTORIES = {
+    "generic": _generic,
+    "ice40": _ice40,
+}
+
+
+def mac_array(config, *, primitives=None):
+    """The MAC array of ``config`` (``config.mac_impl`` chooses the implementation).
+
+    ``primitives`` applies to implementations built on vendor primitives: ``True`` instantiates
+    them, ``False`` uses their behavioural twins (the Amaranth simulator, Verilog simulated
+    without vendor models), ``None`` decides by the platform the design is elaborated for.
+    """
+    factory = _FACTORIES.get(config.mac_impl)
+    if factory is None:
+        raise ValueError(f"mac_impl {config.mac_impl!r} is not built into this version; "
+                         f"available: {', '.join(_FACTORIES)}")
+    return factory(config, primitives)
