@@ -37,11 +37,11 @@ def default_cache_dir():
 
 
 #: Verilator's options of every build (part of the cache key). ``--x-initial 0`` starts every
-#: variable at zero (see :func:`strip_zero_memory_init`); the C++ of the model is compiled with
-#: ``OPT_FAST`` (its evaluation), the rarely run construction code (``OPT_SLOW``) without
+#: variable at zero (see :func:`strip_zero_memory_init`); the model's evaluation code is
+#: compiled with ``-O2`` (``OPT_FAST``), its construction code (``OPT_SLOW``) without
 #: optimisation, which keeps the build time down. Figures in ``docs/system.md``.
 BUILD_FLAGS = ("-O3", "-Wno-fatal", "-Wno-lint", "-Wno-style", "--x-initial", "0",
-               "--x-assign", "fast", "--top-module", "top", "-j", "2",
+               "--top-module", "top", "-j", "2",
                "-MAKEFLAGS", "OPT_FAST=-O2", "-MAKEFLAGS", "OPT_GLOBAL=-O2")
 
 
