@@ -80,6 +80,23 @@ def _block(config, name):
 
 # ---- npu generate ---------------------------------------------------------------------------
 
+#: Input port bits a converted top can have: Amaranth's netlist numbers the bits of its input
+#: cell in 16 bits, the first two taken by the constants.
+MAX_INPUT_BITS = (1 << 16) - 2
+
+
+def check_input_bits(block):
+    """A clear error (exit status 2) before converting a block with too many input bits."""
+    from amaranth.hdl import Value
+    from amaranth.lib import wiring
+    bits = sum(len(Value.cast(value)) for _, member, value in block.signature.flatten(block)
+               if member.flow == wiring.In)
+    if bits > MAX_INPUT_BITS:
+        block._MustUse__silence = True      # not converted: no "unused" warning on top
+        raise CLIError(f"the block has {bits:,} input bits, more than the Verilog export can "
+                       f"number ({MAX_INPUT_BITS:,}); generate the whole NPU (--block top), "
+                       f"whose ports are narrow", status=2)
+
 def cmd_generate(args):
     if args.regmap:
         import json
@@ -96,12 +113,21 @@ def cmd_generate(args):
         from npu_fpga.toolenv import apply_tool_env
 
         apply_tool_env()
-        if args.block == "top":
-            from npu.top import top_verilog
-            text = top_verilog(args.preset, name=args.name)
-        else:
-            block = _block(args.preset, args.block)
-            text = verilog.convert(block, name=args.name, emit_src=False)
+        try:
+            if args.block == "top":
+                from npu.top import top_verilog
+                text = top_verilog(args.preset, name=args.name)
+            else:
+                block = _block(args.preset, args.block)
+                check_input_bits(block)
+                text = verilog.convert(block, name=args.name, emit_src=False)
+        except (AssertionError, OverflowError) as e:
+            # Amaranth's netlist numbers the bits of one cell in 16 bits and refuses wires of
+            # more than 2**16 bits: it stops with a bare assertion or an overflow.
+            detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            raise CLIError(f"{args.block} of preset {args.preset.name} is too large for the "
+                           f"Verilog export (a signal or cell of more than 65,536 bits; "
+                           f"{detail})", status=2) from e
         what = args.block
     if args.output == "-":
         sys.stdout.write(text)

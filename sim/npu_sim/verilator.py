@@ -19,6 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from amaranth.hdl import ClockDomain, ClockSignal, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In
+
 from npu_fpga.toolenv import VERILATOR_MAKE_FIX
 
 __all__ = ["VerilatorError", "StreamBench", "default_cache_dir", "source_digest"]
@@ -30,6 +34,15 @@ class VerilatorError(RuntimeError):
 
 def default_cache_dir():
     return Path(os.environ.get("NPU_CACHE", Path.home() / ".cache" / "open-npu")) / "verilator"
+
+
+#: Verilator's options of every build (part of the cache key). ``--x-initial 0`` starts every
+#: variable at zero (see :func:`strip_zero_memory_init`); the model's evaluation code is
+#: compiled with ``-O2`` (``OPT_FAST``), its construction code (``OPT_SLOW``) without
+#: optimisation, which keeps the build time down. Figures in ``docs/system.md``.
+BUILD_FLAGS = ("-O3", "-Wno-fatal", "-Wno-lint", "-Wno-style", "--x-initial", "0",
+               "--top-module", "top", "-j", "2",
+               "-MAKEFLAGS", "OPT_FAST=-O2", "-MAKEFLAGS", "OPT_GLOBAL=-O2")
 
 
 _ZERO_WORD = re.compile(r"\s+\S+ ?\[\d+\] = \d+'[hdb]0+;")
@@ -55,6 +68,43 @@ def strip_zero_memory_init(text):
             in_initial = True
         out.append(line)
     return "".join(out)
+
+
+class PowerOnReset(wiring.Component):
+    """``component`` with its ``sync`` reset made inside the design: high until the first
+    clock edge, then low. The only clock input is ``clk``.
+
+    A reset driven from a top-level input makes every register's next-state logic (the reset
+    is its last multiplexer) depend on an input, so Verilator evaluates all of it again on
+    each ``eval()`` of a changed input; from inside the design it runs once per edge."""
+
+    def __init__(self, component):
+        self._component = component
+        members = dict(component.signature.members)
+        if "clk" in members:
+            self._MustUse__silence = True   # never built: no "unused" warning on top
+            raise ValueError("the component already has a member named 'clk'")
+        members["clk"] = In(1)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        inner = self._component
+        m.submodules.dut = inner
+        for name, member in inner.signature.members.items():
+            outer, port = getattr(self, name), getattr(inner, name)
+            if not member.is_port:
+                wiring.connect(m, wiring.flipped(outer), port)
+            elif member.flow == In:
+                m.d.comb += port.eq(outer)
+            else:
+                m.d.comb += outer.eq(port)
+        m.domains.sync = sync = ClockDomain()
+        m.domains.por = ClockDomain(reset_less=True)
+        por = Signal(init=1)
+        m.d.por += por.eq(0)
+        m.d.comb += [sync.clk.eq(self.clk), ClockSignal("por").eq(self.clk), sync.rst.eq(por)]
+        return m
 
 
 _SOURCE_DIGEST = None
@@ -134,8 +184,9 @@ int main(int argc, char **argv) {
 
     Verilated::commandArgs(argc, argv);
     Vtop *top = new Vtop;
-    top->clk = 0; top->rst = 1; top->eval();
-    top->clk = 1; top->eval(); top->clk = 0; top->rst = 0; top->eval();
+    // The reset comes from inside the design (PowerOnReset): high until the first edge.
+    top->clk = 0; top->eval();
+    top->clk = 1; top->eval(); top->clk = 0;
 
     std::vector<uint32_t> out;
     uint32_t buf[OUT_WORDS + 1];
@@ -154,7 +205,8 @@ int main(int argc, char **argv) {
         bool out_fire = top->OUT_VALID && top->OUT_READY;
         if (out_fire) { GET_OUT_PAYLOAD out.insert(out.end(), buf, buf + OUT_WORDS); got++; }
         ACTIVE_COUNT
-        top->clk = 1; top->eval(); top->clk = 0; top->eval();
+        // The falling edge is evaluated with the next cycle's inputs (nothing acts on it).
+        top->clk = 1; top->eval(); top->clk = 0;
         cycles++;
         if (in_fire) { sent++; presenting = false; }
         if ((cycles & 0x3FFFFF) == 0) {
@@ -215,20 +267,22 @@ class StreamBench:
         self.main_cpp = main
         if key is None:
             self.verilog = self._export()
-            digest = hashlib.sha256((self.verilog + main).encode()).hexdigest()[:16]
+            digest = hashlib.sha256(
+                (self.verilog + main + repr(BUILD_FLAGS)).encode()).hexdigest()[:16]
         else:
             self.verilog = None
             # A cached build never elaborates the component: that is not a mistake.
             component._MustUse__silence = True
             digest = "k" + hashlib.sha256(
-                (source_digest() + repr(key) + main).encode()).hexdigest()[:15]
+                (source_digest() + repr(key) + main + repr(BUILD_FLAGS)).encode()
+            ).hexdigest()[:15]
         self.build_dir = Path(cache_dir or default_cache_dir()) / digest
         self.binary = self.build_dir / "obj_dir" / "Vtop"
         self.progress = progress or (lambda msg: None)
 
     def _export(self):
         from amaranth.back import verilog
-        text = verilog.convert(self.component, name="top", emit_src=False)
+        text = verilog.convert(PowerOnReset(self.component), name="top", emit_src=False)
         if self.extra_verilog is not None:
             text += "\n" + self.extra_verilog()
         return strip_zero_memory_init(text)
@@ -250,11 +304,8 @@ class StreamBench:
         (tmp / "top.v").write_text(self.verilog)
         (tmp / "main.cpp").write_text(self.main_cpp)
         self.progress(f"verilator: compiling {tmp.name} (cached afterwards)")
-        cmd = [verilator, "--cc", "--exe", "--build", "-O2", "-Wno-fatal", "-Wno-lint",
-               "--x-initial", "0",
-               "-Wno-style", "--top-module", "top", "-j", "2", "-CFLAGS", "-O1",
-               "-MAKEFLAGS", VERILATOR_MAKE_FIX,
-               "top.v", "main.cpp", "-o", "Vtop"]
+        cmd = [verilator, "--cc", "--exe", "--build", *BUILD_FLAGS,
+               "-MAKEFLAGS", VERILATOR_MAKE_FIX, "top.v", "main.cpp", "-o", "Vtop"]
         res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         if res.returncode != 0:
             raise VerilatorError("verilator build failed:\n" + (res.stdout + res.stderr)[-3000:])

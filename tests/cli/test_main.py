@@ -17,6 +17,29 @@ def test_generate_writes_verilog(tmp_path):
     assert "module top" in text and "cmd__payload" in text
 
 
+def test_generate_refuses_a_block_too_wide_for_the_export():
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    from npu_cli.main import MAX_INPUT_BITS, check_input_bits
+    from npu_cli.util import CLIError
+
+    class Wide(wiring.Component):
+        def __init__(self, bits):
+            super().__init__({"a": In(bits), "b": In(1), "y": Out(1)})
+
+        def elaborate(self, platform):
+            return Module()
+
+    ok = Wide(MAX_INPUT_BITS - 1)
+    check_input_bits(ok)
+    ok._MustUse__silence = True
+    with pytest.raises(CLIError, match="65,535 input bits") as e:
+        check_input_bits(Wide(MAX_INPUT_BITS))
+    assert e.value.status == 2
+
+
 def test_sim_mac_json_and_dump_recheck(tmp_path, capsys):
     dump = tmp_path / "run.npz"
     rc = main(["sim", "mac", "--preset", "small", "--format", "mixed", "--count", "800",

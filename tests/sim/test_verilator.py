@@ -1,12 +1,17 @@
-"""The Verilator stream bench: zero memory initialisation is left to Verilator."""
+"""The Verilator stream bench: zero memory initialisation is left to Verilator, the reset is
+made inside the design, the build options are part of the cache key."""
 
+import re
+
+import pytest
 from amaranth.hdl import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_fpga.toolenv import apply_tool_env
-from npu_sim.verilator import StreamBench, strip_zero_memory_init
+from npu_sim import verilator as vl
+from npu_sim.verilator import PowerOnReset, StreamBench, strip_zero_memory_init
 
 ROM = [0, 0x1234, 0, 0xBEEF, 0, 0, 7, 0]
 
@@ -49,3 +54,25 @@ def test_memories_start_as_initialised():
     addrs = [3, 0, 6, 1, 2, 7, 3]
     got, _ = bench.run(addrs, len(addrs), stall=0.3, seed=5)
     assert got == [ROM[a] for a in addrs]
+
+
+def test_reset_is_made_inside_the_design():
+    apply_tool_env()
+    bench = StreamBench(_Lookup(), in_name="cmd", out_name="res")
+    top = re.search(r"^module top\((.*?)\);", bench.verilog, re.M)
+    ports = {p.strip() for p in top.group(1).split(",")}
+    assert "clk" in ports and "rst" not in ports
+    inner = PowerOnReset(_Lookup())
+    inner._MustUse__silence = inner._component._MustUse__silence = True
+    with pytest.raises(ValueError, match="clk"):
+        PowerOnReset(inner)
+
+
+def test_build_options_are_part_of_the_cache_key(monkeypatch, tmp_path):
+    def build_dir():
+        return StreamBench(_Lookup(), in_name="cmd", out_name="res", key=("lookup",),
+                           cache_dir=tmp_path).build_dir
+    before = build_dir()
+    assert build_dir() == before
+    monkeypatch.setattr(vl, "BUILD_FLAGS", vl.BUILD_FLAGS + ("--no-such-option",))
+    assert build_dir() != before
