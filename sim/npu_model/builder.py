@@ -692,9 +692,9 @@ class ProgramBuilder:
                     break
                 if any(u.flow_from == j for u in self.tasks):
                     raise BuildError("a flow-controlled dataset is read by one planar task")
-                if any(u.engine == Engine.PLANAR for u in self.tasks[j + 1:]):
+                if j != len(self.tasks) - 1:
                     raise BuildError("the consumer of a flow-controlled dataset must be the "
-                                     "next planar task after its producer")
+                                     "task right after its producer")
                 return j
         raise BuildError("a flow-controlled operand needs the neural task writing it")
 
