@@ -29,7 +29,7 @@ import numpy as np
 from npu_spec import dataproc, neural
 from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
-from npu_spec.descriptors import FLAGS, Descriptor, encode
+from npu_spec.descriptors import FLAGS, SWITCH_POINTS, Descriptor, encode
 from npu_spec.engine import Engine
 from npu_spec.mac import MacFormat
 from npu_spec.postproc import Act
@@ -160,6 +160,16 @@ class Task:
     dep: int = 0
     label: str = ""
     flow_from: int = None       # a flow-control consumer: the producer task it overlaps
+
+
+def _no_barrier(ds, flags, role):
+    """A switch point (a barrier: it starts after every older task and no younger one starts
+    before it ends) cannot be a side of a ring smaller than its tensor: the producer would wait
+    for slots its consumer can only free once the producer has ended."""
+    barrier = sorted(f for f in SWITCH_POINTS if flags.get(f))
+    if barrier and ds.stored_planes < ds.shape[0]:
+        raise BuildError(f"the {role} of a flow-controlled ring smaller than its tensor cannot "
+                         f"be a switch point ({', '.join(barrier)})")
 
 
 def _overlap(a, b):
@@ -630,6 +640,8 @@ class ProgramBuilder:
         writes.append((dataproc.NE_CORES, sum(1 << i for i in cores)))
         # The flow-control state is one: a producer waits for the previous consumer.
         flow = [FLOW_STATE] if dst.slots else []
+        if dst.slots:
+            _no_barrier(dst, flags, "producer")
         self._task(Engine.NEURAL, writes, reads, dst.footprint() + flow, flags,
                    f"conv core{'s' if len(cores) > 1 else ''} "
                    f"{', '.join(str(i) for i in cores)}")
@@ -678,6 +690,7 @@ class ProgramBuilder:
         if a.slots:
             flow_from = self._flow_producer(a)
             reads.append(FLOW_STATE)
+            _no_barrier(a, flags or {}, "consumer")
         self._task(Engine.PLANAR, writes, reads, out.footprint(), flags or {},
                    f"planar {planar_spec.Mode(task['mode']).name.lower()}", flow_from)
         return out

@@ -14,6 +14,7 @@ holds the answer.
 import numpy as np
 
 from npu_model.builder import ProgramBuilder
+from npu_spec.descriptors import SWITCH_POINTS
 
 __all__ = ["int_params", "random_program"]
 
@@ -112,11 +113,15 @@ def random_program(config, layers, seed, *, fmt=None, name=None):
             out = b.conv(cur, placement, stride=stride, pad=pad, act=act, slots=slots)
             data_fp16 = out.fmt == "fp16"
             if slots:
-                # The consumer: the next planar task, reading the ring while the conv runs.
+                # The consumer: the next planar task, reading the ring while the conv runs;
+                # not a switch point (a barrier) when the ring is smaller than the tensor.
+                cflags = _flags(rng)
+                if out.stored_planes < out.shape[0]:
+                    cflags = {k: v for k, v in cflags.items() if k not in SWITCH_POINTS}
                 if min(out.shape[1:]) >= 2 and rng.random() < 0.5:
-                    out = b.max_pool(out, 2, **_flags(rng))
+                    out = b.max_pool(out, 2, **cflags)
                 else:
-                    out = b.relu(out, **_flags(rng))
+                    out = b.relu(out, **cflags)
         elif kind == "relu":
             out = b.relu(cur, **flags)
         elif kind == "maxpool":

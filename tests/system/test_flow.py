@@ -119,3 +119,18 @@ def test_consumer_without_producer_times_out():
     assert not q1.retired and q1.completed == 6
     y0 = program.tensor("q0/y")
     assert not any(rtl["memory"][y0.addr:y0.extent[1]])
+
+
+def test_a_small_ring_cannot_be_a_switch_point():
+    with pytest.raises(BuildError, match="switch point"):
+        b2 = ProgramBuilder(CFG)
+        xd = b2.load(b2.input("x", np.zeros((3, 9, 8), np.int8)))
+        kp = b2.dma_kernels(0, b2.kernels(np.ones((24, 3, 3, 3), np.int8)))
+        ring = b2.conv(xd, kp, pad=1, slots=1)
+        b2.max_pool(ring, 2, tsr=True)
+    # A ring holding the whole tensor may be one: the barrier only costs the overlap.
+    b3 = ProgramBuilder(CFG)
+    xd = b3.load(b3.input("x", np.zeros((3, 9, 8), np.int8)))
+    kp = b3.dma_kernels(0, b3.kernels(np.ones((16, 3, 3, 3), np.int8)))
+    ring = b3.conv(xd, kp, pad=1, slots=2, tse=True)
+    b3.max_pool(ring, 2, tsr=True)
