@@ -7,6 +7,7 @@ the design, or the Amaranth simulator for small cases); the final system memory 
 queue's status are compared, and the run's figures printed.
 """
 
+import argparse
 import json
 import sys
 
@@ -116,8 +117,10 @@ def cmd_bench_system(args):
     say = progress(args.json)
     results = {}
     if args.which in ("conv-pool", "all"):
-        say("conv 3x3 16->16 on 16x16, then a 2x2 max pool through the buffer")
-        results["conv_pool"] = system_bench.conv_pool(args.preset, progress=say)
+        say("conv 3x3 16->16 on 16x16, then a 2x2 max pool through the buffer "
+            f"({args.slots} flow-control slots)")
+        results["conv_pool"] = system_bench.conv_pool(args.preset, slots=args.slots,
+                                                      progress=say)
     if args.which in ("double-buffered", "all"):
         say(f"the same conv from and to system memory at latency {args.latency}, in bands")
         results["double_buffered"] = system_bench.double_buffered(
@@ -143,5 +146,18 @@ def add_bench_commands(bsub):
                    default="all")
     p.add_argument("--latency", type=int, default=20,
                    help="system-memory latency of the double-buffered run")
+    p.add_argument("--slots", type=_slots_arg, default=2,
+                   help="flow-control slots of the conv-pool ring (0: no flow control, the "
+                   "pool waits for the conv's end)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_bench_system)
+
+
+def _slots_arg(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 1024:
+        raise argparse.ArgumentTypeError(f"slots must be 0 to 1023, not {text!r}")
+    return value

@@ -29,7 +29,7 @@ import numpy as np
 from npu_spec import dataproc, neural
 from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
-from npu_spec.descriptors import FLAGS, Descriptor, encode
+from npu_spec.descriptors import FLAGS, SWITCH_POINTS, Descriptor, encode
 from npu_spec.engine import Engine
 from npu_spec.mac import MacFormat
 from npu_spec.postproc import Act
@@ -46,6 +46,9 @@ __all__ = ["BuildError", "Dataset", "KernelBlob", "KernelPlacement", "ProgramBui
 
 #: Largest dependency distance (the width of ``H1.dep``).
 MAX_DEP = 255
+#: The data processor's one flow-control state, as a resource: a neural task producing a
+#: flow-controlled dataset writes it, its planar consumer reads it.
+FLOW_STATE = ("flow", 0, 1)
 
 
 class BuildError(ValueError):
@@ -56,12 +59,18 @@ class BuildError(ValueError):
 @dataclass(frozen=True)
 class Dataset:
     """A ``(C, H, W)`` region of the buffer: element ``(c, y, x)`` at
-    ``addr + c * cstride + y * rstride + x``; ``fmt`` is ``"int8"`` or ``"fp16"``."""
+    ``addr + c * cstride + y * rstride + x``; ``fmt`` is ``"int8"`` or ``"fp16"``.
+
+    With flow control (``slots`` M > 0, :meth:`ProgramBuilder.ring`) the dataset is a ring of
+    ``M`` slots of ``planes`` planes: plane ``c`` lies at ring plane ``c mod (M * planes)``.
+    """
     addr: int
     shape: tuple
     fmt: str = "int8"
     cstride: int = None
     rstride: int = None
+    slots: int = 0
+    planes: int = 0
 
     def __post_init__(self):
         c, h, w = self.shape
@@ -74,19 +83,28 @@ class Dataset:
     def fields(self):
         """The dataset dict of :func:`npu_spec.dataproc.make_dataset`."""
         return dataproc.make_dataset(self.addr, self.shape, cstride=self.cstride,
-                                     rstride=self.rstride)
+                                     rstride=self.rstride, slots=self.slots,
+                                     planes=self.planes)
+
+    @property
+    def stored_planes(self):
+        """Planes the dataset occupies in the buffer (fewer than ``C`` for a ring)."""
+        c = self.shape[0]
+        return min(c, self.slots * self.planes) if self.slots else c
 
     @property
     def span(self):
         """``(first, last + 1)`` buffer element (before wrapping)."""
-        c, h, w = self.shape
+        _, h, w = self.shape
+        c = self.stored_planes
         return self.addr, self.addr + (c - 1) * self.cstride + (h - 1) * self.rstride + w
 
     def footprint(self):
         """The buffer intervals ``[("buf", lo, hi), ...]`` the dataset covers: one per
         plane (rows with gaps between planes, e.g. a band of rows of a larger tensor, are told
         apart from their neighbours), or one for a dense dataset."""
-        c, h, w = self.shape
+        _, h, w = self.shape
+        c = self.stored_planes
         if self.cstride == h * self.rstride:
             return [("buf", *self.span)]
         last = (h - 1) * self.rstride + w
@@ -141,6 +159,17 @@ class Task:
     task_id: int
     dep: int = 0
     label: str = ""
+    flow_from: int = None       # a flow-control consumer: the producer task it overlaps
+
+
+def _no_barrier(ds, flags, role):
+    """A switch point (a barrier: it starts after every older task and no younger one starts
+    before it ends) cannot be a side of a ring smaller than its tensor: the producer would wait
+    for slots its consumer can only free once the producer has ended."""
+    barrier = sorted(f for f in SWITCH_POINTS if flags.get(f))
+    if barrier and ds.stored_planes < ds.shape[0]:
+        raise BuildError(f"the {role} of a flow-controlled ring smaller than its tensor cannot "
+                         f"be a switch point ({', '.join(barrier)})")
 
 
 def _overlap(a, b):
@@ -306,6 +335,20 @@ class ProgramBuilder:
         c, h, w = (int(n) for n in shape)
         return Dataset(self._buf.alloc(c * h * w, at=addr), (c, h, w), fmt)
 
+    def ring(self, shape, slots, fmt="int8", addr=None):
+        """A flow-controlled dataset of ``shape`` ``(C, H, W)`` (``docs/system.md``, "Flow
+        control"): a ring of ``slots`` slots of one output-channel group (``acc_slots``
+        planes) each, so ``min(C, slots * acc_slots)`` planes of buffer. A neural task
+        writes it (:meth:`conv` with ``dst``) while the next planar task reads it as operand
+        ``A``."""
+        c, h, w = (int(n) for n in shape)
+        planes = self.config.acc_slots
+        if not 1 <= slots < 1 << dataproc.FLOW_BITS:
+            raise BuildError(f"slots must be 1 to {(1 << dataproc.FLOW_BITS) - 1}, not {slots}")
+        stored = min(c, slots * planes)
+        return Dataset(self._buf.alloc(stored * h * w, at=addr), (c, h, w), fmt,
+                       slots=int(slots), planes=planes)
+
     def release(self, ds):
         """Free the buffer region of ``ds`` for later datasets (later tasks that overwrite it
         wait for the tasks that read it: the dependencies follow)."""
@@ -333,13 +376,13 @@ class ProgramBuilder:
 
     # ---- tasks -----------------------------------------------------------------------
 
-    def _task(self, engine, writes, reads, writes_to, flags, label):
+    def _task(self, engine, writes, reads, writes_to, flags, label, flow_from=None):
         unknown = set(flags) - set(FLAGS)
         if unknown:
             raise BuildError(f"unknown task flags {', '.join(sorted(unknown))}; flags: "
                              f"{', '.join(FLAGS)}")
         task = Task(int(engine), list(writes), list(reads), list(writes_to), dict(flags),
-                    len(self.tasks), label=label)
+                    len(self.tasks), label=label, flow_from=flow_from)
         task.dep = self._dependency(task)
         self.tasks.append(task)
         return task
@@ -351,7 +394,7 @@ class ProgramBuilder:
         needed = []
         for j in range(n - 1, -1, -1):
             other = self.tasks[j]
-            if other.engine == task.engine:
+            if other.engine == task.engine or j == task.flow_from:
                 continue
             if (any(_overlap(r, w) for r in task.reads for w in other.writes_to)
                     or any(_overlap(w, r) for w in task.writes_to for r in other.reads)
@@ -516,7 +559,7 @@ class ProgramBuilder:
 
     def conv(self, src, kernels, dst=None, *, stride=1, pad=0, dilation=1, log2w=None,
              act="none", out_fp16=None, zero_point=0, lo=None, hi=None, alpha=0,
-             stochastic=False, seed=1, **flags):
+             stochastic=False, seed=1, slots=0, **flags):
         """A neural engine task: the convolution of dataset ``src`` with the kernels placed by
         :meth:`dma_kernels` (``kernels``, a :class:`KernelPlacement`, or a list of them on
         different cores: each core computes the output channels of its blob, in list order,
@@ -526,7 +569,10 @@ class ProgramBuilder:
         The post-processor: ``act`` (a :class:`npu_spec.postproc.Act` name), ``out_fp16``
         (default: binary16 out for a float layer), ``zero_point``, ``lo`` / ``hi`` (int8
         values for an int8 layer, floats or binary32 bits otherwise), ``alpha``, ``stochastic``
-        and ``seed``."""
+        and ``seed``.
+
+        ``slots`` M > 0 (with ``dst`` None): the output is a flow-controlled ring of M slots
+        (:meth:`ring`) that the next planar task reads while this one runs."""
         cfg = self.config
         placements = list(kernels) if isinstance(kernels, (list, tuple)) else [kernels]
         cores = [p.core for p in placements]
@@ -554,8 +600,13 @@ class ProgramBuilder:
         ow = (w + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
         if out_fp16 is None:
             out_fp16 = fmt.is_float
-        if dst is None:
+        if dst is None and slots:
+            dst = self.ring((k, oh, ow), slots, "fp16" if out_fp16 else "int8")
+        elif dst is None:
             dst = self.buffer((k, oh, ow), "fp16" if out_fp16 else "int8")
+        if dst.slots and (cores != [0] or groups != 1 or dst.shape != (k, oh, ow)):
+            raise BuildError("a flow-controlled output needs a layer on core 0 alone, without "
+                             "convolution groups, writing the whole dataset")
         if log2w is None:
             log2w = neural.best_log2w(cfg, ow, kw, stride, dilation)
         act = Act[act.upper()] if isinstance(act, str) else Act(act)
@@ -578,7 +629,8 @@ class ProgramBuilder:
                 out_fp16=int(out_fp16), stochastic=int(stochastic), act=act,
                 zero_point=int(zero_point) & 0xFF, lo=lo, hi=hi, alpha=_f32(alpha), seed=seed)
             out = Dataset(dst.addr + first * dst.cstride, (kj, oh, ow), dst.fmt,
-                          cstride=dst.cstride, rstride=dst.rstride)
+                          cstride=dst.cstride, rstride=dst.rstride, slots=dst.slots,
+                          planes=dst.planes)
             core = placement.core
             writes += neural.layer_writes(layer, core)
             writes += dataproc.dataset_writes(dataproc.ne_port_base(core, "IN"), src.fields)
@@ -586,7 +638,11 @@ class ProgramBuilder:
             reads.append((f"kmem{core}", placement.addr, placement.end))
             first += kj
         writes.append((dataproc.NE_CORES, sum(1 << i for i in cores)))
-        self._task(Engine.NEURAL, writes, reads, dst.footprint(), flags,
+        # The flow-control state is one: a producer waits for the previous consumer.
+        flow = [FLOW_STATE] if dst.slots else []
+        if dst.slots:
+            _no_barrier(dst, flags, "producer")
+        self._task(Engine.NEURAL, writes, reads, dst.footprint() + flow, flags,
                    f"conv core{'s' if len(cores) > 1 else ''} "
                    f"{', '.join(str(i) for i in cores)}")
         return dst
@@ -628,9 +684,32 @@ class ProgramBuilder:
                 writes += dataproc.dataset_writes(dataproc.pe_port_base(port), ds.fields)
                 reads += ds.footprint()
         writes += dataproc.dataset_writes(dataproc.pe_port_base("OUT"), out.fields)
+        flow_from = None
+        if any(ds is not None and ds.slots for ds in (b, c, out)):
+            raise BuildError("only operand A may be flow-controlled")
+        if a.slots:
+            flow_from = self._flow_producer(a)
+            reads.append(FLOW_STATE)
+            _no_barrier(a, flags or {}, "consumer")
         self._task(Engine.PLANAR, writes, reads, out.footprint(), flags or {},
-                   f"planar {planar_spec.Mode(task['mode']).name.lower()}")
+                   f"planar {planar_spec.Mode(task['mode']).name.lower()}", flow_from)
         return out
+
+    def _flow_producer(self, ds):
+        """The neural task a flow-controlled operand ``ds`` streams from: the latest task
+        that wrote it must be a neural task with no other flow-controlled consumer yet."""
+        for j in range(len(self.tasks) - 1, -1, -1):
+            t = self.tasks[j]
+            if any(_overlap(w, r) for w in t.writes_to for r in ds.footprint()):
+                if t.engine != Engine.NEURAL or FLOW_STATE not in t.writes_to:
+                    break
+                if any(u.flow_from == j for u in self.tasks):
+                    raise BuildError("a flow-controlled dataset is read by one planar task")
+                if j != len(self.tasks) - 1:
+                    raise BuildError("the consumer of a flow-controlled dataset must be the "
+                                     "task right after its producer")
+                return j
+        raise BuildError("a flow-controlled operand needs the neural task writing it")
 
     @staticmethod
     def _planar_writes(task):
@@ -671,7 +750,8 @@ class ProgramBuilder:
     def conv_relu_pool(self, src, weights, *, core=0, pool=2, **conv_args):
         """A conv (int8, ``weights`` with ``bias``/``scale``/``shift`` in ``conv_args``), a
         planar ReLU and a ``pool x pool`` max pooling; returns the pooled dataset (the
-        intermediate datasets are released)."""
+        intermediate datasets are released). With ``slots`` M > 0 in ``conv_args`` the conv
+        writes a flow-controlled ring of M slots that the ReLU reads while the conv runs."""
         kw = {k: conv_args.pop(k) for k in ("bias", "scale", "shift", "fmt", "sparse",
                                             "palette_bits") if k in conv_args}
         placement = self.dma_kernels(core, self.kernels(weights, **kw))

@@ -207,7 +207,16 @@ def _dataset(regs, base):
     words = [regs.get(base + k, 0) for k in range(len(names))]
     f = [reg.unpack(w, strict=False) for reg, w in zip(names, words)]
     return {"addr": f[0]["addr"], "width": f[1]["width"], "height": f[1]["height"],
-            "channels": f[2]["channels"], "cstride": f[3]["stride"], "rstride": f[4]["stride"]}
+            "channels": f[2]["channels"], "slots": f[2]["slots"], "planes": f[2]["planes"],
+            "cstride": f[3]["stride"], "rstride": f[4]["stride"]}
+
+
+def _ring_planes(ds, planes):
+    """Planes ``planes`` (an array) of dataset ``ds`` as they lie in the buffer: plane ``c``
+    at ring plane ``c mod (slots * planes)`` with flow control, else at ``c``."""
+    if ds.get("slots"):
+        return planes % (ds["slots"] * max(1, ds["planes"]))
+    return planes
 
 
 def _s32(value):
@@ -244,6 +253,9 @@ class _Machine:
         self.kmem = [np.zeros(self.kernel_words, np.uint32) for _ in range(cfg.cores)]
         self.regs = _reset_registers(cfg)
         self.window = (0, 0)
+        # Flow control: what the last neural task with a flow-controlled output dataset
+        # wrote (its values [K, OH, OW] and its dataset), until a planar task reads it.
+        self.flow = None
 
     # -- memory words --------------------------------------------------------------------
 
@@ -303,8 +315,12 @@ class _Machine:
         cores = [i for i in range(self.config.cores) if mask >> i & 1]
         results = [self._core(core) for core in cores]
         code = 0
-        for writes, err in results:
+        for core, (writes, err) in zip(cores, results):
             for ds, out in writes:
+                if core != 0:
+                    ds = dict(ds, slots=0)      # flow control is core 0's only
+                elif ds["slots"]:
+                    self.flow = (out, ds)
                 self._write_dataset(ds, out)
             code = code or err
         return code
@@ -430,7 +446,7 @@ class _Machine:
     def _write_dataset(self, ds, values):
         """Write ``values`` ``[K, OH, OW]`` to dataset ``ds`` (each element at its address)."""
         k, h, w = values.shape
-        addr = (ds["addr"] + np.arange(k)[:, None, None] * ds["cstride"]
+        addr = (ds["addr"] + _ring_planes(ds, np.arange(k))[:, None, None] * ds["cstride"]
                 + np.arange(h)[None, :, None] * ds["rstride"]
                 + np.arange(w)[None, None, :]) % self.buf.size
         _store(self.buf, addr.ravel(), values.ravel().astype(np.uint16))
@@ -475,11 +491,38 @@ class _Machine:
                             f"consumes {n}: the task would never finish")
         rows = -(-n // wb)
         row = np.arange(rows)
-        addr = (ds["addr"] + (row // h)[:, None] * ds["cstride"]
+        if port != "A":
+            ds = dict(ds, slots=0)              # flow control is operand A's only
+        addr = (ds["addr"] + _ring_planes(ds, row // h)[:, None] * ds["cstride"]
                 + (row % h)[:, None] * ds["rstride"] + np.arange(wb * lanes)[None, :])
         values = self.buf[addr % self.buf.size]
+        if ds["slots"]:
+            values = self._flow_values(ds, row, values, lanes)
         values[:, w:] = 0
         return values.reshape(-1, lanes)[:n]
+
+    def _flow_values(self, ds, row, values, lanes):
+        """Rows ``row`` of a flow-controlled operand: what the producer wrote (the ring
+        slots are reused while the stream runs, so the buffer at the end does not hold them);
+        a unit the producer never writes is waited for forever."""
+        if self.flow is None:
+            raise HangError("a flow-controlled operand without a producer: the planar task "
+                            "would wait forever")
+        out, _ = self.flow
+        self.flow = None
+        k, oh, ow = out.shape
+        h = ds["height"]
+        planes = max(1, ds["planes"])
+        need = int(row[-1] // h) // planes + 1
+        if need > -(-k // planes):
+            raise HangError(f"a flow-controlled operand reads unit {need - 1}, the producer "
+                            f"writes {-(-k // planes)}: the planar task would wait forever")
+        values = values.copy()
+        c, y = row // h, row % h
+        cols = min(ow, values.shape[1])
+        inside = (c < k) & (y < oh)
+        values[inside, :cols] = out[c[inside], y[inside], :cols]
+        return values
 
     def _take_beats(self, beats):
         """Dataset ``PE_OUT`` takes result ``beats`` ``[n, lanes]``."""

@@ -4,13 +4,17 @@
 (:class:`npu_model.builder.ProgramBuilder`): convolutions (3x3, 1x1, strided, depthwise),
 fully connected layers (a convolution over the whole plane), pooling (max, average),
 elementwise additions of a skip connection, ReLU, and reductions; int8, fp16 or mixed
-arithmetic; random shapes, data, kernel encodings and task-switch flags. The input is loaded
-by the DMA, the result stored by it, so the program's final system memory holds the answer.
+arithmetic; random shapes, data, kernel encodings and task-switch flags. A ``conv_flow``
+layer is a convolution whose output is a flow-controlled ring of a random number of slots
+that a ReLU or a max pooling reads while it runs (``docs/system.md``, "Flow control"). The
+input is loaded by the DMA, the result stored by it, so the program's final system memory
+holds the answer.
 """
 
 import numpy as np
 
 from npu_model.builder import ProgramBuilder
+from npu_spec.descriptors import SWITCH_POINTS
 
 __all__ = ["int_params", "random_program"]
 
@@ -62,7 +66,7 @@ def random_program(config, layers, seed, *, fmt=None, name=None):
     names = []
     for _ in range(layers):
         c, h, w = cur.shape
-        kinds = ["conv", "conv1x1", "relu"]
+        kinds = ["conv", "conv1x1", "relu", "conv_flow"]
         if h >= 2 and w >= 2:
             kinds += ["maxpool", "avgpool", "conv_s2"]
         if skip is not None and skip.shape == cur.shape and skip is not cur:
@@ -75,8 +79,10 @@ def random_program(config, layers, seed, *, fmt=None, name=None):
         kind = kinds[int(rng.integers(len(kinds)))]
         names.append(kind)
         flags = _flags(rng)
-        if kind in ("conv", "conv1x1", "conv_s2", "fc", "depthwise"):
+        if kind in ("conv", "conv1x1", "conv_s2", "fc", "depthwise", "conv_flow"):
             k = int(rng.choice([4, 8])) if kind != "depthwise" else c
+            if kind == "conv_flow":
+                k = int(rng.choice([4, 8, 16]))
             if kind == "fc":
                 kh, kw, stride, pad = h, w, 1, 0
             elif kind == "conv1x1":
@@ -103,8 +109,19 @@ def random_program(config, layers, seed, *, fmt=None, name=None):
             placement = b.dma_kernels(0, b.kernels(wts, fmt=mac_fmt, groups=groups,
                                                    sparse=sparse, **params), **flags)
             act = "relu" if rng.random() < 0.4 else "none"
-            out = b.conv(cur, placement, stride=stride, pad=pad, act=act)
+            slots = int(rng.integers(1, 4)) if kind == "conv_flow" else 0
+            out = b.conv(cur, placement, stride=stride, pad=pad, act=act, slots=slots)
             data_fp16 = out.fmt == "fp16"
+            if slots:
+                # The consumer: the next planar task, reading the ring while the conv runs;
+                # not a switch point (a barrier) when the ring is smaller than the tensor.
+                cflags = _flags(rng)
+                if out.stored_planes < out.shape[0]:
+                    cflags = {k: v for k, v in cflags.items() if k not in SWITCH_POINTS}
+                if min(out.shape[1:]) >= 2 and rng.random() < 0.5:
+                    out = b.max_pool(out, 2, **cflags)
+                else:
+                    out = b.relu(out, **cflags)
         elif kind == "relu":
             out = b.relu(cur, **flags)
         elif kind == "maxpool":

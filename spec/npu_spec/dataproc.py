@@ -41,6 +41,8 @@ NE_CORES = BASE + 0xF00
 ADDR_BITS = 24
 #: Width of a shape field.
 SHAPE_BITS = 12
+#: Width of the flow-control fields ``slots`` and ``planes`` of ``SHAPE1``.
+FLOW_BITS = 10
 
 
 def buffer_elements(config):
@@ -58,8 +60,12 @@ def _dataset(prefix, offset):
             Field("width", SHAPE_BITS, doc="W, elements per row."),
             Field("height", SHAPE_BITS, offset=16, doc="H, rows per plane."),
         ]),
-        Register(f"{prefix}_SHAPE1", doc="Channels.", fields=[
+        Register(f"{prefix}_SHAPE1", doc="Channels and flow control.", fields=[
             Field("channels", SHAPE_BITS, doc="C, planes."),
+            Field("slots", FLOW_BITS, doc="M, slots of a flow-controlled dataset (0: no flow "
+                  "control; only on `NE0_OUT` and `PE_A`, `docs/system.md`)."),
+            Field("planes", FLOW_BITS, doc="Planes of a flow-control unit (a multiple of the "
+                  "neural engine's output-channel group)."),
         ]),
         Register(f"{prefix}_CSTRIDE", doc="Channel stride.", fields=[
             Field("stride", ADDR_BITS, doc="Elements from one plane to the next."),
@@ -71,7 +77,8 @@ def _dataset(prefix, offset):
 
 
 #: Field names of a dataset, in register order.
-DATASET_FIELDS = ("addr", "width", "height", "channels", "cstride", "rstride")
+DATASET_FIELDS = ("addr", "width", "height", "channels", "slots", "planes", "cstride",
+                  "rstride")
 
 _CORES_SHOWN = 1
 DATA_PROCESSOR = RegisterMap("DATA_PROCESSOR", base=BASE, doc=(
@@ -102,14 +109,15 @@ def pe_port_base(port):
     return BASE + PE_PORT_BASE + 8 * PE_PORTS.index(port)
 
 
-def make_dataset(addr, shape, *, cstride=None, rstride=None):
+def make_dataset(addr, shape, *, cstride=None, rstride=None, slots=0, planes=0):
     """A dataset dict for a ``(C, H, W)`` tensor at element ``addr``; strides default to a
-    dense tensor."""
+    dense tensor; ``slots`` and ``planes`` the flow control (``slots`` 0: none)."""
     c, h, w = shape
     rstride = w if rstride is None else rstride
     cstride = h * rstride if cstride is None else cstride
     return {"addr": int(addr), "width": int(w), "height": int(h), "channels": int(c),
-            "cstride": int(cstride), "rstride": int(rstride)}
+            "slots": int(slots), "planes": int(planes), "cstride": int(cstride),
+            "rstride": int(rstride)}
 
 
 def dataset_writes(base, ds):
@@ -119,7 +127,9 @@ def dataset_writes(base, ds):
     return [
         (base + 0, regs["NE0_IN_BASE"].pack(addr=ds["addr"])),
         (base + 1, regs["NE0_IN_SHAPE0"].pack(width=ds["width"], height=ds["height"])),
-        (base + 2, regs["NE0_IN_SHAPE1"].pack(channels=ds["channels"])),
+        (base + 2, regs["NE0_IN_SHAPE1"].pack(channels=ds["channels"],
+                                              slots=ds.get("slots", 0),
+                                              planes=ds.get("planes", 0))),
         (base + 3, regs["NE0_IN_CSTRIDE"].pack(stride=ds["cstride"])),
         (base + 4, regs["NE0_IN_RSTRIDE"].pack(stride=ds["rstride"])),
     ]

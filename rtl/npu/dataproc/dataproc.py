@@ -48,6 +48,7 @@ from ..neural.layouts import (
 )
 from ..planar.layouts import beat_layout
 from .buffer import Buffer
+from .flow import COUNT_BITS, FlowControl
 from .kmem import KernelMemories
 from .ne_port import NEInPort, NEOutPort
 from .pe_port import PEReader, PEWriter
@@ -217,7 +218,7 @@ class DataProcessor(wiring.Component):
         return regs
 
     @staticmethod
-    def _dataset(m, regs, prefix):
+    def _dataset(m, regs, prefix, flow=False):
         ds = Signal(DatasetLayout, name=prefix.lower())
         m.d.comb += [
             ds.addr.eq(regs.port(f"{prefix}_BASE").addr),
@@ -227,7 +228,32 @@ class DataProcessor(wiring.Component):
             ds.cstride.eq(regs.port(f"{prefix}_CSTRIDE").stride),
             ds.rstride.eq(regs.port(f"{prefix}_RSTRIDE").stride),
         ]
+        if flow:
+            m.d.comb += [ds.slots.eq(regs.port(f"{prefix}_SHAPE1").slots),
+                         ds.planes.eq(regs.port(f"{prefix}_SHAPE1").planes)]
         return ds
+
+    def _flow(self, m, ne_out):
+        """The flow control between core 0's output dataset and the planar engine's operand
+        ``A`` (``docs/system.md``, "Flow control"): started when core 0 starts a task whose
+        output dataset has ``slots`` set; unit ``u`` of the producer is unit ``u`` of the
+        consumer (window 1, stride 1, no padding); the unit counts are open-ended."""
+        m.submodules.flow = flow = FlowControl()
+        busy = self.ne_busy[0]
+        was_busy = Signal()
+        m.d.sync += was_busy.eq(busy)
+        start = Signal()
+        m.d.comb += start.eq(busy & ~was_busy & (ne_out.dataset.slots != 0))
+        top = (1 << COUNT_BITS) - 1
+        m.d.comb += [
+            flow.start.eq(start),
+            flow.params.rows.eq(top), flow.params.units.eq(top),
+            flow.params.slots.eq(ne_out.dataset.slots),
+            flow.params.kernel.eq(1), flow.params.stride.eq(1), flow.params.pad.eq(0),
+            ne_out.flow_start.eq(start), ne_out.finish.eq(~busy),
+            ne_out.may_produce.eq(flow.may_produce), flow.produce.eq(ne_out.produce),
+        ]
+        return flow
 
     def elaborate(self, platform):
         m = Module()
@@ -246,20 +272,27 @@ class DataProcessor(wiring.Component):
             m.submodules[f"ne{i}_in"] = ne_in
             m.submodules[f"ne{i}_out"] = ne_out
             m.d.comb += [ne_in.dataset.eq(self._dataset(m, regs, f"NE{i}_IN")),
-                         ne_out.dataset.eq(self._dataset(m, regs, f"NE{i}_OUT"))]
+                         ne_out.dataset.eq(self._dataset(m, regs, f"NE{i}_OUT",
+                                                         flow=i == 0))]
             core = self.ne[i]
             wiring.connect(m, wiring.flipped(core.row_req), ne_in.row_req)
             wiring.connect(m, ne_in.row_data, wiring.flipped(core.row_data))
             wiring.connect(m, wiring.flipped(core.out), ne_out.out)
             wiring.connect(m, ne_in.buf, buf.read_port(i))
             wiring.connect(m, ne_out.buf, buf.write_port(i))
+            if i == 0:
+                flow = self._flow(m, ne_out)
 
         # The planar engine's operand readers and result writer.
         for k, name in enumerate(PE_PORTS[:3]):
             reader = PEReader(L, n, depth=self._depth)
             m.submodules[f"pe_{name.lower()}"] = reader
-            m.d.comb += [reader.dataset.eq(self._dataset(m, regs, f"PE_{name}")),
+            m.d.comb += [reader.dataset.eq(self._dataset(m, regs, f"PE_{name}",
+                                                         flow=name == "A")),
                          reader.start.eq(self.pe_start), reader.stop.eq(self.pe_done)]
+            if name == "A":
+                m.d.comb += [reader.may_consume.eq(flow.may_consume),
+                             flow.consume.eq(reader.consume)]
             wiring.connect(m, reader.buf, buf.read_port(cores + k))
             wiring.connect(m, reader.out, wiring.flipped(getattr(self, f"pe_{name.lower()}")))
         m.submodules.pe_writer = writer = PEWriter(L, n)

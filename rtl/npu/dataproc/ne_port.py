@@ -1,10 +1,10 @@
 """A neural engine core's ports on the buffer: its input rows and its output row writes."""
 
-from amaranth.hdl import Cat, Module, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from npu_spec.dataproc import ADDR_BITS
+from npu_spec.dataproc import ADDR_BITS, FLOW_BITS, SHAPE_BITS
 
 from ..neural.layouts import row_data_layout, row_request_layout, row_write_layout
 from .ports import BufferReadSignature, DatasetLayout, buffer_write_layout, wrap_address
@@ -122,6 +122,13 @@ class NEOutPort(wiring.Component):
     elements : int
         Elements of the buffer.
 
+    With flow control (the dataset's ``slots`` M nonzero, ``docs/system.md``, "Flow
+    control") the output channels come in units of ``planes`` P (the core writes them in
+    order, a multiple of its output-channel group at a time): unit ``u`` goes into ring planes
+    ``(u mod M) * P ..``, that is channel ``oc`` to plane ``oc mod (M * P)``. The first write
+    of a unit waits for ``may_produce``; a unit is complete (``produce``) when a write of a
+    later unit arrives, or at ``finish``, once its last write is in the buffer.
+
     Members
     -------
     dataset : In(DatasetLayout)
@@ -130,6 +137,14 @@ class NEOutPort(wiring.Component):
         The core's row writes.
     buf : Out(stream.Signature(buffer_write_layout(lanes)))
         The buffer write port.
+    flow_start : In(1)
+        The core starts a task with flow control: the first unit is next, in slot 0.
+    finish : In(1)
+        The core's task has ended (level): the open unit is complete once written.
+    may_produce : In(1)
+        The next unit's slot is free (``FlowControl.may_produce``).
+    produce : Out(1)
+        A unit is complete (``FlowControl.produce``).
     """
 
     def __init__(self, macs, lanes, elements):
@@ -139,9 +154,13 @@ class NEOutPort(wiring.Component):
         self._lanes = lanes
         self._elements = elements
         super().__init__({
-            "dataset": In(DatasetLayout),
-            "out":     In(stream.Signature(row_write_layout(macs))),
-            "buf":     Out(stream.Signature(buffer_write_layout(lanes))),
+            "dataset":     In(DatasetLayout),
+            "out":         In(stream.Signature(row_write_layout(macs))),
+            "buf":         Out(stream.Signature(buffer_write_layout(lanes))),
+            "flow_start":  In(1),
+            "finish":      In(1),
+            "may_produce": In(1),
+            "produce":     Out(1),
         })
 
     def elaborate(self, platform):
@@ -168,14 +187,47 @@ class NEOutPort(wiring.Component):
         ]
         done_part = (self.buf.valid & self.buf.ready) | (held & ~part_mask.any())
         last_part = done_part & (part == parts - 1)
-        m.d.comb += self.out.ready.eq(~held | last_part)
+        take = self._flow(m, held)
+        m.d.comb += self.out.ready.eq((~held | last_part) & take)
         with m.If(done_part):
             m.d.sync += part.eq(part + 1)
         with m.If(last_part):
             m.d.sync += [held.eq(0), part.eq(0)]
         addr = Signal(SUM_BITS)
-        m.d.comb += addr.eq(ds.addr + row.oc * ds.cstride + row.y * ds.rstride + row.x)
+        m.d.comb += addr.eq(ds.addr + self._plane * ds.cstride + row.y * ds.rstride + row.x)
         with m.If(self.out.valid & self.out.ready):
             m.d.sync += [held.eq(1), h_addr.eq(wrap_address(addr, self._elements)),
                          h_values.eq(row.values), h_mask.eq(row.mask)]
         return m
+
+    def _flow(self, m, held):
+        """The flow-control units of the row writes; returns whether the write offered may be
+        taken, and sets ``self._plane``, the plane the write goes to."""
+        ds = self.dataset
+        oc = self.out.payload.oc
+        flow = Signal()
+        active = Signal()            # a task with flow control runs: units to close
+        opened = Signal()            # the current unit's slot was granted
+        first = Signal(SHAPE_BITS)   # first channel of the current unit
+        slot = Signal(FLOW_BITS)
+        ring = Signal(2 * FLOW_BITS)  # ring plane of `first`
+        beyond = Signal()
+        m.d.comb += [flow.eq(ds.slots != 0), beyond.eq(oc >= first + ds.planes)]
+        self._plane = Signal(SHAPE_BITS + 2 * FLOW_BITS)
+        m.d.comb += self._plane.eq(Mux(flow, ring + (oc - first), oc))
+        close = Signal()
+        m.d.comb += close.eq(flow & active & opened & ~held
+                             & ((self.out.valid & beyond) | self.finish))
+        m.d.comb += self.produce.eq(close)
+        with m.If(self.flow_start):
+            m.d.sync += [active.eq(1), opened.eq(0), first.eq(0), slot.eq(0), ring.eq(0)]
+        with m.Elif(close):
+            wrap = slot + 1 == ds.slots
+            m.d.sync += [opened.eq(0), first.eq(first + ds.planes),
+                         slot.eq(Mux(wrap, 0, slot + 1)),
+                         ring.eq(Mux(wrap, 0, ring + ds.planes))]
+            with m.If(self.finish):
+                m.d.sync += active.eq(0)
+        with m.Elif(flow & active & ~opened & self.out.valid & ~beyond & self.may_produce):
+            m.d.sync += opened.eq(1)
+        return ~flow | (opened & ~beyond)

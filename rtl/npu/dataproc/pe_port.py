@@ -10,7 +10,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from npu_spec.dataproc import ADDR_BITS, SHAPE_BITS
+from npu_spec.dataproc import ADDR_BITS, FLOW_BITS, SHAPE_BITS
 
 from ..planar.layouts import beat_layout
 from .ports import BufferReadSignature, DatasetLayout, buffer_write_layout, wrap_address
@@ -45,6 +45,10 @@ class DatasetWalk(wiring.Component):
     empty : Out(1)
         The dataset sampled has no beats (``C``, ``H`` or ``W`` is 0); combinational from
         ``dataset``.
+    unit_last : Out(1)
+        With flow control (``slots`` M nonzero): the beat is the last of a unit of
+        ``planes`` planes (or the dataset's last). Plane ``c`` is then ring plane ``c mod
+        (M * planes)``: the walk returns to the base after the ring's last plane.
     """
 
     def __init__(self, lanes, elements):
@@ -56,14 +60,17 @@ class DatasetWalk(wiring.Component):
             "advance":  In(1),
             "addr":     Out(ADDR_BITS),
             "lanes_in": Out(range(lanes + 1)),
-            "last":     Out(1),
-            "empty":    Out(1),
+            "last":      Out(1),
+            "empty":     Out(1),
+            "unit_last": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         L = self._lanes
         ds = Signal(DatasetLayout)
+        in_unit = Signal(FLOW_BITS)      # plane within its flow-control unit
+        slot = Signal(FLOW_BITS)         # slot of the plane's unit
         c = Signal(SHAPE_BITS)
         y = Signal(SHAPE_BITS)
         col = Signal(SHAPE_BITS + exact_log2(L) + 1)      # k * L
@@ -80,12 +87,14 @@ class DatasetWalk(wiring.Component):
         row_end = col + L >= ds.width
         plane_end = row_end & (y == ds.height - 1)
         m.d.comb += self.last.eq(plane_end & (c == ds.channels - 1))
+        unit_end = in_unit + 1 == ds.planes
+        m.d.comb += self.unit_last.eq(plane_end & (unit_end | (c == ds.channels - 1)))
 
         wrap = self._elements
         with m.If(self.start):
             base = wrap_address(self.dataset.addr, wrap)
             m.d.sync += [ds.eq(self.dataset), c.eq(0), y.eq(0), col.eq(0), row.eq(base),
-                         plane.eq(base)]
+                         plane.eq(base), in_unit.eq(0), slot.eq(0)]
         with m.Elif(self.advance):
             with m.If(~row_end):
                 m.d.sync += col.eq(col + L)
@@ -93,8 +102,15 @@ class DatasetWalk(wiring.Component):
                 m.d.sync += [col.eq(0), y.eq(y + 1),
                              row.eq(wrap_address(row + ds.rstride, wrap))]
             with m.Else():
-                nxt = wrap_address(plane + ds.cstride, wrap)
-                m.d.sync += [col.eq(0), y.eq(0), c.eq(c + 1), row.eq(nxt), plane.eq(nxt)]
+                nxt = Signal(ADDR_BITS)
+                m.d.comb += nxt.eq(wrap_address(plane + ds.cstride, wrap))
+                ring_end = (ds.slots != 0) & unit_end & (slot + 1 == ds.slots)
+                with m.If(ring_end):
+                    m.d.comb += nxt.eq(wrap_address(ds.addr, wrap))
+                m.d.sync += [col.eq(0), y.eq(0), c.eq(c + 1), row.eq(nxt), plane.eq(nxt),
+                             in_unit.eq(Mux(unit_end, 0, in_unit + 1))]
+                with m.If(unit_end):
+                    m.d.sync += slot.eq(Mux(slot + 1 == ds.slots, 0, slot + 1))
         return m
 
 
@@ -116,6 +132,11 @@ class PEReader(wiring.Component):
     depth : int
         Runs in flight (the buffer port's response queue depth).
 
+    With flow control (the dataset's ``slots`` nonzero; ``docs/system.md``, "Flow control")
+    the beats come in units of ``planes`` planes: the first request of a unit waits until
+    the previous unit's last run has come back (``consume``) and ``may_consume`` says the
+    unit is written.
+
     Members
     -------
     dataset : In(DatasetLayout)
@@ -125,6 +146,10 @@ class PEReader(wiring.Component):
         The buffer read port.
     out : Out(stream.Signature(beat_layout(lanes)))
         The operand stream.
+    may_consume : In(1)
+        The next unit may be read (``FlowControl.may_consume``).
+    consume : Out(1)
+        A unit has been read (``FlowControl.consume``).
     """
 
     def __init__(self, lanes, elements, *, depth=4):
@@ -137,27 +162,46 @@ class PEReader(wiring.Component):
             "stop":    In(1),
             "buf":     Out(BufferReadSignature(lanes)),
             "out":     Out(stream.Signature(beat_layout(lanes))),
+            "may_consume": In(1),
+            "consume":     Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         L = self._lanes
         m.submodules.walk = walk = DatasetWalk(L, self._elements)
-        m.submodules.meta = meta = fifo.SyncFIFO(width=len(walk.lanes_in), depth=self._depth)
+        m.submodules.meta = meta = fifo.SyncFIFO(width=len(walk.lanes_in) + 1,
+                                                 depth=self._depth)
         running = Signal()
         drop = Signal()           # runs of a stopped stream are still coming back
+
+        # Flow control: a unit's requests start once it is written and the previous one
+        # read.
+        flow = Signal()
+        opened = Signal()
+        pending = Signal()        # the last run of a unit is on its way back
+        unit_end = Signal()
 
         # Requests: one per beat while running.
         req = self.buf.req
         issue = Signal()
         m.d.comb += [
             walk.dataset.eq(self.dataset), walk.start.eq(self.start),
-            req.valid.eq(running & ~drop & meta.w_rdy),
+            req.valid.eq(running & ~drop & meta.w_rdy & (~flow | opened)),
             req.payload.addr.eq(walk.addr),
             issue.eq(req.valid & req.ready),
             walk.advance.eq(issue),
-            meta.w_en.eq(issue), meta.w_data.eq(walk.lanes_in),
+            meta.w_en.eq(issue),
+            meta.w_data.eq(Cat(walk.lanes_in, flow & walk.unit_last)),
         ]
+        with m.If(self.start):
+            m.d.sync += [flow.eq(self.dataset.slots != 0), opened.eq(0), pending.eq(0)]
+        with m.Elif(issue & flow & walk.unit_last):
+            m.d.sync += [opened.eq(0), pending.eq(1)]
+        with m.Elif(running & ~drop & flow & ~opened & ~pending & self.may_consume):
+            m.d.sync += opened.eq(1)
+        with m.If(self.consume):
+            m.d.sync += pending.eq(0)
         with m.If(self.start):
             m.d.sync += running.eq(~walk.empty)
         with m.Elif(self.stop | (issue & walk.last)):
@@ -173,7 +217,8 @@ class PEReader(wiring.Component):
             meta.r_en.eq(taken),
         ]
         inside = Signal(range(L + 1))
-        m.d.comb += inside.eq(meta.r_data)
+        m.d.comb += [inside.eq(meta.r_data), unit_end.eq(meta.r_data[-1]),
+                     self.consume.eq(taken & unit_end)]
         m.d.comb += [self.out.payload.data[j].eq(Mux(j < inside, resp.payload.data[j], 0))
                      for j in range(L)]
         outstanding = Signal(range(2 * self._depth + 1))

@@ -9,7 +9,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from npu_spec.dataproc import ADDR_BITS, SHAPE_BITS
+from npu_spec.dataproc import ADDR_BITS, FLOW_BITS, SHAPE_BITS
 
 __all__ = [
     "ELEMENT_BITS", "KMEM_ADDR_BITS", "BufferReadSignature", "DatasetLayout",
@@ -63,10 +63,11 @@ KernelWriteLayout = data.StructLayout({"core": 6, "addr": KMEM_ADDR_BITS, "data"
 
 
 #: A dataset as the ports read it from the register file: ``(C, H, W)`` at element ``addr``,
-#: element ``(c, y, x)`` at ``addr + c * cstride + y * rstride + x`` (``npu_spec.dataproc``).
+#: element ``(c, y, x)`` at ``addr + c * cstride + y * rstride + x`` (``npu_spec.dataproc``);
+#: with flow control (``slots`` M > 0) plane ``c`` is at ring plane ``c mod (M * planes)``.
 DatasetLayout = data.StructLayout({
     "addr": ADDR_BITS, "width": SHAPE_BITS, "height": SHAPE_BITS, "channels": SHAPE_BITS,
-    "cstride": ADDR_BITS, "rstride": ADDR_BITS,
+    "cstride": ADDR_BITS, "rstride": ADDR_BITS, "slots": FLOW_BITS, "planes": FLOW_BITS,
 })
 
 
