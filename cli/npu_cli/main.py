@@ -43,8 +43,18 @@ def _npu_info(config):
 
 
 def _mac_array(config):
-    from npu.neural.mac import MacArray
-    return MacArray(config)
+    from npu.neural.mac import build_mac_array
+    return build_mac_array(config)
+
+
+def _mac_array_ecp5(config):
+    from npu.neural.mac_ecp5 import MacArrayECP5
+    return MacArrayECP5(config.replace(mac_impl="ecp5"))
+
+
+def _mac_lane_ecp5(config):
+    from npu.neural.mac_ecp5 import MacLaneECP5
+    return MacLaneECP5(config.replace(mac_impl="ecp5"))
 
 
 def _mac_unit(config):
@@ -59,7 +69,8 @@ def _fp32_add(config):
 
 #: Blocks of ``npu generate`` and ``npu synth`` defined here; the command modules add theirs.
 BLOCKS = {"top": _top, "mac_array": _mac_array, "mac_unit": _mac_unit, "fp32_add": _fp32_add,
-          "npu_info": _npu_info}
+          "npu_info": _npu_info, "mac_array_ecp5": _mac_array_ecp5,
+          "mac_lane_ecp5": _mac_lane_ecp5}
 
 
 def _all_blocks():

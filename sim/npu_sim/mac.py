@@ -170,11 +170,11 @@ def run_amaranth(config, program, *, seed=0, stall=0.3, vcd=None):
 
     Returns ``(results, cycles)``: decoded result beats and the cycles until the last one.
     """
-    from npu.neural.mac import MacArray
+    from npu.neural.mac import build_mac_array
 
     from .streams import run_simulation, seeded_rng, stream_get, stream_put
 
-    dut = MacArray(config)
+    dut = build_mac_array(config, primitive=False)
     cmd_layout = dut.cmd.payload.shape()
     res_layout = dut.res.payload.shape()
     words = command_words(cmd_layout, program)
@@ -219,17 +219,23 @@ def compare_results(expected, actual, limit=10):
 
 
 def run_verilator(config, program, *, seed=0, stall=0.3, progress=None):
-    """Run ``program`` through :class:`npu.neural.mac.MacArray` compiled with Verilator.
+    """Run ``program`` through the MAC array of ``config`` compiled with Verilator (the ECP5
+    array with its ``MULT18X18D`` instances and :mod:`npu_sim.ecp5_cells`' model of them).
 
     Returns ``(results, stats)`` with ``stats`` = dict(cycles, sent, active).
     """
-    from npu.neural.mac import MacArray
+    from npu.neural.mac import build_mac_array
 
     from .verilator import StreamBench
 
-    dut = MacArray(config)
+    # The ECP5 array instantiates MULT18X18D: the netlist runs with the cell's model.
+    dut = build_mac_array(config)
+    extra = None
+    if config.mac_impl == "ecp5":
+        from .ecp5_cells import MULT18X18D_MODEL
+        extra = lambda: MULT18X18D_MODEL  # noqa: E731
     bench = StreamBench(dut, in_name="cmd", out_name="res", active_name="active",
-                        progress=progress, key=("mac_array", config))
+                        progress=progress, key=("mac_array", config), extra_verilog=extra)
     words = command_words(dut.cmd.payload.shape(), program)
     expected = int(np.count_nonzero(program["last"]))
     outs, stats = bench.run(words, expected, stall=stall, seed=seed)

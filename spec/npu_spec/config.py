@@ -6,8 +6,12 @@ the RTL can all read the same configuration.
 
 from dataclasses import dataclass, field, fields, replace
 
-__all__ = ["FORMATS", "NPUConfig", "PRESETS", "preset"]
+__all__ = ["FORMATS", "MAC_IMPLS", "NPUConfig", "PRESETS", "preset"]
 
+
+#: MAC datapaths (``NPUConfig.mac_impl``): the generic one, and the ones built from a device's
+#: DSP primitives.
+MAC_IMPLS = ("generic", "ice40", "ecp5")
 
 #: Number formats a configuration may include. ``mixed`` is int8 x binary16 (either side) and
 #: needs both ``int8`` and ``fp16``.
@@ -55,6 +59,10 @@ class NPUConfig:
     acc_memory : str
         How accumulator slots are stored: ``"logic"`` (flip-flops or LUT RAM, the synthesis
         tool's choice) or ``"block"`` (block RAM, for FPGAs short of logic such as the iCE40).
+    mac_impl : str
+        MAC datapath, one of :data:`MAC_IMPLS`: ``"generic"`` (inferred arithmetic, the
+        reference for the Amaranth simulator) or a datapath that instantiates a device's DSP
+        primitives (``"ecp5"``: registered ``MULT18X18D``, ``docs/mac.md``).
     target : str
         What the preset is sized for (documentation only).
     """
@@ -72,6 +80,7 @@ class NPUConfig:
     mem_kib: int = 256
     kernel_kib: int = 16
     acc_memory: str = "logic"
+    mac_impl: str = "generic"
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -95,6 +104,9 @@ class NPUConfig:
         if self.acc_memory not in ("logic", "block"):
             raise ValueError(f"NPUConfig.acc_memory must be 'logic' or 'block', "
                              f"not {self.acc_memory!r}")
+        if self.mac_impl not in MAC_IMPLS:
+            raise ValueError(f"NPUConfig.mac_impl must be one of {', '.join(MAC_IMPLS)}, "
+                             f"not {self.mac_impl!r}")
         if self.macs % 2:
             raise ValueError(f"NPUConfig.macs must be even (dual-kernel mode pairs lanes), "
                              f"not {self.macs!r}")

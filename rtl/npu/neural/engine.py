@@ -40,7 +40,7 @@ from .layouts import (
     row_write_layout,
 )
 from .loader import Loader
-from .mac import MacArray
+from .mac import build_mac_array
 from .postproc import PostProcessor
 from .replay import ParamReplay
 from .sequencer import Sequencer
@@ -169,7 +169,7 @@ class NeuralEngine(wiring.Component):
                                                     self.buffer_rows)
         dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values)
         dp.submodules.sequencer = seq = Sequencer(cfg, self.row_values, self.buffer_rows)
-        dp.submodules.mac = mac = MacArray(cfg)
+        dp.submodules.mac = mac = build_mac_array(cfg)
         # The slots of a work unit finish on consecutive commands and the post-processor takes
         # macs / post_lanes cycles per result: a queue of one result per slot absorbs the
         # burst, so the MAC array never waits for the post-processor.

@@ -17,7 +17,7 @@ from npu_spec.config import NPUConfig
 from ..lib.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 
-__all__ = ["MacUnit", "MacArray", "format_supported", "pipeline_stages"]
+__all__ = ["MacUnit", "MacArray", "build_mac_array", "format_supported", "pipeline_stages"]
 
 
 def _control_layout(slots):
@@ -400,3 +400,13 @@ class MacArray(wiring.Component):
             shadows.append((valid, slot))
             prev_valid, prev_slot = valid, slot
         return shadows
+
+
+def build_mac_array(config, *, primitive=True):
+    """The MAC array of ``config.mac_impl``: :class:`MacArray`, or the ECP5 array
+    (:class:`npu.neural.mac_ecp5.MacArrayECP5`; ``primitive=False`` gives its behavioural
+    twin for the Amaranth simulator)."""
+    if config.mac_impl == "ecp5":
+        from .mac_ecp5 import MacArrayECP5
+        return MacArrayECP5(config, primitive=primitive)
+    return MacArray(config)

@@ -1,0 +1,321 @@
+"""The MAC array for the ECP5: registered ``MULT18X18D`` products, a pipeline that never stalls.
+
+:class:`MacArrayECP5` has the contract of :class:`npu.neural.mac.MacArray` (the same ports,
+command and result formats, latency, read-after-write interlock, error and ``active`` outputs,
+bit for bit the same results; ``docs/mac.md``), built differently:
+
+* **Registered multiplier.** Each lane's significand product comes from a
+  :class:`~npu.lib.ecp5_dsp.Mult18x18D` with its input and output registers enabled: the
+  decoded significands go straight into the cell's input registers (stage S1) and the product
+  leaves its output register (stage S2), so the stages and the latency are those of the generic
+  lane, but nextpnr times the multiplier as registered.
+* **No stall.** Every lane register advances in every cycle: there is no clock enable at all.
+  Results enter an output queue of :attr:`MacArrayECP5.queue_depth` entries, and a command with
+  ``last`` is accepted only against a free entry (a credit), counted from its acceptance until
+  its result leaves the queue. The queue therefore never overflows, and a consumer that stops
+  taking results stops only the commands that would produce more of them. A queue of
+  ``latency + 1`` entries or more keeps the array at one command per cycle while the consumer
+  keeps up.
+
+``primitive=False`` builds the behavioural twin of the multiplier for the Amaranth simulator;
+everything else is the same circuit.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from npu_spec.config import NPUConfig
+
+from ..lib.ecp5_dsp import Mult18x18D
+from ..lib.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
+from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
+from .mac import MacUnit, format_supported, pipeline_stages
+
+__all__ = ["MacLaneECP5", "MacArrayECP5"]
+
+
+def _control_layout(slots):
+    return data.StructLayout({
+        "valid": 1,
+        "kill":  1,
+        "op":    MacOp,
+        "fmt":   MacFormat,
+        "slot":  slot_shape(slots),
+        "first": 1,
+        "last":  1,
+    })
+
+
+class MacLaneECP5(wiring.Component):
+    """One float-capable MAC lane without a clock enable, its product from a ``MULT18X18D``.
+
+    The stages are those of the generic float-capable unit (``docs/mac.md``): S0 operand
+    registers, S1 decode (into the multiplier's input registers), S2 the multiplier's output
+    register, S3 product to binary32 and slot read, S4-S6 the binary32 adder, S7 round, pack and
+    slot write. ``result`` and ``out`` are the value and the control of the command leaving S7
+    (combinational: the array writes them into its output queue).
+
+    Members
+    -------
+    valid, kill, op, fmt, slot, first, last, bias : In
+        The command entering S0 (``valid`` high if there is one).
+    a, b : In(16)
+        Data and coefficient operands.
+    result : Out(32)
+        Slot value after the command leaving S7 (zero for a killed command).
+    out : Out(control layout)
+        Control of that command.
+    """
+
+    def __init__(self, config, *, primitive=True):
+        if not isinstance(config, NPUConfig):
+            raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        if not config.has_float:
+            raise ValueError(f"the ECP5 MAC lane needs a float format; the int8-only build "
+                             f"{config.formats!r} uses the generic MAC array")
+        self._config = config
+        self._primitive = primitive
+        super().__init__({
+            "valid":  In(1),
+            "kill":   In(1),
+            "op":     In(MacOp),
+            "fmt":    In(MacFormat),
+            "slot":   In(slot_shape(config.acc_slots)),
+            "first":  In(1),
+            "last":   In(1),
+            "bias":   In(32),
+            "a":      In(16),
+            "b":      In(16),
+            "result": Out(32),
+            "out":    Out(_control_layout(config.acc_slots)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        read_stage, write_stage, _ = pipeline_stages(cfg)
+
+        # Control travels with the data; every register advances in every cycle.
+        ctl = [Signal(_control_layout(cfg.acc_slots), name=f"ctl{i}")
+               for i in range(write_stage + 1)]
+        m.d.sync += ctl[0].eq(Cat(self.valid, self.kill, self.op, self.fmt, self.slot,
+                                  self.first, self.last))
+        m.d.sync += [ctl[i].eq(ctl[i - 1]) for i in range(1, write_stage + 1)]
+
+        # S0: operand registers.
+        a0 = Signal(16)
+        b0 = Signal(16)
+        bias = [Signal(32, name=f"bias{i}") for i in range(read_stage + 1)]
+        m.d.sync += [a0.eq(self.a), b0.eq(self.b), bias[0].eq(self.bias)]
+        m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, read_stage + 1)]
+
+        # Accumulator slots: read as a command enters S3, written as it leaves S7.
+        m.submodules.acc = acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
+        acc_wr = acc.write_port()
+        acc_rd = acc.read_port(transparent_for=(acc_wr,))
+        last_ctl = ctl[write_stage - 1]
+        final = Signal(32)
+        m.d.comb += [
+            acc_rd.addr.eq(ctl[read_stage - 1].slot),
+            acc_wr.addr.eq(last_ctl.slot),
+            acc_wr.data.eq(final),
+            acc_wr.en.eq(last_ctl.valid & ~last_ctl.kill),
+            self.result.eq(Mux(last_ctl.kill, 0, final)),
+            self.out.eq(last_ctl),
+        ]
+        addend = Signal(32)
+        m.d.comb += addend.eq(Mux(ctl[read_stage].first, bias[read_stage], acc_rd.data))
+
+        # S1: decode both operands; the significands go into the multiplier's input registers.
+        fmt0 = ctl[0].fmt
+        a_is_int = (fmt0 == MacFormat.INT8) | (fmt0 == MacFormat.I8F16)
+        b_is_int = (fmt0 == MacFormat.INT8) | (fmt0 == MacFormat.F16I8)
+        if not cfg.has_mixed:
+            a_is_int = b_is_int = fmt0 == MacFormat.INT8
+        if not cfg.has_int8:
+            a_is_int = b_is_int = 0
+        dec_a = decode_operand(m, a0, a_is_int, name="dec_a")
+        dec_b = decode_operand(m, b0, b_is_int, name="dec_b")
+        m.submodules.mult = mult = Mult18x18D(primitive=self._primitive)
+        m.d.comb += [mult.a.eq(dec_a.sig), mult.b.eq(dec_b.sig)]
+        da = Signal(Operand)
+        db = Signal(Operand)
+        a_zero1 = Signal()
+        b_zero1 = Signal()
+        m.d.sync += [
+            da.eq(dec_a), db.eq(dec_b),
+            a_zero1.eq(~dec_a.inf & ~dec_a.nan & (dec_a.sig == 0)),
+            b_zero1.eq(~dec_b.inf & ~dec_b.nan & (dec_b.sig == 0)),
+        ]
+
+        # S2: the product leaves the multiplier's output register; its class beside it.
+        psig = mult.p[:22]
+        pexp = Signal(signed(7))
+        psign = Signal()
+        pinf = Signal()
+        pnan = Signal()
+        m.d.sync += [
+            pexp.eq(da.exp + db.exp),
+            psign.eq(da.sign ^ db.sign),
+            pinf.eq(da.inf | db.inf),
+            pnan.eq(da.nan | db.nan | (da.inf & b_zero1) | (db.inf & a_zero1)),
+        ]
+
+        # S3: the exact product as binary32 bits, or as int32 for INT8 commands.
+        pf32 = product_to_f32(m, psign, psig, pexp, pinf, pnan, name="pf32")
+        pint = Mux(psign, -psig, psig).as_signed()
+        p3 = Signal(32)
+        m.d.sync += p3.eq(Mux(ctl[2].fmt == MacFormat.INT8, pint, pf32))
+
+        # S4-S6: the binary32 adder (always advancing); int32 results wait alongside.
+        m.submodules.fadd = fadd = FP32AddPipe()
+        m.d.comb += [fadd.en.eq(1), fadd.a.eq(addend), fadd.b.eq(p3),
+                     fadd.op.eq(ctl[read_stage].op)]
+        idelay = MacUnit._int_op(m, ctl[read_stage].op, addend, p3)
+        for i in range(FP32AddPipe.LATENCY):
+            stage = Signal(32, name=f"ires{read_stage + 1 + i}")
+            m.d.sync += stage.eq(idelay)
+            idelay = stage
+        m.d.comb += final.eq(Mux(last_ctl.fmt == MacFormat.INT8, idelay, fadd.result))
+        return m
+
+
+class MacArrayECP5(wiring.Component):
+    """``config.macs`` ECP5 MAC lanes on one command stream, with a credit-counted result queue.
+
+    Same members and contract as :class:`npu.neural.mac.MacArray` (``docs/mac.md``); see the
+    module documentation for what differs inside.
+
+    Parameters
+    ----------
+    config : NPUConfig
+        Needs a float format (``fp16`` or ``mixed``).
+    primitive : bool
+        Instantiate ``MULT18X18D`` (``True``) or use its behavioural twin (``False``, for the
+        Amaranth simulator).
+    queue_depth : int, optional
+        Result queue entries; ``latency + 1`` rounded up to a power of two by default (16).
+    """
+
+    def __init__(self, config, *, primitive=True, queue_depth=None):
+        if not isinstance(config, NPUConfig):
+            raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        if not config.has_float:
+            raise ValueError(f"the ECP5 MAC array needs a float format; the int8-only build "
+                             f"{config.formats!r} uses the generic MAC array")
+        self._config = config
+        self._primitive = primitive
+        if queue_depth is None:
+            queue_depth = 1 << self.latency.bit_length()
+        if not isinstance(queue_depth, int) or queue_depth < 1:
+            raise ValueError(f"queue_depth must be a positive integer, not {queue_depth!r}")
+        self._queue_depth = queue_depth
+        super().__init__({
+            "cmd": In(stream.Signature(mac_command_layout(config.macs, config.acc_slots))),
+            "res": Out(stream.Signature(mac_result_layout(config.macs, config.acc_slots))),
+            "error": Out(1),
+            "error_clear": In(1),
+            "active": Out(1),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def latency(self):
+        """Cycles from a command's handshake to its result being valid (consumer ready)."""
+        return pipeline_stages(self._config)[1] + 1
+
+    @property
+    def queue_depth(self):
+        return self._queue_depth
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        _, _, hazard_stages = pipeline_stages(cfg)
+        cmd = self.cmd.payload
+
+        lanes = [MacLaneECP5(cfg, primitive=self._primitive) for _ in range(cfg.macs)]
+        for i, lane in enumerate(lanes):
+            m.submodules[f"mac{i}"] = lane
+
+        # Result queue: written as a command with `last` leaves the lanes.
+        res_layout = mac_result_layout(cfg.macs, cfg.acc_slots)
+        m.submodules.queue = queue = fifo.SyncFIFO(width=res_layout.size,
+                                                   depth=self._queue_depth)
+        out_ctl = lanes[0].out
+        entry = Signal(res_layout)
+        m.d.comb += [
+            entry.fmt.eq(out_ctl.fmt),
+            entry.slot.eq(out_ctl.slot),
+            queue.w_data.eq(entry),
+            queue.w_en.eq(out_ctl.valid & out_ctl.last),
+            self.res.valid.eq(queue.r_rdy),
+            self.res.payload.eq(queue.r_data),
+            queue.r_en.eq(self.res.ready),
+        ]
+        for i, lane in enumerate(lanes):
+            m.d.comb += entry.acc[i].eq(lane.result)
+
+        # Credits: entries reserved by accepted commands with `last` until their result leaves
+        # the queue. `credit` (a free entry exists) is a register, so `ready` stays short.
+        reserved = Signal(range(self._queue_depth + 1))
+        credit = Signal(init=1)
+        accept = Signal()
+        take = Signal()
+        pop = Signal()
+        m.d.comb += [take.eq(accept & cmd.last), pop.eq(self.res.valid & self.res.ready)]
+        next_reserved = Signal.like(reserved)
+        m.d.comb += next_reserved.eq(reserved + take - pop)
+        m.d.sync += [reserved.eq(next_reserved),
+                     credit.eq(next_reserved < self._queue_depth)]
+
+        # Read-after-write interlock, as in the generic array: a registered per-slot `busy`
+        # mask of the slots written by commands in the first `hazard` stages.
+        hazard = Signal()
+        if hazard_stages:
+            window = [(accept, cmd.slot)]
+            prev_valid, prev_slot = accept, cmd.slot
+            for i in range(hazard_stages - 1):
+                valid = Signal(name=f"hz_valid{i}")
+                slot = Signal(slot_shape(cfg.acc_slots), name=f"hz_slot{i}")
+                m.d.sync += [valid.eq(prev_valid), slot.eq(prev_slot)]
+                window.append((valid, slot))
+                prev_valid, prev_slot = valid, slot
+            busy = Signal(cfg.acc_slots)
+            next_busy = 0
+            for valid, slot in window:
+                next_busy = next_busy | Mux(valid, 1 << slot, 0)
+            m.d.sync += busy.eq(next_busy)
+            m.d.comb += hazard.eq(busy.bit_select(cmd.slot, 1) & ~cmd.first)
+
+        supported = format_supported(m, cfg, cmd.fmt)
+        m.d.comb += [
+            self.cmd.ready.eq(~hazard & (credit | ~cmd.last)),
+            accept.eq(self.cmd.valid & self.cmd.ready),
+            self.active.eq(accept),
+        ]
+        with m.If(self.error_clear):
+            m.d.sync += self.error.eq(0)
+        with m.If(accept & ~supported):
+            m.d.sync += self.error.eq(1)
+
+        # Operand routing: broadcast coefficient, or the even/odd dual-kernel pairing.
+        for i, lane in enumerate(lanes):
+            m.d.comb += [
+                lane.valid.eq(accept),
+                lane.kill.eq(~supported),
+                lane.op.eq(cmd.op),
+                lane.fmt.eq(cmd.fmt),
+                lane.slot.eq(cmd.slot),
+                lane.first.eq(cmd.first),
+                lane.last.eq(cmd.last),
+                lane.bias.eq(cmd.bias),
+                lane.a.eq(Mux(cmd.dual, cmd.data[i // 2], cmd.data[i])),
+                lane.b.eq(Mux(cmd.dual & (i % 2 == 1), cmd.coef[1], cmd.coef[0])),
+            ]
+        return m
