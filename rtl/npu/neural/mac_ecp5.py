@@ -29,11 +29,23 @@ from amaranth.lib.wiring import In, Out
 from npu_spec.config import NPUConfig
 
 from ..lib.ecp5_dsp import Mult18x18D
-from ..lib.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
+from ..lib.fp32 import Operand, decode_operand, product_to_f32
+from ..lib.fp32_deep import FP32AddDeep
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
-from .mac import MacUnit, format_supported, pipeline_stages
+from .mac import MacUnit, format_supported
 
-__all__ = ["MacLaneECP5", "MacArrayECP5"]
+__all__ = ["MacLaneECP5", "MacArrayECP5", "ecp5_stages"]
+
+
+def ecp5_stages():
+    """``(read_stage, write_stage, hazard)`` of the ECP5 lane, as
+    :func:`npu.neural.mac.pipeline_stages` gives them for the generic one: the accumulator
+    input is registered in S3, the six-stage adder fills S4-S9, the slot is written as the
+    command enters S10, and the read is not transparent, so a command reading a slot waits
+    while a writer of that slot is in one of the first 7 stages (8 interleaved slots run at
+    one command per cycle)."""
+    read_stage, write_stage = 3, 4 + FP32AddDeep.LATENCY
+    return read_stage, write_stage, write_stage - read_stage
 
 
 def _control_layout(slots):
@@ -95,7 +107,7 @@ class MacLaneECP5(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        read_stage, write_stage, _ = pipeline_stages(cfg)
+        read_stage, write_stage, _ = ecp5_stages()
 
         # Control travels with the data; every register advances in every cycle.
         ctl = [Signal(_control_layout(cfg.acc_slots), name=f"ctl{i}")
@@ -107,14 +119,17 @@ class MacLaneECP5(wiring.Component):
         # S0: operand registers.
         a0 = Signal(16)
         b0 = Signal(16)
-        bias = [Signal(32, name=f"bias{i}") for i in range(read_stage + 1)]
+        bias = [Signal(32, name=f"bias{i}") for i in range(read_stage)]
         m.d.sync += [a0.eq(self.a), b0.eq(self.b), bias[0].eq(self.bias)]
-        m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, read_stage + 1)]
+        m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, read_stage)]
 
-        # Accumulator slots: read as a command enters S3, written as it leaves S7.
+        # Accumulator slots: read (asynchronously) as a command enters S3, where the selected
+        # accumulator input is registered; written as the command leaves the last stage. The
+        # read is not transparent to the write: the interlock covers one more stage instead of
+        # a bypass multiplexer in the accumulate loop.
         m.submodules.acc = acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
         acc_wr = acc.write_port()
-        acc_rd = acc.read_port(transparent_for=(acc_wr,))
+        acc_rd = acc.read_port(domain="comb")
         last_ctl = ctl[write_stage - 1]
         final = Signal(32)
         m.d.comb += [
@@ -126,7 +141,8 @@ class MacLaneECP5(wiring.Component):
             self.out.eq(last_ctl),
         ]
         addend = Signal(32)
-        m.d.comb += addend.eq(Mux(ctl[read_stage].first, bias[read_stage], acc_rd.data))
+        m.d.sync += addend.eq(Mux(ctl[read_stage - 1].first, bias[read_stage - 1],
+                                  acc_rd.data))
 
         # S1: decode both operands; the significands go into the multiplier's input registers.
         fmt0 = ctl[0].fmt
@@ -169,13 +185,25 @@ class MacLaneECP5(wiring.Component):
         p3 = Signal(32)
         m.d.sync += p3.eq(Mux(ctl[2].fmt == MacFormat.INT8, pint, pf32))
 
-        # S4-S6: the binary32 adder (always advancing); int32 results wait alongside.
-        m.submodules.fadd = fadd = FP32AddPipe()
-        m.d.comb += [fadd.en.eq(1), fadd.a.eq(addend), fadd.b.eq(p3),
-                     fadd.op.eq(ctl[read_stage].op)]
-        idelay = MacUnit._int_op(m, ctl[read_stage].op, addend, p3)
-        for i in range(FP32AddPipe.LATENCY):
-            stage = Signal(32, name=f"ires{read_stage + 1 + i}")
+        # S4-S9: the six-stage binary32 adder. The int32 path: sum and order in S4, the
+        # selection by op in S5, then registers alongside.
+        op3 = ctl[read_stage].op
+        m.submodules.fadd = fadd = FP32AddDeep()
+        m.d.comb += [fadd.a.eq(addend), fadd.b.eq(p3), fadd.op.eq(op3)]
+        sum4 = Signal(32)
+        lt4 = Signal()
+        eq4 = Signal()
+        acc4 = Signal(32)
+        p4 = Signal(32)
+        m.d.sync += [
+            sum4.eq(addend + p3),
+            lt4.eq(p3.as_signed() < addend.as_signed()),
+            eq4.eq(p3 == addend),
+            acc4.eq(addend), p4.eq(p3),
+        ]
+        idelay = MacUnit._int_select(m, ctl[read_stage + 1].op, acc4, p4, sum4, lt=lt4, eq=eq4)
+        for i in range(read_stage + 2, write_stage):
+            stage = Signal(32, name=f"ires{i}")
             m.d.sync += stage.eq(idelay)
             idelay = stage
         m.d.comb += final.eq(Mux(last_ctl.fmt == MacFormat.INT8, idelay, fadd.result))
@@ -227,7 +255,7 @@ class MacArrayECP5(wiring.Component):
     @property
     def latency(self):
         """Cycles from a command's handshake to its result being valid (consumer ready)."""
-        return pipeline_stages(self._config)[1] + 1
+        return ecp5_stages()[1] + 1
 
     @property
     def queue_depth(self):
@@ -236,7 +264,7 @@ class MacArrayECP5(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        _, _, hazard_stages = pipeline_stages(cfg)
+        _, _, hazard_stages = ecp5_stages()
         cmd = self.cmd.payload
 
         lanes = [MacLaneECP5(cfg, primitive=self._primitive) for _ in range(cfg.macs)]
