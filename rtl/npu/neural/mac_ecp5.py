@@ -40,12 +40,12 @@ __all__ = ["MacLaneECP5", "MacArrayECP5", "ecp5_stages"]
 def ecp5_stages():
     """``(read_stage, write_stage, hazard)`` of the ECP5 lane, as
     :func:`npu.neural.mac.pipeline_stages` gives them for the generic one: the accumulator
-    input is registered in S3, the six-stage adder fills S4-S9, the slot is written as the
-    command enters S10, and the read is not transparent, so a command reading a slot waits
-    while a writer of that slot is in one of the first 7 stages (8 interleaved slots run at
-    one command per cycle)."""
-    read_stage, write_stage = 3, 4 + FP32AddDeep.LATENCY
-    return read_stage, write_stage, write_stage - read_stage
+    input is registered in S3, the six-stage adder fills S4-S9, S10 is the result register,
+    the slot is written as the command enters S11, and the read passes a same-cycle write on,
+    so a command reading a slot waits while a writer of that slot is in one of the first 7
+    stages (8 interleaved slots run at one command per cycle)."""
+    read_stage, write_stage = 3, 5 + FP32AddDeep.LATENCY
+    return read_stage, write_stage, write_stage - read_stage - 1
 
 
 def _control_layout(slots):
@@ -63,11 +63,12 @@ def _control_layout(slots):
 class MacLaneECP5(wiring.Component):
     """One float-capable MAC lane without a clock enable, its product from a ``MULT18X18D``.
 
-    The stages are those of the generic float-capable unit (``docs/mac.md``): S0 operand
-    registers, S1 decode (into the multiplier's input registers), S2 the multiplier's output
-    register, S3 product to binary32 and slot read, S4-S6 the binary32 adder, S7 round, pack and
-    slot write. ``result`` and ``out`` are the value and the control of the command leaving S7
-    (combinational: the array writes them into its output queue).
+    Stages (:func:`ecp5_stages`): S0 operand registers, S1 decode (into the multiplier's input
+    registers), S2 the multiplier's output register, S3 product to binary32 and the selected
+    accumulator input (slot or bias), S4-S9 the six-stage binary32 adder
+    (:class:`~npu.lib.fp32_deep.FP32AddDeep`) beside the int32 path, S10 the result register,
+    from which the slot is written. ``result`` and ``out`` are the value and the control of the
+    command in S10.
 
     Members
     -------
@@ -76,7 +77,7 @@ class MacLaneECP5(wiring.Component):
     a, b : In(16)
         Data and coefficient operands.
     result : Out(32)
-        Slot value after the command leaving S7 (zero for a killed command).
+        Slot value after the command in S10 (zero for a killed command).
     out : Out(control layout)
         Control of that command.
     """
@@ -124,25 +125,29 @@ class MacLaneECP5(wiring.Component):
         m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, read_stage)]
 
         # Accumulator slots: read (asynchronously) as a command enters S3, where the selected
-        # accumulator input is registered; written as the command leaves the last stage. The
-        # read is not transparent to the write: the interlock covers one more stage instead of
-        # a bypass multiplexer in the accumulate loop.
+        # accumulator input is registered; written from the result register S10 as the command
+        # enters S11. A write in the same cycle as the read is passed on (a bypass from
+        # registers, so the accumulate loop has no combinational path from the adder's
+        # rounding into it).
         m.submodules.acc = acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
         acc_wr = acc.write_port()
         acc_rd = acc.read_port(domain="comb")
-        last_ctl = ctl[write_stage - 1]
+        res_ctl = ctl[write_stage - 1]
         final = Signal(32)
+        final_r = Signal(32)
+        m.d.sync += final_r.eq(final)
         m.d.comb += [
             acc_rd.addr.eq(ctl[read_stage - 1].slot),
-            acc_wr.addr.eq(last_ctl.slot),
-            acc_wr.data.eq(final),
-            acc_wr.en.eq(last_ctl.valid & ~last_ctl.kill),
-            self.result.eq(Mux(last_ctl.kill, 0, final)),
-            self.out.eq(last_ctl),
+            acc_wr.addr.eq(res_ctl.slot),
+            acc_wr.data.eq(final_r),
+            acc_wr.en.eq(res_ctl.valid & ~res_ctl.kill),
+            self.result.eq(Mux(res_ctl.kill, 0, final_r)),
+            self.out.eq(res_ctl),
         ]
+        slot_value = Mux(acc_wr.en & (acc_wr.addr == acc_rd.addr), acc_wr.data, acc_rd.data)
         addend = Signal(32)
         m.d.sync += addend.eq(Mux(ctl[read_stage - 1].first, bias[read_stage - 1],
-                                  acc_rd.data))
+                                  slot_value))
 
         # S1: decode both operands; the significands go into the multiplier's input registers.
         fmt0 = ctl[0].fmt
@@ -202,11 +207,12 @@ class MacLaneECP5(wiring.Component):
             acc4.eq(addend), p4.eq(p3),
         ]
         idelay = MacUnit._int_select(m, ctl[read_stage + 1].op, acc4, p4, sum4, lt=lt4, eq=eq4)
-        for i in range(read_stage + 2, write_stage):
+        for i in range(read_stage + 2, write_stage - 1):
             stage = Signal(32, name=f"ires{i}")
             m.d.sync += stage.eq(idelay)
             idelay = stage
-        m.d.comb += final.eq(Mux(last_ctl.fmt == MacFormat.INT8, idelay, fadd.result))
+        m.d.comb += final.eq(Mux(ctl[write_stage - 2].fmt == MacFormat.INT8, idelay,
+                                 fadd.result))
         return m
 
 
