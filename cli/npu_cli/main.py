@@ -134,8 +134,11 @@ def cmd_sim_mac(args):
     from npu_model.mac import run_mac_program
     from npu_sim.mac import compare_results, random_program
 
-    cfg = args.preset
+    cfg = args.preset if args.mac_impl is None else args.preset.replace(mac_impl=args.mac_impl)
     say = progress(args.json)
+    if cfg.mac_impl == "ecp5" and not cfg.has_float:
+        raise CLIError(f"--mac-impl ecp5 needs a float format; preset {cfg.name!r} has "
+                       f"{', '.join(cfg.formats)}", status=2)
     fmt_needs = {"int8": "int8", "fp16": "fp16", "mixed": "mixed"}[args.format]
     if fmt_needs not in cfg.formats:
         raise CLIError(f"preset {cfg.name!r} has no {args.format} hardware "
@@ -271,6 +274,9 @@ def build_parser():
         "array runs ceil(COUNT / MACs) commands.")
     mac.add_argument("--preset", type=preset_arg, default="small", help=f"one of {presets}")
     mac.add_argument("--format", choices=("int8", "fp16", "mixed"), required=True)
+    mac.add_argument("--mac-impl", choices=("generic", "ecp5"), default=None,
+                     help="MAC datapath instead of the preset's (ecp5: MULT18X18D instances, "
+                     "run with the cell model on verilator, its twin on amaranth)")
     mac.add_argument("--count", type=positive, default=10000, help="lane operations")
     mac.add_argument("--seed", type=int, default=1)
     mac.add_argument("--backend", choices=("amaranth", "verilator"), default="verilator",

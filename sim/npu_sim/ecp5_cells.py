@@ -46,7 +46,7 @@ MODEL_PARAMETERS = {
 def _model():
     inputs = [p for p in MODEL_PORTS if not p.startswith("P")]
     outputs = [p for p in MODEL_PORTS if p.startswith("P")]
-    lines = ["// MULT18X18D: behavioural model of the subset used by the project (npu_sim.ecp5_cells).",
+    lines = ["// MULT18X18D: model of the subset the project uses (npu_sim.ecp5_cells).",
              f"module MULT18X18D({', '.join(MODEL_PORTS)});"]
     lines += [f"  input {p};" for p in inputs]
     lines += [f"  output {p};" for p in outputs]
