@@ -35,8 +35,8 @@ def _check(cfg, fmt, count, seed, stall):
 
 
 @pytest.mark.parametrize("fmt", ["int8", "fp16", "mixed"])
-def test_netlist_40k_operations(fmt):
-    _check(SMALL, fmt, 40_000, seed=31, stall=0.25)
+def test_netlist_20k_operations(fmt):
+    _check(SMALL, fmt, 20_000, seed=31, stall=0.25)
 
 
 @pytest.mark.slow

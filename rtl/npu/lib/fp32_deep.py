@@ -38,7 +38,8 @@ _A2 = data.StructLayout({**_COMMON, "sub": 1, "exp": 8, "mbig": 24, "msmall": 24
 _B1 = data.StructLayout({**_COMMON, "sub": 1, "exp": 8, "big3": 27, "aligned": 27})
 _B2 = data.StructLayout({**_COMMON, "sub": 1, "exp": 8, "total": 28})
 _C1 = data.StructLayout({**_COMMON, "sub": 1, "exp": 8, "total": 28, "shift": 8})
-_C2 = data.StructLayout({**_COMMON, "zero": 1, "exp": 9, "norm": 27})
+_C2 = data.StructLayout({**_COMMON, "zero": 1, "exp": 9, "exp1": 9, "ge_fe": 1, "ge_ff": 1,
+                         "norm": 27})
 
 
 def _pass(m, dst, src, names):
@@ -164,6 +165,11 @@ class FP32AddDeep(wiring.Component):
             s6.sign.eq(Mux(s5.total == 0, s5.sign & ~s5.sub, s5.sign)),
             s6.zero.eq(s5.total == 0),
             s6.exp.eq(norm_exp),
+            # For the rounding step: the exponent after a carry out of the significand, and
+            # the overflow tests of both cases, so that stage D has one carry chain.
+            s6.exp1.eq(norm_exp + 1),
+            s6.ge_fe.eq(norm_exp >= 0xFE),
+            s6.ge_ff.eq(norm_exp >= 0xFF),
             s6.norm.eq(norm),
         ]
 
@@ -172,16 +178,18 @@ class FP32AddDeep(wiring.Component):
         m.d.comb += rounded.eq(s6.norm[3:27] + (s6.norm[2] & (s6.norm[1] | s6.norm[0]
                                                               | s6.norm[3])))
         sig = Signal(24)
-        exp = Signal(9)
+        exp_field = Signal(9)
+        overflow = Signal()
         with m.If(rounded[24]):
-            m.d.comb += [sig.eq(rounded[1:25]), exp.eq(s6.exp + 1)]
+            # Carry out: the significand is 2**24, its leading bit lands on the hidden bit.
+            m.d.comb += [sig.eq(rounded[1:25]), exp_field.eq(s6.exp1), overflow.eq(s6.ge_fe)]
         with m.Else():
-            m.d.comb += [sig.eq(rounded[:24]), exp.eq(s6.exp)]
-        exp_field = Mux(sig[23], exp, 0)
+            m.d.comb += [sig.eq(rounded[:24]), exp_field.eq(Mux(rounded[23], s6.exp, 0)),
+                         overflow.eq(rounded[23] & s6.ge_ff)]
         sum_val = Signal(32)
         with m.If(s6.nan):
             m.d.comb += sum_val.eq(F32_QNAN)
-        with m.Elif(s6.inf | (exp_field >= 0xFF)):
+        with m.Elif(s6.inf | overflow):
             m.d.comb += sum_val.eq(Mux(s6.sign, F32_NEG_INF, F32_POS_INF))
         with m.Elif(s6.zero):
             m.d.comb += sum_val.eq(s6.sign << 31)
