@@ -12,7 +12,8 @@ from npu_sim.mac import command_words, compare_results, random_program, results_
 from npu_sim.streams import run_simulation, stream_get, stream_put
 from npu_spec.config import NPUConfig, preset
 
-from .test_mac import check, test_fp16_corner_cases, test_int8_wrap_and_ops
+from . import test_mac as generic
+from .test_mac import check
 
 ECP5 = preset("small").replace(mac_impl="ecp5")
 
@@ -36,6 +37,7 @@ def test_random_ecp5(fmt):
     check(cfg, random_program(cfg.macs, cfg.acc_slots, fmt, 1200, 4), seed=4)
 
 
+@pytest.mark.slow
 def test_other_shapes_ecp5():
     for cfg in (NPUConfig(macs=6, acc_slots=3, mac_impl="ecp5"),
                 NPUConfig(macs=2, acc_slots=1, formats=("fp16",), mac_impl="ecp5")):
@@ -46,10 +48,9 @@ def test_other_shapes_ecp5():
 
 def test_corner_cases_ecp5(monkeypatch):
     # The generic tests' directed cases, run on the ECP5 array (they take the preset by name).
-    import tests.rtl.neural.test_mac as generic
     monkeypatch.setattr(generic, "preset", lambda name: preset(name).replace(mac_impl="ecp5"))
-    test_fp16_corner_cases()
-    test_int8_wrap_and_ops()
+    generic.test_fp16_corner_cases()
+    generic.test_int8_wrap_and_ops()
 
 
 def _rotating_program(cfg, n, last_from):
