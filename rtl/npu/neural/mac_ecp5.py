@@ -21,15 +21,16 @@ bit for bit the same results; ``docs/mac.md``), built differently:
 everything else is the same circuit.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
+from npu_spec.formats import F32_NEG_INF, F32_POS_INF, F32_QNAN
 
 from ..lib.ecp5_dsp import Mult18x18D
-from ..lib.fp32 import Operand, decode_operand, product_to_f32
+from ..lib.fp32 import Operand, count_leading_zeros, decode_operand
 from ..lib.fp32_deep import FP32AddDeep
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 from .mac import MacUnit, format_supported
@@ -40,11 +41,11 @@ __all__ = ["MacLaneECP5", "MacArrayECP5", "ecp5_stages"]
 def ecp5_stages():
     """``(read_stage, write_stage, hazard)`` of the ECP5 lane, as
     :func:`npu.neural.mac.pipeline_stages` gives them for the generic one: the accumulator
-    input is registered in S3, the six-stage adder fills S4-S9, S10 is the result register,
-    the slot is written as the command enters S11, and the read passes a same-cycle write on,
+    input is registered in S4, the six-stage adder fills S5-S10, S11 is the result register,
+    the slot is written as the command enters S12, and the read passes a same-cycle write on,
     so a command reading a slot waits while a writer of that slot is in one of the first 7
     stages (8 interleaved slots run at one command per cycle)."""
-    read_stage, write_stage = 3, 5 + FP32AddDeep.LATENCY
+    read_stage, write_stage = 4, 6 + FP32AddDeep.LATENCY
     return read_stage, write_stage, write_stage - read_stage - 1
 
 
@@ -64,11 +65,11 @@ class MacLaneECP5(wiring.Component):
     """One float-capable MAC lane without a clock enable, its product from a ``MULT18X18D``.
 
     Stages (:func:`ecp5_stages`): S0 operand registers, S1 decode (into the multiplier's input
-    registers), S2 the multiplier's output register, S3 product to binary32 and the selected
-    accumulator input (slot or bias), S4-S9 the six-stage binary32 adder
-    (:class:`~npu.lib.fp32_deep.FP32AddDeep`) beside the int32 path, S10 the result register,
-    from which the slot is written. ``result`` and ``out`` are the value and the control of the
-    command in S10.
+    registers), S2 the multiplier's output register, S3 the product's leading-zero count, S4
+    the product as binary32 (or int32) and the selected accumulator input (slot or bias),
+    S5-S10 the six-stage binary32 adder (:class:`~npu.lib.fp32_deep.FP32AddDeep`) beside the
+    int32 path, S11 the result register, from which the slot is written. ``result`` and
+    ``out`` are the value and the control of the command in S11.
 
     Members
     -------
@@ -77,7 +78,7 @@ class MacLaneECP5(wiring.Component):
     a, b : In(16)
         Data and coefficient operands.
     result : Out(32)
-        Slot value after the command in S10 (zero for a killed command).
+        Slot value after the command in S11 (zero for a killed command).
     out : Out(control layout)
         Control of that command.
     """
@@ -124,9 +125,9 @@ class MacLaneECP5(wiring.Component):
         m.d.sync += [a0.eq(self.a), b0.eq(self.b), bias[0].eq(self.bias)]
         m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, read_stage)]
 
-        # Accumulator slots: read (asynchronously) as a command enters S3, where the selected
-        # accumulator input is registered; written from the result register S10 as the command
-        # enters S11. A write in the same cycle as the read is passed on (a bypass from
+        # Accumulator slots: read (asynchronously) as a command enters S4, where the selected
+        # accumulator input is registered; written from the result register S11 as the command
+        # enters S12. A write in the same cycle as the read is passed on (a bypass from
         # registers, so the accumulate loop has no combinational path from the adder's
         # rounding into it).
         m.submodules.acc = acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
@@ -184,14 +185,39 @@ class MacLaneECP5(wiring.Component):
             pnan.eq(da.nan | db.nan | (da.inf & b_zero1) | (db.inf & a_zero1)),
         ]
 
-        # S3: the exact product as binary32 bits, or as int32 for INT8 commands.
-        pf32 = product_to_f32(m, psign, psig, pexp, pinf, pnan, name="pf32")
-        pint = Mux(psign, -psig, psig).as_signed()
-        p3 = Signal(32)
-        m.d.sync += p3.eq(Mux(ctl[2].fmt == MacFormat.INT8, pint, pf32))
+        # S3: the product's leading-zero count and its int32 value.
+        psig3 = Signal(22)
+        lz3 = Signal(5)
+        pexp3 = Signal(signed(7))
+        psign3 = Signal()
+        pinf3 = Signal()
+        pnan3 = Signal()
+        pint3 = Signal(32)
+        m.d.sync += [
+            psig3.eq(psig), lz3.eq(count_leading_zeros(m, psig, name="psig_lz")),
+            pexp3.eq(pexp), psign3.eq(psign), pinf3.eq(pinf), pnan3.eq(pnan),
+            pint3.eq(Mux(psign, -psig, psig)),
+        ]
 
-        # S4-S9: the six-stage binary32 adder. The int32 path: sum and order in S4, the
-        # selection by op in S5, then registers alongside.
+        # S4: the exact product as binary32 bits (normalising shift and exponent; every
+        # product is a normal number or zero, so nothing rounds), or the int32 value.
+        norm = Signal(22)
+        biased = Signal(signed(10))
+        m.d.comb += [norm.eq(psig3 << lz3), biased.eq(pexp3 - lz3 + (21 + 127))]
+        pf32 = Signal(32)
+        with m.If(pnan3):
+            m.d.comb += pf32.eq(F32_QNAN)
+        with m.Elif(pinf3):
+            m.d.comb += pf32.eq(Mux(psign3, F32_NEG_INF, F32_POS_INF))
+        with m.Elif(psig3 == 0):
+            m.d.comb += pf32.eq(psign3 << 31)
+        with m.Else():
+            m.d.comb += pf32.eq(Cat(Const(0, 2), norm[:21], biased[:8], psign3))
+        p3 = Signal(32)
+        m.d.sync += p3.eq(Mux(ctl[read_stage - 1].fmt == MacFormat.INT8, pint3, pf32))
+
+        # S5-S10: the six-stage binary32 adder. The int32 path: sum and order in S5, the
+        # selection by op in S6, then registers alongside.
         op3 = ctl[read_stage].op
         m.submodules.fadd = fadd = FP32AddDeep()
         m.d.comb += [fadd.a.eq(addend), fadd.b.eq(p3), fadd.op.eq(op3)]

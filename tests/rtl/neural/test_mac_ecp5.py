@@ -72,7 +72,7 @@ def test_full_rate_and_latency_ecp5():
     prog = _rotating_program(cfg, n, n - 2 * cfg.acc_slots)
     dut = MacArrayECP5(cfg, primitive=False)
     read_stage, write_stage, hazard = ecp5_stages()
-    assert dut.latency == write_stage + 1 == 12 and hazard + 1 == cfg.acc_slots
+    assert dut.latency == write_stage + 1 == 13 and hazard + 1 == cfg.acc_slots
     words = command_words(dut.cmd.payload.shape(), prog)
     accepted, results = [], []
 
