@@ -48,6 +48,16 @@ def _mac_array(config):
     return mac_array(config)
 
 
+def _mac_array_ecp5(config):
+    from npu.neural.mac_ecp5 import MacArrayECP5
+    return MacArrayECP5(config.replace(mac_impl="ecp5"))
+
+
+def _mac_lane_ecp5(config):
+    from npu.neural.mac_ecp5 import MacLaneECP5
+    return MacLaneECP5(config.replace(mac_impl="ecp5"))
+
+
 def _mac_unit(config):
     from npu.neural.mac import MacUnit
     return MacUnit(config)
@@ -60,7 +70,8 @@ def _fp32_add(config):
 
 #: Blocks of ``npu generate`` and ``npu synth`` defined here; the command modules add theirs.
 BLOCKS = {"top": _top, "mac_array": _mac_array, "mac_unit": _mac_unit, "fp32_add": _fp32_add,
-          "npu_info": _npu_info}
+          "npu_info": _npu_info, "mac_array_ecp5": _mac_array_ecp5,
+          "mac_lane_ecp5": _mac_lane_ecp5}
 
 
 def _all_blocks():
@@ -150,8 +161,14 @@ def cmd_sim_mac(args):
     from npu_model.mac import run_mac_program
     from npu_sim.mac import compare_results, random_program
 
-    cfg = args.preset
+    cfg = args.preset if args.mac_impl is None else args.preset.replace(mac_impl=args.mac_impl)
     say = progress(args.json)
+    if cfg.mac_impl == "ecp5" and not cfg.has_float:
+        raise CLIError(f"--mac-impl ecp5 needs a float format; preset {cfg.name!r} has "
+                       f"{', '.join(cfg.formats)}", status=2)
+    if cfg.mac_impl == "ice40" and cfg.formats != ("int8",):
+        raise CLIError(f"--mac-impl ice40 computes int8 only; preset {cfg.name!r} has "
+                       f"{', '.join(cfg.formats)}", status=2)
     fmt_needs = {"int8": "int8", "fp16": "fp16", "mixed": "mixed"}[args.format]
     if fmt_needs not in cfg.formats:
         raise CLIError(f"preset {cfg.name!r} has no {args.format} hardware "
@@ -298,6 +315,10 @@ def build_parser():
         "array runs ceil(COUNT / MACs) commands.")
     mac.add_argument("--preset", type=preset_arg, default="small", help=f"one of {presets}")
     mac.add_argument("--format", choices=("int8", "fp16", "mixed"), required=True)
+    mac.add_argument("--mac-impl", choices=("generic", "ice40", "ecp5"), default=None,
+                     help="MAC datapath instead of the preset's (ecp5: MULT18X18D instances, "
+                     "run with the cell model on verilator, its twin on amaranth; ice40: "
+                     "SB_MAC16 twins, int8 presets only)")
     mac.add_argument("--count", type=positive, default=10000, help="lane operations")
     mac.add_argument("--seed", type=int, default=1)
     mac.add_argument("--backend", choices=("amaranth", "verilator"), default="verilator",

@@ -174,7 +174,7 @@ def run_amaranth(config, program, *, seed=0, stall=0.3, vcd=None):
 
     from .streams import run_simulation, seeded_rng, stream_get, stream_put
 
-    dut = mac_array(config)     # the implementation of config.mac_impl
+    dut = mac_array(config, primitives=False)   # behavioural twins of primitives
     cmd_layout = dut.cmd.payload.shape()
     res_layout = dut.res.payload.shape()
     words = command_words(cmd_layout, program)
@@ -219,7 +219,8 @@ def compare_results(expected, actual, limit=10):
 
 
 def run_verilator(config, program, *, seed=0, stall=0.3, progress=None):
-    """Run ``program`` through :class:`npu.neural.mac.MacArray` compiled with Verilator.
+    """Run ``program`` through the MAC array of ``config`` compiled with Verilator (the ECP5
+    array with its ``MULT18X18D`` instances and :mod:`npu_sim.ecp5_cells`' model of them).
 
     Returns ``(results, stats)`` with ``stats`` = dict(cycles, sent, active).
     """
@@ -227,9 +228,16 @@ def run_verilator(config, program, *, seed=0, stall=0.3, progress=None):
 
     from .verilator import StreamBench
 
-    dut = mac_array(config, primitives=False)   # behavioural twins of vendor primitives
+    # The ECP5 array runs its netlist with MULT18X18D and the project's cell model;
+    # other implementations use the behavioural twins of their vendor primitives.
+    ecp5 = config.mac_impl == "ecp5"
+    dut = mac_array(config, primitives=ecp5)
+    extra = None
+    if ecp5:
+        from .ecp5_cells import MULT18X18D_MODEL
+        extra = lambda: MULT18X18D_MODEL  # noqa: E731
     bench = StreamBench(dut, in_name="cmd", out_name="res", active_name="active",
-                        progress=progress, key=("mac_array", config))
+                        progress=progress, key=("mac_array", config), extra_verilog=extra)
     words = command_words(dut.cmd.payload.shape(), program)
     expected = int(np.count_nonzero(program["last"]))
     outs, stats = bench.run(words, expected, stall=stall, seed=seed)

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field, fields, replace
 __all__ = ["FORMATS", "MAC_IMPLS", "NPUConfig", "PRESETS", "preset"]
 
 
+#: MAC datapaths (``NPUConfig.mac_impl``): the generic one, and the ones built from a device's
+#: DSP primitives.
+MAC_IMPLS = ("generic", "ice40", "ecp5")
+
 #: Number formats a configuration may include. ``mixed`` is int8 x binary16 (either side) and
 #: needs both ``int8`` and ``fp16``.
 FORMATS = ("int8", "fp16", "mixed")
@@ -61,8 +65,9 @@ class NPUConfig:
         tool's choice) or ``"block"`` (block RAM, for FPGAs short of logic such as the iCE40).
     mac_impl : str
         MAC array implementation, one of :data:`MAC_IMPLS` (same contract, same results):
-        ``"generic"``, ``"ice40"`` (``SB_MAC16`` in its dual 8x8 mode; int8 only) or
-        ``"ecp5"``.
+        ``"generic"`` (inferred arithmetic, the reference for the Amaranth simulator),
+        ``"ice40"`` (``SB_MAC16`` in its dual 8x8 mode; int8 only) or ``"ecp5"`` (registered
+        ``MULT18X18D``, no clock enable; needs a float format). ``docs/mac.md``.
     target : str
         What the preset is sized for (documentation only).
     """

@@ -400,3 +400,4 @@ class MacArray(wiring.Component):
             shadows.append((valid, slot))
             prev_valid, prev_slot = valid, slot
         return shadows
+

@@ -19,10 +19,18 @@ def _ice40(config, primitives):
     return Ice40MacArray(config, primitives=primitives)
 
 
+def _ecp5(config, primitives):
+    from .mac_ecp5 import MacArrayECP5
+    # MULT18X18D has no behavioural model in the Amaranth simulator: only an explicit
+    # ``primitives=False`` gives the twin.
+    return MacArrayECP5(config, primitive=primitives is not False)
+
+
 #: Factory of each implementation built into this version, by ``mac_impl``.
 _FACTORIES = {
     "generic": _generic,
     "ice40": _ice40,
+    "ecp5": _ecp5,
 }
 
 
