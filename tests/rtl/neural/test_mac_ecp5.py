@@ -5,8 +5,8 @@ golden model; and its never-stalling pipeline (credit-counted result queue)."""
 import numpy as np
 import pytest
 
-from npu.neural.mac_select import mac_array
 from npu.neural.mac_ecp5 import MacArrayECP5, MacLaneECP5, ecp5_stages
+from npu.neural.mac_select import mac_array
 from npu_model.mac import FMT, empty_program, run_mac_program
 from npu_sim.mac import command_words, compare_results, random_program, results_from_words
 from npu_sim.streams import run_simulation, stream_get, stream_put
