@@ -157,8 +157,8 @@ class _Builder(ProgramBuilder):
             reach[f] = max(reach.get(f, -1), t)
         return reach
 
-    def _task(self, engine, writes, reads, writes_to, flags, label):
-        task = super()._task(engine, writes, reads, writes_to, flags, label)
+    def _task(self, engine, writes, reads, writes_to, flags, label, flow_from=None):
+        task = super()._task(engine, writes, reads, writes_to, flags, label, flow_from)
         last = self._last.get(task.engine)
         reach = dict(self._reach[last]) if last is not None else {}
         if task.dep:
@@ -183,7 +183,8 @@ class _Builder(ProgramBuilder):
         stop = floor()
         while j > stop:
             other = self.tasks[j]
-            if other.engine != task.engine and j > cov.get(other.engine, -1) and (
+            if other.engine != task.engine and j != task.flow_from and (
+                    j > cov.get(other.engine, -1)) and (
                     any(_overlap(r, w) for r in task.reads for w in other.writes_to)
                     or any(_overlap(w, r) for w in task.writes_to for r in other.reads)
                     or any(_overlap(w, v) for w in task.writes_to for v in other.writes_to)):
