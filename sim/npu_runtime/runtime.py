@@ -64,7 +64,11 @@ def prepare(program, inputs):
         if hi > len(mem):
             mem = np.concatenate([mem, np.zeros(hi - len(mem), np.uint8)])
         end = max(end, hi)
-        codes = x.astype(np.float32).astype(np.float16).view(np.uint16)
+        if spec.get("format") == "int8":
+            from npu_compiler.quant import quantize
+            codes = quantize(x.astype(np.float32), spec["scale"])
+        else:
+            codes = x.astype(np.float32).astype(np.float16).view(np.uint16)
         write_tensor(mem, t, codes.reshape(t.shape))
     return dataclasses.replace(program, memory=mem[:end].tobytes())
 
@@ -77,7 +81,11 @@ def _outputs(program, memory):
     for spec in outs:
         t = _tensor(program, spec["tensor"])
         codes = read_tensor(memory, t)
-        result[spec["name"]] = codes.view(np.float16).astype(np.float32).reshape(spec["shape"])
+        if spec.get("format") == "int8":     # dequantized with the output's scale
+            value = codes.view(np.int8).astype(np.float32) * np.float32(spec["scale"])
+        else:
+            value = codes.view(np.float16).astype(np.float32)
+        result[spec["name"]] = value.reshape(spec["shape"])
     meta = program.metadata["compiler"]
     if meta.get("host"):
         from npu_compiler.host import run_host
