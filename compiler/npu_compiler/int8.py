@@ -91,6 +91,8 @@ def _items(arrays, shape):
         a = np.asarray(a, np.float32)
         if a.shape == shape:
             yield a
+        elif a.shape[1:] == shape:
+            yield from a
         elif len(shape) >= 1 and shape[0] == 1 and a.shape[1:] == shape[1:]:
             for i in range(a.shape[0]):
                 yield a[i:i + 1]

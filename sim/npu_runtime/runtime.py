@@ -174,6 +174,13 @@ def reference(model, inputs):
     del onnx
     names = [o.name for o in sess.get_outputs()]
     feeds = {i.name: np.asarray(inputs[i.name], np.float32) for i in sess.get_inputs()}
+    ones = {i.name for i in sess.get_inputs() if len(i.shape) >= 2 and i.shape[0] == 1}
+    sizes = {len(feeds[n]) for n in ones if feeds[n].ndim >= 2}
+    if len(sizes) == 1 and sizes != {1} and len(ones) == len(feeds):
+        # A batch for a model of batch 1: item by item, as the runtime runs it.
+        parts = [sess.run(None, {n: x[i:i + 1] for n, x in feeds.items()})
+                 for i in range(sizes.pop())]
+        return {n: np.concatenate([p[k] for p in parts]) for k, n in enumerate(names)}
     return dict(zip(names, sess.run(None, feeds)))
 
 
