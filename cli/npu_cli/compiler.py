@@ -1,8 +1,8 @@
 """``npu compile`` and ``npu run``: ONNX models on the NPU (``docs/compiler.md``).
 
-``npu compile MODEL.onnx --preset P --format fp16|int8 [--calibration FILE.npz|DIR] -o PROG`` prints the plan, one line per
-layer; ``npu run MODEL.onnx|PROG --backend golden|rtl|golden,rtl --input NAME=FILE --output
-OUT.npz [--check] [--json]`` runs it.
+``npu compile MODEL.onnx --preset P --format fp16|int8 [--calibration FILE.npz|DIR] -o PROG``
+prints the plan, one line per layer; ``npu run MODEL.onnx|PROG --backend
+golden|rtl|golden,rtl --input NAME=FILE --output OUT.npz [--check] [--json]`` runs it.
 """
 
 import json
@@ -45,10 +45,12 @@ def _config(args):
 def _compile(path, args, shapes, say):
     from npu_compiler.compile import compile_model
     from npu_compiler.graph import CompileError
+    from npu_runtime.runtime import session
     say(f"compiling {path} for {args.preset.name} ({args.format})")
     try:
         return compile_model(path, _config(args), fmt=args.format, shapes=shapes,
-                             fallback=args.fallback, calibration=args.calibration)
+                             fallback=args.fallback, calibration=args.calibration,
+                             evaluator=session)
     except CompileError as e:
         raise CLIError(str(e), status=2) from None
 

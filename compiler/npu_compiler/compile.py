@@ -43,7 +43,7 @@ def _plain(row):
 
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
-                  fallback=None, calibration=None):
+                  fallback=None, calibration=None, evaluator=None):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -55,7 +55,8 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
 
     ``fmt="int8"`` needs ``calibration``: an ``.npz`` file or a directory
     (:func:`npu_compiler.int8.calibration_samples`) or a dict ``{input name: [N, ...]
-    array}``; :mod:`npu_compiler.int8`.
+    array}``; ``evaluator`` runs the float model for it (:func:`npu_compiler.int8.calibrate`;
+    ``npu_runtime.runtime.session`` uses onnxruntime); :mod:`npu_compiler.int8`.
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
@@ -65,7 +66,8 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         raise CompileError(f"fallback must be 'host' or none, not {fallback!r}")
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":
-        return _compile_int8(source, graph, config, calibration, name, fallback, t0)
+        return _compile_int8(source, graph, config, calibration, name, fallback, t0,
+                             evaluator)
     if calibration is not None:
         raise CompileError("--calibration is for --format int8")
     graph_outputs = list(graph.outputs)
@@ -109,7 +111,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     return Compiled(program, plan, graph, time.perf_counter() - t0)
 
 
-def _compile_int8(source, graph, config, calibration, name, fallback, t0):
+def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator):
     from .frontend import read_model
     from .int8 import calibrate, calibration_samples, lower_int8
     if fallback:
@@ -124,7 +126,7 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0):
             raise CompileError(f"no calibration values for input {missing[0]!r}")
     else:
         samples = calibration_samples(calibration, graph.inputs)
-    scales = calibrate(read_model(source), graph, samples)
+    scales = calibrate(read_model(source), graph, samples, evaluator)
     b, plan, io = lower_int8(graph, config, scales, name=name or graph.name)
     try:
         program = b.build(name or graph.name or "")

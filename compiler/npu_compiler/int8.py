@@ -1,10 +1,11 @@
 """``--format int8``: post-training calibration and the int8 lowering (``docs/compiler.md``).
 
-Calibration runs the float model on onnxruntime with every intermediate tensor exposed as an
-output and takes a symmetric per-tensor scale of each (:class:`npu_compiler.quant.Calibrator`,
-largest ``|x|`` over 127). Weights get per-output-channel scales; each layer's
-``in_scale * w_scale[k] / out_scale`` becomes the post-processor's multiplier and shift
-(:func:`npu_compiler.quant.quantize_conv`).
+Calibration runs the float model (on onnxruntime when the caller passes the runtime's
+``npu_runtime.runtime.session``, else on the onnx package's reference evaluator) with every
+intermediate tensor exposed as an output and takes a symmetric per-tensor scale of each
+(:class:`npu_compiler.quant.Calibrator`, largest ``|x|`` over 127). Weights get
+per-output-channel scales; each layer's ``in_scale * w_scale[k] / out_scale`` becomes the
+post-processor's multiplier and shift (:func:`npu_compiler.quant.quantize_conv`).
 
 The int8 lowering keeps every activation of the network in the buffer as an int8 dataset
 (no tiling: a network whose live activations do not fit is a :class:`CompileError`), loads
@@ -27,7 +28,8 @@ from npu_spec.mac import MacFormat
 from .graph import CompileError
 from .quant import Calibrator, quantize_conv
 
-__all__ = ["INT8_OPS", "calibrate", "calibration_samples", "lower_int8", "read_array"]
+__all__ = ["INT8_OPS", "calibrate", "calibration_samples", "lower_int8", "read_array",
+           "reference_evaluator"]
 
 SHAPE_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
 INT8_OPS = ("Conv", "Gemm", "Relu", "MaxPool", "GlobalAveragePool") + SHAPE_OPS
@@ -102,11 +104,27 @@ def _items(arrays, shape):
                                f"of it)")
 
 
-def calibrate(model, graph, samples):
+def reference_evaluator(model):
+    """``feeds -> {name: array}`` of every graph output of ``model`` with the onnx package's
+    reference evaluator (slow; the runtime's onnxruntime session is the usual one:
+    ``npu_runtime.runtime.session``)."""
+    from onnx.reference import ReferenceEvaluator
+    try:
+        ev = ReferenceEvaluator(model)
+    except Exception as e:
+        raise CompileError(f"the reference evaluator cannot run the model for calibration: "
+                           f"{str(e).splitlines()[0]}") from None
+    names = [o.name for o in model.graph.output]
+    return lambda feeds: dict(zip(names, ev.run(None, feeds)))
+
+
+def calibrate(model, graph, samples, evaluator=None):
     """Per-tensor scales ``{tensor name: scale}`` of every tensor of the original ``model``
-    over the calibration ``samples`` (:func:`calibration_samples`)."""
+    over the calibration ``samples`` (:func:`calibration_samples`). ``evaluator(model)``
+    gives a function ``feeds -> {name: float array}`` of a model's graph outputs
+    (default :func:`reference_evaluator`); every node output is made a graph output of a
+    copy of ``model`` first."""
     import onnx
-    import onnxruntime as ort
     from onnx import shape_inference
 
     m = onnx.ModelProto()
@@ -120,15 +138,7 @@ def calibrate(model, graph, samples):
                 m.graph.output.append(known.get(o) or onnx.helper.make_tensor_value_info(
                     o, onnx.TensorProto.FLOAT, None))
                 outs.add(o)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    try:
-        sess = ort.InferenceSession(m.SerializeToString(), opts,
-                                    providers=["CPUExecutionProvider"])
-    except Exception as e:
-        raise CompileError(f"onnxruntime cannot run the model for calibration: "
-                           f"{str(e).splitlines()[0]}") from None
-    names = [o.name for o in sess.get_outputs()]
+    evaluate = (evaluator or reference_evaluator)(m)
     cal = Calibrator()
     inputs = list(graph.inputs)
     streams = {n: list(_items(samples[n], graph.shapes[n])) for n in inputs}
@@ -140,7 +150,7 @@ def calibrate(model, graph, samples):
         feeds = {n: streams[n][i] for n in inputs}
         for n, x in feeds.items():
             cal.update(n, x)
-        for n, y in zip(names, sess.run(None, feeds)):
+        for n, y in evaluate(feeds).items():
             if np.issubdtype(np.asarray(y).dtype, np.floating):
                 cal.update(n, y)
     return {n: cal.scale(n) for n in cal.names}

@@ -16,7 +16,8 @@ from npu_compiler.graph import CompileError
 from npu_model.system import read_tensor, run_program, write_tensor
 from npu_spec.engine import Engine
 
-__all__ = ["BACKENDS", "RunResult", "compare", "read_input_file", "reference", "run"]
+__all__ = ["BACKENDS", "RunResult", "compare", "read_input_file", "reference", "run",
+           "session"]
 
 BACKENDS = ("golden", "rtl")
 
@@ -151,6 +152,22 @@ def _run_one(program, inputs, backend, latency, progress):
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
                          res["cycles"], tasks)
     raise CompileError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+
+
+def session(model):
+    """``feeds -> {name: array}`` of every graph output of ``model`` (a ``ModelProto``) on
+    onnxruntime: the evaluator ``npu_compiler.compile.compile_model`` calibrates int8 with."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise CompileError(f"onnxruntime cannot run the model for calibration: "
+                           f"{str(e).splitlines()[0]}") from None
+    names = [o.name for o in sess.get_outputs()]
+    return lambda feeds: dict(zip(names, sess.run(None, feeds)))
 
 
 def reference(model, inputs):
