@@ -11,9 +11,10 @@ The int8 lowering keeps every activation of the network in the buffer as an int8
 (no tiling: a network whose live activations do not fit is a :class:`CompileError`), loads
 the graph inputs (quantized by the runtime with the scales in the program's metadata) and
 stores the graph outputs (dequantized by the runtime). Operators: ``Conv`` (with a fused
-``Relu`` or ``Clip``), ``Gemm`` (a convolution whose kernel covers the whole input),
-``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool`` (a depthwise convolution of
-weight ``1 / (H W)``), and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``,
+``Relu`` or ``Clip``), ``Gemm`` (a convolution whose kernel covers the whole input), ``Add``
+of two activations of one shape (planar engine, through binary16), ``Relu``, ``MaxPool``
+(planar engine), ``GlobalAveragePool`` (a depthwise convolution of weight ``1 / (H W)``),
+and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``,
 ``Unsqueeze``, ``Identity``. Any other operator is a :class:`CompileError` naming the node.
 """
 
@@ -32,7 +33,7 @@ __all__ = ["INT8_OPS", "calibrate", "calibration_samples", "lower_int8", "read_a
            "reference_evaluator"]
 
 SHAPE_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
-INT8_OPS = ("Conv", "Gemm", "Relu", "MaxPool", "GlobalAveragePool") + SHAPE_OPS
+INT8_OPS = ("Conv", "Gemm", "Add", "Relu", "MaxPool", "GlobalAveragePool") + SHAPE_OPS
 
 
 # ---- calibration ---------------------------------------------------------------------------
@@ -346,6 +347,26 @@ class _Int8:
         x, out = node.inputs[0], node.outputs[0]
         self.ds[out] = self.b.relu(self.src(x))
         self.scale[out] = self.scale[x]
+
+    def op_Add(self, node):
+        """``a + b`` of two int8 activations of one shape with their own scales: each is
+        rescaled to the output's scale into binary16 on the planar engine (``gain_bias``),
+        then added with one rounding to int8 (RNE, saturating)."""
+        a, b = node.inputs
+        out = node.outputs[0]
+        da, db = self.src(a), self.src(b)
+        if da.shape != db.shape or tuple(self.g.shapes[a]) != tuple(self.g.shapes[b]):
+            self.fail("both operands must be int8 activations of one shape (no broadcast)")
+        s_out = self.out_scale(out)
+        fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
+        ta = self.b.planar(da, mode="eltwise", op="gain_bias", scale=self.scale[a] / s_out,
+                           bias=0.0, out_fmt=fp16)
+        tb = self.b.planar(db, mode="eltwise", op="gain_bias", scale=self.scale[b] / s_out,
+                           bias=0.0, out_fmt=fp16)
+        y = self.b.planar(ta, tb, mode="eltwise", op="add", out_fmt=int8)
+        self.b.release(ta)
+        self.b.release(tb)
+        self.ds[out], self.scale[out] = y, s_out
 
     def op_MaxPool(self, node):
         x, out = node.inputs[0], node.outputs[0]
