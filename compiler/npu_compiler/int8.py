@@ -258,7 +258,10 @@ class _Int8:
             try:
                 fn(node)
             except BuildError as e:
-                self.fail(str(e))
+                why = str(e)
+                if "buffer is full" in why:
+                    why += "; int8 layers are not cut into bands yet (fp16 ones are)"
+                self.fail(why)
             self._end_row()
             self._release(i, last)
         for name in g.outputs:
