@@ -14,8 +14,8 @@ from .lower import lower
 
 __all__ = ["FORMATS", "Compiled", "compile_model", "io_metadata"]
 
-#: Formats of ``--format``; ``int8`` and ``mixed`` need calibration (not built yet).
-FORMATS = ("fp16",)
+#: Formats of ``--format``; ``int8`` needs calibration inputs (``mixed`` is not built yet).
+FORMATS = ("fp16", "int8")
 
 
 @dataclass
@@ -43,7 +43,7 @@ def _plain(row):
 
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
-                  fallback=None):
+                  fallback=None, calibration=None, evaluator=None):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -52,6 +52,11 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     the operators the NPU cannot run, and what depends on them, on the host after the
     program (:mod:`npu_compiler.host`). Raises
     :class:`CompileError` (one line) for anything the compiler cannot take.
+
+    ``fmt="int8"`` needs ``calibration``: an ``.npz`` file or a directory
+    (:func:`npu_compiler.int8.calibration_samples`) or a dict ``{input name: [N, ...]
+    array}``; ``evaluator`` runs the float model for it (:func:`npu_compiler.int8.calibrate`;
+    ``npu_runtime.runtime.session`` uses onnxruntime); :mod:`npu_compiler.int8`.
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
@@ -60,6 +65,11 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     if fallback not in (None, "host"):
         raise CompileError(f"fallback must be 'host' or none, not {fallback!r}")
     graph = load_graph(source, shapes, batch_one)
+    if fmt == "int8":
+        return _compile_int8(source, graph, config, calibration, name, fallback, t0,
+                             evaluator)
+    if calibration is not None:
+        raise CompileError("--calibration is for --format int8")
     graph_outputs = list(graph.outputs)
     host = None
     if fallback == "host":
@@ -99,3 +109,44 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
                      "in": [], "out": [], "kernel_bytes": 0, "kernel_encoding": "",
                      "first_task": 0, "last_task": -1})
     return Compiled(program, plan, graph, time.perf_counter() - t0)
+
+
+def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator):
+    from .frontend import read_model
+    from .int8 import calibrate, calibration_samples, lower_int8
+    if fallback:
+        raise CompileError("--fallback host is not supported with --format int8")
+    if calibration is None:
+        raise CompileError("--format int8 needs --calibration FILE.npz|DIR (sample inputs "
+                           "for the activation ranges)")
+    if isinstance(calibration, dict):
+        samples = {n: [np.asarray(calibration[n])] for n in graph.inputs if n in calibration}
+        missing = [n for n in graph.inputs if n not in samples]
+        if missing:
+            raise CompileError(f"no calibration values for input {missing[0]!r}")
+    else:
+        samples = calibration_samples(calibration, graph.inputs)
+    scales = calibrate(read_model(source), graph, samples, evaluator)
+    b, plan, io = lower_int8(graph, config, scales, name=name or graph.name)
+    try:
+        program = b.build(name or graph.name or "")
+    except BuildError as e:
+        raise CompileError(str(e)) from None
+    tensors = {t.name: t for t in program.tensors}
+
+    def entry(n, tname, scale):
+        t = tensors[tname]
+        return {"name": n, "tensor": tname, "shape": list(graph.shapes[n]), "dtype": "float32",
+                "format": "int8", "addr": t.addr, "scale": float(scale)}
+
+    meta = dict(program.metadata)
+    meta["compiler"] = {
+        "format": "int8",
+        "batch": graph.batch,
+        "inputs": [entry(n, n, io["inputs"][n]) for n in graph.inputs],
+        "outputs": [entry(n, n + ":q", io["outputs"][n]) for n in graph.outputs],
+        "plan": [_plain(r) for r in plan],
+        "graph_outputs": list(graph.outputs),
+    }
+    program = dataclasses.replace(program, metadata=meta)
+    return Compiled(program, [_plain(r) for r in plan], graph, time.perf_counter() - t0)

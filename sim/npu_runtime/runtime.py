@@ -16,7 +16,8 @@ from npu_compiler.graph import CompileError
 from npu_model.system import read_tensor, run_program, write_tensor
 from npu_spec.engine import Engine
 
-__all__ = ["BACKENDS", "RunResult", "compare", "read_input_file", "reference", "run"]
+__all__ = ["BACKENDS", "RunResult", "compare", "read_input_file", "reference", "run",
+           "session"]
 
 BACKENDS = ("golden", "rtl")
 
@@ -64,7 +65,11 @@ def prepare(program, inputs):
         if hi > len(mem):
             mem = np.concatenate([mem, np.zeros(hi - len(mem), np.uint8)])
         end = max(end, hi)
-        codes = x.astype(np.float32).astype(np.float16).view(np.uint16)
+        if spec.get("format") == "int8":
+            from npu_compiler.quant import quantize
+            codes = quantize(x.astype(np.float32), spec["scale"])
+        else:
+            codes = x.astype(np.float32).astype(np.float16).view(np.uint16)
         write_tensor(mem, t, codes.reshape(t.shape))
     return dataclasses.replace(program, memory=mem[:end].tobytes())
 
@@ -77,7 +82,11 @@ def _outputs(program, memory):
     for spec in outs:
         t = _tensor(program, spec["tensor"])
         codes = read_tensor(memory, t)
-        result[spec["name"]] = codes.view(np.float16).astype(np.float32).reshape(spec["shape"])
+        if spec.get("format") == "int8":     # dequantized with the output's scale
+            value = codes.view(np.int8).astype(np.float32) * np.float32(spec["scale"])
+        else:
+            value = codes.view(np.float16).astype(np.float32)
+        result[spec["name"]] = value.reshape(spec["shape"])
     meta = program.metadata["compiler"]
     if meta.get("host"):
         from npu_compiler.host import run_host
@@ -145,6 +154,22 @@ def _run_one(program, inputs, backend, latency, progress):
     raise CompileError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
 
 
+def session(model):
+    """``feeds -> {name: array}`` of every graph output of ``model`` (a ``ModelProto``) on
+    onnxruntime: the evaluator ``npu_compiler.compile.compile_model`` calibrates int8 with."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise CompileError(f"onnxruntime cannot run the model for calibration: "
+                           f"{str(e).splitlines()[0]}") from None
+    names = [o.name for o in sess.get_outputs()]
+    return lambda feeds: dict(zip(names, sess.run(None, feeds)))
+
+
 def reference(model, inputs):
     """onnxruntime's outputs ``{name: array}`` for ``inputs`` (the model as given, or
     converted to a newer opset when onnxruntime refuses it)."""
@@ -166,6 +191,13 @@ def reference(model, inputs):
     del onnx
     names = [o.name for o in sess.get_outputs()]
     feeds = {i.name: np.asarray(inputs[i.name], np.float32) for i in sess.get_inputs()}
+    ones = {i.name for i in sess.get_inputs() if len(i.shape) >= 2 and i.shape[0] == 1}
+    sizes = {len(feeds[n]) for n in ones if feeds[n].ndim >= 2}
+    if len(sizes) == 1 and sizes != {1} and len(ones) == len(feeds):
+        # A batch for a model of batch 1: item by item, as the runtime runs it.
+        parts = [sess.run(None, {n: x[i:i + 1] for n, x in feeds.items()})
+                 for i in range(sizes.pop())]
+        return {n: np.concatenate([p[k] for p in parts]) for k, n in enumerate(names)}
     return dict(zip(names, sess.run(None, feeds)))
 
 

@@ -1,0 +1,416 @@
+"""``--format int8``: post-training calibration and the int8 lowering (``docs/compiler.md``).
+
+Calibration runs the float model (on onnxruntime when the caller passes the runtime's
+``npu_runtime.runtime.session``, else on the onnx package's reference evaluator) with every
+intermediate tensor exposed as an output and takes a symmetric per-tensor scale of each
+(:class:`npu_compiler.quant.Calibrator`, largest ``|x|`` over 127). Weights get
+per-output-channel scales; each layer's ``in_scale * w_scale[k] / out_scale`` becomes the
+post-processor's multiplier and shift (:func:`npu_compiler.quant.quantize_conv`).
+
+The int8 lowering keeps every activation of the network in the buffer as an int8 dataset
+(no tiling: a network whose live activations do not fit is a :class:`CompileError`), loads
+the graph inputs (quantized by the runtime with the scales in the program's metadata) and
+stores the graph outputs (dequantized by the runtime). Operators: ``Conv`` (with a fused
+``Relu`` or ``Clip``), ``Gemm`` (a convolution whose kernel covers the whole input), ``Add``
+of two activations of one shape (planar engine, through binary16), ``Relu``, ``MaxPool``
+(planar engine), ``GlobalAveragePool`` (a depthwise convolution of weight ``1 / (H W)``),
+and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``,
+``Unsqueeze``, ``Identity``. Any other operator is a :class:`CompileError` naming the node.
+"""
+
+import numpy as np
+
+from npu_model.builder import BuildError, ProgramBuilder
+from npu_spec import neural
+from npu_spec import planar as planar_spec
+from npu_spec.engine import Engine
+from npu_spec.mac import MacFormat
+
+from .graph import CompileError
+from .quant import Calibrator, quantize_conv
+
+__all__ = ["INT8_OPS", "calibrate", "calibration_samples", "lower_int8", "read_array",
+           "reference_evaluator"]
+
+SHAPE_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
+INT8_OPS = ("Conv", "Gemm", "Add", "Relu", "MaxPool", "GlobalAveragePool") + SHAPE_OPS
+
+
+# ---- calibration ---------------------------------------------------------------------------
+
+def calibration_samples(source, input_names):
+    """``{input name: [N, ...] array}`` from an ``.npz`` file (a key per input, or one array
+    for a one-input model) or a directory of ``.npy`` / ``.npz`` / ``.pb`` files (one or more
+    items each)."""
+    import os
+    path = str(source)
+    if os.path.isdir(path):
+        files = sorted(f for f in os.listdir(path) if f.endswith((".npy", ".npz", ".pb")))
+        if not files:
+            raise CompileError(f"calibration directory {path} holds no .npy, .npz or .pb file")
+        parts = {n: [] for n in input_names}
+        for f in files:
+            for n in input_names:
+                parts[n].append(read_array(os.path.join(path, f), n, len(input_names)))
+        return {n: parts[n] for n in input_names}
+    if not os.path.exists(path):
+        raise CompileError(f"calibration file {path} does not exist")
+    return {n: [read_array(path, n, len(input_names))] for n in input_names}
+
+
+def read_array(path, name, n_inputs):
+    """The array of input ``name`` in file ``path`` (``.npz``: key ``name``, or its only
+    array for a one-input model; ``.npy``; ``.pb`` TensorProto, one-input models)."""
+    try:
+        if path.endswith(".npz"):
+            with np.load(path) as z:
+                if name in z.files:
+                    return z[name]
+                if len(z.files) == 1 and n_inputs == 1:
+                    return z[z.files[0]]
+                raise CompileError(f"calibration file {path} has no array {name!r} (it has "
+                                   f"{', '.join(z.files) or 'none'})")
+        if n_inputs != 1:
+            raise CompileError(f"calibration file {path}: a model with several inputs needs "
+                               f".npz files with a key per input")
+        if path.endswith(".pb"):
+            from onnx import TensorProto, numpy_helper
+            t = TensorProto()
+            with open(path, "rb") as f:
+                t.ParseFromString(f.read())
+            return numpy_helper.to_array(t)
+        return np.load(path, allow_pickle=False)
+    except CompileError:
+        raise
+    except Exception as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CompileError(f"cannot read calibration file {path}: {why}") from None
+
+
+def _items(arrays, shape):
+    """The items of shape ``shape`` in ``arrays`` (each the shape, or a batch of it)."""
+    shape = tuple(shape)
+    for a in arrays:
+        a = np.asarray(a, np.float32)
+        if a.shape == shape:
+            yield a
+        elif a.shape[1:] == shape:
+            yield from a
+        elif len(shape) >= 1 and shape[0] == 1 and a.shape[1:] == shape[1:]:
+            for i in range(a.shape[0]):
+                yield a[i:i + 1]
+        else:
+            raise CompileError(f"a calibration array has shape {'x'.join(map(str, a.shape))};"
+                               f" the model takes {'x'.join(map(str, shape))} (or a batch "
+                               f"of it)")
+
+
+def reference_evaluator(model):
+    """``feeds -> {name: array}`` of every graph output of ``model`` with the onnx package's
+    reference evaluator (slow; the runtime's onnxruntime session is the usual one:
+    ``npu_runtime.runtime.session``)."""
+    from onnx.reference import ReferenceEvaluator
+    try:
+        ev = ReferenceEvaluator(model)
+    except Exception as e:
+        raise CompileError(f"the reference evaluator cannot run the model for calibration: "
+                           f"{str(e).splitlines()[0]}") from None
+    names = [o.name for o in model.graph.output]
+    return lambda feeds: dict(zip(names, ev.run(None, feeds)))
+
+
+def calibrate(model, graph, samples, evaluator=None):
+    """Per-tensor scales ``{tensor name: scale}`` of every tensor of the original ``model``
+    over the calibration ``samples`` (:func:`calibration_samples`). ``evaluator(model)``
+    gives a function ``feeds -> {name: float array}`` of a model's graph outputs
+    (default :func:`reference_evaluator`); every node output is made a graph output of a
+    copy of ``model`` first."""
+    import onnx
+    from onnx import shape_inference
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m = shape_inference.infer_shapes(m)
+    known = {vi.name: vi for vi in m.graph.value_info}
+    outs = {o.name for o in m.graph.output}
+    for node in m.graph.node:
+        for o in node.output:
+            if o and o not in outs:
+                m.graph.output.append(known.get(o) or onnx.helper.make_tensor_value_info(
+                    o, onnx.TensorProto.FLOAT, None))
+                outs.add(o)
+    evaluate = (evaluator or reference_evaluator)(m)
+    cal = Calibrator()
+    inputs = list(graph.inputs)
+    streams = {n: list(_items(samples[n], graph.shapes[n])) for n in inputs}
+    count = {len(v) for v in streams.values()}
+    if len(count) != 1 or 0 in count:
+        raise CompileError(f"the calibration inputs hold {sorted(count)} items per input; "
+                           f"every input needs the same number, at least one")
+    for i in range(count.pop()):
+        feeds = {n: streams[n][i] for n in inputs}
+        for n, x in feeds.items():
+            cal.update(n, x)
+        for n, y in evaluate(feeds).items():
+            if np.issubdtype(np.asarray(y).dtype, np.floating):
+                cal.update(n, y)
+    return {n: cal.scale(n) for n in cal.names}
+
+
+# ---- lowering ------------------------------------------------------------------------------
+
+def _shape3(shape):
+    """The ``(C, H, W)`` dataset of an ONNX shape ``(1, C, H, W)`` or ``(1, N)``."""
+    shape = tuple(int(n) for n in shape)
+    if len(shape) == 4 and shape[0] == 1:
+        return shape[1:]
+    if len(shape) == 2 and shape[0] == 1:
+        return (shape[1], 1, 1)
+    return None
+
+
+class _Int8:
+    def __init__(self, graph, config, scales, name):
+        if "int8" not in config.formats:
+            raise CompileError(f"preset {config.name!r} has no int8 datapath")
+        self.g = graph
+        self.cfg = config
+        self.scales = scales
+        self.b = ProgramBuilder(config)
+        self.ds = {}        # tensor -> dataset
+        self.scale = {}     # tensor -> scale
+        self.plan = []
+        self.node = None
+
+    def fail(self, why):
+        raise CompileError(f"{self.node}: {why} (--format int8)")
+
+    def out_scale(self, name):
+        if name not in self.scales:
+            self.fail(f"no calibration range for tensor {name!r}")
+        return self.scales[name]
+
+    def src(self, name, conv=False):
+        if name not in self.ds:
+            self.fail(f"input {name!r} is not an int8 activation (a constant or an unsupported "
+                      f"producer)")
+        ds = self.ds[name]
+        if conv and _shape3(self.g.shapes[name]) != tuple(ds.shape):
+            self.fail(f"tensor {name!r} of shape {tuple(self.g.shapes[name])} is not a "
+                      f"(1, C, H, W) activation")
+        return ds
+
+    def _check_layer(self, src, blob, dst, stride, pad, dilation, groups):
+        _, icpg, kh, kw = blob.weight_shape
+        c, h, w = src.shape
+        k, oh, ow = dst.shape
+        layer = neural.make_layer(fmt=MacFormat.INT8,
+                                  log2w=neural.best_log2w(self.cfg, ow, kw, stride, dilation),
+                                  groups=groups, icpg=icpg, ocpg=k // groups, in_h=h, in_w=w,
+                                  out_h=oh, out_w=ow, kh=kh, kw=kw, stride=stride,
+                                  dilation=dilation, pad=pad, out_fp16=0)
+        err = neural.layer_error(layer, self.cfg)
+        if err != neural.NeuralError.NONE:
+            self.fail(f"the neural engine cannot run this layer ({err.name})")
+
+    def conv(self, x, out, w, bias, act, stride=1, pad=0, dilation=1, groups=1):
+        src = self.ds[x]
+        s_out = self.out_scale(out)
+        try:
+            q = quantize_conv(w, bias, self.scale[x], s_out, act)
+        except ValueError as e:
+            self.fail(str(e))
+        blob = self.b.kernels(q.weights, groups=groups, **q.kernel_args())
+        place = self.b.dma_kernels(0, blob)
+        dst = self.b.conv(src, place, stride=stride, pad=pad, dilation=dilation,
+                          **q.conv_args())
+        self._check_layer(src, blob, dst, stride, pad, dilation, groups)
+        self.row["kernel_bytes"] += 4 * blob.words
+        self.ds[out], self.scale[out] = dst, s_out
+
+    def run(self):
+        g = self.g
+        for name in g.inputs:
+            s3 = _shape3(g.shapes[name])
+            if s3 is None or not g.is_float(name):
+                raise CompileError(f"input {name!r} ({tuple(g.shapes[name])}) must be a float "
+                                   f"(1, C, H, W) or (1, N) tensor for --format int8")
+            if name not in self.scales:
+                raise CompileError(f"no calibration values for input {name!r}")
+            t = self.b.input(name, np.zeros(s3, np.int8))
+            self.ds[name], self.scale[name] = self.b.load(t), self.scales[name]
+        last = {}
+        for i, node in enumerate(g.nodes):
+            for x in node.inputs:
+                last[x] = i
+        for i, node in enumerate(g.nodes):
+            self.node = node
+            self.row = {"node": node.name, "op": node.op, "tasks": 0,
+                        "first_task": len(self.b.tasks), "kernel_bytes": 0,
+                        "kernel_encoding": "", "engine": "-",
+                        "in": [list(g.shapes.get(x, ())) for x in node.inputs
+                               if x and x not in g.consts],
+                        "out": [list(g.shapes.get(o, ())) for o in node.outputs if o]}
+            fn = getattr(self, "op_" + node.op, None)
+            if node.op not in INT8_OPS or fn is None:
+                raise CompileError(f"{node}: operator {node.op} is not supported with "
+                                   f"--format int8 (supported: {', '.join(INT8_OPS)})")
+            try:
+                fn(node)
+            except BuildError as e:
+                why = str(e)
+                if "buffer is full" in why:
+                    why += "; int8 layers are not cut into bands yet (fp16 ones are)"
+                self.fail(why)
+            self._end_row()
+            self._release(i, last)
+        for name in g.outputs:
+            if name not in self.ds:
+                raise CompileError(f"output {name!r} is not computed by the int8 program")
+            ds = self.ds[name]
+            self.b.store(ds, self.b.output(name + ":q", ds.shape))
+        return self
+
+    def _end_row(self):
+        row = self.row
+        row["tasks"] = len(self.b.tasks) - row["first_task"]
+        row["last_task"] = len(self.b.tasks) - 1
+        engines = {t.engine for t in self.b.tasks[row["first_task"]:]}
+        names = {Engine(e).name for e in engines}
+        row["engine"] = ("NE" if "NEURAL" in names else "PE" if "PLANAR" in names else "-")
+        if row["kernel_bytes"]:
+            row["kernel_encoding"] = "raw int8"
+        self.plan.append(row)
+
+    def _release(self, i, last):
+        live = {id(self.ds[n]) for n in self.ds
+                if last.get(n, -1) > i or n in self.g.outputs}
+        for n in list(self.ds):
+            if id(self.ds[n]) not in live and last.get(n, -1) == i:
+                ds = self.ds.pop(n)
+                if all(d is not ds for d in self.ds.values()):
+                    self.b.release(ds)
+
+    # ---- operators -------------------------------------------------------------------------
+
+    def op_Conv(self, node):
+        g = self.g
+        x, out = node.inputs[0], node.outputs[0]
+        self.src(x, conv=True)
+        w = g.const(node.inputs[1])
+        bias = g.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if w is None or (len(node.inputs) > 2 and node.inputs[2] and bias is None):
+            self.fail("weights and bias must be constants")
+        if w.ndim != 4:
+            self.fail(f"{w.ndim - 2}-D convolution is not supported")
+        strides = list(node.attr("strides", [1, 1]))
+        dil = list(node.attr("dilations", [1, 1]))
+        pads = list(node.attr("pads", [0, 0, 0, 0]))
+        if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            self.fail("auto_pad SAME is not supported")
+        if len(set(strides)) != 1 or len(set(dil)) != 1 or len(set(pads)) != 1:
+            self.fail(f"strides {strides}, dilations {dil}, pads {pads} must each be equal "
+                      f"in every direction")
+        self.conv(x, out, w, bias, self._act(node), strides[0], pads[0], dil[0],
+                  int(node.attr("group", 1)))
+
+    def _act(self, node):
+        act = node.fused or {}
+        kind = act.get("act")
+        if kind is None:
+            return None
+        if kind == "relu":
+            return "relu"
+        if kind == "clamp":
+            return ("clip", float(act["lo"]), float(act["hi"]))
+        self.fail(f"the fused activation {kind} is not supported")
+
+    def op_Gemm(self, node):
+        g = self.g
+        x, out = node.inputs[0], node.outputs[0]
+        src = self.src(x)
+        w = g.const(node.inputs[1])
+        bias = g.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if w is None or (len(node.inputs) > 2 and node.inputs[2] and bias is None):
+            self.fail("B and C must be constants")
+        if node.attr("transA", 0) or node.attr("alpha", 1.0) != 1.0 \
+                or (bias is not None and node.attr("beta", 1.0) != 1.0):
+            self.fail("transA, alpha and beta other than 0, 1, 1 are not supported")
+        w = w if node.attr("transB", 0) else w.T            # (K, N)
+        if tuple(g.shapes[out]) != (1, w.shape[0]):
+            self.fail(f"output shape {tuple(g.shapes[out])} (a batch of one is needed)")
+        if bias is not None:
+            bias = np.broadcast_to(bias, (1, w.shape[0])).reshape(-1)
+        c, h, ww = src.shape
+        if c * h * ww != w.shape[1]:
+            self.fail(f"the input has {c * h * ww} elements, B has {w.shape[1]} rows")
+        self.conv(x, out, w.reshape(w.shape[0], c, h, ww), bias, self._act(node))
+
+    def op_Relu(self, node):
+        x, out = node.inputs[0], node.outputs[0]
+        self.ds[out] = self.b.relu(self.src(x))
+        self.scale[out] = self.scale[x]
+
+    def op_Add(self, node):
+        """``a + b`` of two int8 activations of one shape with their own scales: each is
+        rescaled to the output's scale into binary16 on the planar engine (``gain_bias``),
+        then added with one rounding to int8 (RNE, saturating)."""
+        a, b = node.inputs
+        out = node.outputs[0]
+        da, db = self.src(a), self.src(b)
+        if da.shape != db.shape or tuple(self.g.shapes[a]) != tuple(self.g.shapes[b]):
+            self.fail("both operands must be int8 activations of one shape (no broadcast)")
+        s_out = self.out_scale(out)
+        fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
+        ta = self.b.planar(da, mode="eltwise", op="gain_bias", scale=self.scale[a] / s_out,
+                           bias=0.0, out_fmt=fp16)
+        tb = self.b.planar(db, mode="eltwise", op="gain_bias", scale=self.scale[b] / s_out,
+                           bias=0.0, out_fmt=fp16)
+        y = self.b.planar(ta, tb, mode="eltwise", op="add", out_fmt=int8)
+        self.b.release(ta)
+        self.b.release(tb)
+        self.ds[out], self.scale[out] = y, s_out
+
+    def op_MaxPool(self, node):
+        x, out = node.inputs[0], node.outputs[0]
+        src = self.src(x, conv=True)
+        if len([o for o in node.outputs if o]) > 1:
+            self.fail("the indices output is not supported")
+        k = list(node.attr("kernel_shape"))
+        s = list(node.attr("strides", [1] * len(k)))
+        pads = list(node.attr("pads", [0] * 2 * len(k)))
+        if len(k) != 2 or node.attr("ceil_mode", 0) or node.attr("auto_pad", "NOTSET") \
+                not in ("NOTSET", "VALID") or any(d != 1 for d in node.attr("dilations", [1, 1])):
+            self.fail("only 2-D pooling without ceil_mode, auto_pad or dilation")
+        if pads[:2] != pads[2:] or pads[0] >= k[0] or pads[1] >= k[1]:
+            self.fail(f"pads {pads}: symmetric and smaller than the window only")
+        if max(k) > planar_spec.MAX_WINDOW:
+            self.fail(f"window {k[0]}x{k[1]} (at most {planar_spec.MAX_WINDOW})")
+        dst = self.b.planar(src, mode="pool", op="max", kh=k[0], kw=k[1], sy=s[0], sx=s[1],
+                            py=pads[0], px=pads[1])
+        if tuple(dst.shape) != _shape3(self.g.shapes[out]):
+            self.fail(f"pooled shape {dst.shape} differs from {tuple(self.g.shapes[out])}")
+        self.ds[out], self.scale[out] = dst, self.scale[x]
+
+    def op_GlobalAveragePool(self, node):
+        x, out = node.inputs[0], node.outputs[0]
+        c, h, w = self.src(x, conv=True).shape
+        weights = np.full((c, 1, h, w), 1.0 / (h * w))
+        self.conv(x, out, weights, None, None, groups=c)
+
+    def _alias(self, node):
+        x, out = node.inputs[0], node.outputs[0]
+        self.ds[out], self.scale[out] = self.src(x), self.scale[x]
+        if int(np.prod(self.g.shapes[out])) != int(np.prod(self.ds[out].shape)):
+            self.fail("the element count changes")
+
+    op_Flatten = op_Reshape = op_Squeeze = op_Unsqueeze = op_Identity = _alias
+
+
+def lower_int8(graph, config, scales, name=""):
+    """``(builder, plan, io)``: the int8 program's builder, the per-layer plan rows and the
+    scales ``{"inputs": {name: scale}, "outputs": {name: scale}}``."""
+    lw = _Int8(graph, config, scales, name).run()
+    io = {"inputs": {n: lw.scale[n] for n in graph.inputs},
+          "outputs": {n: lw.scale[n] for n in graph.outputs}}
+    return lw.b, lw.plan, io
