@@ -17,7 +17,7 @@ from npu_spec.config import NPUConfig
 from ..lib.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 
-__all__ = ["MacUnit", "MacArray", "format_supported", "pipeline_stages"]
+__all__ = ["MacUnit", "MacArray", "mac_array_signature", "format_supported", "pipeline_stages"]
 
 
 def _control_layout(slots):
@@ -271,6 +271,18 @@ def format_supported(m, config, fmt):
     return supported
 
 
+def mac_array_signature(config):
+    """The ports every MAC array implementation has (``docs/mac.md``): the command and result
+    streams, the sticky ``error`` with its clear, and ``active``."""
+    return wiring.Signature({
+        "cmd": In(stream.Signature(mac_command_layout(config.macs, config.acc_slots))),
+        "res": Out(stream.Signature(mac_result_layout(config.macs, config.acc_slots))),
+        "error": Out(1),
+        "error_clear": In(1),
+        "active": Out(1),
+    })
+
+
 class MacArray(wiring.Component):
     """``config.macs`` MAC units on one command stream, with broadcast coefficients.
 
@@ -299,13 +311,7 @@ class MacArray(wiring.Component):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         self._config = config
-        super().__init__({
-            "cmd": In(stream.Signature(mac_command_layout(config.macs, config.acc_slots))),
-            "res": Out(stream.Signature(mac_result_layout(config.macs, config.acc_slots))),
-            "error": Out(1),
-            "error_clear": In(1),
-            "active": Out(1),
-        })
+        super().__init__(mac_array_signature(config))
 
     @property
     def config(self):

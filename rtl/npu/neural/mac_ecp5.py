@@ -22,7 +22,7 @@ everything else is the same circuit.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -32,8 +32,8 @@ from npu_spec.formats import F32_NEG_INF, F32_POS_INF, F32_QNAN
 from ..lib.ecp5_dsp import Mult18x18D
 from ..lib.fp32 import Operand, count_leading_zeros, decode_operand
 from ..lib.fp32_deep import FP32AddDeep
-from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
-from .mac import MacUnit, format_supported
+from .layouts import MacFormat, MacOp, mac_result_layout, slot_shape
+from .mac import MacUnit, format_supported, mac_array_signature
 
 __all__ = ["MacLaneECP5", "MacArrayECP5", "ecp5_stages"]
 
@@ -272,13 +272,7 @@ class MacArrayECP5(wiring.Component):
         if not isinstance(queue_depth, int) or queue_depth < 1:
             raise ValueError(f"queue_depth must be a positive integer, not {queue_depth!r}")
         self._queue_depth = queue_depth
-        super().__init__({
-            "cmd": In(stream.Signature(mac_command_layout(config.macs, config.acc_slots))),
-            "res": Out(stream.Signature(mac_result_layout(config.macs, config.acc_slots))),
-            "error": Out(1),
-            "error_clear": In(1),
-            "active": Out(1),
-        })
+        super().__init__(mac_array_signature(config))
 
     @property
     def config(self):

@@ -26,13 +26,14 @@ when ``primitives=True`` or when elaborated for an iCE40 platform.
 """
 
 from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
 
-from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
+from .layouts import MacFormat, MacOp, slot_shape
+from .mac import mac_array_signature
 
 __all__ = ["AccSlots", "DualMul8", "Ice40MacArray", "check_config", "ice40_pipeline_stages",
            "is_ice40_platform"]
@@ -237,13 +238,7 @@ class Ice40MacArray(wiring.Component):
         check_config(config)
         self._config = config
         self._primitives = primitives
-        super().__init__({
-            "cmd": In(stream.Signature(mac_command_layout(config.macs, config.acc_slots))),
-            "res": Out(stream.Signature(mac_result_layout(config.macs, config.acc_slots))),
-            "error": Out(1),
-            "error_clear": In(1),
-            "active": Out(1),
-        })
+        super().__init__(mac_array_signature(config))
 
     @property
     def config(self):
