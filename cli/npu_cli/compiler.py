@@ -1,7 +1,8 @@
 """``npu compile`` and ``npu run``: ONNX models on the NPU (``docs/compiler.md``).
 
-``npu compile MODEL.onnx --preset P --format fp16|int8 [--calibration FILE.npz|DIR] -o PROG``
-prints the plan, one line per layer; ``npu run MODEL.onnx|PROG --backend
+``npu compile MODEL.onnx --preset P --format fp16|int8|mixed [--calibration FILE.npz|DIR]
+[--palette BITS] [--prune FRACTION] -o PROG`` prints the plan, one line per layer (with each
+layer's kernel encoding and bytes raw -> encoded) and the kernel total; ``npu run MODEL.onnx|PROG --backend
 golden|rtl|golden,rtl --input NAME=FILE --output OUT.npz [--check] [--json]`` runs it.
 """
 
@@ -50,7 +51,7 @@ def _compile(path, args, shapes, say):
     try:
         return compile_model(path, _config(args), fmt=args.format, shapes=shapes,
                              fallback=args.fallback, calibration=args.calibration,
-                             evaluator=session)
+                             evaluator=session, palette=args.palette, prune=args.prune)
     except CompileError as e:
         raise CLIError(str(e), status=2) from None
 
@@ -60,8 +61,8 @@ def _plan_lines(plan):
     for i, r in enumerate(plan):
         ins = " ".join("x".join(map(str, s)) for s in r["in"]) or "-"
         outs = " ".join("x".join(map(str, s)) for s in r["out"]) or "-"
-        kern = (f" kernels {r['kernel_encoding']} {r['kernel_bytes']} B"
-                if r["kernel_bytes"] else "")
+        kern = (f" kernels {r['kernel_encoding']} {r.get('kernel_raw_bytes', 0)} -> "
+                f"{r['kernel_bytes']} B" if r["kernel_bytes"] else "")
         lines.append(f"{i:3d} {r['op']:<18} {ins} -> {outs}  {r['engine']:<3} "
                      f"tasks {r['tasks']}{kern}  ({r['node']})")
     return lines
@@ -72,6 +73,10 @@ def cmd_compile(args):
     compiled = _compile(args.model, args, dict(args.shape or []), say)
     for line in _plan_lines(compiled.plan):
         print(line)
+    raw = sum(r.get("kernel_raw_bytes", 0) for r in compiled.plan)
+    packed = sum(r["kernel_bytes"] for r in compiled.plan)
+    if raw:
+        print(f"kernels: {raw} bytes raw -> {packed} bytes ({packed / raw:.1%})")
     prog = compiled.program
     print(f"{len(compiled.plan)} layers, {prog.queues[0].tasks} tasks, "
           f"{len(prog.memory)} bytes of system memory, compiled in {compiled.seconds:.2f} s")
@@ -153,7 +158,8 @@ def cmd_run(args):
         for name, m in compare(main.outputs, ref).items():
             summary["outputs"][name].update(m)
         worst = max((o.get("rel_err", 0.0) for o in summary["outputs"].values()), default=0)
-        if worst > CHECK_TOL and args.format == "fp16":  # int8 errors are quantization's
+        # int8, mixed and lossy compression: the errors are quantization's
+        if worst > CHECK_TOL and args.format == "fp16" and not (args.palette or args.prune):
             from npu_runtime.runtime import first_departure
             say("an output departs from onnxruntime: looking for the first layer")
             found = first_departure(model, _config(args), inputs, rel_tol=CHECK_TOL,
@@ -201,49 +207,50 @@ def _layers(plan, result, macs):
     return layers
 
 
-def add_commands(sub):
+def _compile_options(p, *, for_onnx=""):
+    """The options of compiling a model, shared by ``npu compile`` and ``npu run``
+    (``for_onnx``: a note that they apply only when the model is an ONNX file)."""
+    from npu_compiler.compile import FORMATS
     from npu_spec.config import PRESETS
+    p.add_argument("--preset", type=preset_arg, default="small",
+                   help=f"one of {', '.join(PRESETS)} (default small{for_onnx})")
+    p.add_argument("--format", default="fp16", choices=FORMATS,
+                   help=f"number format: fp16, int8 (needs --calibration) or mixed (binary16 "
+                        f"activations, int8 weights){for_onnx}; default fp16")
+    p.add_argument("--calibration", metavar="FILE.npz|DIR",
+                   help="int8: sample inputs for the activation ranges (.npz with a key per "
+                        "input, or a directory of .npy/.npz/.pb files)")
+    p.add_argument("--palette", type=int, metavar="BITS",
+                   help="lossy: palettize each layer's weights to 2^BITS levels (k-means; BITS "
+                        "1, 2, 4, 6 or 8)")
+    p.add_argument("--prune", type=float, metavar="FRACTION",
+                   help="lossy: set that fraction of each layer's weights, the smallest in "
+                        "magnitude, to zero")
+    p.add_argument("--fallback", choices=("host",),
+                   help="run the operators the NPU cannot run (and what follows them) on the "
+                        "host after the program")
+    p.add_argument("--mem-kib", type=positive, metavar="KIB",
+                   help="system memory of the build (default: the preset's)")
+    p.add_argument("--shape", type=_shape_arg, action="append",
+                   help="NAME=1x3x48x192: the shape of an input with dynamic dimensions")
 
+
+def add_commands(sub):
     c = sub.add_parser("compile", help="compile an ONNX model into a program file",
                        description="Compile an ONNX model; prints one line per layer.")
     c.add_argument("model", metavar="MODEL.onnx")
-    c.add_argument("--preset", type=preset_arg, default="small",
-                   help=f"one of {', '.join(PRESETS)} (default small)")
-    c.add_argument("--format", default="fp16", choices=("fp16", "int8"),
-                   help="number format (default fp16; int8 needs --calibration)")
-    c.add_argument("--calibration", metavar="FILE.npz|DIR",
-                   help="int8: sample inputs for the activation ranges (.npz with a key per "
-                        "input, or a directory of .npy/.npz/.pb files)")
-    c.add_argument("--fallback", choices=("host",),
-                   help="run the operators the NPU cannot run (and what follows them) on the "
-                        "host after the program")
-    c.add_argument("--mem-kib", type=positive, metavar="KIB",
-                   help="system memory of the build (default: the preset's)")
-    c.add_argument("--shape", type=_shape_arg, action="append",
-                   help="NAME=1x3x48x192: the shape of an input with dynamic dimensions")
+    _compile_options(c)
     c.add_argument("-o", "--output", metavar="PROG", help="write the program file")
     c.set_defaults(func=cmd_compile)
 
     r = sub.add_parser("run", help="run an ONNX model or a program on a backend",
                        description="Run a model (compiled first) or a program file.")
     r.add_argument("model", metavar="MODEL.onnx|PROG")
-    r.add_argument("--preset", type=preset_arg, default="small",
-                   help=f"one of {', '.join(PRESETS)} (default small; for .onnx)")
-    r.add_argument("--format", default="fp16", choices=("fp16", "int8"),
-                   help="for .onnx (default fp16; int8 needs --calibration)")
-    r.add_argument("--calibration", metavar="FILE.npz|DIR",
-                   help="int8, for .onnx: sample inputs for the activation ranges")
+    _compile_options(r, for_onnx=", for .onnx")
     r.add_argument("--backend", default="golden",
                    help="golden, rtl, or golden,rtl (both, compared bit for bit)")
     r.add_argument("--input", type=_input_arg, action="append",
                    help="NAME=FILE (.npy, .npz with key NAME, or TensorProto .pb)")
-    r.add_argument("--fallback", choices=("host",),
-                   help="run the operators the NPU cannot run (and what follows them) on the "
-                        "host after the program")
-    r.add_argument("--mem-kib", type=positive, metavar="KIB",
-                   help="system memory of the build (default: the preset's)")
-    r.add_argument("--shape", type=_shape_arg, action="append",
-                   help="NAME=1x3x48x192 for inputs with dynamic dimensions")
     r.add_argument("--output", metavar="OUT.npz", help="write every graph output")
     r.add_argument("--check", action="store_true",
                    help="compare with onnxruntime (max_abs_err, rel_err, cosine)")

@@ -9,13 +9,15 @@ import numpy as np
 from npu_model.builder import BuildError
 
 from .frontend import load_graph
+from .compress import Compression
 from .graph import CompileError
 from .lower import lower
 
 __all__ = ["FORMATS", "Compiled", "compile_model", "io_metadata"]
 
-#: Formats of ``--format``; ``int8`` needs calibration inputs (``mixed`` is not built yet).
-FORMATS = ("fp16", "int8")
+#: Formats of ``--format``: ``int8`` needs calibration inputs; ``mixed`` is binary16
+#: activations with int8 weights (per-channel scales folded into the post-processor).
+FORMATS = ("fp16", "int8", "mixed")
 
 
 @dataclass
@@ -43,7 +45,7 @@ def _plain(row):
 
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
-                  fallback=None, calibration=None, evaluator=None):
+                  fallback=None, calibration=None, evaluator=None, palette=None, prune=None):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -57,17 +59,23 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     (:func:`npu_compiler.int8.calibration_samples`) or a dict ``{input name: [N, ...]
     array}``; ``evaluator`` runs the float model for it (:func:`npu_compiler.int8.calibrate`;
     ``npu_runtime.runtime.session`` uses onnxruntime); :mod:`npu_compiler.int8`.
+    ``fmt="mixed"``: binary16 activations, int8 weights (:func:`npu_compiler.lower.
+    mixed_weights`).
+
+    Kernels get the smallest lossless encoding; ``palette`` (index bits) and ``prune`` (a
+    fraction) make the weights smaller first, lossily (:mod:`npu_compiler.compress`).
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
                            f"{', '.join(FORMATS)})")
     t0 = time.perf_counter()
+    compression = Compression(palette=palette, prune=prune)
     if fallback not in (None, "host"):
         raise CompileError(f"fallback must be 'host' or none, not {fallback!r}")
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":
         return _compile_int8(source, graph, config, calibration, name, fallback, t0,
-                             evaluator)
+                             evaluator, compression)
     if calibration is not None:
         raise CompileError("--calibration is for --format int8")
     graph_outputs = list(graph.outputs)
@@ -77,7 +85,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         from .ops import LOWER
         host = split_host(graph, set(LOWER))
     try:
-        lw = lower(graph, config, name=name or graph.name)
+        lw = lower(graph, config, name=name or graph.name, fmt=fmt, compression=compression)
         program = lw.b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -106,12 +114,14 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     for node in (host or {}).get("nodes", []):
         op, _, name = node.partition(" (")
         plan.append({"node": name.rstrip(")"), "op": op, "engine": "host", "tasks": 0,
-                     "in": [], "out": [], "kernel_bytes": 0, "kernel_encoding": "",
+                     "in": [], "out": [], "kernel_bytes": 0, "kernel_raw_bytes": 0,
+                     "kernel_encoding": "",
                      "first_task": 0, "last_task": -1})
     return Compiled(program, plan, graph, time.perf_counter() - t0)
 
 
-def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator):
+def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator,
+                  compression):
     from .frontend import read_model
     from .int8 import calibrate, calibration_samples, lower_int8
     if fallback:
@@ -127,7 +137,8 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
     else:
         samples = calibration_samples(calibration, graph.inputs)
     scales = calibrate(read_model(source), graph, samples, evaluator)
-    b, plan, io = lower_int8(graph, config, scales, name=name or graph.name)
+    b, plan, io = lower_int8(graph, config, scales, name=name or graph.name,
+                             compression=compression)
     try:
         program = b.build(name or graph.name or "")
     except BuildError as e:

@@ -26,6 +26,7 @@ from npu_spec import planar as planar_spec
 from npu_spec.engine import Engine
 from npu_spec.mac import MacFormat
 
+from .compress import Compression, encode_kernels, prune
 from .graph import CompileError
 from .quant import Calibrator, quantize_conv
 
@@ -170,9 +171,10 @@ def _shape3(shape):
 
 
 class _Int8:
-    def __init__(self, graph, config, scales, name):
+    def __init__(self, graph, config, scales, name, compression=None):
         if "int8" not in config.formats:
             raise CompileError(f"preset {config.name!r} has no int8 datapath")
+        self.compression = compression or Compression()
         self.g = graph
         self.cfg = config
         self.scales = scales
@@ -213,14 +215,25 @@ class _Int8:
         if err != neural.NeuralError.NONE:
             self.fail(f"the neural engine cannot run this layer ({err.name})")
 
-    def conv(self, x, out, w, bias, act, stride=1, pad=0, dilation=1, groups=1):
+    def conv(self, x, out, w, bias, act, stride=1, pad=0, dilation=1, groups=1, model=True):
+        """A convolution; ``model``: ``w`` are the model's own weights (``--prune`` and
+        ``--palette`` apply), not weights the compiler made."""
         src = self.ds[x]
         s_out = self.out_scale(out)
+        lossy = self.compression if model else Compression()
+        if lossy.prune:
+            w = prune(w, lossy.prune)
         try:
             q = quantize_conv(w, bias, self.scale[x], s_out, act)
         except ValueError as e:
             self.fail(str(e))
-        blob = self.b.kernels(q.weights, groups=groups, **q.kernel_args())
+        args = q.kernel_args()
+        blob, raw_bytes, choice = encode_kernels(
+            q.weights, fmt=MacFormat[args["fmt"].upper()], bias=args["bias"],
+            scale=args["scale"], shift=args["shift"], groups=groups, slots=self.cfg.acc_slots,
+            palette_bits=lossy.palette)
+        self.row["kernel_raw_bytes"] += raw_bytes
+        self.row["kernel_encoding"] = choice.name(blob.fmt)
         place = self.b.dma_kernels(0, blob)
         dst = self.b.conv(src, place, stride=stride, pad=pad, dilation=dilation,
                           **q.conv_args())
@@ -247,7 +260,7 @@ class _Int8:
             self.node = node
             self.row = {"node": node.name, "op": node.op, "tasks": 0,
                         "first_task": len(self.b.tasks), "kernel_bytes": 0,
-                        "kernel_encoding": "", "engine": "-",
+                        "kernel_raw_bytes": 0, "kernel_encoding": "", "engine": "-",
                         "in": [list(g.shapes.get(x, ())) for x in node.inputs
                                if x and x not in g.consts],
                         "out": [list(g.shapes.get(o, ())) for o in node.outputs if o]}
@@ -278,8 +291,6 @@ class _Int8:
         engines = {t.engine for t in self.b.tasks[row["first_task"]:]}
         names = {Engine(e).name for e in engines}
         row["engine"] = ("NE" if "NEURAL" in names else "PE" if "PLANAR" in names else "-")
-        if row["kernel_bytes"]:
-            row["kernel_encoding"] = "raw int8"
         self.plan.append(row)
 
     def _release(self, i, last):
@@ -396,7 +407,7 @@ class _Int8:
         x, out = node.inputs[0], node.outputs[0]
         c, h, w = self.src(x, conv=True).shape
         weights = np.full((c, 1, h, w), 1.0 / (h * w))
-        self.conv(x, out, weights, None, None, groups=c)
+        self.conv(x, out, weights, None, None, groups=c, model=False)
 
     def _alias(self, node):
         x, out = node.inputs[0], node.outputs[0]
@@ -407,10 +418,11 @@ class _Int8:
     op_Flatten = op_Reshape = op_Squeeze = op_Unsqueeze = op_Identity = _alias
 
 
-def lower_int8(graph, config, scales, name=""):
+def lower_int8(graph, config, scales, name="", compression=None):
     """``(builder, plan, io)``: the int8 program's builder, the per-layer plan rows and the
-    scales ``{"inputs": {name: scale}, "outputs": {name: scale}}``."""
-    lw = _Int8(graph, config, scales, name).run()
+    scales ``{"inputs": {name: scale}, "outputs": {name: scale}}``; ``compression`` a
+    :class:`npu_compiler.compress.Compression`."""
+    lw = _Int8(graph, config, scales, name, compression).run()
     io = {"inputs": {n: lw.scale[n] for n in graph.inputs},
           "outputs": {n: lw.scale[n] for n in graph.outputs}}
     return lw.b, lw.plan, io

@@ -16,6 +16,7 @@ are not fused); ``Relu``, pooling, reductions and elementwise operations between
 the planar engine.
 """
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 
@@ -25,8 +26,10 @@ from npu_model.builder import MAX_DEP, BuildError, ProgramBuilder
 from npu_spec import dataproc, neural
 from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
+from npu_spec.mac import MacFormat
 from npu_spec.program import Tensor, dense_strides
 
+from .compress import Compression, encode_kernels, prune
 from .graph import CompileError
 
 __all__ = ["Lowering", "MView", "lower"]
@@ -224,10 +227,15 @@ def _overlap(a, b):
 class Lowering:
     """Lowers ``graph`` for ``config``; :meth:`run` returns the builder with every task."""
 
-    def __init__(self, graph, config, *, name=""):
-        if "fp16" not in config.formats:
-            raise CompileError(f"preset {config.name!r} has no binary16 datapath; --format fp16 "
-                               f"needs one")
+    def __init__(self, graph, config, *, name="", fmt="fp16", compression=None):
+        for needed in ("fp16", fmt):
+            if needed not in config.formats:
+                raise CompileError(f"preset {config.name!r} has no {needed} datapath; "
+                                   f"--format {fmt} needs one")
+        #: binary16 data x binary16 weights (``fp16``) or x int8 weights (``mixed``).
+        self.mac_fmt = MacFormat.F16I8 if fmt == "mixed" else MacFormat.FP16
+        self.compression = compression or Compression()
+        self._lossy = False     # True while lowering a layer of the model's own weights
         self.g = graph
         self.cfg = config
         self.name = name
@@ -363,7 +371,8 @@ class Lowering:
                                                              for i in node.inputs if i
                                                              and i not in self.g.consts],
                      "out": [list(self.g.shapes.get(o, ())) for o in node.outputs if o],
-                     "kernel_bytes": 0, "kernel_encoding": "", "dma_elements": 0,
+                     "kernel_bytes": 0, "kernel_raw_bytes": 0, "kernel_encoding": "",
+                     "dma_elements": 0,
                      "macs": 0, "how": what or ""}
 
     def _count(self, engine, dma_elements=0):
@@ -395,29 +404,46 @@ class Lowering:
         return r
 
     def kernels(self, w, bias, scale, groups):
-        """A kernel blob (binary16 weights; bias and scale binary32)."""
+        """A kernel blob: ``out = (bias + sum w x) * scale`` per output channel, binary16
+        weights (``fp16``) or int8 weights with the per-channel scale folded into the bias and
+        scale (``mixed``, :func:`mixed_weights`); bias and scale binary32. The smallest
+        lossless encoding (:mod:`npu_compiler.compress`), palettized first with ``--palette``
+        while lowering the model's own weights."""
+        return self._kernels(w, bias, scale, groups)[0]
+
+    def _kernels(self, w, bias, scale, groups):
+        """``(blob, raw_bytes, choice)`` of :meth:`kernels`."""
         k = w.shape[0]
-        codes = _f16(w)
-        bias = _f32bits(np.broadcast_to(bias, (k,)))
-        scale = _f32bits(np.broadcast_to(scale, (k,)))
+        bias = np.broadcast_to(np.asarray(bias, np.float64), (k,))
+        scale = np.broadcast_to(np.asarray(scale, np.float64), (k,))
+        if self.mac_fmt == MacFormat.F16I8:
+            codes, bias, scale = mixed_weights(w, bias, scale)
+        else:
+            codes = _f16(w)
+        bias, scale = _f32bits(bias), _f32bits(scale)
+        palette = self.compression.palette if self._lossy else None
         key = hashlib.sha1(b"".join(np.ascontiguousarray(a).tobytes() for a in (codes, bias,
                                                                              scale))
-                           + repr((codes.shape, groups)).encode()).hexdigest()
+                           + repr((codes.shape, groups, palette)).encode()).hexdigest()
         if key not in self._blobs:     # bands of one layer use the same kernels
-            self._blobs[key] = self.b.kernels(codes, bias=bias, scale=scale, fmt="fp16",
-                                              groups=groups)
+            self._blobs[key] = encode_kernels(codes, fmt=self.mac_fmt, bias=bias, scale=scale,
+                                              groups=groups, slots=self.cfg.acc_slots,
+                                              palette_bits=palette)
         return self._blobs[key]
 
     def conv_task(self, src, w, bias, scale, groups, dst, stride=1, pad=0, dilation=1,
                   act=None):
         """One neural-engine task (its kernels loaded first); ``dst`` a dataset."""
-        blob = self.kernels(w, bias, scale, groups)
+        blob, raw_bytes, choice = self._kernels(w, bias, scale, groups)
         if blob.words > self.kmem_words:
             raise _TooBig()
         if self._row is not None:
-            self._row["kernel_bytes"] += 4 * blob.words
-            self._row["kernel_encoding"] = "raw fp16"
-            self._row["macs"] += int(np.prod(w.shape)) * dst.shape[1] * dst.shape[2]
+            row = self._row
+            row["kernel_bytes"] += 4 * blob.words
+            row["kernel_raw_bytes"] += raw_bytes
+            names = set(filter(None, row["kernel_encoding"].split(", ")))
+            row["kernel_encoding"] = ", ".join(sorted(names | {choice.name(self.mac_fmt)}))
+            row["macs"] += int(np.prod(w.shape)) * dst.shape[1] * dst.shape[2]
         place = self.b.dma_kernels(0, blob)
         self._count("dma", blob.words)
         act = dict(act or {})
@@ -438,13 +464,27 @@ class Lowering:
         _, icpg, kh, kw = blob.weight_shape
         c, h, w = src.shape
         k, oh, ow = dst.shape
-        layer = neural.make_layer(fmt=1, log2w=neural.best_log2w(self.cfg, ow, kw, stride,
+        layer = neural.make_layer(fmt=blob.fmt, log2w=neural.best_log2w(self.cfg, ow, kw, stride,
                                                                  dilation),
                                   groups=groups, icpg=icpg, ocpg=k // groups, in_h=h, in_w=w,
                                   out_h=oh, out_w=ow, kh=kh, kw=kw, stride=stride,
                                   dilation=dilation, pad=pad, out_fp16=1)
         err = neural.layer_error(layer, self.cfg)
         return None if err == neural.NeuralError.NONE else err.name
+
+    @contextlib.contextmanager
+    def model_weights(self):
+        """While lowering a layer with the model's own weights: ``--palette`` applies to its
+        kernel blobs (not to the kernels the compiler makes, e.g. for activations)."""
+        self._lossy = True
+        try:
+            yield
+        finally:
+            self._lossy = False
+
+    def pruned(self, w):
+        """A layer's float weights after ``--prune`` (magnitude pruning over the layer)."""
+        return prune(w, self.compression.prune) if self.compression.prune else w
 
     # ---- lowering ------------------------------------------------------------------------
 
@@ -511,10 +551,31 @@ def _dense_elements(shape):
     return tuple(reversed(strides))
 
 
-def lower(graph, config, name=""):
+def mixed_weights(w, bias, scale):
+    """``(codes, bias, scale)`` of a layer ``out = (bias + sum w x) * scale`` with int8
+    weights: per output channel ``s = max |w| / 127`` (1 for a channel of integers in
+    [-127, 127], e.g. all zero), codes
+    ``round_half_even(w / s)``, and ``s`` folded into the post-processor as ``bias / s`` and
+    ``scale * s`` (float64 here; the kernel header holds them as binary32)."""
+    w = np.asarray(w, np.float64)
+    if not np.all(np.isfinite(w)):
+        raise CompileError("--format mixed: the weights must be finite")
+    k = w.shape[0]
+    flat = w.reshape(k, -1)
+    peak = np.abs(flat).max(axis=1) if w.size else np.zeros(k)
+    # Channels of integer weights within int8 (e.g. the weight-1 kernels of an activation)
+    # keep s = 1, so they stay exact.
+    whole = np.all(flat == np.rint(flat), axis=1) & (peak <= 127)
+    s = np.where(whole | (peak == 0), 1.0, peak / 127.0)
+    codes = np.clip(np.rint(w / s.reshape((k,) + (1,) * (w.ndim - 1))), -127, 127)
+    return codes.astype(np.int8), np.asarray(bias, np.float64) / s, np.asarray(scale) * s
+
+
+def lower(graph, config, name="", fmt="fp16", compression=None):
     """The :class:`Lowering` of ``graph`` after :meth:`Lowering.run` (its builder ``b`` holds
-    the tasks, ``plan`` the per-layer rows)."""
-    lw = Lowering(graph, config, name=name)
+    the tasks, ``plan`` the per-layer rows); ``fmt`` ``fp16`` or ``mixed`` (int8 weights),
+    ``compression`` a :class:`npu_compiler.compress.Compression`."""
+    lw = Lowering(graph, config, name=name, fmt=fmt, compression=compression)
     lw.run()
     return lw
 

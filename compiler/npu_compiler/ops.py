@@ -394,7 +394,7 @@ def _conv(lw, node):
         _unsupported(node, f"batch {x_shape[0]}: compile with batch 1 (the runtime runs a "
                            f"batch item by item)")
     k_, strides, dil, pads, spatial = _conv_geometry(node, x_shape, w.shape)
-    w = np.asarray(w, np.float32).reshape(w.shape[:2] + tuple(k_))
+    w = lw.pruned(np.asarray(w, np.float32).reshape(w.shape[:2] + tuple(k_)))
     k = w.shape[0]
     bias = (np.asarray(g.const(node.inputs[2]), np.float32)
             if len(node.inputs) > 2 and node.inputs[2] else np.zeros(k, np.float32))
@@ -419,8 +419,9 @@ def _conv(lw, node):
     factor = 2 if groups == 1 and w.shape[1] > max(1, lw.buffer_rows // kh) else 1
     if node.fused and node.fused.get("act") not in (None, "relu") and factor == 2:
         factor = 3
-    windowed(lw, node, x3, out3, kh=kh, kw=kw, s=s, fy=fy, fx=fx, dil=dil[0], pads=pads,
-             fill=0.0, native=native, engine=engine, k_out=k, out_factor=factor)
+    with lw.model_weights():
+        windowed(lw, node, x3, out3, kh=kh, kw=kw, s=s, fy=fy, fx=fx, dil=dil[0], pads=pads,
+                 fill=0.0, native=native, engine=engine, k_out=k, out_factor=factor)
 
 
 def _fc(lw, node, x_view, w_kn, bias, out_view, act):
@@ -429,11 +430,12 @@ def _fc(lw, node, x_view, w_kn, bias, out_view, act):
     n = w_kn.shape[1]
     x3 = MView(x_view.addr, (kk, 1, m), (x_view.strides[1], 0, x_view.strides[0]))
     out3 = MView(out_view.addr, (n, 1, m), (out_view.strides[1], 0, out_view.strides[0]))
-    w = np.ascontiguousarray(w_kn.T).reshape(n, kk, 1, 1).astype(np.float32)
+    w = lw.pruned(np.ascontiguousarray(w_kn.T).reshape(n, kk, 1, 1).astype(np.float32))
     engine = conv_engine(lw, node, w, np.asarray(bias, np.float32), 1.0, 1, 1, 1, act)
     factor = 2 if kk > lw.buffer_rows else 1
-    windowed(lw, node, x3, out3, kh=1, kw=1, s=1, fy=1, fx=1, dil=1, pads=(0, 0, 0, 0),
-             fill=0.0, native=0, engine=engine, k_out=n, out_factor=factor + 1)
+    with lw.model_weights():
+        windowed(lw, node, x3, out3, kh=1, kw=1, s=1, fy=1, fx=1, dil=1, pads=(0, 0, 0, 0),
+                 fill=0.0, native=0, engine=engine, k_out=n, out_factor=factor + 1)
 
 
 def _matrix(mv):

@@ -282,10 +282,10 @@ def _palette_indices(codes, palette, coef_fp16):
     with np.errstate(invalid="ignore"):
         dist = np.abs(_numeric(flat, coef_fp16)[:, None] - pal_val[None, :])
     dist = np.where(np.isnan(dist), np.inf, dist)
-    nearest = np.argmin(dist, axis=1)
-    for i, c in enumerate(flat):
-        hit = np.nonzero(palette == c)[0]
-        idx[i] = hit[0] if len(hit) else nearest[i]
+    idx[:] = np.argmin(dist, axis=1)
+    palette = np.asarray(palette, np.int64)
+    for j in range(len(palette) - 1, -1, -1):     # the lowest equal entry wins
+        idx[flat == palette[j]] = j
     return idx.reshape(codes.shape)
 
 
