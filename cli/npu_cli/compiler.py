@@ -2,8 +2,9 @@
 
 ``npu compile MODEL.onnx --preset P --format fp16|int8|mixed [--calibration FILE.npz|DIR]
 [--palette BITS] [--prune FRACTION] -o PROG`` prints the plan, one line per layer (with each
-layer's kernel encoding and bytes raw -> encoded) and the kernel total; ``npu run MODEL.onnx|PROG --backend
-golden|rtl|golden,rtl --input NAME=FILE --output OUT.npz [--check] [--json]`` runs it.
+layer's kernel encoding and bytes raw -> encoded) and the kernel total; ``npu run
+MODEL.onnx|PROG --backend golden|rtl|golden,rtl --input NAME=FILE --output OUT.npz [--check]
+[--json]`` runs it.
 """
 
 import json

@@ -8,8 +8,8 @@ import numpy as np
 
 from npu_model.builder import BuildError
 
-from .frontend import load_graph
 from .compress import Compression
+from .frontend import load_graph
 from .graph import CompileError
 from .lower import lower
 
@@ -45,7 +45,8 @@ def _plain(row):
 
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
-                  fallback=None, calibration=None, evaluator=None, palette=None, prune=None):
+                  fallback=None, calibration=None, evaluator=None, palette=None, prune=None,
+                  raw_kernels=False):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -62,14 +63,15 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     ``fmt="mixed"``: binary16 activations, int8 weights (:func:`npu_compiler.lower.
     mixed_weights`).
 
-    Kernels get the smallest lossless encoding; ``palette`` (index bits) and ``prune`` (a
-    fraction) make the weights smaller first, lossily (:mod:`npu_compiler.compress`).
+    Kernels get the smallest lossless encoding (``raw_kernels``: all raw); ``palette`` (index
+    bits) and ``prune`` (a fraction) make the weights smaller first, lossily
+    (:mod:`npu_compiler.compress`).
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
                            f"{', '.join(FORMATS)})")
     t0 = time.perf_counter()
-    compression = Compression(palette=palette, prune=prune)
+    compression = Compression(palette=palette, prune=prune, raw=raw_kernels)
     if fallback not in (None, "host"):
         raise CompileError(f"fallback must be 'host' or none, not {fallback!r}")
     graph = load_graph(source, shapes, batch_one)

@@ -26,15 +26,18 @@ from npu_spec.mac import MacFormat
 
 from .graph import CompileError
 
-__all__ = ["Compression", "Choice", "choices", "encode_kernels", "encoding_sizes", "palettize", "prune"]
+__all__ = ["Choice", "Compression", "choices", "encode_kernels", "encoding_sizes", "palettize",
+           "prune"]
 
 
 @dataclass(frozen=True)
 class Compression:
     """The lossy options: ``palette`` index bits (None: off), ``prune`` fraction of zeros
-    (None: off). The default compresses losslessly only."""
+    (None: off). The default compresses losslessly only; ``raw`` stores every kernel raw
+    (the reference the lossless choice is compared with)."""
     palette: int = None
     prune: float = None
+    raw: bool = False
 
     def __post_init__(self):
         if self.palette is not None and self.palette not in PALETTE_BITS[1:]:
@@ -174,20 +177,21 @@ def choices(codes, fmt, slots):
 
 
 def encode_kernels(codes, *, fmt, bias, scale, shift=0, groups=1, slots, palette_bits=None,
-                   name=None):
+                   raw=False, name=None):
     """``(blob, raw_bytes, choice)``: ``codes`` ``[K, C / groups, KH, KW]`` (int8 values, or
     binary16 codes) encoded as the smallest lossless :class:`Choice` after palettizing to
     ``palette_bits`` levels when given (lossy), with per-channel ``bias``, ``scale``,
     ``shift`` (32-bit patterns, as ``ProgramBuilder.kernels``). ``raw_bytes`` is the
     kernel-memory size of the raw encoding of the weights as given (before any palettizing),
-    for the report; the blob's is ``4 * blob.words``."""
+    for the report (``raw``: keep that encoding); the blob's is ``4 * blob.words``."""
     fmt = MacFormat(fmt)
     codes = np.asarray(codes)
-    raw = choices(codes, fmt, slots)
-    raw_bytes = next(c.bytes for c in raw if not c.sparse and not c.palette)
+    raw_bytes = next(c.bytes for c in choices(codes, fmt, slots)
+                     if not c.sparse and not c.palette)
     if palette_bits:
         codes = palettize(codes, palette_bits, fmt.coef_fp16)
-    best = choices(codes, fmt, slots)[0]
+    options = choices(codes, fmt, slots)
+    best = next(c for c in options if not c.sparse and not c.palette) if raw else options[0]
     k = codes.shape[0]
     bias, scale, shift = (np.broadcast_to(np.asarray(v, np.int64), (k,))
                           for v in (bias, scale, shift))

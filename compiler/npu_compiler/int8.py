@@ -231,7 +231,7 @@ class _Int8:
         blob, raw_bytes, choice = encode_kernels(
             q.weights, fmt=MacFormat[args["fmt"].upper()], bias=args["bias"],
             scale=args["scale"], shift=args["shift"], groups=groups, slots=self.cfg.acc_slots,
-            palette_bits=lossy.palette)
+            palette_bits=lossy.palette, raw=self.compression.raw)
         self.row["kernel_raw_bytes"] += raw_bytes
         self.row["kernel_encoding"] = choice.name(blob.fmt)
         place = self.b.dma_kernels(0, blob)

@@ -428,7 +428,8 @@ class Lowering:
         if key not in self._blobs:     # bands of one layer use the same kernels
             self._blobs[key] = encode_kernels(codes, fmt=self.mac_fmt, bias=bias, scale=scale,
                                               groups=groups, slots=self.cfg.acc_slots,
-                                              palette_bits=palette)
+                                              palette_bits=palette,
+                                              raw=self.compression.raw)
         return self._blobs[key]
 
     def conv_task(self, src, w, bias, scale, groups, dst, stride=1, pad=0, dilation=1,
