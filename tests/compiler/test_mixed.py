@@ -147,3 +147,14 @@ def test_digits_mixed_accuracy(digits_split):
     float_correct = int((digits.onnxruntime_logits(x_test, DIGITS).argmax(1) == y_test).sum())
     assert correct >= float_correct - 0.01 * len(x_test)
     assert correct == MIXED_CORRECT
+
+
+@pytest.mark.slow
+def test_digits_mixed_rtl_equals_golden(digits_split):
+    """The mixed format (with 4-bit palettized int8 weights) on the RTL: bit for bit."""
+    _, split = digits_split
+    x = {"input": split[2][:1]}
+    compiled = compile_model(str(DIGITS), CFG, fmt="mixed", palette=4)
+    golden = run(compiled.program, x, "golden").outputs["logits"]
+    rtl = run(compiled.program, x, "rtl").outputs["logits"]
+    assert golden.tobytes() == rtl.tobytes()
