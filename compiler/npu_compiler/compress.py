@@ -47,10 +47,6 @@ class Compression:
         if self.prune is not None and not 0.0 <= self.prune < 1.0:
             raise CompileError(f"--prune must be a fraction in [0, 1), not {self.prune!r}")
 
-    @property
-    def lossy(self):
-        return self.palette is not None or bool(self.prune)
-
 
 def prune(weights, fraction):
     """``weights`` (floats) with the ``round(fraction * size)`` smallest in magnitude set to
@@ -77,7 +73,10 @@ def palettize(codes, bits, coef_fp16):
         raise CompileError(f"--palette: {e}") from None
     values = _values(codes.ravel(), coef_fp16)
     levels = _values(pal, coef_fp16)
-    out = pal[np.argmin(np.abs(values[:, None] - levels[None, :]), axis=1)]
+    out = np.empty(values.shape, np.int64)
+    for i in range(0, len(values), 1 << 16):      # bounded memory for large layers
+        v = values[i:i + (1 << 16)]
+        out[i:i + len(v)] = pal[np.argmin(np.abs(v[:, None] - levels[None, :]), axis=1)]
     return _from_codes(out, coef_fp16).reshape(codes.shape)
 
 
