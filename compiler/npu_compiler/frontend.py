@@ -192,9 +192,9 @@ def _evaluate(node_proto, inputs):
 _FOLD_OPSET = [TARGET_OPSET]
 
 
-def _fold(model):
-    """Evaluate every node whose inputs are all known (and ``Shape`` of a known shape);
-    returns ``(remaining node protos, constants)``."""
+def _fold(model, keep=()):
+    """Evaluate every node whose inputs are all known (and ``Shape`` of a known shape),
+    except the operators in ``keep``; returns ``(remaining node protos, constants)``."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     shapes, _ = _value_types(model)
@@ -218,7 +218,8 @@ def _fold(model):
             consts[node.output[0]] = np.asarray(shape[start:end], np.int64)
             continue
         ins = [n for n in node.input if n]
-        if ins and all(n in consts for n in ins) and node.domain in ("", "ai.onnx"):
+        if ins and all(n in consts for n in ins) and node.domain in ("", "ai.onnx") \
+                and node.op_type not in keep:
             try:
                 consts.update(_evaluate(node, consts))
                 continue
@@ -240,9 +241,11 @@ def _rebuild(model, nodes, consts):
     return m
 
 
-def load_graph(source, shapes=None, batch_one="auto"):
+def load_graph(source, shapes=None, batch_one="auto", keep=()):
     """The :class:`Graph` of an ONNX model (path, bytes or ``ModelProto``); ``shapes`` maps
-    input names to concrete shapes for their dynamic dimensions."""
+    input names to concrete shapes for their dynamic dimensions; the operators in ``keep``
+    are not folded even on constant inputs (``DequantizeLinear`` of int8 weights, which the
+    int8 lowering of a quantized model takes as they are)."""
     model = read_model(source)
     model = _convert(model)
     _FOLD_OPSET[0] = _opset(model) or TARGET_OPSET
@@ -256,7 +259,7 @@ def load_graph(source, shapes=None, batch_one="auto"):
     for _ in range(4):
         model = _infer(model)
         before = len(model.graph.node)
-        nodes, consts = _fold(model)
+        nodes, consts = _fold(model, keep)
         model = _rebuild(model, nodes, consts)
         if len(nodes) == before:
             break
