@@ -67,8 +67,9 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     if fallback not in (None, "host"):
         raise CompileError(f"fallback must be 'host' or none, not {fallback!r}")
     from .frontend import read_model
-    from .qdq import quantized_node
-    quantized = quantized_node(read_model(source))
+    from .qdq import FOREIGN_OPS, prepare, quantized_node
+    model = read_model(source)
+    quantized = quantized_node(model)
     if quantized and fmt != "int8":
         raise CompileError(f"node {quantized} makes this a quantized model: compile it with "
                            f"--format int8 (it runs with its own scales)")
@@ -78,7 +79,8 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
                                f"scales; --calibration is for float models")
         if fallback:
             raise CompileError("--fallback host is not supported with --format int8")
-        graph = load_graph(source, shapes, batch_one, keep=("DequantizeLinear",))
+        graph = load_graph(prepare(model), shapes, batch_one, keep=("DequantizeLinear",),
+                           foreign=FOREIGN_OPS)
         return _compile_qdq(graph, config, name, t0)
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":

@@ -236,16 +236,20 @@ def _rebuild(model, nodes, consts):
     inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in used]
     inputs = [i for i in g.input if i.name not in consts]
     graph = helper.make_graph(nodes, g.name or "model", inputs, list(g.output), inits)
+    # Shape inference cannot find the outputs of other domains' operators: keep theirs.
+    foreign = {o for node in nodes if node.domain not in ("", "ai.onnx") for o in node.output}
+    graph.value_info.extend(vi for vi in g.value_info if vi.name in foreign)
     m = helper.make_model(graph, opset_imports=list(model.opset_import))
     m.ir_version = model.ir_version
     return m
 
 
-def load_graph(source, shapes=None, batch_one="auto", keep=()):
+def load_graph(source, shapes=None, batch_one="auto", keep=(), foreign=()):
     """The :class:`Graph` of an ONNX model (path, bytes or ``ModelProto``); ``shapes`` maps
     input names to concrete shapes for their dynamic dimensions; the operators in ``keep``
     are not folded even on constant inputs (``DequantizeLinear`` of int8 weights, which the
-    int8 lowering of a quantized model takes as they are)."""
+    int8 lowering of a quantized model takes as they are); ``foreign`` names operators of
+    other domains that are let through (``com.microsoft.QGemm``)."""
     model = read_model(source)
     model = _convert(model)
     _FOLD_OPSET[0] = _opset(model) or TARGET_OPSET
@@ -273,7 +277,7 @@ def load_graph(source, shapes=None, batch_one="auto", keep=()):
     nodes = [Node(n.op_type, n.name or f"{n.op_type}_{k}", list(n.input), list(n.output),
                   _attrs(n)) for k, n in enumerate(g.node)]
     for n in g.node:
-        if n.domain not in ("", "ai.onnx"):
+        if n.domain not in ("", "ai.onnx") and n.op_type not in foreign:
             raise CompileError(f"node {n.name!r} ({n.domain}.{n.op_type}) is in domain "
                                f"{n.domain!r}; only the default ONNX domain is supported")
     graph = Graph(nodes, consts, shapes_, dtypes, [i.name for i in g.input

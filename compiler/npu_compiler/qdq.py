@@ -36,13 +36,17 @@ from .graph import CompileError
 from .int8 import SHAPE_OPS, _Int8, _shape3
 from .quant import QuantizedConv, requantize_params, weight_scales
 
-__all__ = ["QUANT_OPS", "QDQ_OPS", "lower_qdq", "quantized_node"]
+__all__ = ["FOREIGN_OPS", "QUANT_OPS", "QDQ_OPS", "lower_qdq", "prepare", "quantized_node"]
+
+#: Operators of onnxruntime's ``com.microsoft`` domain taken in quantized models
+#: (``quantize_static`` writes ``QGemm`` for a ``Gemm`` in the QOperator format).
+FOREIGN_OPS = ("QGemm",)
 
 #: Operators that make a model a quantized one (compiled with its own scales).
 QUANT_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul",
              "ConvInteger", "MatMulInteger")
 #: Operators of a quantized model the int8 lowering takes.
-QDQ_OPS = QUANT_OPS + ("Conv", "Gemm", "MatMul", "Relu", "Clip", "Cast", "Mul", "Add",
+QDQ_OPS = QUANT_OPS + ("QGemm", "Conv", "Gemm", "MatMul", "Relu", "Clip", "Cast", "Mul", "Add",
                        "MaxPool") + SHAPE_OPS
 
 _INT_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
@@ -53,9 +57,44 @@ def quantized_node(model):
     """The first node of ``model`` (a ``ModelProto``) that makes it a quantized model, as
     ``"name (op)"``, or None."""
     for n in model.graph.node:
-        if n.op_type in QUANT_OPS and n.domain in ("", "ai.onnx"):
+        if (n.op_type in QUANT_OPS and n.domain in ("", "ai.onnx")) or (
+                n.op_type in FOREIGN_OPS and n.domain == "com.microsoft"):
             return f"{n.name or n.output[0]!r} ({n.op_type})"
     return None
+
+
+def prepare(model):
+    """``model`` with the output shapes of its ``com.microsoft.QGemm`` nodes declared (the
+    onnx package's shape inference does not know them): ``(M, N)`` from ``A`` and ``B``,
+    typed like ``y_zero_point``."""
+    import onnx
+    from onnx import helper, numpy_helper, shape_inference
+    if not any(n.op_type in FOREIGN_OPS for n in model.graph.node):
+        return model
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    for _ in range(len(m.graph.node)):
+        m = shape_inference.infer_shapes(m)
+        known = {vi.name: vi for vi in list(m.graph.value_info) + list(m.graph.input)}
+        added = False
+        for n in m.graph.node:
+            if n.op_type != "QGemm" or n.output[0] in known or n.input[0] not in known:
+                continue
+            attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+            a = [d.dim_value for d in known[n.input[0]].type.tensor_type.shape.dim]
+            b = inits.get(n.input[3])
+            zp = inits.get(n.input[8]) if len(n.input) > 8 else None
+            if b is None or zp is None or len(a) != 2:
+                continue
+            rows = a[1] if attrs.get("transA", 0) else a[0]
+            cols = b.shape[0] if attrs.get("transB", 0) else b.shape[1]
+            m.graph.value_info.append(helper.make_tensor_value_info(
+                n.output[0], helper.np_dtype_to_tensor_dtype(zp.dtype), [rows, cols]))
+            added = True
+        if not added:
+            break
+    return m
 
 
 @dataclass
@@ -439,6 +478,25 @@ class _QDQ(_Int8):
         bias = self.bias(c, unit / beta) if c else np.zeros(unit.size)
         self._matrix(node, x, z_x, w if trans else w.T, unit, bias)
         self._fold_act(node.outputs[0], self._act(node))
+
+    def op_QGemm(self, node):
+        """``com.microsoft.QGemm``: ``alpha (A - z_a)(B - z_b) + C``, ``C`` int32 in units of
+        ``alpha s_a s_b``, quantized to ``y_scale`` / ``y_zero_point``."""
+        x = node.inputs[0]
+        self.src(x)
+        s_x, z_x = self._scalar_params(node, 1, 2, x)
+        if node.attr("transA", 0):
+            self.fail("transA is not supported")
+        if len(node.inputs) < 8 or not node.inputs[7]:
+            self.fail("a float output (no y_scale) is not supported")
+        trans = node.attr("transB", 0)
+        w, s_w = self._qlinear_weights(node, 3, 0 if trans else 1)
+        unit = s_x * s_w * float(node.attr("alpha", 1.0))
+        c = self._const(node, 6, optional=True)
+        bias = np.zeros(unit.size) if c is None else np.broadcast_to(
+            np.asarray(c, np.float64).reshape(-1), unit.shape).copy()
+        self._matrix(node, x, z_x, w if trans else w.T, unit, bias)
+        self.op_QuantizeLinear_pending(node, 7, 8)
 
     def op_MatMul(self, node):
         x = node.inputs[0]

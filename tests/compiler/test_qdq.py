@@ -272,20 +272,28 @@ def split(digits):
     return digits.load_split()
 
 
-@pytest.fixture(scope="module")
-def digits_qdq(split, tmp_path_factory):
+def _digits_quantized(split, directory, fmt="QDQ", symmetric=True):
     x_train = split[0]
     feeds = [{"input": x_train[i:i + 1]} for i in range(200)]
-    return quantize(onnx.load(str(MODEL)), feeds, tmp_path_factory.mktemp("digits"), "QDQ")
+    return quantize(onnx.load(str(MODEL)), feeds, directory, fmt, symmetric)
 
 
-def test_digits_qdq_accuracy_and_agreement(digits, split, digits_qdq):
+@pytest.fixture(scope="module")
+def digits_qdq(split, tmp_path_factory):
+    return _digits_quantized(split, tmp_path_factory.mktemp("digits"))
+
+
+@pytest.mark.parametrize("fmt, symmetric", [("QDQ", True), ("QOperator", False)],
+                         ids=["qdq-int8", "qoperator-uint8"])
+def test_digits_quantized_accuracy_and_agreement(digits, split, tmp_path, fmt, symmetric):
     """All 360 held-out images: accuracy within one point of the float model's, and the
-    logits agree with onnxruntime running the QDQ model."""
+    logits agree with onnxruntime running the quantized model (``models/digits/quantized.py``
+    prints the figures of docs/quantization.md)."""
     _, _, x_test, y_test = split
-    compiled = compile_model(digits_qdq, preset("small"), fmt="int8")
+    model = _digits_quantized(split, tmp_path, fmt, symmetric)
+    compiled = compile_model(model, preset("small"), fmt="int8")
     got = run(compiled.program, {"input": x_test}, "golden").outputs["logits"]
-    ref = reference(digits_qdq, {"input": x_test})["logits"]
+    ref = reference(model, {"input": x_test})["logits"]
     float_logits = digits.onnxruntime_logits(x_test, MODEL)
     correct = int((got.argmax(1) == y_test).sum())
     float_correct = int((float_logits.argmax(1) == y_test).sum())
