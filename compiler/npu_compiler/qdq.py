@@ -47,7 +47,7 @@ QUANT_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul
              "ConvInteger", "MatMulInteger")
 #: Operators of a quantized model the int8 lowering takes.
 QDQ_OPS = QUANT_OPS + ("QGemm", "Conv", "Gemm", "MatMul", "Relu", "Clip", "Cast", "Mul", "Add",
-                       "MaxPool") + SHAPE_OPS
+                       "MaxPool", "GlobalAveragePool") + SHAPE_OPS
 
 _INT_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -284,9 +284,8 @@ class _QDQ(_Int8):
         s, z = self._scalar_params(node, 1, 2, out)
         if node.attr("saturate", 1) != 1 or node.attr("output_dtype", 0):
             self.fail("only the default saturate and output_dtype are supported")
-        if x in self.pend:
-            p = self.pend.pop(x)
-            self.emit(p, out, s, z)
+        if x in self.pend and len(self.g.consumers(x)) == 1 and x not in self.g.outputs:
+            self.emit(self.pend.pop(x), out, s, z)
             return
         self.src(x)
         if self.params(x) == (s, z):
@@ -605,6 +604,16 @@ class _QDQ(_Int8):
         if act is None:
             self.fail("the bounds must be constants")
         self._unary_act(node, ("clip", act["lo"], act["hi"]))
+
+    def op_GlobalAveragePool(self, node):
+        """A depthwise layer of weight 1 over the whole plane; one accumulator unit is
+        ``s_x / (H W)``."""
+        x = node.inputs[0]
+        c, h, w = self.src(x, conv=True).shape
+        s, z = self.params(x)
+        self.pend[node.outputs[0]] = Pending(x, z, np.ones((c, 1, h, w), np.int64), np.zeros(c),
+                                             np.full(c, s / (h * w)), node, groups=c,
+                                             own=(s, z))
 
     def op_MaxPool(self, node):
         x = node.inputs[0]

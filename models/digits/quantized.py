@@ -7,7 +7,8 @@ uint8 asymmetric activations; int8 per-channel weights; 200 training images for
 calibration) it prints the held-out accuracy (360 images) of onnxruntime running the
 quantized model and of the NPU's golden model running the compiled program, the share of
 logits where the two agree exactly, the largest difference in output steps, and the number
-of NPU tasks.
+of NPU tasks. ``--save DIR`` keeps the four quantized models in ``DIR``
+(``digits_QDQ_int8.onnx``, ``digits_QOperator_uint8.onnx``, ...).
 """
 
 import sys
@@ -48,12 +49,16 @@ def quantize(fmt, symmetric, directory):
 
 
 def main():
+    import argparse
     import logging
 
     from npu_compiler.compile import compile_model
     from npu_runtime.runtime import reference, run
     from npu_spec.config import preset
 
+    parser = argparse.ArgumentParser(description="the digits CNN quantized by onnxruntime")
+    parser.add_argument("--save", metavar="DIR", help="keep the quantized models in DIR")
+    args = parser.parse_args()
     logging.disable(logging.WARNING)
     _, _, x_test, y_test = train.load_split()
     float_logits = reference(str(train.MODEL), {"input": x_test})["logits"]
@@ -61,6 +66,9 @@ def main():
           f"{len(y_test)}")
     print("form        activations  onnxruntime  NPU golden  equal logits  max steps  tasks")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.save:
+            Path(args.save).mkdir(parents=True, exist_ok=True)
+            tmp = args.save
         for fmt in ("QDQ", "QOperator"):
             for symmetric in (True, False):
                 path = quantize(fmt, symmetric, tmp)

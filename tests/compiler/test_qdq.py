@@ -114,6 +114,28 @@ def test_qdq_layers_within_one_step_of_onnxruntime(tmp_path, symmetric, per_chan
 
 
 @pytest.mark.parametrize("symmetric", [True, False], ids=["int8-sym", "uint8-asym"])
+def test_qdq_global_average_pool_within_one_step(tmp_path, symmetric):
+    """Conv -> GlobalAveragePool (a depthwise layer of weight 1 over the plane) -> Flatten
+    -> Gemm."""
+    rng = np.random.default_rng(6)
+    n = helper.make_node
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), k)
+             for k, s in (("w", (6, 3, 3, 3)), ("b", (6,)), ("wf", (4, 6)), ("bf", (4,)))]
+    graph = helper.make_graph(
+        [n("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+         n("GlobalAveragePool", ["c"], ["g"]), n("Flatten", ["g"], ["f"]),
+         n("Gemm", ["f", "wf", "bf"], ["y"], transB=1)], "gap",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    cal = [{"x": rng.standard_normal((1, 3, 5, 5)).astype(np.float32)} for _ in range(16)]
+    qmodel = quantize(_opset(graph), cal, tmp_path, "QDQ", symmetric)
+    assert "GlobalAveragePool" in {nd.op_type for nd in qmodel.graph.node}
+    compiled = compile_model(qmodel, preset("small"), fmt="int8")
+    x = {"x": rng.standard_normal((3, 3, 5, 5)).astype(np.float32)}
+    assert steps(qmodel, compiled, x, "y").max() <= 1 + 1e-6
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["int8-sym", "uint8-asym"])
 def test_qoperator_conv_within_one_step_of_onnxruntime(tmp_path, symmetric):
     """QuantFormat.QOperator: QLinearConv, with the Relu between the two convolutions."""
     rng = np.random.default_rng(5)
