@@ -349,6 +349,18 @@ def test_digits_qdq_rtl_equals_golden(split, digits_qdq):
     assert np.array_equal(golden.view(np.uint32), rtl.view(np.uint32))
 
 
+@pytest.mark.slow
+def test_padded_zero_point_rtl_equals_golden():
+    """uint8 QLinearConv with padding and a non-zero input zero point: the bordered copy
+    (planar fill and copy) and the layer on the RTL, bit for bit."""
+    rng = np.random.default_rng(7)
+    compiled = compile_model(_qlinearconv(rng), preset("small"), fmt="int8")
+    x = {"x": rng.integers(0, 256, (1, 3, 5, 5)).astype(np.uint8)}
+    golden = run(compiled.program, x, "golden").outputs["y"]
+    rtl = run(compiled.program, x, "rtl").outputs["y"]
+    assert golden.dtype == np.uint8 and np.array_equal(golden, rtl)
+
+
 # ---- what the NPU cannot represent ---------------------------------------------------------
 
 
