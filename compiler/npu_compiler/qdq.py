@@ -222,8 +222,15 @@ class _QDQ(_Int8):
         super()._release(i, last)
 
     def _end_row(self):
+        """Plan rows: none for a node that only renames codes (a ``QuantizeLinear`` or
+        ``DequantizeLinear`` without a task, a weight's ``DequantizeLinear``) or that leaves
+        a pending accumulator (its layer is the row of the ``QuantizeLinear`` that emits
+        it, named after the layer's node)."""
         node = self.node
-        if node.op == "DequantizeLinear" and node.outputs[0] in self.qconst:
+        if node.op in ("QuantizeLinear", "DequantizeLinear") \
+                and len(self.b.tasks) == self.row["first_task"]:
+            return
+        if any(o in self.pend for o in node.outputs):
             return
         super()._end_row()
 
@@ -285,7 +292,9 @@ class _QDQ(_Int8):
         if node.attr("saturate", 1) != 1 or node.attr("output_dtype", 0):
             self.fail("only the default saturate and output_dtype are supported")
         if x in self.pend and len(self.g.consumers(x)) == 1 and x not in self.g.outputs:
-            self.emit(self.pend.pop(x), out, s, z)
+            p = self.pend.pop(x)
+            self.row.update(op=p.node.op, node=p.node.name, **{"in": [list(self.g.shapes[p.x])]})
+            self.emit(p, out, s, z)
             return
         self.src(x)
         if self.params(x) == (s, z):
