@@ -18,7 +18,8 @@ point. A convolution (or a matrix product) becomes a *pending accumulator*: int8
 accumulator units and the real value of one accumulator unit per output channel. ``Relu``,
 ``Clip``, ``Mul`` and ``Add`` by constants fold into it; the ``QuantizeLinear`` that follows
 gives the output scale and zero point, and the layer is emitted with the post-processor's
-multiplier and shift for ``unit / out_scale``, its zero point and its clamp. ``Relu`` or
+multiplier and shift for ``unit / out_scale``, its zero point and its clamp (an ``Add`` of
+two int8 tensors runs on the planar engine through binary16). ``Relu`` or
 ``Clip`` on an int8 tensor, and a ``QuantizeLinear`` that changes a tensor's scale or zero
 point, are a 1x1 depthwise layer of weight 1 (exact when nothing changes; one rounding
 otherwise, as onnxruntime's).
@@ -576,12 +577,39 @@ class _QDQ(_Int8):
     def op_Add(self, node):
         p = self._pending_of(node)
         if p is None:
-            self.fail("Add is taken only as a constant bias on an accumulator (int8 Add of "
-                      "two tensors is not supported for quantized models)")
+            self._add_tensors(node)
+            return
         if p.act is not None:
             self.fail("the bias must come before any activation")
         c = self._channel_const(node, p)
         self.pend[node.outputs[0]] = replace(p, bias=p.bias + c / p.unit)
+
+    def _add_tensors(self, node):
+        """``Q(DQ(a) + DQ(b))`` of two int8 tensors of one shape on the planar engine: each
+        operand becomes ``(q - z) s / s_y`` (plus ``z_y`` on the first) in binary16
+        (``gain_bias``), then one add rounds to int8 (RNE, saturating)."""
+        from npu_spec import planar as planar_spec
+        a, b = node.inputs
+        out = node.outputs[0]
+        if self.g.const(a) is not None or self.g.const(b) is not None:
+            self.fail("Add of a constant is taken only on an accumulator")
+        da, db = self.src(a), self.src(b)
+        if da.shape != db.shape or tuple(self.g.shapes[a]) != tuple(self.g.shapes[b]):
+            self.fail("both operands must be int8 tensors of one shape (no broadcast)")
+        qs = self.g.consumers(out)
+        if len(qs) != 1 or qs[0].op != "QuantizeLinear" or out in self.g.outputs:
+            self.fail("the sum must go to one QuantizeLinear")
+        s_y, z_y = self._scalar_params(qs[0], 1, 2, qs[0].outputs[0])
+        fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
+        terms = []
+        for x, extra in ((a, z_y), (b, 0)):
+            s, z = self.params(x)
+            terms.append(self.b.planar(self.ds[x], mode="eltwise", op="gain_bias",
+                                       scale=s / s_y, bias=extra - z * s / s_y, out_fmt=fp16))
+        y = self.b.planar(terms[0], terms[1], mode="eltwise", op="add", out_fmt=int8)
+        for t in terms:
+            self.b.release(t)
+        self.ds[out], self.scale[out], self.zp[out] = y, s_y, z_y
 
     def _fold_act(self, name, act):
         """Fold ``act`` (``None``, ``"relu"``, ``("clip", lo, hi)``) into pending ``name``."""

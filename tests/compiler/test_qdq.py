@@ -139,6 +139,31 @@ def test_qdq_global_average_pool_within_one_step(tmp_path, symmetric):
 
 
 @pytest.mark.parametrize("symmetric", [True, False], ids=["int8-sym", "uint8-asym"])
+def test_qdq_residual_add_within_one_step(tmp_path, symmetric):
+    """Conv -> Relu -> Conv, Add of the two (a residual), Relu: the Add on the planar
+    engine through binary16. Each operand's term ``(q - z) s / s_y`` is rounded to binary16
+    (half an ulp: below 1/4 step while it is under 1024 steps), so the sum before its one
+    rounding is within 1/2 step of the exact one: one step from onnxruntime."""
+    rng = np.random.default_rng(9)
+    n = helper.make_node
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), k)
+             for k, s in (("w1", (4, 2, 3, 3)), ("b1", (4,)), ("w2", (4, 4, 3, 3)),
+                          ("b2", (4,)))]
+    graph = helper.make_graph(
+        [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
+         n("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+         n("Add", ["c2", "r1"], ["s"], name="residual"), n("Relu", ["s"], ["y"])], "res",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], inits)
+    cal = [{"x": rng.standard_normal((1, 2, 6, 6)).astype(np.float32)} for _ in range(16)]
+    qmodel = quantize(_opset(graph), cal, tmp_path, "QDQ", symmetric)
+    compiled = compile_model(qmodel, preset("small"), fmt="int8")
+    assert [r["engine"] for r in compiled.plan if r["op"] == "Add"] == ["PE"]
+    x = {"x": rng.standard_normal((3, 2, 6, 6)).astype(np.float32)}
+    assert steps(qmodel, compiled, x, "y").max() <= 1 + 1e-6
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["int8-sym", "uint8-asym"])
 def test_qoperator_conv_within_one_step_of_onnxruntime(tmp_path, symmetric):
     """QuantFormat.QOperator: QLinearConv, with the Relu between the two convolutions."""
     rng = np.random.default_rng(5)
