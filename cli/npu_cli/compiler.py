@@ -210,7 +210,8 @@ def add_commands(sub):
     c.add_argument("--preset", type=preset_arg, default="small",
                    help=f"one of {', '.join(PRESETS)} (default small)")
     c.add_argument("--format", default="fp16", choices=("fp16", "int8"),
-                   help="number format (default fp16; int8 needs --calibration)")
+                   help="number format (default fp16; int8 needs --calibration unless the model "
+                        "is quantized: QDQ, QLinearConv...)")
     c.add_argument("--calibration", metavar="FILE.npz|DIR",
                    help="int8: sample inputs for the activation ranges (.npz with a key per "
                         "input, or a directory of .npy/.npz/.pb files)")
@@ -230,7 +231,8 @@ def add_commands(sub):
     r.add_argument("--preset", type=preset_arg, default="small",
                    help=f"one of {', '.join(PRESETS)} (default small; for .onnx)")
     r.add_argument("--format", default="fp16", choices=("fp16", "int8"),
-                   help="for .onnx (default fp16; int8 needs --calibration)")
+                   help="for .onnx (default fp16; int8 needs --calibration unless the model is "
+                        "quantized)")
     r.add_argument("--calibration", metavar="FILE.npz|DIR",
                    help="int8, for .onnx: sample inputs for the activation ranges")
     r.add_argument("--backend", default="golden",
