@@ -104,6 +104,8 @@ def _as_int(x, name, lo, hi):
         return np.array([int(v) for v in flat], dtype=np.int64).reshape(arr.shape)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and lo <= 0 and hi >= (1 << (8 * arr.dtype.itemsize)) - 1:
+        return arr.astype(np.int64)     # every value of the dtype is in range
     if arr.size:
         mn = int(arr.min())
         mx = int(arr.max())
@@ -155,15 +157,13 @@ def _f16_fields(bits):
     return _fields(bits, 5, 10)
 
 
+# 2**0 .. 2**62: the number of them at or below v is v's bit length.
+_POWERS = np.int64(1) << np.arange(63, dtype=np.int64)
+
+
 def _bit_length(v):
     """Vectorised ``int.bit_length`` of a non-negative int64 array below ``2**63``."""
-    n = np.zeros(v.shape, dtype=np.int64)
-    for s in (32, 16, 8, 4, 2, 1):
-        hi = v >> s
-        big = hi != 0
-        v = np.where(big, hi, v)
-        n += np.where(big, s, 0)
-    return n + (v != 0)
+    return np.searchsorted(_POWERS, v, side="right").astype(np.int64)
 
 
 def _round_pack(sign, sig, exp, p, qmin, inf_bits, width):
@@ -187,13 +187,13 @@ def _round_pack(sign, sig, exp, p, qmin, inf_bits, width):
     numpy.ndarray
         int64 bit patterns.
     """
-    exp = np.clip(exp, -_EXP_CLIP, _EXP_CLIP)
+    exp = np.minimum(np.maximum(exp, -_EXP_CLIP), _EXP_CLIP)
     length = _bit_length(sig)
     e = exp + length - 1  # exponent of the leading one
     q = np.maximum(e - (p - 1), qmin)  # exponent of the result's least significant bit
     shift = q - exp  # > 0: bits to drop; <= 0: exact, shift left
-    lsh = np.clip(-shift, 0, p)
-    rsh = np.clip(shift, 0, 62)
+    lsh = np.minimum(np.maximum(-shift, 0), p)
+    rsh = np.minimum(np.maximum(shift, 0), 62)
     exact = sig << lsh
     m = sig >> rsh
     rem = sig & ((np.int64(1) << rsh) - 1)
