@@ -154,6 +154,8 @@ def conv_accumulate(layer, inputs, weights, bias):
     data = _to_operand(padded, layer.data_fp16, not is_int)
     coef_zero = _is_zero(weights, layer.coef_fp16)
     coef = _to_operand(weights, layer.coef_fp16, not is_int)
+    if not is_int:
+        data, coef = fp.mac_operand(data), fp.mac_operand(coef)
 
     # Every output channel at once: step through the scan order (ic, ky, kx) and update the
     # channels whose coefficient at that step is nonzero; the others keep their value, which
@@ -174,17 +176,17 @@ def conv_accumulate(layer, inputs, weights, bias):
                 y0, x0 = ky * d, kx * d
                 rows = slice(y0, y0 + s * oh, s)
                 cols = slice(x0, x0 + s * ow, s)
-                if layer.groups == 1:
-                    window = data[ic, rows, cols][None]
-                else:
-                    window = data[first[ks] + ic, rows, cols]
-                w = coef[ks, ic, ky, kx][:, None, None]
+                chans = [ic] if layer.groups == 1 else first[ks] + ic
                 if is_int:
                     # int32 wrap-around is addition modulo 2**32: wrapping once at the end
                     # gives the same bits as wrapping after every step.
-                    acc[ks] += window.astype(np.int64) * w.astype(np.int64)
+                    w = coef[ks, ic, ky, kx][:, None, None]
+                    acc[ks] += data[chans, rows, cols].astype(np.int64) * w.astype(np.int64)
                 else:
-                    acc[ks] = fp.f32_add(acc[ks], fp.f32_mul(window, w))
+                    # f32_add(acc, f32_mul(window, w)) with the exact product
+                    window = tuple(f[chans, rows, cols] for f in data)
+                    w = tuple(f[ks, ic, ky, kx][:, None, None] for f in coef)
+                    acc[ks] = fp.f32_add_product(acc[ks], window, w)
     if is_int:
         return fp.int32_wrap(acc).view(np.uint32)
     dead = coef_zero.reshape(k_all, -1).all(axis=1)
