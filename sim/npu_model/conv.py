@@ -176,7 +176,9 @@ def conv_accumulate(layer, inputs, weights, bias):
                 y0, x0 = ky * d, kx * d
                 rows = slice(y0, y0 + s * oh, s)
                 cols = slice(x0, x0 + s * ow, s)
-                chans = [ic] if layer.groups == 1 else first[ks] + ic
+                chans = slice(ic, ic + 1) if layer.groups == 1 else first[ks] + ic
+                if ks.size == k_all:
+                    ks = slice(None)        # a view instead of a copy
                 if is_int:
                     # int32 wrap-around is addition modulo 2**32: wrapping once at the end
                     # gives the same bits as wrapping after every step.
