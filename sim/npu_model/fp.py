@@ -50,8 +50,8 @@ __all__ = [
     "f32_to_int8",
     "f32_value",
     "int8_to_f32",
-    "mac_operand",
     "int32_wrap",
+    "mac_operand",
     "rescale_int32",
 ]
 
