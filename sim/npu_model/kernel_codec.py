@@ -48,6 +48,7 @@ __all__ = [
     "build_palette",
     "compressed_size",
     "decode_group",
+    "dense_codes",
     "encode",
     "is_zero",
     "kernel_memory",
@@ -605,6 +606,34 @@ def beats(header, body, config, *, _dense=None, _params=None, **build):
         raise KernelFormatError("nnz_mismatch", f"channel {o}: {count[o]} nonzero "
                                                 f"coefficients, header says {params.nnz[o]}")
     return out
+
+
+def dense_codes(header, body, config, **build):
+    """The header parameters and the dense coefficient codes ``[ocg, icg, kh, kw]`` (int64:
+    int8 values or binary16 codes) that :func:`beats` decodes, with the same checks and
+    errors; ``(params, codes)``.
+
+    A raw dense body (no bitmap, no palette) of the exact length with every channel's nnz
+    right is read in one step; anything else (and every error) goes through :func:`beats`.
+    """
+    config.check(**build)
+    params = parse_header(header, config, **build)
+    dense = np.zeros((config.ocg, config.icg, config.kh, config.kw), np.int64)
+    if not config.sparse and not config.palette:
+        raw = _pad_words(body)
+        width = config.entry_bytes
+        used = config.positions * width
+        if used <= len(raw) < used + 4:     # no early end, no unused word
+            dtype = "<u2" if config.coef_fp16 else "i1"
+            codes = np.frombuffer(raw[:used], dtype=dtype).astype(np.int64)
+            # scan order: oc fastest, then kx, ky, ic
+            scan = codes.reshape(config.icg, config.kh, config.kw, config.ocg)
+            dense[...] = scan.transpose(3, 0, 1, 2)
+            nnz = (~is_zero(dense, config.coef_fp16)).reshape(config.ocg, -1).sum(axis=1)
+            if np.array_equal(nnz, params.nnz):
+                return params, dense
+    beats(header, body, config, _dense=dense, _params=params)
+    return params, dense
 
 
 def reference_beats(weights, coef_fp16):
