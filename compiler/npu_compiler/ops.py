@@ -254,7 +254,8 @@ def windowed(lw, node, x3, out3, *, kh, kw, s, fy, fx, dil, pads, fill, native, 
     per_out_row = k_out * owe * out_factor
     whole_in = c * h * w
     ohe_native = None
-    if native is not None:
+    deferred = lw.deferred(node)
+    if native is not None and not deferred:
         py, px = native if isinstance(native, tuple) else (native, native)
         ohe_native = (h + 2 * py - dkh) // s + 1
         owe_native = (w + 2 * px - dkw) // sxe + 1
@@ -275,24 +276,32 @@ def windowed(lw, node, x3, out3, *, kh, kw, s, fy, fx, dil, pads, fill, native, 
         _unsupported(node, f"one output row ({per_in_row} input and {per_out_row} output "
                            f"elements per row, kernel {kh}x{kw}) does not fit the "
                            f"{lw.buf_size}-element buffer")
-    for r0 in range(0, oh, rows):
-        r1 = min(oh, r0 + rows)
-        ne = (r1 - 1 - r0) * fy + 1
-        p0 = r0 * fy * s
-        rows_in = (ne - 1) * s + dkh
-        src = lw.buffer((c, rows_in, wp))
-        i0, i1 = max(0, p0 - t), min(h, p0 + rows_in - t)
-        padded = left or r or p0 - t < 0 or p0 + rows_in - t > h
-        if padded:
-            lw.fill(src, fill)
-        if i1 > i0:
-            dst = _sub(src, 0, c, i0 + t - p0, i1 + t - p0, left, left + w)
-            lw.load3(x3.slice(1, i0, i1), dst)
-        res = engine(src, 0, (ne, owe))
-        lw.store3(_sub(res, 0, k, 0, ne, 0, (ow - 1) * fx + 1), out3.slice(1, r0, r1),
-                  xstep=fx, ystep=fy)
-        lw.release(src)
-        lw._release_all()
+
+    def bands(first, end):
+        """Output rows ``first .. end - 1``, in bands that fit the buffer."""
+        for r0 in range(first, end, rows):
+            r1 = min(end, r0 + rows)
+            ne = (r1 - 1 - r0) * fy + 1
+            p0 = r0 * fy * s
+            rows_in = (ne - 1) * s + dkh
+            src = lw.buffer((c, rows_in, wp))
+            i0, i1 = max(0, p0 - t), min(h, p0 + rows_in - t)
+            padded = left or r or p0 - t < 0 or p0 + rows_in - t > h
+            if padded:
+                lw.fill(src, fill)
+            if i1 > i0:
+                dst = _sub(src, 0, c, i0 + t - p0, i1 + t - p0, left, left + w)
+                lw.load3(x3.slice(1, i0, i1), dst)
+            res = engine(src, 0, (ne, owe))
+            lw.store3(_sub(res, 0, k, 0, ne, 0, (ow - 1) * fx + 1), out3.slice(1, r0, r1),
+                      xstep=fx, ystep=fy)
+            lw.release(src)
+            lw._release_all()
+
+    if deferred:
+        deferred(bands)
+    else:
+        bands(0, oh)
 
 
 def conv_engine(lw, node, w, bias, scale, groups, s, dil, act):
