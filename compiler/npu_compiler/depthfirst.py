@@ -23,6 +23,11 @@ __all__ = ["SCHEDULES", "Segment", "emit", "segments"]
 #: Values of ``--schedule``: depth first (the default) or layer by layer.
 SCHEDULES = ("depth-first", "layer")
 
+#: A band task of a depth-first segment uses at most ``1 / BAND_SHARE`` of the buffer (rows,
+#: then output channels, are cut to fit): a policy, not a need of the schedule; it keeps the
+#: working set of a band small beside what the rest of the segment holds.
+BAND_SHARE = 2
+
 #: Band heights tried, largest first: fewer, larger bands mean fewer tasks; one row gives
 #: the lowest peak of live rows.
 BANDS = (64, 32, 16, 8, 4, 2, 1)
@@ -94,8 +99,9 @@ def _elements(g, names):
 def segments(lw, bands=BANDS):
     """The segments of ``lw``'s graph worth a depth-first schedule: ``{node index:
     Segment}`` for every node of each. A segment's band height is the first of ``bands``
-    whose schedule keeps the live intermediate rows within the buffer's size, else the
-    last."""
+    whose schedule is depth first with its live intermediate rows within half the buffer
+    (room for them beside one band's working datasets), else the one with the lowest
+    peak."""
     g = lw.g
     layers = {}
     for i, node in enumerate(g.nodes):
@@ -146,11 +152,16 @@ def _segment(lw, members, layers, readers, bands):
     made = {g.nodes[i].outputs[0] for i in members}
     if any(k < last and k not in inside for t in made for k in readers.get(t, ())):
         return None
+    best = None
     for band in bands:
         graph = _unit_graph(g, members, layers, band)
         plan = schedule(graph)
-        if plan.peak <= lw.buf_size:
+        if best is None or plan.peak < best[2].peak:
+            best = (band, graph, plan)
+        if plan.strategy == "depth-first" and plan.peak <= lw.buf_size // 2:
+            best = (band, graph, plan)
             break
+    band, graph, plan = best
     order = runs(graph, plan.order)
     rings = {t: _ring_rows(g, t, members, layers, order) for t in internal}
     return Segment([g.nodes[i] for i in members], {i: layers[i] for i in members},
@@ -225,7 +236,8 @@ def emit(lw, seg):
     lw._defer = None
     for key, r0, r1, _ in seg.order:
         lw._resume(*rows[key])
-        fns[key][0](r0, r1)
+        for fn in fns[key]:         # one per part of the channels
+            fn(r0, r1)
         lw._pause()
     for key in seg.layers:
         lw._resume(*rows[key])
@@ -242,12 +254,14 @@ def _rowwise(lw, node):
     out = lw._output_tensor(node.outputs[0]).reshape(_shape4(g, node.outputs[0])[1:])
     op = {"Relu": "relu", "Add": "add"}.get(node.op)
 
+    budget = lw.band_budget(node)
+
     def chunks(c, w, first, end, operands):
         per_row = operands * c * w
-        if per_row <= lw.buf_size:
-            cstep, rstep = c, max(1, lw.buf_size // per_row)
+        if per_row <= budget:
+            cstep, rstep = c, max(1, budget // per_row)
         else:
-            cstep, rstep = max(1, lw.buf_size // (operands * w)), 1
+            cstep, rstep = max(1, budget // (operands * w)), 1
         for c0 in range(0, c, cstep):
             for r0 in range(first, end, rstep):
                 yield c0, min(c, c0 + cstep), r0, min(end, r0 + rstep)

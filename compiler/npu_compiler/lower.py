@@ -27,7 +27,7 @@ from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
 from npu_spec.program import Tensor, dense_strides
 
-from .depthfirst import SCHEDULES
+from .depthfirst import BAND_SHARE, SCHEDULES
 from .graph import CompileError
 
 __all__ = ["Lowering", "MView", "lower"]
@@ -361,6 +361,13 @@ class Lowering:
         row["engines"] = sorted(engines)
         self.plan.append(row)
         self._row = None
+
+    def band_budget(self, node):
+        """Buffer elements one band of ``node`` may use: half the buffer under a depth-first
+        schedule (:data:`~npu_compiler.depthfirst.BAND_SHARE`), else all of it."""
+        if self._defer is not None and node.name in self._defer:
+            return self.buf_size // BAND_SHARE
+        return self.buf_size
 
     def deferred(self, node):
         """Under a depth-first schedule, the function that takes ``node``'s band function
