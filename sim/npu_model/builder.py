@@ -419,9 +419,11 @@ class ProgramBuilder:
         for; :class:`BuildError` if one distance cannot cover every such task.
 
         A conflicting task already complete when this engine's previous task completes needs
-        no wait (the engine runs its tasks in order), so the backward search stops below the
-        tasks :meth:`_closure` certainly covers, and the distance points at the newest
-        conflicting task that is not covered."""
+        no wait (the engine runs its tasks in order): what is certainly complete is kept per
+        engine as the newest such task (:meth:`_closure`), so the backward search stops
+        below it, and the distance points at the newest conflicting task that is not
+        complete. When every conflicting task is complete, the distance still points at the
+        newest one if it is within reach (a wait that costs nothing), else it is 0."""
         n = len(self.tasks)
         own = self._last.get(task.engine)
         cov = self._closure(own) if own is not None else {}
@@ -430,21 +432,22 @@ class ProgramBuilder:
         def floor():
             return min((cov.get(e, -1) for e in others), default=n)
 
-        producer, needed = None, []
+        newest, producer, needed = None, None, []
         j, stop = n - 1, floor()
-        while j > stop:
+        while j >= 0 and (j > stop or (newest is None and n - j <= MAX_DEP)):
             other = self.tasks[j]
             if (other.engine != task.engine and j != task.flow_from
-                    and j > cov.get(other.engine, -1) and _conflict(task, other)):
-                if producer is None:
+                    and _conflict(task, other)):
+                newest = j if newest is None else newest
+                if j > cov.get(other.engine, -1) and producer is None:
                     producer = j
                     cov = _merge_reach(cov, self._closure(j))
                     stop = floor()
-                else:
+                elif j > cov.get(other.engine, -1):
                     needed.append(j)
             j -= 1
         if producer is None:
-            return 0
+            return n - newest if newest is not None and n - newest <= MAX_DEP else 0
         missing = [k for k in needed if k > cov.get(self.tasks[k].engine, -1)]
         if missing and self.tasks[producer].dep == 0 and producer - missing[0] <= MAX_DEP:
             # The newest producer waits for nothing: let it wait for the older one (it runs a

@@ -81,7 +81,7 @@ def residual():
         n("Relu", ["s"], ["sr"]),
         n("AveragePool", ["sr"], ["y"], kernel_shape=[3, 3], strides=[1, 1],
           pads=[1, 1, 1, 1], count_include_pad=1),
-    ], (1, 2, 36, 18), ["y", "h"], {"w0": (4, 2, 3, 3), "w1": (4, 4, 3, 3),
+    ], (1, 2, 28, 16), ["y", "h"], {"w0": (4, 2, 3, 3), "w1": (4, 4, 3, 3),
                                     "w2": (4, 4, 3, 3)}, 3)
 
 
@@ -163,3 +163,32 @@ def test_depth_first_rtl_equals_golden():
     rtl = run(compiled.program, {"x": x}, "rtl")
     for k in golden.outputs:
         assert golden.outputs[k].tobytes() == rtl.outputs[k].tobytes(), k
+
+
+def test_cli_prints_buffer_peaks_for_both_schedules(tmp_path, capsys):
+    import re
+
+    import onnx
+
+    from npu_cli.main import main
+    n = helper.make_node
+    model = _model("chain", [
+        n("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        n("Conv", ["a", "w2"], ["b"], pads=[1, 1, 1, 1]),
+        n("MaxPool", ["b"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ], (1, 4, 64, 48), ["y"], {"w1": (8, 4, 3, 3), "w2": (8, 8, 3, 3)}, 4)
+    path = tmp_path / "chain.onnx"
+    onnx.save(model, path)
+    peaks = {}
+    for schedule in ("layer", "depth-first"):
+        assert main(["compile", str(path), "--schedule", schedule]) == 0
+        out = capsys.readouterr().out
+        rows = [line for line in out.splitlines() if " Conv " in line or " MaxPool " in line]
+        assert len(rows) == 3 and all(re.search(r"buffer \d+", r) for r in rows)
+        assert all(("depth-first" in r) == (schedule == "depth-first") for r in rows)
+        m = re.search(r"buffer peak (\d+) of 32768 elements \(schedule (\S+)\)", out)
+        assert m and m.group(2) == schedule
+        peaks[schedule] = int(m.group(1))
+    assert peaks["depth-first"] <= peaks["layer"] // 2
+    assert main(["compile", str(path), "--schedule", "sideways"]) == 2
+    assert "invalid choice: 'sideways'" in capsys.readouterr().err
