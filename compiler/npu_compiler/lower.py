@@ -5,8 +5,11 @@ one or more *steps*: DMA tasks load its operands into buffer datasets (any layou
 walks a rank-5 index space with any strides, so transposes, slices, padding and
 subsampling are DMA work), an engine task computes, DMA tasks store the result. A layer that
 does not fit the buffer is cut into bands of output rows (convolution, pooling) or into
-channel chunks (everything else). Shape-only operators (``Reshape``, ``Flatten``,
-``Squeeze``, ``Unsqueeze``, ``Identity``) are aliases of the same bytes.
+channel chunks (everything else). Under the depth-first schedule (the default), chains of
+layers that do not fit the buffer run as row bands in the partial-network order instead, their
+intermediate tensors kept as rings of rows (:mod:`npu_compiler.depthfirst`). Shape-only
+operators (``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``, ``Identity``) are aliases of
+the same bytes.
 
 Mapping (``docs/compiler.md`` has the table): ``Conv``, ``Gemm`` and ``MatMul`` with constant
 weights, per-channel affine operations (``BatchNormalization``, ``Mul``/``Add`` by a
