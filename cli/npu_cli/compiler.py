@@ -50,7 +50,7 @@ def _compile(path, args, shapes, say):
     try:
         return compile_model(path, _config(args), fmt=args.format, shapes=shapes,
                              fallback=args.fallback, calibration=args.calibration,
-                             evaluator=session)
+                             evaluator=session, schedule=args.schedule)
     except CompileError as e:
         raise CLIError(str(e), status=2) from None
 
@@ -62,8 +62,10 @@ def _plan_lines(plan):
         outs = " ".join("x".join(map(str, s)) for s in r["out"]) or "-"
         kern = (f" kernels {r['kernel_encoding']} {r['kernel_bytes']} B"
                 if r["kernel_bytes"] else "")
+        buf = f"  buffer {r['buffer_peak']}" if r.get("buffer_peak") is not None else ""
+        how = f"  [{r['how']}]" if r.get("how") else ""
         lines.append(f"{i:3d} {r['op']:<18} {ins} -> {outs}  {r['engine']:<3} "
-                     f"tasks {r['tasks']}{kern}  ({r['node']})")
+                     f"tasks {r['tasks']}{kern}{buf}{how}  ({r['node']})")
     return lines
 
 
@@ -73,6 +75,11 @@ def cmd_compile(args):
     for line in _plan_lines(compiled.plan):
         print(line)
     prog = compiled.program
+    meta = prog.metadata.get("compiler", {})
+    if "buffer_peak" in meta:
+        from npu_spec.dataproc import buffer_elements
+        print(f"buffer peak {meta['buffer_peak']} of {buffer_elements(prog.config)} elements "
+              f"(schedule {meta['schedule']})")
     print(f"{len(compiled.plan)} layers, {prog.queues[0].tasks} tasks, "
           f"{len(prog.memory)} bytes of system memory, compiled in {compiled.seconds:.2f} s")
     if args.output:
@@ -201,6 +208,13 @@ def _layers(plan, result, macs):
     return layers
 
 
+def _schedule_arg(p):
+    from npu_compiler.depthfirst import SCHEDULES
+    p.add_argument("--schedule", default=SCHEDULES[0], choices=SCHEDULES,
+                   help="chains of layers that do not fit the buffer: depth-first bands "
+                        "(default) or layer by layer (fp16; docs/scheduling.md)")
+
+
 def add_commands(sub):
     from npu_spec.config import PRESETS
 
@@ -222,6 +236,7 @@ def add_commands(sub):
                    help="system memory of the build (default: the preset's)")
     c.add_argument("--shape", type=_shape_arg, action="append",
                    help="NAME=1x3x48x192: the shape of an input with dynamic dimensions")
+    _schedule_arg(c)
     c.add_argument("-o", "--output", metavar="PROG", help="write the program file")
     c.set_defaults(func=cmd_compile)
 
@@ -246,6 +261,7 @@ def add_commands(sub):
                    help="system memory of the build (default: the preset's)")
     r.add_argument("--shape", type=_shape_arg, action="append",
                    help="NAME=1x3x48x192 for inputs with dynamic dimensions")
+    _schedule_arg(r)
     r.add_argument("--output", metavar="OUT.npz", help="write every graph output")
     r.add_argument("--check", action="store_true",
                    help="compare with onnxruntime (max_abs_err, rel_err, cosine)")

@@ -43,7 +43,7 @@ def _plain(row):
 
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
-                  fallback=None, calibration=None, evaluator=None):
+                  fallback=None, calibration=None, evaluator=None, schedule="depth-first"):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -59,6 +59,9 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     (:func:`npu_compiler.int8.calibration_samples`) or a dict ``{input name: [N, ...]
     array}``; ``evaluator`` runs the float model for it (:func:`npu_compiler.int8.calibrate`;
     ``npu_runtime.runtime.session`` uses onnxruntime); :mod:`npu_compiler.int8`.
+
+    ``schedule`` (``"depth-first"`` or ``"layer"``) is how chains of layers that do not fit
+    the buffer run (:mod:`npu_compiler.depthfirst`; binary16 only, int8 runs layer by layer).
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
@@ -95,7 +98,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         from .ops import LOWER
         host = split_host(graph, set(LOWER))
     try:
-        lw = lower(graph, config, name=name or graph.name)
+        lw = lower(graph, config, name=name or graph.name, schedule=schedule)
         program = lw.b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -116,6 +119,8 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         "outputs": [entry(n, "output") for n in graph.outputs],
         "plan": [_plain(r) for r in lw.plan],
         "graph_outputs": graph_outputs,
+        "schedule": schedule,
+        "buffer_peak": max((t.buffer for t in lw.b.tasks), default=0),
     }
     if host:
         meta["compiler"]["host"] = host
