@@ -20,8 +20,8 @@ def _neural_engine(config):
 
 
 def _kernel_extract(config):
-    from npu.neural.kernel_extract import KernelExtract
-    return KernelExtract(config)
+    from npu.neural.kernel_extract import kernel_extractor
+    return kernel_extractor(config)
 
 
 def _postproc(config):
@@ -29,8 +29,14 @@ def _postproc(config):
     return PostProcessor(config, lanes_per_cycle=max(1, config.macs // 4))
 
 
+def _kernel_extract_dense(config):
+    """The dense int8 kernel extractor of the preset (``kernel_extract="dense_int8"``)."""
+    from npu.neural.kernel_extract import kernel_extractor
+    return kernel_extractor(config.replace(kernel_extract="dense_int8"))
+
+
 BLOCKS = {"neural_engine": _neural_engine, "kernel_extract": _kernel_extract,
-          "postproc": _postproc}
+          "kernel_extract_dense": _kernel_extract_dense, "postproc": _postproc}
 
 
 def _shape(text, count, name):

@@ -371,7 +371,8 @@ class _Machine:
             dense = np.zeros((ocg, layer["icpg"], layer["kh"], layer["kw"]), np.int64)
             try:
                 kernel_beats(parts["header"], parts["body"], kc, _dense=dense, slots=slots,
-                             fp16=cfg.has_float, int8=cfg.has_int8)
+                             fp16=cfg.has_float, int8=cfg.has_int8,
+                             extract=cfg.kernel_extract)
             except KernelFormatError:
                 return groups, int(neural.NeuralError.EXTRACT)
             params = parse_header(parts["header"], kc)

@@ -28,7 +28,7 @@ from ..lib.engine import EngineControl, EngineSignature, WriteLayout
 from ..lib.pipe import Queue
 from .input_buffer import InputBuffer
 from .kernel_dma import KernelDMA
-from .kernel_extract import KernelExtract
+from .kernel_extract import kernel_extractor
 from .layer import EngineError, LayerSetup
 from .layouts import (
     KernelReadSignature,
@@ -162,7 +162,7 @@ class NeuralEngine(wiring.Component):
 
         dp.submodules.setup = setup = LayerSetup(cfg, self.max_rows)
         dp.submodules.dma = dma = KernelDMA(slots)
-        dp.submodules.extract = ext = KernelExtract(cfg)
+        dp.submodules.extract = ext = kernel_extractor(cfg)
         dp.submodules.loader = loader = Loader(n, slots, self.max_rows, self.row_values,
                                                self.buffer_rows)
         dp.submodules.buffer = buffer = InputBuffer(self.max_rows, self.row_values,

@@ -56,6 +56,10 @@ class HeaderDecoder(wiring.Component):
     Parameters
     ----------
     config : NPUConfig
+    palette : bool
+        Build the palette path (default). Without it a header ends after its channel words
+        (for the dense int8 extractor, which refuses palettized groups at the start) and
+        ``palette`` is never written.
 
     Members
     -------
@@ -85,8 +89,9 @@ class HeaderDecoder(wiring.Component):
         word.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, palette=True):
         self._config = config
+        self._palette = bool(palette)
         slots = config.acc_slots
         super().__init__({
             "cfg":        In(kernel_config_layout(slots)),
@@ -148,7 +153,9 @@ class HeaderDecoder(wiring.Component):
                 shift_word = data.View(register_layout(SHIFT_WORD), words.payload.data)
                 is_shift = word_index == ChannelWord.SHIFT
                 last_slot = slot == cfg.ocg - 1
-                final = is_shift & last_slot & (cfg.palette == 0)
+                final = is_shift & last_slot
+                if self._palette:
+                    final &= cfg.palette == 0
                 m.d.comb += words.ready.eq(~is_shift | params_free)
                 with m.If(words.valid & words.ready):
                     with m.Switch(word_index):
@@ -187,39 +194,41 @@ class HeaderDecoder(wiring.Component):
                     with m.Elif(words.payload.last):
                         fail(KernelError.EARLY_END)
                         m.next = "IDLE"
-                    with m.Elif(is_shift & last_slot):
-                        m.next = "PALETTE"
+                    if self._palette:
+                        with m.Elif(is_shift & last_slot):
+                            m.next = "PALETTE"
 
-            with m.State("PALETTE"):
-                # One entry written per cycle; the next word is taken while the current
-                # word's final entry is written.
-                word_done = pal_busy & ((pal_sub + 1 == per_word)
-                                        | (pal_index + 1 == pal_entries))
-                take = ~pal_busy | (word_done & ~pal_final)
-                m.d.comb += words.ready.eq(take)
-                with m.If(pal_busy):
-                    entry = Mux(self.fp16, pal_data.word_select(pal_sub[0], 16),
-                                pal_data.word_select(pal_sub, 8).as_signed())
-                    m.d.comb += [self.palette.en.eq(1), self.palette.addr.eq(pal_index),
-                                 self.palette.data.eq(entry)]
-                    m.d.sync += [pal_index.eq(pal_index + 1), pal_sub.eq(pal_sub + 1)]
-                    with m.If(pal_index + 1 == pal_entries):
-                        m.next = "FLUSH"
-                    with m.If(word_done):
-                        m.d.sync += pal_busy.eq(0)
-                with m.If(words.valid & take):
-                    next_index = Mux(pal_busy, pal_index + 1, pal_index)
-                    last_word = next_index + per_word >= pal_entries
-                    m.d.sync += [pal_data.eq(words.payload.data), pal_sub.eq(0),
-                                 pal_final.eq(last_word)]
-                    with m.If(last_word & ~words.payload.last):
-                        fail(KernelError.TRAILING)
-                        m.next = "DRAIN"
-                    with m.Elif(~last_word & words.payload.last):
-                        fail(KernelError.EARLY_END)
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.d.sync += pal_busy.eq(1)
+            if self._palette:
+                with m.State("PALETTE"):
+                    # One entry written per cycle; the next word is taken while the current
+                    # word's final entry is written.
+                    word_done = pal_busy & ((pal_sub + 1 == per_word)
+                                            | (pal_index + 1 == pal_entries))
+                    take = ~pal_busy | (word_done & ~pal_final)
+                    m.d.comb += words.ready.eq(take)
+                    with m.If(pal_busy):
+                        entry = Mux(self.fp16, pal_data.word_select(pal_sub[0], 16),
+                                    pal_data.word_select(pal_sub, 8).as_signed())
+                        m.d.comb += [self.palette.en.eq(1), self.palette.addr.eq(pal_index),
+                                     self.palette.data.eq(entry)]
+                        m.d.sync += [pal_index.eq(pal_index + 1), pal_sub.eq(pal_sub + 1)]
+                        with m.If(pal_index + 1 == pal_entries):
+                            m.next = "FLUSH"
+                        with m.If(word_done):
+                            m.d.sync += pal_busy.eq(0)
+                    with m.If(words.valid & take):
+                        next_index = Mux(pal_busy, pal_index + 1, pal_index)
+                        last_word = next_index + per_word >= pal_entries
+                        m.d.sync += [pal_data.eq(words.payload.data), pal_sub.eq(0),
+                                     pal_final.eq(last_word)]
+                        with m.If(last_word & ~words.payload.last):
+                            fail(KernelError.TRAILING)
+                            m.next = "DRAIN"
+                        with m.Elif(~last_word & words.payload.last):
+                            fail(KernelError.EARLY_END)
+                            m.next = "IDLE"
+                        with m.Else():
+                            m.d.sync += pal_busy.eq(1)
 
             with m.State("FLUSH"):
                 with m.If(~self.params.valid):
