@@ -25,8 +25,14 @@ def _kernel_extract(config):
 
 
 def _postproc(config):
-    from npu.neural.postproc import PostProcessor
-    return PostProcessor(config, lanes_per_cycle=max(1, config.macs // 4))
+    from npu.neural.postproc_seq import post_processor
+    return post_processor(config, lanes_per_cycle=max(1, config.macs // 4))
+
+
+def _postproc_sequential(config):
+    """The sequential int8 post-processor of the preset (``postproc_impl="sequential"``)."""
+    from npu.neural.postproc_seq import post_processor
+    return post_processor(config.replace(postproc_impl="sequential"))
 
 
 def _kernel_extract_dense(config):
@@ -36,7 +42,8 @@ def _kernel_extract_dense(config):
 
 
 BLOCKS = {"neural_engine": _neural_engine, "kernel_extract": _kernel_extract,
-          "kernel_extract_dense": _kernel_extract_dense, "postproc": _postproc}
+          "kernel_extract_dense": _kernel_extract_dense, "postproc": _postproc,
+          "postproc_sequential": _postproc_sequential}
 
 
 def _shape(text, count, name):

@@ -41,7 +41,7 @@ from .layouts import (
 )
 from .loader import Loader
 from .mac_select import mac_array
-from .postproc import PostProcessor
+from .postproc_seq import post_processor
 from .replay import ParamReplay
 from .sequencer import Sequencer
 from .shifter import Shifter
@@ -175,7 +175,7 @@ class NeuralEngine(wiring.Component):
         # burst, so the MAC array never waits for the post-processor.
         dp.submodules.results = results = Queue(mac_result_layout(n, slots), slots)
         dp.submodules.replay = replay = ParamReplay(n, slots)
-        dp.submodules.post = post = PostProcessor(cfg, lanes_per_cycle=self.post_lanes)
+        dp.submodules.post = post = post_processor(cfg, lanes_per_cycle=self.post_lanes)
         dp.submodules.writer = writer = Writer(n, slots, self.max_rows)
         dp.submodules.watchdog = watchdog = Watchdog(self.timeout)
 
