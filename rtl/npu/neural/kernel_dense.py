@@ -12,14 +12,15 @@ straight from the stream's word, and needs no bit ring, no chunk-base tables and
 memory. Zero coefficients still cost no beat (zero skipping), and nnz is still checked.
 """
 
-from amaranth.hdl import Cat, Module, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
 from npu_spec.kernel import PALETTE_BITS
 
-from .kernel_header import HeaderDecoder, KernelError
+from .kernel_header import HeaderDecoder, KernelError, NnzWriteSignature
 from .layouts import (
     KERNEL_WORD,
     MAX_KERNEL,
@@ -38,6 +39,11 @@ class DenseBodyDecoder(wiring.Component):
     First a hold beat for every channel whose nnz is 0 (lowest slot first, one a cycle), then
     one position a cycle in scan order (output channel fastest), a beat for each nonzero byte.
 
+    The channels' nnz and their beat counts are two small memories (block RAM on an FPGA), read
+    one position ahead (the next position's channel is known), so that the per-channel
+    counters cost no logic per slot: a beat count is valid only once the channel's ``seen``
+    bit is set in this body, which is how a new body restarts every count in one cycle.
+
     Members
     -------
     cfg : In(kernel_config_layout(slots))
@@ -47,8 +53,8 @@ class DenseBodyDecoder(wiring.Component):
     start : In(1)
         Decode a body part (only while not busy).
     words : In(stream.Signature(KERNEL_WORD))
-    nnz : In(data.ArrayLayout(16, slots))
-        Each channel's nonzero count, from the header.
+    nnz_write : In(NnzWriteSignature(slots))
+        Each channel's nonzero count, written by the header decoder.
     coefs : Out(stream.Signature(coef_beat_layout(slots)))
     busy : Out(1)
     finish : Out(1)
@@ -66,7 +72,7 @@ class DenseBodyDecoder(wiring.Component):
             "bad_config": In(1),
             "start":      In(1),
             "words":      In(stream.Signature(KERNEL_WORD)),
-            "nnz":        In(data.ArrayLayout(16, slots)),
+            "nnz_write":  In(NnzWriteSignature(slots)),
             "coefs":      Out(stream.Signature(coef_beat_layout(slots))),
             "busy":       Out(1),
             "finish":     Out(1),
@@ -78,6 +84,7 @@ class DenseBodyDecoder(wiring.Component):
         m = Module()
         cfg = self.cfg
         slots = self._config.acc_slots
+        depth = 1 << slot_shape(slots).width
         words, coefs = self.words, self.coefs
 
         def fail(code):
@@ -87,13 +94,6 @@ class DenseBodyDecoder(wiring.Component):
         m.d.comb += out_free.eq(~coefs.valid | coefs.ready)
         with m.If(coefs.valid & coefs.ready):
             m.d.sync += coefs.valid.eq(0)
-
-        # Beats still due per channel, and whether the channel had its first beat.
-        remaining = [Signal(16, name=f"remaining{s}") for s in range(slots)]
-        seen = Signal(slots)
-        holds = Signal(slots)           # channels with nnz 0 still to get their hold beat
-        in_group = Signal(slots)        # slot < ocg
-        m.d.comb += in_group.eq(Cat(*(cfg.ocg > s for s in range(slots))))
 
         # The position: a loop counter, output channel fastest, and the byte of the word.
         oc = Signal(slot_shape(slots))
@@ -106,24 +106,44 @@ class DenseBodyDecoder(wiring.Component):
         last_ky = ky == cfg.kh - 1
         last_ic = ic == cfg.icg - 1
         final = last_oc & last_kx & last_ky & last_ic
+        step = Signal()             # the position is done this cycle
+
+        # Per channel: nnz (from the header) and beats so far (valid while `seen`), read at
+        # the channel of the position after a step, else of this one.
+        attrs = {"ram_style": "block"}
+        m.submodules.nnz = nnz_mem = Memory(shape=16, depth=depth, init=[], attrs=attrs)
+        m.submodules.used = used_mem = Memory(shape=16, depth=depth, init=[], attrs=attrs)
+        nnz_wr = nnz_mem.write_port()
+        used_wr = used_mem.write_port()
+        nnz_rd = nnz_mem.read_port()
+        used_rd = used_mem.read_port(transparent_for=(used_wr,))
+        read_oc = Mux(step, Mux(last_oc, 0, oc + 1), oc)
+        m.d.comb += [
+            nnz_wr.en.eq(self.nnz_write.en), nnz_wr.addr.eq(self.nnz_write.addr),
+            nnz_wr.data.eq(self.nnz_write.data),
+            nnz_rd.addr.eq(read_oc), used_rd.addr.eq(read_oc),
+        ]
+        zero = Signal(slots)        # channels whose nnz is 0
+        with m.If(self.nnz_write.en):
+            m.d.sync += zero.bit_select(self.nnz_write.addr, 1).eq(self.nnz_write.data == 0)
+        seen = Signal(slots)        # channels with a beat in this body
+        complete = Signal(slots)    # channels that had their last beat in this body
+        holds = Signal(slots)       # channels with nnz 0 still to get their hold beat
+        in_group = Signal(slots)    # slot < ocg
+        m.d.comb += in_group.eq(Cat(*(cfg.ocg > s for s in range(slots))))
+        seen_oc = seen.bit_select(oc, 1)
+        used = Signal(16)
+        m.d.comb += used.eq(Mux(seen_oc, used_rd.data, 0))
 
         value = Signal(8)
         m.d.comb += value.eq(words.payload.data.word_select(byte, 8))
-        rem = Signal(16)
-        with m.Switch(oc):
-            for s in range(slots):
-                with m.Case(s):
-                    m.d.comb += rem.eq(remaining[s])
 
         with m.FSM() as fsm:
             m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | coefs.valid)
             with m.State("IDLE"):
                 with m.If(self.start):
-                    zero = Signal(slots)
-                    m.d.comb += zero.eq(Cat(*(self.nnz[s] == 0 for s in range(slots))))
                     m.d.sync += [oc.eq(0), kx.eq(0), ky.eq(0), ic.eq(0), byte.eq(0),
-                                 seen.eq(0), holds.eq(zero & in_group)]
-                    m.d.sync += [remaining[s].eq(self.nnz[s]) for s in range(slots)]
+                                 seen.eq(0), complete.eq(0), holds.eq(zero & in_group)]
                     with m.If(self.bad_config):
                         fail(KernelError.BAD_CONFIG)
                         m.next = "DRAIN"
@@ -154,9 +174,10 @@ class DenseBodyDecoder(wiring.Component):
             # One position a cycle: its byte, then the next position.
             with m.State("WALK"):
                 nonzero = value != 0
-                excess = nonzero & (rem == 0)
-                step = words.valid & (out_free | ~nonzero)
-                m.d.comb += words.ready.eq(step & ((byte == 3) | final))
+                excess = nonzero & (used == nnz_rd.data)
+                last = used + 1 == nnz_rd.data
+                m.d.comb += [step.eq(words.valid & (out_free | ~nonzero)),
+                             words.ready.eq(step & ((byte == 3) | final))]
                 with m.If(step):
                     m.d.sync += byte.eq(byte + 1)
                     m.d.sync += oc.eq(oc + 1)
@@ -167,6 +188,8 @@ class DenseBodyDecoder(wiring.Component):
                             with m.If(last_ky):
                                 m.d.sync += [ky.eq(0), ic.eq(ic + 1)]
                     with m.If(nonzero & ~excess):
+                        m.d.comb += [used_wr.en.eq(1), used_wr.addr.eq(oc),
+                                     used_wr.data.eq(used + 1)]
                         m.d.sync += [
                             coefs.valid.eq(1),
                             coefs.payload.coef.eq(value.as_signed()),
@@ -174,15 +197,13 @@ class DenseBodyDecoder(wiring.Component):
                             coefs.payload.ic.eq(ic),
                             coefs.payload.ky.eq(ky),
                             coefs.payload.kx.eq(kx),
-                            coefs.payload.first.eq(~seen.bit_select(oc, 1)),
-                            coefs.payload.last.eq(rem == 1),
+                            coefs.payload.first.eq(~seen_oc),
+                            coefs.payload.last.eq(last),
                             coefs.payload.hold.eq(0),
                             seen.bit_select(oc, 1).eq(1),
                         ]
-                        with m.Switch(oc):
-                            for s in range(slots):
-                                with m.Case(s):
-                                    m.d.sync += remaining[s].eq(rem - 1)
+                        with m.If(last):
+                            m.d.sync += complete.bit_select(oc, 1).eq(1)
                     # Errors in stream order: a surplus nonzero, the part ending early, a
                     # whole word left over; then a channel short of its nnz.
                     with m.If(excess):
@@ -201,9 +222,7 @@ class DenseBodyDecoder(wiring.Component):
                         m.next = "IDLE"
 
             with m.State("CHECK"):
-                short = Signal()
-                m.d.comb += short.eq(Cat(*(r != 0 for r in remaining)) & in_group != 0)
-                with m.If(short):
+                with m.If((in_group & ~zero & ~complete) != 0):
                     fail(KernelError.NNZ_MISMATCH)
                     m.next = "IDLE"
                 with m.Elif(~coefs.valid):
@@ -287,7 +306,7 @@ class KernelExtractDense(wiring.Component):
         wiring.connect(m, wiring.flipped(self.body), body.words)
         wiring.connect(m, hdr.params, wiring.flipped(self.params))
         wiring.connect(m, body.coefs, wiring.flipped(self.coefs))
-        m.d.comb += body.nnz.eq(hdr.nnz)
+        wiring.connect(m, hdr.nnz_write, body.nnz_write)
 
         # Start (one part at a time, the header first) and status.
         m.d.comb += [

@@ -17,8 +17,8 @@ from ..lib.csr import register_layout
 from ..lib.enums import hw_enum
 from .layouts import KERNEL_WORD, kernel_config_layout, param_beat_layout, slot_shape
 
-__all__ = ["ChannelWord", "HeaderDecoder", "KernelError", "PaletteWriteSignature",
-           "palette_width"]
+__all__ = ["ChannelWord", "HeaderDecoder", "KernelError", "NnzWriteSignature",
+           "PaletteWriteSignature", "palette_width"]
 
 #: Error codes of the kernel extractor.
 KernelError = hw_enum(kernel_spec.KernelError)
@@ -50,6 +50,22 @@ class PaletteWriteSignature(wiring.Signature):
         super().__init__({"en": Out(1), "addr": Out(8), "data": Out(width)})
 
 
+class NnzWriteSignature(wiring.Signature):
+    """A channel's nonzero count from the header, from the writer's side.
+
+    Members
+    -------
+    en : Out(1)
+    addr : Out(slot_shape(slots))
+        The channel (slot).
+    data : Out(16)
+        Its nnz.
+    """
+
+    def __init__(self, slots):
+        super().__init__({"en": Out(1), "addr": Out(slot_shape(slots)), "data": Out(16)})
+
+
 class HeaderDecoder(wiring.Component):
     """Decodes one header part per ``start``.
 
@@ -77,6 +93,9 @@ class HeaderDecoder(wiring.Component):
         One beat per channel, in slot order.
     nnz : Out(data.ArrayLayout(16, slots))
         Each channel's nonzero count, from the last header.
+    nnz_write : Out(NnzWriteSignature(slots))
+        The same counts as writes (combinational, one per channel), for a decoder that keeps
+        them in a memory instead of ``nnz`` (which synthesis then removes if unused).
     palette : Out(PaletteWriteSignature(palette_width(config)))
         Palette writes.
     busy : Out(1)
@@ -101,6 +120,7 @@ class HeaderDecoder(wiring.Component):
             "words":      In(stream.Signature(KERNEL_WORD)),
             "params":     Out(stream.Signature(param_beat_layout(slots))),
             "nnz":        Out(data.ArrayLayout(16, slots)),
+            "nnz_write":  Out(NnzWriteSignature(slots)),
             "palette":    Out(PaletteWriteSignature(palette_width(config))),
             "busy":       Out(1),
             "finish":     Out(1),
@@ -169,6 +189,9 @@ class HeaderDecoder(wiring.Component):
                             m.d.sync += word_index.eq(ChannelWord.BIAS)
                     reserved = is_shift & ((shift_word.reserved != 0)
                                            | (shift_word.shift > MAX_SHIFT))
+                    m.d.comb += [self.nnz_write.en.eq(is_shift & ~reserved),
+                                 self.nnz_write.addr.eq(slot),
+                                 self.nnz_write.data.eq(shift_word.nnz)]
                     with m.If(is_shift & ~reserved):
                         m.d.sync += [
                             self.params.valid.eq(1),

@@ -14,7 +14,7 @@ of the logic. One lane is rescaled at a time:
   whatever the zero point), then a 10-bit add; no 64-bit rounding adder;
 * the two parameter banks (scale and shift per slot) are a block RAM, not flip-flops.
 
-A result beat of ``lanes`` lanes takes ``4 * lanes + 4`` cycles (:attr:`cycles_per_beat`).
+A result beat of ``lanes`` lanes takes ``4 * lanes + 5`` cycles (:attr:`cycles_per_beat`).
 The golden model is :mod:`npu_model.postproc` (its int32 path), unchanged.
 """
 
@@ -92,7 +92,7 @@ class SequentialPostProcessor(wiring.Component):
     @property
     def cycles_per_beat(self):
         """Cycles from one result handshake to the next, results and output never waiting."""
-        return 4 * self._config.macs + 4
+        return 4 * self._config.macs + 5
 
     def elaborate(self, platform):
         m = Module()
@@ -145,7 +145,7 @@ class SequentialPostProcessor(wiring.Component):
         # ---- Sequencing: step c of a beat multiplies lane c // 4, partial product c % 4 ---
         with m.If(self.out.valid & self.out.ready):
             m.d.sync += self.out.valid.eq(0)
-        c = Signal(range(4 * lanes + 3))
+        c = Signal(range(4 * lanes + 4))
         running = Signal()
         final_lane = Signal()       # the last lane's output is written this cycle
         with m.If(~running & self.res.valid & full[rb] & (~self.out.valid | self.out.ready)):
@@ -196,20 +196,29 @@ class SequentialPostProcessor(wiring.Component):
             with m.If(p_k == 3):
                 m.d.sync += mid.eq(s[:16])
 
-        # Round and shift: u = floor(2p / 2**shift), clamped to [-512, 511] (registered):
-        # beyond, y = (u + 1) >> 1 is outside [-255, 255] and y + zero point saturates.
+        # Round and shift: u = floor(2p / 2**shift) (registered), then clamped to [-512, 511]:
+        # beyond, y = (u + 1) >> 1 is outside [-255, 255] and y + zero point saturates. The
+        # clamp tests the bits above bit 8 for a sign extension (no 65-bit comparators).
         prod = Cat(lo, mid, s[:32]).as_signed()          # |acc * scale| < 2**62
         u = Signal(signed(65))
-        m.d.comb += u.eq(Cat(Const(0, 1), prod).as_signed() >> shift)
-        u_clamped = Signal(signed(10))
         g_valid = Signal()
         g_lane = Signal(range(lanes))
-        m.d.sync += [u_clamped.eq(Mux(u > 511, 511, Mux(u < -512, -512, u))),
+        m.d.sync += [u.eq(Cat(Const(0, 1), prod).as_signed() >> shift),
                      g_valid.eq(f_valid), g_lane.eq(f_lane)]
+        u_clamped = Signal(signed(10))
+        upper = u[9:]
+        with m.If(~u[64] & (upper != 0)):
+            m.d.comb += u_clamped.eq(511)
+        with m.Elif(u[64] & ~upper.all()):
+            m.d.comb += u_clamped.eq(-512)
+        with m.Else():
+            m.d.comb += u_clamped.eq(u[:10])
+        h_valid = Signal()
+        h_lane = Signal(range(lanes))
+        y = Signal(signed(10))
+        m.d.sync += [y.eq((u_clamped + 1) >> 1), h_valid.eq(g_valid), h_lane.eq(g_lane)]
 
         # Zero point, saturation and activation; the lane's output register.
-        y = Signal(signed(10))
-        m.d.comb += y.eq((u_clamped + 1) >> 1)
         yz = Signal(signed(12))
         m.d.comb += yz.eq(y + cfg.zero_point)
         sat = Signal(signed(8))
@@ -221,10 +230,10 @@ class SequentialPostProcessor(wiring.Component):
         value = Signal(signed(8))
         m.d.comb += value.eq(Mux(bad, 0, Mux(cfg.act == Act.RELU, relu,
                                                  Mux(cfg.act == Act.CLAMP, clamped, sat))))
-        m.d.comb += final_lane.eq(g_valid & (g_lane == lanes - 1))
+        m.d.comb += final_lane.eq(h_valid & (h_lane == lanes - 1))
         for i in range(lanes):
             out_v = Signal(signed(8), name=f"out_{i}")
-            with m.If(g_valid & (g_lane == i)):
+            with m.If(h_valid & (h_lane == i)):
                 m.d.sync += out_v.eq(value)
             m.d.comb += self.out.payload.values[i].eq(out_v)
         return m

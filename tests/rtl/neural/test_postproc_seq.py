@@ -96,7 +96,7 @@ def test_bank_double_buffering_stalls():
 
 def test_rate():
     """Results back to back, parameters in advance, output always ready: one result beat every
-    ``cycles_per_beat`` = 4 * lanes + 4 cycles."""
+    ``cycles_per_beat`` = 4 * lanes + 5 cycles."""
     config = SEQ
     dut = SequentialPostProcessor(config)
     p_layout, r_layout = dut.params.payload.shape(), dut.res.payload.shape()
@@ -133,7 +133,7 @@ def test_rate():
     run_simulation(dut, [params, res, out])
     gaps = np.diff(accepted)
     assert (gaps == dut.cycles_per_beat).all(), gaps
-    assert dut.cycles_per_beat == 4 * config.macs + 4
+    assert dut.cycles_per_beat == 4 * config.macs + 5
 
 
 @pytest.mark.slow
