@@ -39,10 +39,11 @@ class DenseBodyDecoder(wiring.Component):
     First a hold beat for every channel whose nnz is 0 (lowest slot first, one a cycle), then
     one position a cycle in scan order (output channel fastest), a beat for each nonzero byte.
 
-    The channels' nnz and their beat counts are two small memories (block RAM on an FPGA), read
-    one position ahead (the next position's channel is known), so that the per-channel
-    counters cost no logic per slot: a beat count is valid only once the channel's ``seen``
-    bit is set in this body, which is how a new body restarts every count in one cycle.
+    The channels' nnz and the beats each still has due are two small memories (block RAM on an
+    FPGA), read one position ahead (the next position's channel is known), so that the
+    per-channel counters cost no logic per slot: a channel's due count is valid only once its
+    ``seen`` bit is set in this body (before, its nnz is), which is how a new body restarts
+    every count in one cycle.
 
     Members
     -------
@@ -108,20 +109,21 @@ class DenseBodyDecoder(wiring.Component):
         final = last_oc & last_kx & last_ky & last_ic
         step = Signal()             # the position is done this cycle
 
-        # Per channel: nnz (from the header) and beats so far (valid while `seen`), read at
-        # the channel of the position after a step, else of this one.
+        # Per channel: nnz (from the header) and the beats still due (valid while `seen`; the
+        # nnz before the channel's first beat), read at the channel of the position after a
+        # step, else of this one.
         attrs = {"ram_style": "block"}
         m.submodules.nnz = nnz_mem = Memory(shape=16, depth=depth, init=[], attrs=attrs)
-        m.submodules.used = used_mem = Memory(shape=16, depth=depth, init=[], attrs=attrs)
+        m.submodules.due = due_mem = Memory(shape=16, depth=depth, init=[], attrs=attrs)
         nnz_wr = nnz_mem.write_port()
-        used_wr = used_mem.write_port()
+        due_wr = due_mem.write_port()
         nnz_rd = nnz_mem.read_port()
-        used_rd = used_mem.read_port(transparent_for=(used_wr,))
+        due_rd = due_mem.read_port(transparent_for=(due_wr,))
         read_oc = Mux(step, Mux(last_oc, 0, oc + 1), oc)
         m.d.comb += [
             nnz_wr.en.eq(self.nnz_write.en), nnz_wr.addr.eq(self.nnz_write.addr),
             nnz_wr.data.eq(self.nnz_write.data),
-            nnz_rd.addr.eq(read_oc), used_rd.addr.eq(read_oc),
+            nnz_rd.addr.eq(read_oc), due_rd.addr.eq(read_oc),
         ]
         zero = Signal(slots)        # channels whose nnz is 0
         with m.If(self.nnz_write.en):
@@ -132,8 +134,8 @@ class DenseBodyDecoder(wiring.Component):
         in_group = Signal(slots)    # slot < ocg
         m.d.comb += in_group.eq(Cat(*(cfg.ocg > s for s in range(slots))))
         seen_oc = seen.bit_select(oc, 1)
-        used = Signal(16)
-        m.d.comb += used.eq(Mux(seen_oc, used_rd.data, 0))
+        due = Signal(16)
+        m.d.comb += due.eq(Mux(seen_oc, due_rd.data, nnz_rd.data))
 
         value = Signal(8)
         m.d.comb += value.eq(words.payload.data.word_select(byte, 8))
@@ -174,8 +176,8 @@ class DenseBodyDecoder(wiring.Component):
             # One position a cycle: its byte, then the next position.
             with m.State("WALK"):
                 nonzero = value != 0
-                excess = nonzero & (used == nnz_rd.data)
-                last = used + 1 == nnz_rd.data
+                excess = nonzero & (due == 0)
+                last = due == 1
                 m.d.comb += [step.eq(words.valid & (out_free | ~nonzero)),
                              words.ready.eq(step & ((byte == 3) | final))]
                 with m.If(step):
@@ -188,8 +190,8 @@ class DenseBodyDecoder(wiring.Component):
                             with m.If(last_ky):
                                 m.d.sync += [ky.eq(0), ic.eq(ic + 1)]
                     with m.If(nonzero & ~excess):
-                        m.d.comb += [used_wr.en.eq(1), used_wr.addr.eq(oc),
-                                     used_wr.data.eq(used + 1)]
+                        m.d.comb += [due_wr.en.eq(1), due_wr.addr.eq(oc),
+                                     due_wr.data.eq(due - 1)]
                         m.d.sync += [
                             coefs.valid.eq(1),
                             coefs.payload.coef.eq(value.as_signed()),

@@ -213,20 +213,25 @@ class SequentialPostProcessor(wiring.Component):
             m.d.comb += u_clamped.eq(-512)
         with m.Else():
             m.d.comb += u_clamped.eq(u[:10])
+        # y + zero point = (u + 1 + 2 * zero point) >> 1: one 11-bit add (registered).
         h_valid = Signal()
         h_lane = Signal(range(lanes))
-        y = Signal(signed(10))
-        m.d.sync += [y.eq((u_clamped + 1) >> 1), h_valid.eq(g_valid), h_lane.eq(g_lane)]
+        yz = Signal(signed(11))
+        m.d.sync += [yz.eq((u_clamped + Cat(Const(1, 1), cfg.zero_point).as_signed()) >> 1),
+                     h_valid.eq(g_valid), h_lane.eq(g_lane)]
 
-        # Zero point, saturation and activation; the lane's output register.
-        yz = Signal(signed(12))
-        m.d.comb += yz.eq(y + cfg.zero_point)
+        # Saturation to int8, then ReLU (at the zero point) or the clamp, its three
+        # comparisons side by side; the lane's output register.
         sat = Signal(signed(8))
-        m.d.comb += sat.eq(Mux(yz > 127, 127, Mux(yz < -128, -128, yz)))
+        with m.If(~yz[10] & (yz[7:] != 0)):
+            m.d.comb += sat.eq(127)
+        with m.Elif(yz[10] & ~yz[7:].all()):
+            m.d.comb += sat.eq(-128)
+        with m.Else():
+            m.d.comb += sat.eq(yz[:8])
         lo8, hi8 = cfg.lo[:8].as_signed(), cfg.hi[:8].as_signed()
         relu = Mux(sat < cfg.zero_point, cfg.zero_point, sat)
-        clamped = Mux(sat < lo8, lo8, sat)
-        clamped = Mux(clamped > hi8, hi8, clamped)
+        clamped = Mux(sat < lo8, Mux(lo8 > hi8, hi8, lo8), Mux(sat > hi8, hi8, sat))
         value = Signal(signed(8))
         m.d.comb += value.eq(Mux(bad, 0, Mux(cfg.act == Act.RELU, relu,
                                                  Mux(cfg.act == Act.CLAMP, clamped, sat))))
