@@ -10,8 +10,9 @@ of the logic. One lane is rescaled at a time:
   only the part not yet final (the low 16 bits leave it after the first and third steps), so
   the adder is 36 bits wide, not 64;
 * the rounding shift uses ``floor((p + 2**(s-1)) / 2**s) == (floor(2p / 2**s) + 1) >> 1``: one
-  arithmetic shift of ``2p``, a clamp to 10 bits (beyond them the int8 result saturates
-  whatever the zero point), then a 10-bit add; no 64-bit rounding adder;
+  arithmetic shift of ``2p`` that keeps only the 10 bits the result needs (beyond them the
+  int8 result saturates whatever the zero point; the shifter checks the bits it drops), then an
+  11-bit add that also adds the zero point; no 64-bit rounding adder;
 * the two parameter banks (scale and shift per slot) are a block RAM, not flip-flops.
 
 A result beat of ``lanes`` lanes takes ``4 * lanes + 5`` cycles (:attr:`cycles_per_beat`).
@@ -196,23 +197,28 @@ class SequentialPostProcessor(wiring.Component):
             with m.If(p_k == 3):
                 m.d.sync += mid.eq(s[:16])
 
-        # Round and shift: u = floor(2p / 2**shift) (registered), then clamped to [-512, 511]:
+        # Round and shift: u = floor(2p / 2**shift), clamped to [-512, 511] (registered):
         # beyond, y = (u + 1) >> 1 is outside [-255, 255] and y + zero point saturates. The
-        # clamp tests the bits above bit 8 for a sign extension (no 65-bit comparators).
+        # shifter keeps only the bits that can still reach u's low 10 bits (shifts by 32, 16,
+        # ..., 1 in that order), and each stage checks that the bits it drops are copies of the
+        # sign; u is out of range if one is not, or if u's bit 9 is not.
         prod = Cat(lo, mid, s[:32]).as_signed()          # |acc * scale| < 2**62
-        u = Signal(signed(65))
+        v = Cat(Const(0, 1), prod)                       # 2p, 65 bits, sign in bit 64
+        sign = v[64]
+        in_range = []
+        for k in reversed(range(6)):
+            d = 1 << k
+            keep = 9 + d                                 # 10 + the shifts still to come
+            dropped = v[keep:9 + 2 * d]                  # dropped when this stage does not
+            in_range.append(shift[k] | (dropped == Mux(sign, (1 << len(dropped)) - 1, 0)))
+            v = Mux(shift[k], Cat(v[d:], sign.replicate(d)), v)[:keep]
+        in_range.append(v[9] == sign)
+        u_clamped = Signal(signed(10))
         g_valid = Signal()
         g_lane = Signal(range(lanes))
-        m.d.sync += [u.eq(Cat(Const(0, 1), prod).as_signed() >> shift),
+        m.d.sync += [u_clamped.eq(Mux(Cat(*in_range).all(), v[:10],
+                                      Mux(sign, -512, 511))),
                      g_valid.eq(f_valid), g_lane.eq(f_lane)]
-        u_clamped = Signal(signed(10))
-        upper = u[9:]
-        with m.If(~u[64] & (upper != 0)):
-            m.d.comb += u_clamped.eq(511)
-        with m.Elif(u[64] & ~upper.all()):
-            m.d.comb += u_clamped.eq(-512)
-        with m.Else():
-            m.d.comb += u_clamped.eq(u[:10])
         # y + zero point = (u + 1 + 2 * zero point) >> 1: one 11-bit add (registered).
         h_valid = Signal()
         h_lane = Signal(range(lanes))
