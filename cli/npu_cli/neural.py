@@ -32,13 +32,21 @@ def _postproc(config):
 def _postproc_sequential(config):
     """The sequential int8 post-processor of the preset (``postproc_impl="sequential"``)."""
     from npu.neural.postproc_seq import post_processor
-    return post_processor(config.replace(postproc_impl="sequential"))
+    return post_processor(_lean(config, postproc_impl="sequential"))
+
+
+def _lean(config, **changes):
+    """``config`` with lean block options; a preset they do not suit is a one-line error."""
+    try:
+        return config.replace(**changes)
+    except ValueError as e:
+        raise CLIError(f"preset {config.name}: {e}", status=2) from None
 
 
 def _kernel_extract_dense(config):
     """The dense int8 kernel extractor of the preset (``kernel_extract="dense_int8"``)."""
     from npu.neural.kernel_extract import kernel_extractor
-    return kernel_extractor(config.replace(kernel_extract="dense_int8"))
+    return kernel_extractor(_lean(config, kernel_extract="dense_int8"))
 
 
 BLOCKS = {"neural_engine": _neural_engine, "kernel_extract": _kernel_extract,
