@@ -89,7 +89,7 @@ def test_bank_double_buffering_stalls():
     """Many small groups, heavy stalls on each stream in turn."""
     rng = np.random.default_rng(6)
     cfg = PostprocConfig(act=Act.CLAMP, zero_point=-7, lo=0xF0, hi=0x50)
-    layers = [(cfg, *random_layer(SEQ3, cfg, 6, rng, fmts=[gm.FMT_INT8]))]
+    layers = [(cfg, *random_layer(SEQ3, cfg, 4, rng, fmts=[gm.FMT_INT8]))]
     for k, stalls in enumerate([(0.8, 0.1, 0.1), (0.1, 0.8, 0.1), (0.1, 0.1, 0.8)]):
         check(SEQ3, layers, seed=60 + k, stalls=stalls)
 
