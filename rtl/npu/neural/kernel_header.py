@@ -73,9 +73,10 @@ class HeaderDecoder(wiring.Component):
     ----------
     config : NPUConfig
     palette : bool
-        Build the palette path (default). Without it a header ends after its channel words
-        (for the dense int8 extractor, which refuses palettized groups at the start) and
-        ``palette`` is never written.
+        Build the palette path (default). Without it (the dense int8 extractor, which refuses
+        palettized groups at the start) a header ends after its channel words, ``palette`` is
+        never written, and a channel's bias and scale words go straight into the ``params``
+        register (a word waits while a parameter beat waits) rather than being held first.
 
     Members
     -------
@@ -176,7 +177,12 @@ class HeaderDecoder(wiring.Component):
                 final = is_shift & last_slot
                 if self._palette:
                     final &= cfg.palette == 0
-                m.d.comb += words.ready.eq(~is_shift | params_free)
+                direct = not self._palette      # bias and scale straight into params
+                if direct:
+                    bias, scale = self.params.payload.bias, self.params.payload.scale
+                    m.d.comb += words.ready.eq(params_free)
+                else:
+                    m.d.comb += words.ready.eq(~is_shift | params_free)
                 with m.If(words.valid & words.ready):
                     with m.Switch(word_index):
                         with m.Case(ChannelWord.BIAS):
@@ -196,8 +202,8 @@ class HeaderDecoder(wiring.Component):
                         m.d.sync += [
                             self.params.valid.eq(1),
                             self.params.payload.slot.eq(slot),
-                            self.params.payload.bias.eq(bias),
-                            self.params.payload.scale.eq(scale),
+                            *([] if direct else [self.params.payload.bias.eq(bias),
+                                                 self.params.payload.scale.eq(scale)]),
                             self.params.payload.shift.eq(shift_word.shift),
                             self.params.payload.group_last.eq(last_slot),
                             self.nnz[slot].eq(shift_word.nnz),
