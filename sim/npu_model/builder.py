@@ -31,6 +31,7 @@ from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
 from npu_spec.descriptors import FLAGS, SWITCH_POINTS, Descriptor, encode
 from npu_spec.engine import Engine
+from npu_spec.kernel import encoding_accepted
 from npu_spec.mac import MacFormat
 from npu_spec.postproc import Act
 from npu_spec.program import TENSOR_FORMATS, BaseEntry, Program, QueueSetup, Tensor
@@ -379,8 +380,16 @@ class ProgramBuilder:
         """Encode a layer's kernels (``weights`` ``[K, C / groups, KH, KW]``: int8 values, or
         binary16 codes for ``fmt`` ``fp16`` / ``i8f16``) with per-channel ``bias``, ``scale``,
         ``shift`` (:func:`npu_model.kernel_codec.encode`, one group of ``acc_slots`` output
-        channels at a time); :meth:`dma_kernels` places it."""
+        channels at a time); :meth:`dma_kernels` places it. An encoding the build's kernel
+        extractor does not decode (``npu_spec.kernel.encoding_accepted``) is a
+        :class:`BuildError`."""
         fmt = MacFormat[fmt.upper()] if isinstance(fmt, str) else MacFormat(fmt)
+        extract = self.config.kernel_extract
+        if not encoding_accepted(extract, coef_fp16=fmt.coef_fp16, sparse=sparse,
+                                 palette=palette_bits):
+            raise BuildError(f"the {extract!r} kernel extractor of this build does not decode "
+                             f"{fmt.name} kernels with sparse={sparse}, "
+                             f"palette_bits={palette_bits}")
         weights = np.asarray(weights)
         k = weights.shape[0]
         bias, scale, shift = (np.broadcast_to(np.asarray(v, np.int64), (k,))

@@ -30,6 +30,7 @@ from npu_spec.kernel import (
     MAX_KERNEL,
     PALETTE_BITS,
     KernelError,
+    encoding_accepted,
 )
 
 __all__ = [
@@ -112,11 +113,13 @@ class KernelConfig:
         """Bytes per palette entry (and per raw coefficient)."""
         return 2 if self.coef_fp16 else 1
 
-    def check(self, slots=None, *, fp16=True, int8=True):
+    def check(self, slots=None, *, fp16=True, int8=True, extract="full"):
         """Raise ``KernelFormatError("bad_config")`` unless the extractor accepts this group.
 
         ``slots`` is the accumulator slot count of the build (None: no limit); ``fp16`` and
-        ``int8`` say whether the build takes binary16 and int8 coefficients.
+        ``int8`` say whether the build takes binary16 and int8 coefficients; ``extract`` is the
+        extractor build (``NPUConfig.kernel_extract``; ``"dense_int8"`` refuses every encoding
+        but dense raw int8, ``npu_spec.kernel.encoding_accepted``).
         """
         problems = []
         if self.palette not in PALETTE_BITS:
@@ -133,6 +136,11 @@ class KernelConfig:
             problems.append("binary16 coefficients in a build without them")
         if not self.coef_fp16 and not int8:
             problems.append("int8 coefficients in a build without them")
+        if not encoding_accepted(extract, coef_fp16=self.coef_fp16, sparse=self.sparse,
+                                 palette=self.palette):
+            problems.append(f"encoding (binary16 {int(self.coef_fp16)}, sparse "
+                            f"{int(self.sparse)}, palette {self.palette}) not decoded by the "
+                            f"{extract!r} extractor")
         if problems:
             raise KernelFormatError("bad_config", "; ".join(problems))
 

@@ -369,7 +369,8 @@ class _Machine:
                               layer["icpg"], layer["kh"], layer["kw"], ocg)
             try:
                 params, dense = dense_codes(parts["header"], parts["body"], kc, slots=slots,
-                                            fp16=cfg.has_float, int8=cfg.has_int8)
+                                            fp16=cfg.has_float, int8=cfg.has_int8,
+                                            extract=cfg.kernel_extract)
             except KernelFormatError:
                 return groups, int(neural.NeuralError.EXTRACT)
             weights = (dense & 0xFFFF).astype(np.uint16) if fmt.coef_fp16 else \
