@@ -52,7 +52,8 @@ def _compile(path, args, shapes, say):
     try:
         return compile_model(path, _config(args), fmt=args.format, shapes=shapes,
                              fallback=args.fallback, calibration=args.calibration,
-                             evaluator=session, palette=args.palette, prune=args.prune)
+                             evaluator=session, schedule=args.schedule,
+                             palette=args.palette, prune=args.prune)
     except CompileError as e:
         raise CLIError(str(e), status=2) from None
 
@@ -64,8 +65,10 @@ def _plan_lines(plan):
         outs = " ".join("x".join(map(str, s)) for s in r["out"]) or "-"
         kern = (f" kernels {r['kernel_encoding']} {r.get('kernel_raw_bytes', 0)} -> "
                 f"{r['kernel_bytes']} B" if r["kernel_bytes"] else "")
+        buf = f"  buffer {r['buffer_peak']}" if r.get("buffer_peak") is not None else ""
+        how = f"  [{r['how']}]" if r.get("how") else ""
         lines.append(f"{i:3d} {r['op']:<18} {ins} -> {outs}  {r['engine']:<3} "
-                     f"tasks {r['tasks']}{kern}  ({r['node']})")
+                     f"tasks {r['tasks']}{kern}{buf}{how}  ({r['node']})")
     return lines
 
 
@@ -79,6 +82,11 @@ def cmd_compile(args):
     if raw:
         print(f"kernels: {raw} bytes raw -> {packed} bytes ({packed / raw:.1%})")
     prog = compiled.program
+    meta = prog.metadata.get("compiler", {})
+    if "buffer_peak" in meta:
+        from npu_spec.dataproc import buffer_elements
+        print(f"buffer peak {meta['buffer_peak']} of {buffer_elements(prog.config)} elements "
+              f"(schedule {meta['schedule']})")
     print(f"{len(compiled.plan)} layers, {prog.queues[0].tasks} tasks, "
           f"{len(prog.memory)} bytes of system memory, compiled in {compiled.seconds:.2f} s")
     if args.output:
@@ -216,8 +224,9 @@ def _compile_options(p, *, for_onnx=""):
     p.add_argument("--preset", type=preset_arg, default="small",
                    help=f"one of {', '.join(PRESETS)} (default small{for_onnx})")
     p.add_argument("--format", default="fp16", choices=FORMATS,
-                   help=f"number format: fp16, int8 (needs --calibration) or mixed (binary16 "
-                        f"activations, int8 weights){for_onnx}; default fp16")
+                   help=f"number format: fp16, int8 (needs --calibration unless the model is "
+                        f"quantized: QDQ, QLinearConv...) or mixed (binary16 activations, int8 "
+                        f"weights){for_onnx}; default fp16")
     p.add_argument("--calibration", metavar="FILE.npz|DIR",
                    help="int8: sample inputs for the activation ranges (.npz with a key per "
                         "input, or a directory of .npy/.npz/.pb files)")
@@ -234,6 +243,10 @@ def _compile_options(p, *, for_onnx=""):
                    help="system memory of the build (default: the preset's)")
     p.add_argument("--shape", type=_shape_arg, action="append",
                    help="NAME=1x3x48x192: the shape of an input with dynamic dimensions")
+    from npu_compiler.depthfirst import SCHEDULES
+    p.add_argument("--schedule", default=SCHEDULES[0], choices=SCHEDULES,
+                   help="chains of layers that do not fit the buffer: depth-first bands "
+                        "(default) or layer by layer (fp16; docs/scheduling.md)")
 
 
 def add_commands(sub):

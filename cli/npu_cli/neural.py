@@ -20,17 +20,38 @@ def _neural_engine(config):
 
 
 def _kernel_extract(config):
-    from npu.neural.kernel_extract import KernelExtract
-    return KernelExtract(config)
+    from npu.neural.kernel_extract import kernel_extractor
+    return kernel_extractor(config)
 
 
 def _postproc(config):
-    from npu.neural.postproc import PostProcessor
-    return PostProcessor(config, lanes_per_cycle=max(1, config.macs // 4))
+    from npu.neural.postproc_seq import post_processor
+    return post_processor(config, lanes_per_cycle=max(1, config.macs // 4))
+
+
+def _postproc_sequential(config):
+    """The sequential int8 post-processor of the preset (``postproc_impl="sequential"``)."""
+    from npu.neural.postproc_seq import post_processor
+    return post_processor(_lean(config, postproc_impl="sequential"))
+
+
+def _lean(config, **changes):
+    """``config`` with lean block options; a preset they do not suit is a one-line error."""
+    try:
+        return config.replace(**changes)
+    except ValueError as e:
+        raise CLIError(f"preset {config.name}: {e}", status=2) from None
+
+
+def _kernel_extract_dense(config):
+    """The dense int8 kernel extractor of the preset (``kernel_extract="dense_int8"``)."""
+    from npu.neural.kernel_extract import kernel_extractor
+    return kernel_extractor(_lean(config, kernel_extract="dense_int8"))
 
 
 BLOCKS = {"neural_engine": _neural_engine, "kernel_extract": _kernel_extract,
-          "postproc": _postproc}
+          "kernel_extract_dense": _kernel_extract_dense, "postproc": _postproc,
+          "postproc_sequential": _postproc_sequential}
 
 
 def _shape(text, count, name):

@@ -45,8 +45,8 @@ def _plain(row):
 
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
-                  fallback=None, calibration=None, evaluator=None, palette=None, prune=None,
-                  raw_kernels=False):
+                  fallback=None, calibration=None, evaluator=None, schedule="depth-first",
+                  palette=None, prune=None, raw_kernels=False):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -56,7 +56,9 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     program (:mod:`npu_compiler.host`). Raises
     :class:`CompileError` (one line) for anything the compiler cannot take.
 
-    ``fmt="int8"`` needs ``calibration``: an ``.npz`` file or a directory
+    A quantized model (``QuantizeLinear`` / ``DequantizeLinear``, ``QLinearConv``...,
+    :mod:`npu_compiler.qdq`) compiles with ``fmt="int8"`` and its own scales, without
+    ``calibration``. Otherwise ``fmt="int8"`` needs ``calibration``: an ``.npz`` file or a directory
     (:func:`npu_compiler.int8.calibration_samples`) or a dict ``{input name: [N, ...]
     array}``; ``evaluator`` runs the float model for it (:func:`npu_compiler.int8.calibrate`;
     ``npu_runtime.runtime.session`` uses onnxruntime); :mod:`npu_compiler.int8`.
@@ -66,6 +68,9 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     Kernels get the smallest lossless encoding (``raw_kernels``: all raw); ``palette`` (index
     bits) and ``prune`` (a fraction) make the weights smaller first, lossily
     (:mod:`npu_compiler.compress`).
+
+    ``schedule`` (``"depth-first"`` or ``"layer"``) is how chains of layers that do not fit
+    the buffer run (:mod:`npu_compiler.depthfirst`; binary16 only, int8 runs layer by layer).
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
@@ -74,6 +79,22 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     compression = Compression(palette=palette, prune=prune, raw=raw_kernels)
     if fallback not in (None, "host"):
         raise CompileError(f"fallback must be 'host' or none, not {fallback!r}")
+    from .frontend import read_model
+    from .qdq import FOREIGN_OPS, prepare, quantized_node
+    model = read_model(source)
+    quantized = quantized_node(model)
+    if quantized and fmt != "int8":
+        raise CompileError(f"node {quantized} makes this a quantized model: compile it with "
+                           f"--format int8 (it runs with its own scales)")
+    if quantized:
+        if calibration is not None:
+            raise CompileError(f"node {quantized}: the model is quantized and carries its own "
+                               f"scales; --calibration is for float models")
+        if fallback:
+            raise CompileError("--fallback host is not supported with --format int8")
+        graph = load_graph(prepare(model), shapes, batch_one, keep=("DequantizeLinear",),
+                           foreign=FOREIGN_OPS)
+        return _compile_qdq(graph, config, name, t0)
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":
         return _compile_int8(source, graph, config, calibration, name, fallback, t0,
@@ -87,7 +108,8 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         from .ops import LOWER
         host = split_host(graph, set(LOWER))
     try:
-        lw = lower(graph, config, name=name or graph.name, fmt=fmt, compression=compression)
+        lw = lower(graph, config, name=name or graph.name, schedule=schedule, fmt=fmt,
+                   compression=compression)
         program = lw.b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -108,6 +130,8 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         "outputs": [entry(n, "output") for n in graph.outputs],
         "plan": [_plain(r) for r in lw.plan],
         "graph_outputs": graph_outputs,
+        "schedule": schedule,
+        "buffer_peak": max((t.buffer for t in lw.b.tasks), default=0),
     }
     if host:
         meta["compiler"]["host"] = host
@@ -155,6 +179,36 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
     meta = dict(program.metadata)
     meta["compiler"] = {
         "format": "int8",
+        "batch": graph.batch,
+        "inputs": [entry(n, n, io["inputs"][n]) for n in graph.inputs],
+        "outputs": [entry(n, n + ":q", io["outputs"][n]) for n in graph.outputs],
+        "plan": [_plain(r) for r in plan],
+        "graph_outputs": list(graph.outputs),
+    }
+    program = dataclasses.replace(program, metadata=meta)
+    return Compiled(program, [_plain(r) for r in plan], graph, time.perf_counter() - t0)
+
+
+def _compile_qdq(graph, config, name, t0):
+    """A quantized model (:mod:`npu_compiler.qdq`): the model's scales and zero points."""
+    from .qdq import lower_qdq
+    b, plan, io = lower_qdq(graph, config, name=name or graph.name)
+    try:
+        program = b.build(name or graph.name or "")
+    except BuildError as e:
+        raise CompileError(str(e)) from None
+    tensors = {t.name: t for t in program.tensors}
+
+    def entry(n, tname, spec):
+        return {"name": n, "tensor": tname, "shape": list(graph.shapes[n]),
+                "dtype": spec["dtype"], "format": "int8", "addr": tensors[tname].addr,
+                "scale": None if spec["scale"] is None else float(spec["scale"]),
+                "zero_point": None if spec["zero_point"] is None else int(spec["zero_point"])}
+
+    meta = dict(program.metadata)
+    meta["compiler"] = {
+        "format": "int8",
+        "quantized_model": True,
         "batch": graph.batch,
         "inputs": [entry(n, n, io["inputs"][n]) for n in graph.inputs],
         "outputs": [entry(n, n + ":q", io["outputs"][n]) for n in graph.outputs],

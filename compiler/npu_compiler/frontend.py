@@ -192,9 +192,9 @@ def _evaluate(node_proto, inputs):
 _FOLD_OPSET = [TARGET_OPSET]
 
 
-def _fold(model):
-    """Evaluate every node whose inputs are all known (and ``Shape`` of a known shape);
-    returns ``(remaining node protos, constants)``."""
+def _fold(model, keep=()):
+    """Evaluate every node whose inputs are all known (and ``Shape`` of a known shape),
+    except the operators in ``keep``; returns ``(remaining node protos, constants)``."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     shapes, _ = _value_types(model)
@@ -218,7 +218,8 @@ def _fold(model):
             consts[node.output[0]] = np.asarray(shape[start:end], np.int64)
             continue
         ins = [n for n in node.input if n]
-        if ins and all(n in consts for n in ins) and node.domain in ("", "ai.onnx"):
+        if ins and all(n in consts for n in ins) and node.domain in ("", "ai.onnx") \
+                and node.op_type not in keep:
             try:
                 consts.update(_evaluate(node, consts))
                 continue
@@ -235,14 +236,20 @@ def _rebuild(model, nodes, consts):
     inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in used]
     inputs = [i for i in g.input if i.name not in consts]
     graph = helper.make_graph(nodes, g.name or "model", inputs, list(g.output), inits)
+    # Shape inference cannot find the outputs of other domains' operators: keep theirs.
+    foreign = {o for node in nodes if node.domain not in ("", "ai.onnx") for o in node.output}
+    graph.value_info.extend(vi for vi in g.value_info if vi.name in foreign)
     m = helper.make_model(graph, opset_imports=list(model.opset_import))
     m.ir_version = model.ir_version
     return m
 
 
-def load_graph(source, shapes=None, batch_one="auto"):
+def load_graph(source, shapes=None, batch_one="auto", keep=(), foreign=()):
     """The :class:`Graph` of an ONNX model (path, bytes or ``ModelProto``); ``shapes`` maps
-    input names to concrete shapes for their dynamic dimensions."""
+    input names to concrete shapes for their dynamic dimensions; the operators in ``keep``
+    are not folded even on constant inputs (``DequantizeLinear`` of int8 weights, which the
+    int8 lowering of a quantized model takes as they are); ``foreign`` names operators of
+    other domains that are let through (``com.microsoft.QGemm``)."""
     model = read_model(source)
     model = _convert(model)
     _FOLD_OPSET[0] = _opset(model) or TARGET_OPSET
@@ -256,7 +263,7 @@ def load_graph(source, shapes=None, batch_one="auto"):
     for _ in range(4):
         model = _infer(model)
         before = len(model.graph.node)
-        nodes, consts = _fold(model)
+        nodes, consts = _fold(model, keep)
         model = _rebuild(model, nodes, consts)
         if len(nodes) == before:
             break
@@ -270,7 +277,7 @@ def load_graph(source, shapes=None, batch_one="auto"):
     nodes = [Node(n.op_type, n.name or f"{n.op_type}_{k}", list(n.input), list(n.output),
                   _attrs(n)) for k, n in enumerate(g.node)]
     for n in g.node:
-        if n.domain not in ("", "ai.onnx"):
+        if n.domain not in ("", "ai.onnx") and n.op_type not in foreign:
             raise CompileError(f"node {n.name!r} ({n.domain}.{n.op_type}) is in domain "
                                f"{n.domain!r}; only the default ONNX domain is supported")
     graph = Graph(nodes, consts, shapes_, dtypes, [i.name for i in g.input

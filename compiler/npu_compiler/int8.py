@@ -241,17 +241,24 @@ class _Int8:
         self.row["kernel_bytes"] += 4 * blob.words
         self.ds[out], self.scale[out] = dst, s_out
 
+    #: Operators :meth:`run` dispatches to ``op_<name>``.
+    OPS = INT8_OPS
+
+    def load_input(self, name):
+        """Load graph input ``name`` (quantized by the runtime) into the buffer."""
+        s3 = _shape3(self.g.shapes[name])
+        if s3 is None or not self.g.is_float(name):
+            raise CompileError(f"input {name!r} ({tuple(self.g.shapes[name])}) must be a float "
+                               f"(1, C, H, W) or (1, N) tensor for --format int8")
+        if name not in self.scales:
+            raise CompileError(f"no calibration values for input {name!r}")
+        t = self.b.input(name, np.zeros(s3, np.int8))
+        self.ds[name], self.scale[name] = self.b.load(t), self.scales[name]
+
     def run(self):
         g = self.g
         for name in g.inputs:
-            s3 = _shape3(g.shapes[name])
-            if s3 is None or not g.is_float(name):
-                raise CompileError(f"input {name!r} ({tuple(g.shapes[name])}) must be a float "
-                                   f"(1, C, H, W) or (1, N) tensor for --format int8")
-            if name not in self.scales:
-                raise CompileError(f"no calibration values for input {name!r}")
-            t = self.b.input(name, np.zeros(s3, np.int8))
-            self.ds[name], self.scale[name] = self.b.load(t), self.scales[name]
+            self.load_input(name)
         last = {}
         for i, node in enumerate(g.nodes):
             for x in node.inputs:
@@ -265,9 +272,9 @@ class _Int8:
                                if x and x not in g.consts],
                         "out": [list(g.shapes.get(o, ())) for o in node.outputs if o]}
             fn = getattr(self, "op_" + node.op, None)
-            if node.op not in INT8_OPS or fn is None:
+            if node.op not in self.OPS or fn is None:
                 raise CompileError(f"{node}: operator {node.op} is not supported with "
-                                   f"--format int8 (supported: {', '.join(INT8_OPS)})")
+                                   f"--format int8 (supported: {', '.join(self.OPS)})")
             try:
                 fn(node)
             except BuildError as e:
@@ -278,11 +285,15 @@ class _Int8:
             self._end_row()
             self._release(i, last)
         for name in g.outputs:
-            if name not in self.ds:
-                raise CompileError(f"output {name!r} is not computed by the int8 program")
-            ds = self.ds[name]
+            ds = self.output_dataset(name)
             self.b.store(ds, self.b.output(name + ":q", ds.shape))
         return self
+
+    def output_dataset(self, name):
+        """The int8 dataset of graph output ``name``."""
+        if name not in self.ds:
+            raise CompileError(f"output {name!r} is not computed by the int8 program")
+        return self.ds[name]
 
     def _end_row(self):
         row = self.row

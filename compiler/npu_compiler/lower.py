@@ -5,8 +5,11 @@ one or more *steps*: DMA tasks load its operands into buffer datasets (any layou
 walks a rank-5 index space with any strides, so transposes, slices, padding and
 subsampling are DMA work), an engine task computes, DMA tasks store the result. A layer that
 does not fit the buffer is cut into bands of output rows (convolution, pooling) or into
-channel chunks (everything else). Shape-only operators (``Reshape``, ``Flatten``,
-``Squeeze``, ``Unsqueeze``, ``Identity``) are aliases of the same bytes.
+channel chunks (everything else). Under the depth-first schedule (the default), chains of
+layers that do not fit the buffer run as row bands in the partial-network order instead, their
+intermediate tensors kept as rings of rows (:mod:`npu_compiler.depthfirst`). Shape-only
+operators (``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``, ``Identity``) are aliases of
+the same bytes.
 
 Mapping (``docs/compiler.md`` has the table): ``Conv``, ``Gemm`` and ``MatMul`` with constant
 weights, per-channel affine operations (``BatchNormalization``, ``Mul``/``Add`` by a
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npu_model.builder import MAX_DEP, BuildError, ProgramBuilder
+from npu_model.builder import BuildError, ProgramBuilder
 from npu_spec import dataproc, neural
 from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
@@ -30,6 +33,7 @@ from npu_spec.mac import MacFormat
 from npu_spec.program import Tensor, dense_strides
 
 from .compress import Compression, encode_kernels, prune
+from .depthfirst import BAND_SHARE, SCHEDULES
 from .graph import CompileError
 
 __all__ = ["Lowering", "MView", "lower"]
@@ -43,29 +47,73 @@ PLANE_DEPTH = planar_spec.LINE_BUFFER_DEPTH
 @dataclass(frozen=True)
 class MView:
     """A view of a system-memory tensor: ``shape`` and ``strides`` (bytes) from byte
-    ``addr``."""
+    ``addr``.
+
+    A *ring* view (``ring`` R > 0) holds only R rows along axis ``axis``: index ``i`` along
+    it lies in slot ``(row + i) mod R`` (``addr`` is slot 0), so a tensor whose rows are
+    consumed soon after they are made needs R rows of memory, not all of them
+    (:mod:`npu_compiler.depthfirst`). :meth:`pieces` cuts a ring view into plain ones."""
     addr: int
     shape: tuple
     strides: tuple
+    ring: int = 0
+    row: int = 0
+    axis: int = 0
 
     @staticmethod
     def dense(tensor):
         return MView(tensor.addr, tuple(tensor.shape), dense_strides(tensor.shape, FP16))
 
     def reshape(self, shape):
-        return MView(self.addr, tuple(shape), dense_strides(shape, FP16))
+        shape = tuple(shape)
+        if not self.ring:
+            return MView(self.addr, shape, dense_strides(shape, FP16))
+        lead = len(shape) - len(self.shape)
+        old = self.shape[max(0, -lead):]
+        new = shape[max(0, lead):]
+        if old != new or any(n != 1 for n in (shape[:lead] if lead > 0
+                                             else self.shape[:-lead])):
+            raise CompileError(f"a ring tensor of shape {self.shape} cannot be seen as {shape}")
+        strides = (0,) * lead + self.strides if lead >= 0 else self.strides[-lead:]
+        return MView(self.addr, shape, strides, self.ring, self.row, self.axis + lead)
 
     def slice(self, axis, start, stop, step=1):
         shape = list(self.shape)
         strides = list(self.strides)
         shape[axis] = len(range(start, stop, step))
+        if self.ring and axis == self.axis:
+            if step != 1:
+                raise CompileError("a ring tensor is read with row step 1 only")
+            return MView(self.addr, tuple(shape), self.strides, self.ring, self.row + start,
+                         self.axis)
         addr = self.addr + start * strides[axis]
         strides[axis] *= step
-        return MView(addr, tuple(shape), tuple(strides))
+        return MView(addr, tuple(shape), tuple(strides), self.ring, self.row, self.axis)
 
     def permute(self, perm):
         return MView(self.addr, tuple(self.shape[p] for p in perm),
-                     tuple(self.strides[p] for p in perm))
+                     tuple(self.strides[p] for p in perm), self.ring, self.row,
+                     list(perm).index(self.axis) if self.ring else 0)
+
+    def pieces(self):
+        """``(first, end, view)``: the view as plain views of indices ``first .. end - 1``
+        along the ring axis, each inside the ring without wrapping (one piece for a plain
+        view)."""
+        if not self.ring:
+            yield 0, self.shape[self.axis] if self.shape else 1, self
+            return
+        n = self.shape[self.axis]
+        if n > self.ring:
+            raise CompileError(f"{n} rows do not fit a ring of {self.ring}")
+        i = 0
+        while i < n:
+            slot = (self.row + i) % self.ring
+            k = min(n - i, self.ring - slot)
+            shape = list(self.shape)
+            shape[self.axis] = k
+            yield i, i + k, MView(self.addr + slot * self.strides[self.axis], tuple(shape),
+                                  self.strides)
+            i += k
 
     @property
     def size(self):
@@ -116,118 +164,11 @@ def _flat_shape(n, limit=MAX_DIM):
     return None
 
 
-class _Builder(ProgramBuilder):
-    """The program builder with a dependency search that stays fast for thousands of tasks.
-
-    What is certainly complete when task ``j`` completes is, per engine, every task up to
-    an index (an engine runs its tasks in order): :meth:`_closure` gives those indices,
-    following the dependency distances through a running maximum per engine
-    (``_reach``). A conflicting earlier task that is already complete when this engine's
-    previous task completes needs no wait, so the backward search stops below those
-    indices; the distance then points at the newest conflicting task that is not."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._reach = []        # per task: {engine: newest task waited for, by its engine}
-        self._last = {}         # engine -> index of its newest task
-
-    def _closure(self, j):
-        m = {self.tasks[j].engine: j}
-        changed = True
-        while changed:
-            changed = False
-            for idx in list(m.values()):
-                for f, t in self._reach[idx].items():
-                    if t > m.get(f, -1):
-                        m[f] = t
-                        changed = True
-        return m
-
-    @staticmethod
-    def _merge(a, b):
-        out = dict(a)
-        for e, i in b.items():
-            out[e] = max(out.get(e, -1), i)
-        return out
-
-    def _reach_of(self, i):
-        task = self.tasks[i]
-        prev = [k for k in range(i - 1, -1, -1) if self.tasks[k].engine == task.engine][:1]
-        reach = dict(self._reach[prev[0]]) if prev else {}
-        if task.dep:
-            t = i - task.dep
-            f = self.tasks[t].engine
-            reach[f] = max(reach.get(f, -1), t)
-        return reach
-
-    def _task(self, engine, writes, reads, writes_to, flags, label, flow_from=None):
-        task = super()._task(engine, writes, reads, writes_to, flags, label, flow_from)
-        last = self._last.get(task.engine)
-        reach = dict(self._reach[last]) if last is not None else {}
-        if task.dep:
-            t = task.task_id - task.dep
-            f = self.tasks[t].engine
-            reach[f] = max(reach.get(f, -1), t)
-        self._reach.append(reach)
-        self._last[task.engine] = task.task_id
-        return task
-
-    def _dependency(self, task):
-        n = len(self.tasks)
-        own = self._last.get(task.engine)
-        cov = self._closure(own) if own is not None else {}
-        others = {t.engine for t in self.tasks} - {task.engine}
-
-        def floor():
-            return min((cov.get(e, -1) for e in others), default=n)
-
-        producer, needed = None, []
-        j = n - 1
-        stop = floor()
-        while j > stop:
-            other = self.tasks[j]
-            if other.engine != task.engine and j != task.flow_from and (
-                    j > cov.get(other.engine, -1)) and (
-                    any(_overlap(r, w) for r in task.reads for w in other.writes_to)
-                    or any(_overlap(w, r) for w in task.writes_to for r in other.reads)
-                    or any(_overlap(w, v) for w in task.writes_to for v in other.writes_to)):
-                if producer is None:
-                    producer = j
-                    cov = self._merge(cov, self._closure(j))
-                    stop = floor()
-                else:
-                    needed.append(j)
-            j -= 1
-        if producer is None:
-            return 0
-        missing = [k for k in needed if k > cov.get(self.tasks[k].engine, -1)]
-        if missing and self.tasks[producer].dep == 0 and producer - missing[0] <= MAX_DEP:
-            # The newest producer waits for nothing: let it wait for the older one.
-            self.tasks[producer].dep = producer - missing[0]
-            for k in range(producer, n):
-                if self.tasks[k].engine == self.tasks[producer].engine:
-                    self._reach[k] = self._reach_of(k)
-            cov = self._merge(cov, self._closure(producer))
-            missing = [k for k in needed if k > cov.get(self.tasks[k].engine, -1)]
-        if missing:
-            raise BuildError(f"task {n} ({task.label}) depends on tasks {producer} and "
-                             f"{missing[0]} of two other engines; one dependency distance "
-                             f"cannot wait for both (add a task between them)")
-        if n - producer > MAX_DEP:
-            raise BuildError(f"task {n} ({task.label}) depends on task {producer}, "
-                             f"{n - producer} positions earlier; the distance is at most "
-                             f"{MAX_DEP}")
-        return n - producer
-
-
-def _overlap(a, b):
-    return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
-
-
 class Lowering:
     """Lowers ``graph`` for ``config``; :meth:`run` returns the builder with every task."""
 
-    def __init__(self, graph, config, *, name="", fmt="fp16", compression=None):
+    def __init__(self, graph, config, *, name="", schedule="depth-first", fmt="fp16",
+                 compression=None):
         for needed in ("fp16", fmt):
             if needed not in config.formats:
                 raise CompileError(f"preset {config.name!r} has no {needed} datapath; "
@@ -239,7 +180,11 @@ class Lowering:
         self.g = graph
         self.cfg = config
         self.name = name
-        self.b = _Builder(config)
+        if schedule not in SCHEDULES:
+            raise CompileError(f"schedule must be one of {', '.join(SCHEDULES)}, not "
+                               f"{schedule!r}")
+        self.schedule = schedule
+        self.b = ProgramBuilder(config)
         self.views = {}
         self.plan = []
         self.buf_size = dataproc.buffer_elements(config)
@@ -250,6 +195,10 @@ class Lowering:
         self._row = None
         self._temps = []
         self._blobs = {}
+        self._mark = 0
+        self._defer = None          # node name -> where its band function goes (depth first)
+        self._rings = {}            # tensor -> rows of its ring (depth first)
+        self._placed = {}           # kernel blob key -> KernelPlacement
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -269,7 +218,14 @@ class Lowering:
     def _output_tensor(self, name):
         shape = self.g.shapes[name]
         role = "output" if name in self.g.outputs else "scratch"
-        v = self._new_tensor(name, shape, role)
+        ring = self._rings.get(name, 0)
+        if ring and ring < shape[2]:
+            # Rows made and read inside a depth-first segment: a ring of ``ring`` rows.
+            stored = (1, shape[1], ring, shape[3])
+            t = self.b.tensor(name, stored, FP16, role)
+            v = MView(t.addr, tuple(shape), dense_strides(stored, FP16), ring=ring, axis=2)
+        else:
+            v = self._new_tensor(name, shape, role)
         self.views[name] = v
         return v
 
@@ -295,7 +251,13 @@ class Lowering:
 
     def _dma(self, direction, mview, buf_addr, buf_strides, label):
         """One DMA task between memory view ``mview`` and the buffer elements
-        ``buf_addr + sum(i_k * buf_strides[k])`` over the same index space."""
+        ``buf_addr + sum(i_k * buf_strides[k])`` over the same index space (one task for each
+        piece of a ring view)."""
+        if mview.ring:
+            for first, _, piece in mview.pieces():
+                self._dma(direction, piece, buf_addr + first * buf_strides[mview.axis],
+                          buf_strides, label)
+            return
         dims = _merge(reversed(mview.shape), reversed(mview.strides), reversed(buf_strides))
         if len(dims) > 5:
             raise CompileError(f"{self._step}: a transfer of rank {len(dims)} (at most 5)")
@@ -373,23 +335,57 @@ class Lowering:
                      "out": [list(self.g.shapes.get(o, ())) for o in node.outputs if o],
                      "kernel_bytes": 0, "kernel_raw_bytes": 0, "kernel_encoding": "",
                      "dma_elements": 0,
-                     "macs": 0, "how": what or ""}
+                     "macs": 0, "how": what or "", "buffer_peak": 0, "_from": None}
+        self._mark = len(self.b.tasks)
 
     def _count(self, engine, dma_elements=0):
         if self._row is not None:
             self._row["engine"].add(engine)
             self._row["dma_elements"] += dma_elements
 
+    def _pause(self):
+        """Charge the tasks added since :meth:`_begin` or :meth:`_resume` to the current row
+        (a depth-first schedule interleaves the tasks of several layers)."""
+        row, n = self._row, len(self.b.tasks)
+        if n > self._mark:
+            row["tasks"] += n - self._mark
+            if row["_from"] is None:
+                row["_from"] = self._mark
+            row["last_task"] = n - 1
+            row["buffer_peak"] = max(row["buffer_peak"],
+                                     max(t.buffer for t in self.b.tasks[self._mark:n]))
+        self._mark = n
+
+    def _resume(self, row, step):
+        self._row, self._step = row, step
+        self._mark = len(self.b.tasks)
+
     def _end(self):
+        self._pause()
         row = self._row
-        row["tasks"] = len(self.b.tasks) - row["first_task"]
-        row["last_task"] = len(self.b.tasks) - 1
+        if row["_from"] is not None:
+            row["first_task"] = row["_from"]
+        else:
+            row["last_task"] = row["first_task"] - 1
+        del row["_from"]
         engines = row["engine"]
         row["engine"] = ("NE" if "ne" in engines else "PE" if "pe" in engines
                          else "DMA" if "dma" in engines else "-")
         row["engines"] = sorted(engines)
         self.plan.append(row)
         self._row = None
+
+    def band_budget(self, node):
+        """Buffer elements one band of ``node`` may use: half the buffer under a depth-first
+        schedule (:data:`~npu_compiler.depthfirst.BAND_SHARE`), else all of it."""
+        if self._defer is not None and node.name in self._defer:
+            return self.buf_size // BAND_SHARE
+        return self.buf_size
+
+    def deferred(self, node):
+        """Under a depth-first schedule, the function that takes ``node``'s band function
+        (``bands(first_row, end_row)``) to call later in the schedule's order; else None."""
+        return None if self._defer is None else self._defer.get(node.name)
 
     # ---- engines -------------------------------------------------------------------------
 
@@ -445,8 +441,12 @@ class Lowering:
             names = set(filter(None, row["kernel_encoding"].split(", ")))
             row["kernel_encoding"] = ", ".join(sorted(names | {choice.name(self.mac_fmt)}))
             row["macs"] += int(np.prod(w.shape)) * dst.shape[1] * dst.shape[2]
-        place = self.b.dma_kernels(0, blob)
-        self._count("dma", blob.words)
+        place = self._placed.get(id(blob))
+        if place is None or not self.b.resident(place):
+            # Loaded once while it stays in kernel memory (the bands of a layer).
+            place = self.b.dma_kernels(0, blob, share_image=True)
+            self._placed[id(blob)] = place
+            self._count("dma", blob.words)
         act = dict(act or {})
         kind = act.pop("act", "none")
         try:
@@ -498,12 +498,19 @@ class Lowering:
                                    f"float inputs")
             t = self.b.input(name, np.zeros(tuple(shape) or (1,), np.uint16), FP16)
             self.views[name] = MView.dense(t)
-        from . import ops
+        from . import depthfirst, ops
         for name, shape in self.g.shapes.items():
             if 0 in tuple(shape) and (name in self.g.inputs or name in self.g.outputs):
                 raise CompileError(f"tensor {name!r} is empty (shape {tuple(shape)}); the NPU "
                                    f"needs at least one element")
-        for node in self.g.nodes:
+        segments = depthfirst.segments(self) if self.schedule == "depth-first" else {}
+        self.segments = list({id(s): s for s in segments.values()}.values())
+        for index, node in enumerate(self.g.nodes):
+            seg = segments.get(index)
+            if seg is not None:
+                if node is seg.nodes[-1]:
+                    depthfirst.emit(self, seg)
+                continue
             fn = ops.LOWER.get(node.op)
             if fn is None:
                 raise CompileError(f"{node}: operator {node.op} is not supported on the NPU")
@@ -572,11 +579,13 @@ def mixed_weights(w, bias, scale):
     return codes.astype(np.int8), np.asarray(bias, np.float64) / s, np.asarray(scale) * s
 
 
-def lower(graph, config, name="", fmt="fp16", compression=None):
+def lower(graph, config, name="", schedule="depth-first", fmt="fp16", compression=None):
     """The :class:`Lowering` of ``graph`` after :meth:`Lowering.run` (its builder ``b`` holds
-    the tasks, ``plan`` the per-layer rows); ``fmt`` ``fp16`` or ``mixed`` (int8 weights),
-    ``compression`` a :class:`npu_compiler.compress.Compression`."""
-    lw = Lowering(graph, config, name=name, fmt=fmt, compression=compression)
+    the tasks, ``plan`` the per-layer rows); ``schedule`` (:data:`SCHEDULES`) runs chains of
+    layers that do not fit the buffer depth first or layer by layer; ``fmt`` ``fp16`` or
+    ``mixed`` (int8 weights), ``compression`` a :class:`npu_compiler.compress.Compression`."""
+    lw = Lowering(graph, config, name=name, schedule=schedule, fmt=fmt,
+                  compression=compression)
     lw.run()
     return lw
 

@@ -254,7 +254,8 @@ def windowed(lw, node, x3, out3, *, kh, kw, s, fy, fx, dil, pads, fill, native, 
     per_out_row = k_out * owe * out_factor
     whole_in = c * h * w
     ohe_native = None
-    if native is not None:
+    deferred = lw.deferred(node)
+    if native is not None and not deferred:
         py, px = native if isinstance(native, tuple) else (native, native)
         ohe_native = (h + 2 * py - dkh) // s + 1
         owe_native = (w + 2 * px - dkw) // sxe + 1
@@ -270,29 +271,40 @@ def windowed(lw, node, x3, out3, *, kh, kw, s, fy, fx, dil, pads, fill, native, 
     if require_native:
         _unsupported(node, "average pooling with count_include_pad=0 and padding needs the "
                            "whole layer in the buffer")
-    rows = _band_rows(lw, oh, fy, s, dkh, per_in_row, per_out_row)
+    rows = _band_rows(lw, oh, fy, s, dkh, per_in_row, per_out_row,
+                      lw.buf_size - lw.band_budget(node))
+    if rows == 0 and deferred:
+        rows = _band_rows(lw, oh, fy, s, dkh, per_in_row, per_out_row)
     if rows == 0:
         _unsupported(node, f"one output row ({per_in_row} input and {per_out_row} output "
                            f"elements per row, kernel {kh}x{kw}) does not fit the "
                            f"{lw.buf_size}-element buffer")
-    for r0 in range(0, oh, rows):
-        r1 = min(oh, r0 + rows)
-        ne = (r1 - 1 - r0) * fy + 1
-        p0 = r0 * fy * s
-        rows_in = (ne - 1) * s + dkh
-        src = lw.buffer((c, rows_in, wp))
-        i0, i1 = max(0, p0 - t), min(h, p0 + rows_in - t)
-        padded = left or r or p0 - t < 0 or p0 + rows_in - t > h
-        if padded:
-            lw.fill(src, fill)
-        if i1 > i0:
-            dst = _sub(src, 0, c, i0 + t - p0, i1 + t - p0, left, left + w)
-            lw.load3(x3.slice(1, i0, i1), dst)
-        res = engine(src, 0, (ne, owe))
-        lw.store3(_sub(res, 0, k, 0, ne, 0, (ow - 1) * fx + 1), out3.slice(1, r0, r1),
-                  xstep=fx, ystep=fy)
-        lw.release(src)
-        lw._release_all()
+
+    def bands(first, end):
+        """Output rows ``first .. end - 1``, in bands that fit the buffer."""
+        for r0 in range(first, end, rows):
+            r1 = min(end, r0 + rows)
+            ne = (r1 - 1 - r0) * fy + 1
+            p0 = r0 * fy * s
+            rows_in = (ne - 1) * s + dkh
+            src = lw.buffer((c, rows_in, wp))
+            i0, i1 = max(0, p0 - t), min(h, p0 + rows_in - t)
+            padded = left or r or p0 - t < 0 or p0 + rows_in - t > h
+            if padded:
+                lw.fill(src, fill)
+            if i1 > i0:
+                dst = _sub(src, 0, c, i0 + t - p0, i1 + t - p0, left, left + w)
+                lw.load3(x3.slice(1, i0, i1), dst)
+            res = engine(src, 0, (ne, owe))
+            lw.store3(_sub(res, 0, k, 0, ne, 0, (ow - 1) * fx + 1), out3.slice(1, r0, r1),
+                      xstep=fx, ystep=fy)
+            lw.release(src)
+            lw._release_all()
+
+    if deferred:
+        deferred(bands)
+    else:
+        bands(0, oh)
 
 
 def conv_engine(lw, node, w, bias, scale, groups, s, dil, act):
@@ -415,13 +427,32 @@ def _conv(lw, node):
                        else (k, 1, out_shape[2]))
     t, left, b, r = pads
     native = t if (t == left == b == r and t <= 15) else None
-    engine = conv_engine(lw, node, w, bias, 1.0, groups, s, dil[0], _act_of(node))
     factor = 2 if groups == 1 and w.shape[1] > max(1, lw.buffer_rows // kh) else 1
     if node.fused and node.fused.get("act") not in (None, "relu") and factor == 2:
         factor = 3
-    with lw.model_weights():
-        windowed(lw, node, x3, out3, kh=kh, kw=kw, s=s, fy=fy, fx=fx, dil=dil[0], pads=pads,
-                 fill=0.0, native=native, engine=engine, k_out=k, out_factor=factor)
+    dkh = (kh - 1) * dil[0] + 1
+    owe = (x3.shape[2] + left + r - (kw - 1) * dil[0] - 1) // s + 1
+    step = (k if groups != 1 else
+            _channel_step(lw, node, k, c * dkh * (x3.shape[2] + left + r), owe * factor))
+    for k0 in range(0, k, step):
+        k1 = min(k, k0 + step)
+        engine = conv_engine(lw, node, w[k0:k1], bias[k0:k1], 1.0, groups, s, dil[0],
+                             _act_of(node))
+        with lw.model_weights():
+            windowed(lw, node, x3, out3.slice(0, k0, k1), kh=kh, kw=kw, s=s, fy=fy, fx=fx,
+                     dil=dil[0], pads=pads, fill=0.0, native=native, engine=engine,
+                     k_out=k1 - k0, out_factor=factor)
+
+
+def _channel_step(lw, node, k, fixed, per_channel):
+    """Channels per part of a layer whose one output row takes ``fixed`` elements plus
+    ``per_channel`` for each of its ``k`` channels, so that a row fits the band budget
+    (:meth:`~npu_compiler.lower.Lowering.band_budget`): all ``k`` when they fit or when no
+    budget applies."""
+    budget = lw.band_budget(node)
+    if budget >= lw.buf_size or fixed + k * per_channel <= budget:
+        return k
+    return max(1, (budget - fixed) // per_channel)
 
 
 def _fc(lw, node, x_view, w_kn, bias, out_view, act):
@@ -888,8 +919,8 @@ def _pool(lw, node):
 
     def engine(src, pad, oshape):
         py, px = pad if isinstance(pad, tuple) else (pad, pad)
-        _, hh, ww = src.shape
-        dst = lw.buffer((c, (hh + 2 * py - kh) // sy + 1, (ww + 2 * px - kw) // sx + 1))
+        cc, hh, ww = src.shape
+        dst = lw.buffer((cc, (hh + 2 * py - kh) // sy + 1, (ww + 2 * px - kw) // sx + 1))
         lw._temps.append(dst)
         task = planar_spec.make_task(mode="pool", op=op, kh=kh, kw=kw, sy=sy, sx=sx, py=py,
                                      px=px, channels=src.shape[0], height=src.shape[1],
@@ -902,10 +933,14 @@ def _pool(lw, node):
 
     if not native and max(x3.shape) > MAX_DIM:
         _unsupported(node, "a plane dimension above 4095")
-    windowed(lw, node, x3, out3, kh=kh, kw=kw, s=sy, fy=1, fx=1, dil=1,
-             pads=(t, left, b, r), fill=-np.inf if is_max else 0.0, native=native,
-             engine=engine, k_out=c, sxe=sx, require_native=not is_max and not include
-             and (t or left))
+    wp = w + left + r
+    step = _channel_step(lw, node, c, 0, kh * wp + ((wp - kw) // sx + 1))
+    for c0 in range(0, c, step):
+        c1 = min(c, c0 + step)
+        windowed(lw, node, x3.slice(0, c0, c1), out3.slice(0, c0, c1), kh=kh, kw=kw, s=sy,
+                 fy=1, fx=1, dil=1, pads=(t, left, b, r), fill=-np.inf if is_max else 0.0,
+                 native=native, engine=engine, k_out=c1 - c0, sxe=sx,
+                 require_native=not is_max and not include and (t or left))
 
 
 def reduce(lw, node, view, kept, red, op, scale=1.0, pre=None, post=None):

@@ -31,6 +31,7 @@ from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
 from npu_spec.descriptors import FLAGS, SWITCH_POINTS, Descriptor, encode
 from npu_spec.engine import Engine
+from npu_spec.kernel import encoding_accepted
 from npu_spec.mac import MacFormat
 from npu_spec.postproc import Act
 from npu_spec.program import TENSOR_FORMATS, BaseEntry, Program, QueueSetup, Tensor
@@ -150,7 +151,8 @@ class KernelPlacement:
 @dataclass
 class Task:
     """A task before emission: engine, register writes ``[(address, word)]``, the resources
-    it reads and writes (``(space, lo, hi)`` intervals) and its flags."""
+    it reads and writes (``(space, lo, hi)`` intervals) and its flags; ``buffer`` is the
+    buffer in use (the end of the highest dataset allocated) when it was added."""
     engine: int
     writes: list
     reads: list
@@ -160,6 +162,7 @@ class Task:
     dep: int = 0
     label: str = ""
     flow_from: int = None       # a flow-control consumer: the producer task it overlaps
+    buffer: int = 0
 
 
 def _no_barrier(ds, flags, role):
@@ -174,6 +177,21 @@ def _no_barrier(ds, flags, role):
 
 def _overlap(a, b):
     return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
+def _conflict(task, other):
+    """``task`` reads what ``other`` writes, or writes what ``other`` reads or writes."""
+    return (any(_overlap(r, w) for r in task.reads for w in other.writes_to)
+            or any(_overlap(w, r) for w in task.writes_to for r in other.reads)
+            or any(_overlap(w, v) for w in task.writes_to for v in other.writes_to))
+
+
+def _merge_reach(a, b):
+    """Per engine the newer of two :meth:`ProgramBuilder._closure` results."""
+    out = dict(a)
+    for e, i in b.items():
+        out[e] = max(out.get(e, -1), i)
+    return out
 
 
 def _blocks(writes):
@@ -267,8 +285,11 @@ class ProgramBuilder:
         for regions in self._kmem:
             regions.reserved = kernel_from
         self._kversion = [dict() for _ in range(config.cores)]
+        self._kimages = {}      # (id(blob), word) -> (blob, image tensor), share_image
         self.tensors = []
         self.tasks = []
+        self._reach = []        # per task: {engine: newest task it or its engine waited for}
+        self._last = {}         # engine -> index of its newest task
 
     # ---- system memory ---------------------------------------------------------------
 
@@ -359,8 +380,16 @@ class ProgramBuilder:
         """Encode a layer's kernels (``weights`` ``[K, C / groups, KH, KW]``: int8 values, or
         binary16 codes for ``fmt`` ``fp16`` / ``i8f16``) with per-channel ``bias``, ``scale``,
         ``shift`` (:func:`npu_model.kernel_codec.encode`, one group of ``acc_slots`` output
-        channels at a time); :meth:`dma_kernels` places it."""
+        channels at a time); :meth:`dma_kernels` places it. An encoding the build's kernel
+        extractor does not decode (``npu_spec.kernel.encoding_accepted``) is a
+        :class:`BuildError`."""
         fmt = MacFormat[fmt.upper()] if isinstance(fmt, str) else MacFormat(fmt)
+        extract = self.config.kernel_extract
+        if not encoding_accepted(extract, coef_fp16=fmt.coef_fp16, sparse=sparse,
+                                 palette=palette_bits):
+            raise BuildError(f"the {extract!r} kernel extractor of this build does not decode "
+                             f"{fmt.name} kernels with sparse={sparse}, "
+                             f"palette_bits={palette_bits}")
         weights = np.asarray(weights)
         k = weights.shape[0]
         bias, scale, shift = (np.broadcast_to(np.asarray(v, np.int64), (k,))
@@ -382,38 +411,62 @@ class ProgramBuilder:
             raise BuildError(f"unknown task flags {', '.join(sorted(unknown))}; flags: "
                              f"{', '.join(FLAGS)}")
         task = Task(int(engine), list(writes), list(reads), list(writes_to), dict(flags),
-                    len(self.tasks), label=label, flow_from=flow_from)
+                    len(self.tasks), label=label, flow_from=flow_from, buffer=self._buf.high)
         task.dep = self._dependency(task)
+        prev = self._last.get(task.engine)
+        reach = dict(self._reach[prev]) if prev is not None else {}
+        if task.dep:
+            t = task.task_id - task.dep
+            reach[self.tasks[t].engine] = max(reach.get(self.tasks[t].engine, -1), t)
         self.tasks.append(task)
+        self._reach.append(reach)
+        self._last[task.engine] = task.task_id
         return task
 
     def _dependency(self, task):
         """The distance to the latest earlier task of another engine that ``task`` must wait
-        for; :class:`BuildError` if one distance cannot cover every such task."""
+        for; :class:`BuildError` if one distance cannot cover every such task.
+
+        A conflicting task already complete when this engine's previous task completes needs
+        no wait (the engine runs its tasks in order): what is certainly complete is kept per
+        engine as the newest such task (:meth:`_closure`), so the backward search stops
+        below it, and the distance points at the newest conflicting task that is not
+        complete. When every conflicting task is complete, the distance still points at the
+        newest one if it is within reach (a wait that costs nothing), else it is 0."""
         n = len(self.tasks)
-        needed = []
-        for j in range(n - 1, -1, -1):
+        own = self._last.get(task.engine)
+        cov = self._closure(own) if own is not None else {}
+        others = set(self._last) - {task.engine}
+
+        def floor():
+            return min((cov.get(e, -1) for e in others), default=n)
+
+        newest, producer, needed = None, None, []
+        j, stop = n - 1, floor()
+        while j >= 0 and (j > stop or (newest is None and n - j <= MAX_DEP)):
             other = self.tasks[j]
-            if other.engine == task.engine or j == task.flow_from:
-                continue
-            if (any(_overlap(r, w) for r in task.reads for w in other.writes_to)
-                    or any(_overlap(w, r) for w in task.writes_to for r in other.reads)
-                    or any(_overlap(w, v) for w in task.writes_to for v in other.writes_to)):
-                needed.append(j)
-        if not needed:
-            return 0
-        producer = needed[0]
-        covered = self._completed_before(producer)
-        own = [j for j in range(n) if self.tasks[j].engine == task.engine]
-        if own:
-            covered |= self._completed_before(own[-1])
-        missing = [j for j in needed if j not in covered]
+            if (other.engine != task.engine and j != task.flow_from
+                    and _conflict(task, other)):
+                newest = j if newest is None else newest
+                if j > cov.get(other.engine, -1) and producer is None:
+                    producer = j
+                    cov = _merge_reach(cov, self._closure(j))
+                    stop = floor()
+                elif j > cov.get(other.engine, -1):
+                    needed.append(j)
+            j -= 1
+        if producer is None:
+            return n - newest if newest is not None and n - newest <= MAX_DEP else 0
+        missing = [k for k in needed if k > cov.get(self.tasks[k].engine, -1)]
         if missing and self.tasks[producer].dep == 0 and producer - missing[0] <= MAX_DEP:
             # The newest producer waits for nothing: let it wait for the older one (it runs a
             # little later than it could), so that waiting for it covers both.
             self.tasks[producer].dep = producer - missing[0]
-            covered |= self._completed_before(producer)
-            missing = [j for j in needed if j not in covered]
+            for k in range(producer, n):
+                if self.tasks[k].engine == self.tasks[producer].engine:
+                    self._reach[k] = self._reach_of(k)
+            cov = _merge_reach(cov, self._closure(producer))
+            missing = [k for k in needed if k > cov.get(self.tasks[k].engine, -1)]
         if missing:
             raise BuildError(f"task {n} ({task.label}) depends on tasks {producer} and "
                              f"{missing[0]} of two other engines; one dependency distance "
@@ -424,21 +477,33 @@ class ProgramBuilder:
                              f"{MAX_DEP}")
         return n - producer
 
-    def _completed_before(self, j):
-        """Tasks certainly complete when task ``j`` has completed: ``j``, the earlier tasks of
-        its engine, and (recursively) what they waited for."""
-        done = set()
-        todo = [j]
-        while todo:
-            i = todo.pop()
-            if i in done:
-                continue
-            done.add(i)
-            engine = self.tasks[i].engine
-            todo += [k for k in range(i) if self.tasks[k].engine == engine and k not in done]
-            if self.tasks[i].dep:
-                todo.append(i - self.tasks[i].dep)
-        return done
+    def _reach_of(self, i):
+        """``{engine: newest task of that engine}`` that task ``i`` or an earlier task of its
+        engine waits for directly (its dependency distance)."""
+        task = self.tasks[i]
+        prev = next((k for k in range(i - 1, -1, -1) if self.tasks[k].engine == task.engine),
+                    None)
+        reach = dict(self._reach[prev]) if prev is not None else {}
+        if task.dep:
+            t = i - task.dep
+            f = self.tasks[t].engine
+            reach[f] = max(reach.get(f, -1), t)
+        return reach
+
+    def _closure(self, j):
+        """Tasks certainly complete when task ``j`` has completed, per engine the newest one
+        (every older task of that engine is complete too): ``j``, the earlier tasks of its
+        engine, and (transitively) what they waited for."""
+        m = {self.tasks[j].engine: j}
+        changed = True
+        while changed:
+            changed = False
+            for idx in list(m.values()):
+                for f, t in self._reach[idx].items():
+                    if t > m.get(f, -1):
+                        m[f] = t
+                        changed = True
+        return m
 
     def _dma(self, transfer, reads, writes_to, flags, label):
         writes = dma_spec.transfer_writes(transfer)
@@ -526,10 +591,12 @@ class ProgramBuilder:
         self.dma_store(ds, tensor, **flags)
         return tensor
 
-    def dma_kernels(self, core, blob, addr=None, **flags):
+    def dma_kernels(self, core, blob, addr=None, *, share_image=False, **flags):
         """A DMA task copying ``blob`` into core ``core``'s kernel memory (first fit, or at
         word ``addr``); returns the :class:`KernelPlacement`. The image's group table is
-        relocated to the placement."""
+        relocated to the placement. With ``share_image`` a blob loaded again to the same
+        place reads the image in system memory made the first time (a layer run in many
+        bands), instead of a new copy."""
         regions = self._kmem[core]
         n = blob.words
         try:
@@ -537,14 +604,13 @@ class ProgramBuilder:
         except BuildError:
             regions.used = []       # reuse the kernel memory from its start
             start = regions.alloc(n, at=addr)
-        image = np.asarray(kernel_memory(blob.groups, base=start), "<u4").view(np.uint8)
-        count = sum(t.name.startswith("kernels") for t in self.tensors)
-        src = Tensor(f"kernels{count}" if blob.name is None else f"{blob.name}@{core}:{start}",
-                     "constant", self._alloc_mem(len(image)), "int8", (len(image),))
-        if any(t.name == src.name for t in self.tensors):
-            raise BuildError(f"two tensors are named {src.name!r}")
-        self.memory[src.addr:src.addr + len(image)] = image
-        self.tensors.append(src)
+        shared = self._kimages.get((id(blob), start)) if share_image else None
+        if shared is not None and shared[0] is blob:
+            src = shared[1]
+        else:
+            src = self._kernel_image(core, blob, start)
+            if share_image:
+                self._kimages[(id(blob), start)] = (blob, src)
         t = dma_spec.make_transfer(dir=dma_spec.DmaDir.MEM_TO_KMEM, fmt=dma_spec.DmaFormat.WORD,
                                    core=core, mem_addr=src.addr - 4 * self.base, buf_addr=start,
                                    sizes=[n], mem_strides=[4], buf_strides=[1])
@@ -556,6 +622,24 @@ class ProgramBuilder:
                 del version[key]
         version[(start, start + n)] = len(self.tasks)
         return KernelPlacement(core, start, start + n, blob, src, len(self.tasks))
+
+    def _kernel_image(self, core, blob, start):
+        """A constant tensor holding ``blob``'s kernel-memory image for word ``start``."""
+        image = np.asarray(kernel_memory(blob.groups, base=start), "<u4").view(np.uint8)
+        count = sum(t.name.startswith("kernels") for t in self.tensors)
+        src = Tensor(f"kernels{count}" if blob.name is None else f"{blob.name}@{core}:{start}",
+                     "constant", self._alloc_mem(len(image)), "int8", (len(image),))
+        if any(t.name == src.name for t in self.tensors):
+            raise BuildError(f"two tensors are named {src.name!r}")
+        self.memory[src.addr:src.addr + len(image)] = image
+        self.tensors.append(src)
+        return src
+
+    def resident(self, placement):
+        """Whether ``placement``'s kernels are still in kernel memory (no later
+        :meth:`dma_kernels` overwrote them), so a task can use them without loading again."""
+        return (self._kversion[placement.core].get((placement.addr, placement.end))
+                == placement.version)
 
     def conv(self, src, kernels, dst=None, *, stride=1, pad=0, dilation=1, log2w=None,
              act="none", out_fp16=None, zero_point=0, lo=None, hi=None, alpha=0,

@@ -154,34 +154,47 @@ def conv_accumulate(layer, inputs, weights, bias):
     data = _to_operand(padded, layer.data_fp16, not is_int)
     coef_zero = _is_zero(weights, layer.coef_fp16)
     coef = _to_operand(weights, layer.coef_fp16, not is_int)
+    if not is_int:
+        data, coef = fp.mac_operand(data), fp.mac_operand(coef)
 
-    out = np.empty(layer.output_shape, np.uint32)
-    for k in range(layer.out_channels):
-        g = k // layer.ocpg
-        acc = np.full((oh, ow), bias[k], np.uint32)
-        if coef_zero[k].all():
-            if not is_int:
-                acc = fp.f32_max(acc, np.full_like(acc, _F32_MINUS_INF))
-            out[k] = acc
-            continue
-        for ic in range(layer.icpg):
-            c = g * layer.icpg + ic
-            for ky in range(layer.kh):
-                for kx in range(layer.kw):
-                    if coef_zero[k, ic, ky, kx]:
-                        continue
-                    y0, x0 = ky * d, kx * d
-                    window = data[c, y0:y0 + s * oh:s, x0:x0 + s * ow:s]
-                    w = coef[k, ic, ky, kx]
-                    if is_int:
-                        acc = fp.int32_wrap(acc.view(np.int32).astype(np.int64) +
-                                            window.astype(np.int64) * int(w)
-                                            ).astype(np.int32).view(np.uint32)
-                    else:
-                        prod = fp.f32_mul(window, np.full_like(window, w))
-                        acc = fp.f32_add(acc, prod)
-        out[k] = acc
-    return out
+    # Every output channel at once: step through the scan order (ic, ky, kx) and update the
+    # channels whose coefficient at that step is nonzero; the others keep their value, which
+    # is the skip of a zero coefficient.
+    k_all = layer.out_channels
+    first = (np.arange(k_all) // layer.ocpg) * layer.icpg     # first input channel per output
+    if is_int:
+        acc = np.broadcast_to(bias.view(np.int32).astype(np.int64)[:, None, None],
+                              layer.output_shape).copy()
+    else:
+        acc = np.broadcast_to(bias[:, None, None], layer.output_shape).copy()
+    for ic in range(layer.icpg):
+        for ky in range(layer.kh):
+            for kx in range(layer.kw):
+                ks = np.flatnonzero(~coef_zero[:, ic, ky, kx])
+                if not ks.size:
+                    continue
+                y0, x0 = ky * d, kx * d
+                rows = slice(y0, y0 + s * oh, s)
+                cols = slice(x0, x0 + s * ow, s)
+                chans = slice(ic, ic + 1) if layer.groups == 1 else first[ks] + ic
+                if ks.size == k_all:
+                    ks = slice(None)        # a view instead of a copy
+                if is_int:
+                    # int32 wrap-around is addition modulo 2**32: wrapping once at the end
+                    # gives the same bits as wrapping after every step.
+                    w = coef[ks, ic, ky, kx][:, None, None]
+                    acc[ks] += data[chans, rows, cols].astype(np.int64) * w.astype(np.int64)
+                else:
+                    # f32_add(acc, f32_mul(window, w)) with the exact product
+                    window = tuple(f[chans, rows, cols] for f in data)
+                    w = tuple(f[ks, ic, ky, kx][:, None, None] for f in coef)
+                    acc[ks] = fp.f32_add_product(acc[ks], window, w)
+    if is_int:
+        return fp.int32_wrap(acc).view(np.uint32)
+    dead = coef_zero.reshape(k_all, -1).all(axis=1)
+    if dead.any():
+        acc[dead] = fp.f32_max(acc[dead], _F32_MINUS_INF)   # a NaN bias becomes canonical
+    return acc
 
 
 def fc_as_conv(in_features, out_features, batch, fmt, mapping="batch"):

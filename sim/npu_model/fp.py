@@ -39,6 +39,7 @@ __all__ = [
     "f16_to_f32",
     "f16_value",
     "f32_add",
+    "f32_add_product",
     "f32_bits",
     "f32_cmp",
     "f32_max",
@@ -50,6 +51,7 @@ __all__ = [
     "f32_value",
     "int8_to_f32",
     "int32_wrap",
+    "mac_operand",
     "rescale_int32",
 ]
 
@@ -104,6 +106,8 @@ def _as_int(x, name, lo, hi):
         return np.array([int(v) for v in flat], dtype=np.int64).reshape(arr.shape)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and lo <= 0 and hi >= (1 << (8 * arr.dtype.itemsize)) - 1:
+        return arr.astype(np.int64)     # every value of the dtype is in range
     if arr.size:
         mn = int(arr.min())
         mx = int(arr.max())
@@ -155,15 +159,13 @@ def _f16_fields(bits):
     return _fields(bits, 5, 10)
 
 
+# 2**0 .. 2**62: the number of them at or below v is v's bit length.
+_POWERS = np.int64(1) << np.arange(63, dtype=np.int64)
+
+
 def _bit_length(v):
     """Vectorised ``int.bit_length`` of a non-negative int64 array below ``2**63``."""
-    n = np.zeros(v.shape, dtype=np.int64)
-    for s in (32, 16, 8, 4, 2, 1):
-        hi = v >> s
-        big = hi != 0
-        v = np.where(big, hi, v)
-        n += np.where(big, s, 0)
-    return n + (v != 0)
+    return np.searchsorted(_POWERS, v, side="right").astype(np.int64)
 
 
 def _round_pack(sign, sig, exp, p, qmin, inf_bits, width):
@@ -187,13 +189,13 @@ def _round_pack(sign, sig, exp, p, qmin, inf_bits, width):
     numpy.ndarray
         int64 bit patterns.
     """
-    exp = np.clip(exp, -_EXP_CLIP, _EXP_CLIP)
+    exp = np.minimum(np.maximum(exp, -_EXP_CLIP), _EXP_CLIP)
     length = _bit_length(sig)
     e = exp + length - 1  # exponent of the leading one
     q = np.maximum(e - (p - 1), qmin)  # exponent of the result's least significant bit
     shift = q - exp  # > 0: bits to drop; <= 0: exact, shift left
-    lsh = np.clip(-shift, 0, p)
-    rsh = np.clip(shift, 0, 62)
+    lsh = np.minimum(np.maximum(-shift, 0), p)
+    rsh = np.minimum(np.maximum(shift, 0), 62)
     exact = sig << lsh
     m = sig >> rsh
     rem = sig & ((np.int64(1) << rsh) - 1)
@@ -362,8 +364,14 @@ def f32_add(a, b):
     rounded by the same primitive as :func:`f32_pack`.
     """
     a, b = np.broadcast_arrays(_bits32(a, "a"), _bits32(b, "b"))
-    sa, ma, ea, na, ia = _f32_fields(a)
-    sb, mb, eb, nb, ib = _f32_fields(b)
+    return _u32(_add_fields(_f32_fields(a), _f32_fields(b)))
+
+
+def _add_fields(fa, fb):
+    """The binary32 sum (int64 bits) of two values given as decoded fields (:func:`_fields`)
+    with significands below ``2**24``, normalised as binary32 decodes them."""
+    sa, ma, ea, na, ia = fa
+    sb, mb, eb, nb, ib = fb
     swap = eb > ea
     s_hi = np.where(swap, sb, sa)
     m_hi = np.where(swap, mb, ma)
@@ -383,8 +391,79 @@ def f32_add(a, b):
     bits = np.where(ia, (sa << 31) | _F32_INF, bits)
     bits = np.where(ib, (sb << 31) | _F32_INF, bits)
     nan = na | nb | (ia & ib & (sa != sb))
-    bits = np.where(nan, F32_QNAN, bits)
-    return _u32(bits)
+    return np.where(nan, F32_QNAN, bits)
+
+
+# Exponent range (of the least significant bit of a 24-bit significand) of the binary32 values
+# that binary16 and int8 values widen to: 2**-24 (the smallest binary16 subnormal) to 65504.
+_MAC_EXP_MIN = -24 - 23
+_MAC_EXP_MAX = 15 - 23
+
+
+def mac_operand(a):
+    """Decode MAC operands for :func:`f32_add_product`.
+
+    Parameters
+    ----------
+    a : array_like of int
+        Binary32 bit patterns of binary16 or int8 values (the output of :func:`f16_to_f32` or
+        :func:`int8_to_f32`): at most 11 significant bits and a finite magnitude between
+        ``2**-24`` and 65504, or zero, infinity or NaN.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        The fields ``(sign, sig, exp, is_nan, is_inf)`` as int64 / bool arrays of ``a``'s
+        shape; slice them alike to take a window.
+
+    Raises
+    ------
+    ValueError
+        If a finite nonzero value has more than 11 significant bits or lies outside that range
+        (its products would not be exact in binary32).
+    """
+    sign, sig, exp, is_nan, is_inf = _f32_fields(_bits32(a, "a"))
+    finite = (sig != 0) & ~is_nan & ~is_inf
+    bad = finite & (((sig & 0x1FFF) != 0) | (exp < _MAC_EXP_MIN) | (exp > _MAC_EXP_MAX))
+    if bad.any():
+        raise ValueError("MAC operands must be binary16 or int8 values widened to binary32")
+    return sign, sig, exp, is_nan, is_inf
+
+
+def f32_add_product(acc, a, b):
+    """``f32_add(acc, f32_mul(a, b))`` bit for bit, for operands of :func:`mac_operand`.
+
+    The product of two binary16 or int8 values is exact in binary32 (at most 22 significant
+    bits, magnitude between ``2**-48`` and ``2**32``), so it is formed exactly from the
+    operands' fields and added with the one rounding of :func:`f32_add`, without packing and
+    decoding the product in between.
+
+    Parameters
+    ----------
+    acc : array_like of int
+        Binary32 bit patterns of the accumulators.
+    a, b : tuple of numpy.ndarray
+        Decoded operands (:func:`mac_operand`), broadcast with ``acc``.
+
+    Returns
+    -------
+    numpy.ndarray of numpy.uint32
+        The rounded sums, shape of the broadcast inputs.
+    """
+    sa, ma, ea, na, ia = a
+    sb, mb, eb, nb, ib = b
+    sign = sa ^ sb
+    # Both significands are normalised (2**23 <= m < 2**24, 13 or more trailing zeros), so
+    # the product has 2**46 <= m < 2**48 and 26 or more trailing zeros: shifting its leading
+    # one to bit 23 drops only zeros.
+    prod = ma * mb
+    top = (prod >> 47).astype(np.int64)
+    sig = prod >> (23 + top)
+    exp = np.where(prod == 0, -149, ea + eb + 23 + top)     # a zero decodes at 2**-149
+    nan = na | nb | (ia & (mb == 0)) | (ib & (ma == 0))
+    inf = (ia | ib) & ~nan
+    acc = _bits32(acc, "acc")
+    return _u32(_add_fields(_f32_fields(acc), (sign, sig, exp, nan, inf)))
 
 
 def _order_key(bits, signed_zero):

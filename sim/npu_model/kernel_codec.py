@@ -30,6 +30,7 @@ from npu_spec.kernel import (
     MAX_KERNEL,
     PALETTE_BITS,
     KernelError,
+    encoding_accepted,
 )
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "build_palette",
     "compressed_size",
     "decode_group",
+    "dense_codes",
     "encode",
     "is_zero",
     "kernel_memory",
@@ -111,11 +113,13 @@ class KernelConfig:
         """Bytes per palette entry (and per raw coefficient)."""
         return 2 if self.coef_fp16 else 1
 
-    def check(self, slots=None, *, fp16=True, int8=True):
+    def check(self, slots=None, *, fp16=True, int8=True, extract="full"):
         """Raise ``KernelFormatError("bad_config")`` unless the extractor accepts this group.
 
         ``slots`` is the accumulator slot count of the build (None: no limit); ``fp16`` and
-        ``int8`` say whether the build takes binary16 and int8 coefficients.
+        ``int8`` say whether the build takes binary16 and int8 coefficients; ``extract`` is the
+        extractor build (``NPUConfig.kernel_extract``; ``"dense_int8"`` refuses every encoding
+        but dense raw int8, ``npu_spec.kernel.encoding_accepted``).
         """
         problems = []
         if self.palette not in PALETTE_BITS:
@@ -132,6 +136,11 @@ class KernelConfig:
             problems.append("binary16 coefficients in a build without them")
         if not self.coef_fp16 and not int8:
             problems.append("int8 coefficients in a build without them")
+        if not encoding_accepted(extract, coef_fp16=self.coef_fp16, sparse=self.sparse,
+                                 palette=self.palette):
+            problems.append(f"encoding (binary16 {int(self.coef_fp16)}, sparse "
+                            f"{int(self.sparse)}, palette {self.palette}) not decoded by the "
+                            f"{extract!r} extractor")
         if problems:
             raise KernelFormatError("bad_config", "; ".join(problems))
 
@@ -605,6 +614,34 @@ def beats(header, body, config, *, _dense=None, _params=None, **build):
         raise KernelFormatError("nnz_mismatch", f"channel {o}: {count[o]} nonzero "
                                                 f"coefficients, header says {params.nnz[o]}")
     return out
+
+
+def dense_codes(header, body, config, **build):
+    """The header parameters and the dense coefficient codes ``[ocg, icg, kh, kw]`` (int64:
+    int8 values or binary16 codes) that :func:`beats` decodes, with the same checks and
+    errors; ``(params, codes)``.
+
+    A raw dense body (no bitmap, no palette) of the exact length with every channel's nnz
+    right is read in one step; anything else (and every error) goes through :func:`beats`.
+    """
+    config.check(**build)
+    params = parse_header(header, config, **build)
+    dense = np.zeros((config.ocg, config.icg, config.kh, config.kw), np.int64)
+    if not config.sparse and not config.palette:
+        raw = _pad_words(body)
+        width = config.entry_bytes
+        used = config.positions * width
+        if used <= len(raw) < used + 4:     # no early end, no unused word
+            dtype = "<u2" if config.coef_fp16 else "i1"
+            codes = np.frombuffer(raw[:used], dtype=dtype).astype(np.int64)
+            # scan order: oc fastest, then kx, ky, ic
+            scan = codes.reshape(config.icg, config.kh, config.kw, config.ocg)
+            dense[...] = scan.transpose(3, 0, 1, 2)
+            nnz = (~is_zero(dense, config.coef_fp16)).reshape(config.ocg, -1).sum(axis=1)
+            if np.array_equal(nnz, params.nnz):
+                return params, dense
+    beats(header, body, config, _dense=dense, _params=params)
+    return params, dense
 
 
 def reference_beats(weights, coef_fp16):

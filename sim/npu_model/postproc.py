@@ -201,6 +201,24 @@ def int_rescale(acc, scale, shift):
     return [(int(a) * scale + rnd) >> int(shift) for a in acc]
 
 
+def _rescale_lanes(acc, scale, shift):
+    """:func:`int_rescale` on int64 arrays, exactly: ``scale`` (32-bit patterns) and ``shift``
+    (0..63) are scalars or one per lane.
+
+    ``acc * scale`` needs up to 63 bits and adding the rounding term could overflow int64, so
+    the shift is split: for ``shift >= 2``, ``(p + 2**(shift-1)) >> shift`` equals
+    ``((p >> 1) + 2**(shift-2)) >> (shift-1)`` (both floor; the rounding term is even).
+    """
+    scale = np.asarray(scale).astype(np.int64) & 0xFFFFFFFF
+    scale = np.where(scale >> 31, scale - (1 << 32), scale)
+    shift = np.asarray(shift).astype(np.int64)
+    p = np.asarray(acc).astype(np.int64) * scale
+    one = np.int64(1)
+    split = ((p >> 1) + (one << np.maximum(shift - 2, 0))) >> np.maximum(shift - 1, 0)
+    low = (p + np.where(shift == 1, 1, 0)) >> shift        # shift 0 or 1: no overflow
+    return np.where(shift >= 2, split, low)
+
+
 # --------------------------------------------------------------------------------------------
 # piecewise-linear table
 
@@ -400,8 +418,8 @@ def postprocess(acc_values, fmt, params_scale, params_shift, cfg, lfsr_state=Non
         binary32 bit patterns otherwise.
     fmt : int or MacFormat
         The beat's MAC format.
-    params_scale, params_shift : int
-        The slot's parameters (32-bit pattern; shift 0..63).
+    params_scale, params_shift : int or array_like
+        The slot's parameters (32-bit pattern; shift 0..63), or one per lane.
     cfg : PostprocConfig
     lfsr_state : array_like of uint32, optional
         Per-lane LFSR states before this beat; ``None`` means freshly loaded from ``cfg.seed``.
@@ -425,17 +443,16 @@ def postprocess(acc_values, fmt, params_scale, params_shift, cfg, lfsr_state=Non
     zp = int(cfg.zero_point)
     if _fmt_value(fmt) == FMT_INT8:
         signed = np.where(acc >> 31, acc - (1 << 32), acc)
-        ys = []
-        for y in int_rescale(signed.tolist(), params_scale, params_shift):
-            y = min(max(y + zp, -128), 127)
-            if act == Act.RELU:
-                y = max(y, zp)
-            elif act == Act.CLAMP:
-                y = min(max(y, _sext8(cfg.lo)), _sext8(cfg.hi))
-            ys.append(y & 0xFFFF)
-        return np.array(ys, np.uint16), state
+        y = np.minimum(np.maximum(_rescale_lanes(signed, params_scale, params_shift) + zp,
+                                  -128), 127)
+        if act == Act.RELU:
+            y = np.maximum(y, zp)
+        elif act == Act.CLAMP:
+            y = np.minimum(np.maximum(y, _sext8(cfg.lo)), _sext8(cfg.hi))
+        return np.asarray((y & 0xFFFF).astype(np.uint16)), state
 
-    x = fp.f32_mul(acc, int(params_scale) & 0xFFFFFFFF).astype(np.int64)
+    x = fp.f32_mul(acc, np.asarray(params_scale).astype(np.int64) & 0xFFFFFFFF
+                   ).astype(np.int64)
     if act == Act.RELU:
         x = fp.f32_max(x, 0)
     elif act == Act.CLAMP:

@@ -66,8 +66,7 @@ from npu_spec.taskman import Cause
 
 from . import planar as pl
 from .conv import ConvLayer, conv_accumulate, engine_output
-from .kernel_codec import EncodedGroup, KernelConfig, KernelFormatError, parse_header
-from .kernel_codec import beats as kernel_beats
+from .kernel_codec import EncodedGroup, KernelConfig, KernelFormatError, dense_codes
 from .postproc import PostprocConfig, postprocess
 
 __all__ = [
@@ -368,13 +367,12 @@ class _Machine:
                 parts[part] = kmem[addr].astype("<u4").tobytes()
             kc = KernelConfig(fmt.coef_fp16, bool(layer["sparse"]), layer["palette"],
                               layer["icpg"], layer["kh"], layer["kw"], ocg)
-            dense = np.zeros((ocg, layer["icpg"], layer["kh"], layer["kw"]), np.int64)
             try:
-                kernel_beats(parts["header"], parts["body"], kc, _dense=dense, slots=slots,
-                             fp16=cfg.has_float, int8=cfg.has_int8)
+                params, dense = dense_codes(parts["header"], parts["body"], kc, slots=slots,
+                                            fp16=cfg.has_float, int8=cfg.has_int8,
+                                            extract=cfg.kernel_extract)
             except KernelFormatError:
                 return groups, int(neural.NeuralError.EXTRACT)
-            params = parse_header(parts["header"], kc)
             weights = (dense & 0xFFFF).astype(np.uint16) if fmt.coef_fp16 else \
                 (dense & 0xFF).astype(np.uint8).view(np.int8)
             groups.append(_Group(EncodedGroup(parts["header"], parts["body"], kc, weights,
@@ -436,12 +434,14 @@ class _Machine:
             return _fit(out, oh, ow)
         acc = conv_accumulate(conv, data, weights, bias)
         acc = _fit(acc, oh, ow)
-        out = np.zeros((k, oh, ow), np.uint16)
-        for oc in range(k):
-            vals, _ = postprocess(acc[oc].ravel(), fmt, int(scale[oc]), int(shift[oc]), post,
-                                  np.ones(oh * ow, np.uint32), cfg.formats)
-            out[oc] = np.asarray(vals, np.uint16).reshape(oh, ow)
-        return out
+        # Without stochastic rounding the lanes are independent: every channel in one call,
+        # each lane with its channel's parameters.
+        lanes = (k, oh * ow)
+        vals, _ = postprocess(acc[:k].reshape(-1), fmt,
+                              np.broadcast_to(scale[:k, None], lanes).reshape(-1),
+                              np.broadcast_to(shift[:k, None], lanes).reshape(-1), post,
+                              np.ones(k * oh * ow, np.uint32), cfg.formats)
+        return np.asarray(vals, np.uint16).reshape(k, oh, ow)
 
     def _write_dataset(self, ds, values):
         """Write ``values`` ``[K, OH, OW]`` to dataset ``ds`` (each element at its address)."""

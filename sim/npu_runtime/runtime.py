@@ -66,12 +66,34 @@ def prepare(program, inputs):
             mem = np.concatenate([mem, np.zeros(hi - len(mem), np.uint8)])
         end = max(end, hi)
         if spec.get("format") == "int8":
-            from npu_compiler.quant import quantize
-            codes = quantize(x.astype(np.float32), spec["scale"])
+            codes = _int8_codes(x, spec)
         else:
             codes = x.astype(np.float32).astype(np.float16).view(np.uint16)
         write_tensor(mem, t, codes.reshape(t.shape))
     return dataclasses.replace(program, memory=mem[:end].tobytes())
+
+
+def _int8_codes(x, spec):
+    """The int8 codes of input ``x``: a float input quantized with the input's scale and
+    zero point (round half to even, saturating, as ``QuantizeLinear``); an int8 input as it
+    is, a uint8 input less 128 (the buffer's int8 domain, ``docs/quantization.md``)."""
+    from npu_compiler.quant import quantize
+    if spec.get("dtype") == "uint8":
+        return (x.astype(np.int16) - 128).astype(np.int8)
+    if spec.get("dtype") == "int8":
+        return x.astype(np.int8)
+    return quantize(x.astype(np.float32), spec["scale"], spec.get("zero_point") or 0)
+
+
+def _from_int8(codes, spec):
+    """An output's value from its int8 codes: dequantized ``(q - zero point) * scale`` in
+    float32 for a float output, the codes (plus 128 for uint8) for an integer output."""
+    if spec.get("dtype") == "uint8":
+        return (codes.astype(np.int16) + 128).astype(np.uint8)
+    if spec.get("dtype") == "int8":
+        return codes.copy()
+    zp = np.float32(spec.get("zero_point") or 0)
+    return (codes.astype(np.float32) - zp) * np.float32(spec["scale"])
 
 
 def _outputs(program, memory):
@@ -82,8 +104,8 @@ def _outputs(program, memory):
     for spec in outs:
         t = _tensor(program, spec["tensor"])
         codes = read_tensor(memory, t)
-        if spec.get("format") == "int8":     # dequantized with the output's scale
-            value = codes.view(np.int8).astype(np.float32) * np.float32(spec["scale"])
+        if spec.get("format") == "int8":
+            value = _from_int8(codes.view(np.int8), spec)
         else:
             value = codes.view(np.float16).astype(np.float32)
         result[spec["name"]] = value.reshape(spec["shape"])
@@ -190,7 +212,9 @@ def reference(model, inputs):
                                     providers=["CPUExecutionProvider"])
     del onnx
     names = [o.name for o in sess.get_outputs()]
-    feeds = {i.name: np.asarray(inputs[i.name], np.float32) for i in sess.get_inputs()}
+    types = {"tensor(uint8)": np.uint8, "tensor(int8)": np.int8}
+    feeds = {i.name: np.asarray(inputs[i.name], types.get(i.type, np.float32))
+             for i in sess.get_inputs()}
     ones = {i.name for i in sess.get_inputs() if len(i.shape) >= 2 and i.shape[0] == 1}
     sizes = {len(feeds[n]) for n in ones if feeds[n].ndim >= 2}
     if len(sizes) == 1 and sizes != {1} and len(ones) == len(feeds):

@@ -6,7 +6,8 @@ the RTL can all read the same configuration.
 
 from dataclasses import dataclass, field, fields, replace
 
-__all__ = ["FORMATS", "MAC_IMPLS", "NPUConfig", "PRESETS", "preset"]
+__all__ = ["FORMATS", "KERNEL_EXTRACTS", "MAC_IMPLS", "NPUConfig", "POSTPROC_IMPLS", "PRESETS",
+           "preset"]
 
 
 #: MAC datapaths (``NPUConfig.mac_impl``): the generic one, and the ones built from a device's
@@ -20,6 +21,16 @@ FORMATS = ("int8", "fp16", "mixed")
 #: Implementations of the MAC array (``NPUConfig.mac_impl``): the portable reference, or a
 #: datapath built around one FPGA family's DSP primitive (``docs/mac.md``).
 MAC_IMPLS = ("generic", "ice40", "ecp5")
+
+#: Kernel extractor builds (``NPUConfig.kernel_extract``): every encoding of
+#: ``docs/kernel_format.md``, or dense raw int8 bodies only (``npu_spec.kernel.encoding_accepted``
+#: is the rule both the gateware and the golden model follow).
+KERNEL_EXTRACTS = ("full", "dense_int8")
+
+#: Post-processor builds (``NPUConfig.postproc_impl``): the pipelined one (every format, a
+#: number of lanes per cycle), or the sequential int8-only one for FPGAs short of logic
+#: (``docs/postproc.md``).
+POSTPROC_IMPLS = ("pipelined", "sequential")
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,16 @@ class NPUConfig:
         ``"generic"`` (inferred arithmetic, the reference for the Amaranth simulator),
         ``"ice40"`` (``SB_MAC16`` in its dual 8x8 mode; int8 only) or ``"ecp5"`` (registered
         ``MULT18X18D``, no clock enable; needs a float format). ``docs/mac.md``.
+    kernel_extract : str
+        Kernel extractor build, one of :data:`KERNEL_EXTRACTS`: ``"full"`` (raw, sparse and
+        palettized kernels, int8 and binary16) or ``"dense_int8"`` (dense raw int8 kernels
+        only, a fraction of the logic; a kernel in any other encoding is refused with
+        ``KernelError.BAD_CONFIG``, the engine's ``EXTRACT`` error). ``docs/kernel_format.md``.
+    postproc_impl : str
+        Post-processor build, one of :data:`POSTPROC_IMPLS`: ``"pipelined"`` (every format,
+        ``lanes_per_cycle`` lanes a cycle) or ``"sequential"`` (int8 only: one lane at a time,
+        the rescale multiply in four steps on one 16 x 16 multiplier, parameter banks in block
+        RAM; needs ``formats == ("int8",)``). ``docs/postproc.md``.
     target : str
         What the preset is sized for (documentation only).
     """
@@ -86,6 +107,8 @@ class NPUConfig:
     kernel_kib: int = 16
     acc_memory: str = "logic"
     mac_impl: str = "generic"
+    kernel_extract: str = "full"
+    postproc_impl: str = "pipelined"
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -112,6 +135,11 @@ class NPUConfig:
         if self.mac_impl not in MAC_IMPLS:
             raise ValueError(f"NPUConfig.mac_impl must be one of {', '.join(MAC_IMPLS)}, "
                              f"not {self.mac_impl!r}")
+        for name, choices in (("kernel_extract", KERNEL_EXTRACTS),
+                              ("postproc_impl", POSTPROC_IMPLS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"NPUConfig.{name} must be one of {', '.join(choices)}, "
+                                 f"not {getattr(self, name)!r}")
         if self.macs % 2:
             raise ValueError(f"NPUConfig.macs must be even (dual-kernel mode pairs lanes), "
                              f"not {self.macs!r}")
@@ -129,6 +157,9 @@ class NPUConfig:
         if "mixed" in self.formats and not {"int8", "fp16"} <= set(self.formats):
             raise ValueError(f"NPUConfig.formats: 'mixed' needs both 'int8' and 'fp16', "
                              f"not {tuple(self.formats)!r}")
+        if self.postproc_impl == "sequential" and set(self.formats) != {"int8"}:
+            raise ValueError(f"NPUConfig.postproc_impl 'sequential' is int8 only: formats "
+                             f"must be ('int8',), not {tuple(self.formats)!r}")
         # Canonical order, so equal configurations compare and hash equal.
         object.__setattr__(self, "formats", tuple(f for f in FORMATS if f in self.formats))
 

@@ -24,6 +24,7 @@ __all__ = [
     "PALETTE_BITS",
     "SHIFT_WORD",
     "KernelError",
+    "encoding_accepted",
 ]
 
 #: Positions per chunk (one bitmap byte in sparse bodies).
@@ -61,7 +62,8 @@ class KernelError(enum.IntEnum):
     """Error codes of the kernel extractor."""
     NONE = 0
     #: Palette bits not in :data:`PALETTE_BITS`, icg 0, kh or kw 0 or above 16, ocg 0 or above
-    #: the slot count, or a coefficient format the build does not have.
+    #: the slot count, a coefficient format the build does not have, or an encoding the build
+    #: does not decode (:func:`encoding_accepted`).
     BAD_CONFIG = 1
     #: The part's final word came before the decoder finished.
     EARLY_END = 2
@@ -71,3 +73,17 @@ class KernelError(enum.IntEnum):
     NNZ_MISMATCH = 4
     #: A header's reserved byte is not zero, or its shift is above :data:`MAX_SHIFT`.
     RESERVED = 5
+
+
+def encoding_accepted(extract, *, coef_fp16, sparse, palette):
+    """Whether a kernel extractor built as ``extract`` (``NPUConfig.kernel_extract``) decodes
+    a group in this encoding.
+
+    The ``"dense_int8"`` build takes dense raw int8 bodies only (``sparse`` 0, ``palette`` 0,
+    ``coef_fp16`` 0); any other encoding is a ``KernelError.BAD_CONFIG`` at the start of either
+    part. The ``"full"`` build takes every encoding (the other configuration checks apply to
+    both builds).
+    """
+    if extract == "dense_int8":
+        return not coef_fp16 and not sparse and not palette
+    return True

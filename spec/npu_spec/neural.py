@@ -16,7 +16,7 @@ import enum
 
 from .codes import coded
 from .engine import ERROR_BITS, TASK_OFFSET, control_registers
-from .kernel import MAX_ICG, MAX_KERNEL, PALETTE_BITS
+from .kernel import MAX_ICG, MAX_KERNEL, PALETTE_BITS, encoding_accepted
 from .mac import MacFormat, format_built
 from .postproc import Act, postproc_error
 from .registers import ADDRESS_WINDOWS
@@ -265,7 +265,8 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
     work-unit width the build does not offer), ``HALO`` (a halo row wider than
     ``row_values``), then for each output-channel group before its header is decoded
     ``BUFFER`` (the group's input rows, channels x kernel rows, exceed ``buffer_rows``; the
-    groups before it run) and ``EXTRACT`` (a palette width the kernel format does not have:
+    groups before it run) and ``EXTRACT`` (a palette width the kernel format does not have, or
+    an encoding the build's extractor does not decode, ``npu_spec.kernel.encoding_accepted``:
     the extractor refuses the first header), and last ``POSTPROC`` (an activation or output
     format the accumulator format does not allow, found when the results are
     post-processed).
@@ -286,7 +287,9 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
     for _, spanned in _groups_of_slots(layer, config.acc_slots):
         if spanned * layer["icpg"] * layer["kh"] > buffer_rows:
             return NeuralError.BUFFER
-        if layer["palette"] not in PALETTE_BITS:
+        if layer["palette"] not in PALETTE_BITS or not encoding_accepted(
+                config.kernel_extract, coef_fp16=MacFormat(layer["fmt"]).coef_fp16,
+                sparse=layer["sparse"], palette=layer["palette"]):
             return NeuralError.EXTRACT
     if postproc_error(layer["fmt"] == MacFormat.INT8, layer["act"], layer["out_fp16"],
                       config.formats):

@@ -73,3 +73,17 @@ def test_bench_one_layer(capsys):
     rows = json.loads(out)
     assert [r["name"] for r in rows] == ["conv1x1 32->32"]
     assert rows[0]["match"] and rows[0]["utilization"] >= 0.9
+
+
+def test_generate_lean_blocks(tmp_path, capsys):
+    """The lean builds of the extractor and the post-processor as blocks of a preset; a preset
+    they do not suit is one line and exit status 2."""
+    for block in ("kernel_extract_dense", "postproc_sequential"):
+        out = tmp_path / f"{block}.v"
+        assert main(["generate", "--preset", "ice40", "--block", block, "-o", str(out)]) == 0
+        assert "module" in out.read_text()
+    capsys.readouterr()
+    assert main(["generate", "--preset", "small", "--block", "postproc_sequential", "-o",
+                 str(tmp_path / "x.v")]) == 2
+    err = capsys.readouterr().err
+    assert "int8 only" in err and len(err.strip().splitlines()) == 1

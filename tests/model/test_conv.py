@@ -143,3 +143,80 @@ def test_bad_layers_rejected():
         ConvLayer(1, 2, 2, 1, 3, 3)
     with pytest.raises(ValueError, match="format"):
         ConvLayer(1, 2, 2, 1, 1, 1, fmt="int4")
+
+
+def _reference_sequential_f32(layer, xv, wv, wzero, bias):
+    """The accumulation contract stated with numpy float32 scalars (the host FPU, round to
+    nearest even, no shared code with the model): per output, from the bias, in the order
+    (ic, ky, kx), ``acc = float32(acc + float32(x * w))``, zero weights skipped; every NaN is
+    the canonical NaN."""
+    p, s, d = layer.pad, layer.stride, layer.dilation
+    xp = np.pad(xv, ((0, 0), (p, p + s * layer.out_height), (p, p + s * layer.out_width)))
+    out = np.zeros(layer.output_shape, np.uint32)
+    with np.errstate(all="ignore"):
+        for k in range(layer.out_channels):
+            g = k // layer.ocpg
+            for oy in range(layer.out_height):
+                for ox in range(layer.out_width):
+                    acc = bias[k]
+                    for ic in range(layer.icpg):
+                        for ky in range(layer.kh):
+                            for kx in range(layer.kw):
+                                if wzero[k, ic, ky, kx]:
+                                    continue
+                                x = xp[g * layer.icpg + ic, oy * s + ky * d, ox * s + kx * d]
+                                acc = np.float32(acc + np.float32(x * wv[k, ic, ky, kx]))
+                    out[k, oy, ox] = fp.F32_QNAN if np.isnan(acc) else \
+                        np.float32(acc).view(np.uint32)
+    return out
+
+
+def _corner_f16(rng, shape):
+    """binary16 codes with zeros of both signs, subnormals, the largest finite value,
+    infinities and NaNs among ordinary values."""
+    codes = np.asarray(rng.standard_normal(shape).astype(np.float16).view(np.uint16),
+                       np.int64)
+    u = rng.random(shape)
+    sign = rng.integers(0, 2, shape) << 15
+    codes = np.select([u < 0.05, u < 0.15, u < 0.2, u < 0.203, u < 0.206],
+                      [sign, sign | rng.integers(1, 0x400, shape), sign | 0x7BFF,
+                       sign | 0x7C00, 0x7E01], codes)
+    return codes.astype(np.uint16)
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "f16i8", "i8f16"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_float_bit_exact_with_sequential_float32(shape, fmt):
+    """Bit for bit equal to the scalar float32 reference, on inputs with every special class
+    (signed zeros, subnormals, 65504, infinities, NaN) and zero weights of both signs."""
+    layer = ConvLayer(**shape, fmt=fmt)
+    rng = np.random.default_rng(21)
+    xshape = (layer.channels, layer.height, layer.width)
+    if layer.data_fp16:
+        xc = _corner_f16(rng, xshape)
+        xv = xc.view(np.float16).astype(np.float32)
+    else:
+        xc = rng.integers(-128, 128, xshape).astype(np.int8)
+        xv = xc.astype(np.float32)
+    if layer.coef_fp16:
+        wc = (rng.standard_normal(layer.weight_shape) * 0.3).astype(np.float16).view(np.uint16)
+        wc = wc.copy()
+        wc[rng.random(wc.shape) < 0.2] = 0x8000                           # -0 is skipped too
+        wc[rng.random(wc.shape) < 0.1] = 0
+        wv = wc.view(np.float16).astype(np.float32)
+        wzero = (wc & 0x7FFF) == 0
+    else:
+        wc = rng.integers(-128, 128, layer.weight_shape).astype(np.int8)
+        wc[rng.random(wc.shape) < 0.2] = 0
+        wv = wc.astype(np.float32)
+        wzero = wc == 0
+    wc[-1] = 0x8000 if layer.coef_fp16 else 0                       # an all-zero kernel
+    wzero[-1] = True
+    bias = rng.standard_normal(layer.out_channels).astype(np.float32)
+    bias[0] = -0.0
+    got = conv_accumulate(layer, xc, wc, fp.f32_bits(bias))
+    want = _reference_sequential_f32(layer, xv, wv, wzero, bias)
+    assert np.array_equal(got, want), np.argwhere(got != want)[:5]
+    finite = np.isfinite(fp.f32_value(got))
+    assert np.count_nonzero(finite) > got.size // 2
+    assert np.count_nonzero(finite & (got != fp.f32_bits(bias)[:, None, None])) > got.size // 2

@@ -693,3 +693,85 @@ def test_model_does_not_use_the_fpu_or_amaranth():
                 is_float = isinstance(sub, ast.Constant) and isinstance(sub.value, float)
                 assert not is_float, node.name
                 assert not isinstance(sub, ast.Div), node.name
+
+
+# --------------------------------------------------------------------------------------------
+# f32_add_product: the MAC step with an exact product
+
+
+def mac_operands(rng, n, kind):
+    """Binary32 patterns of random binary16 codes (every class: zeros, subnormals, normals up
+    to 65504, infinities, NaNs) or int8 values, as the MAC array widens them."""
+    if kind == "int8":
+        return fp.int8_to_f32(rng.integers(-128, 128, n).astype(np.int8))
+    codes = rng.integers(0, 1 << 16, n, dtype=np.int64)
+    cls = rng.integers(0, 6, n)
+    sign = codes & 0x8000
+    codes = np.select([cls == 1, cls == 2, cls == 3, cls == 4],
+                      [sign, sign | (codes & 0x3FF), sign | 0x7C00, sign | 0x7BFF], codes)
+    return fp.f16_to_f32(codes.astype(np.uint16))
+
+
+def mac_accumulators(rng, prod):
+    """Accumulators for products ``prod`` (binary32 bits): random classes, values of nearby
+    exponents, exact and near cancellation, and halfway cases."""
+    n = prod.size
+    p = prod.astype(np.int64)
+    mix = f32_mix(rng, n).astype(np.int64)
+    ep = (p >> 23) & 0xFF
+    close = (mix & ~(0xFF << 23)) | (np.clip(ep + rng.integers(-26, 27, n), 0, 254) << 23)
+    cancel = ((p ^ NEG) + rng.integers(-2, 3, n)) & 0xFFFFFFFF
+    tie = (mix & NEG) | (np.clip(ep + rng.integers(23, 26, n), 0, 254) << 23)
+    mode = rng.integers(0, 4, n)
+    return np.select([mode == 1, mode == 2, mode == 3], [close, cancel, tie], mix
+                     ).astype(np.uint32)
+
+
+@pytest.mark.parametrize("kinds", [("fp16", "fp16"), ("fp16", "int8"), ("int8", "fp16"),
+                                   ("int8", "int8")])
+def test_f32_add_product_equals_add_of_mul(kinds):
+    """The fused step against the two-step definition and against numpy's float32, on large
+    samples of every operand class (the model's MAC contract, docs/formats.md)."""
+    rng = np.random.default_rng(11)
+    n = 400_000
+    a, b = mac_operands(rng, n, kinds[0]), mac_operands(rng, n, kinds[1])
+    prod = fp.f32_mul(a, b)
+    acc = mac_accumulators(rng, prod)
+    got = fp.f32_add_product(acc, fp.mac_operand(a), fp.mac_operand(b))
+    assert_bits_equal(got, fp.f32_add(acc, prod), acc, a, b)
+    with np.errstate(all="ignore"):
+        want = canon32(as_f32(acc) + as_f32(a) * as_f32(b))
+    assert_bits_equal(got, want, acc, a, b)
+    # the sample covers the hard cases: exact cancellation, subnormal and NaN results
+    assert np.count_nonzero((got & 0x7FFFFFFF) == 0) > 1_000
+    assert np.count_nonzero(((got & 0x7F800000) == 0) & ((got & 0x7FFFFF) != 0)) > 100
+    assert np.count_nonzero(got == fp.F32_QNAN) > 1_000
+
+
+def test_f32_add_product_vs_softfloat(softfloat_rne):
+    rng = np.random.default_rng(12)
+    n = 20_000
+    a, b = mac_operands(rng, n, "fp16"), mac_operands(rng, n, "fp16")
+    acc = mac_accumulators(rng, fp.f32_mul(a, b))
+    want = np.array([sf_bits32(sf.f32_add(sf32(c), sf.f32_mul(sf32(x), sf32(y))))
+                     for c, x, y in zip(acc, a, b)], np.uint32)
+    got = fp.f32_add_product(acc, fp.mac_operand(a), fp.mac_operand(b))
+    assert_bits_equal(got, want, acc, a, b)
+
+
+def test_f32_add_product_broadcasts_and_specials():
+    one, inf, zero = fp.f16_to_f32([0x3C00, 0x7C00, 0x0000])
+    ops = fp.mac_operand(np.array([one, inf, zero, inf], np.uint32))
+    w = fp.mac_operand(np.array([[one], [zero]], np.uint32))
+    acc = np.full((2, 4), 0x8000_0000, np.uint32)                  # -0
+    got = fp.f32_add_product(acc, ops, w)
+    assert got.shape == (2, 4)
+    assert list(got[0]) == [0x3F80_0000, 0x7F80_0000, 0, 0x7F80_0000]   # -0 + +0 is +0
+    assert list(got[1]) == [0, fp.F32_QNAN, 0, fp.F32_QNAN]             # inf * 0 is NaN
+
+
+@pytest.mark.parametrize("bits", [0x3F800001, 0x7F000000, 0x00000001, 0x33000000])
+def test_mac_operand_rejects_values_with_inexact_products(bits):
+    """More than 11 significant bits, or beyond binary16's range, or a binary32 subnormal."""
+    with pytest.raises(ValueError, match="binary16 or int8"):
+        fp.mac_operand(np.array([0x3F800000, bits], np.uint32))

@@ -210,3 +210,55 @@ def KernelConfigReplace(cfg, **changes):
     d.update(changes)
     d["coef_fp16"], d["sparse"] = bool(d["coef_fp16"]), bool(d["sparse"])
     return kc.KernelConfig(**d)
+
+
+def _dense_from_beats(header, body, config):
+    """Dense codes by replaying the beats (the stream the extractor emits)."""
+    dense = np.zeros((config.ocg, config.icg, config.kh, config.kw), np.int64)
+    for b in kc.beats(header, body, config):
+        if not b.hold:
+            dense[b.slot, b.ic, b.ky, b.kx] = b.coef
+    return dense
+
+
+@pytest.mark.parametrize("coef_fp16", [False, True], ids=["int8", "fp16"])
+@pytest.mark.parametrize("sparse,bits", ENCODINGS)
+def test_dense_codes_match_beats(coef_fp16, sparse, bits):
+    rng = np.random.default_rng(200 + bits * 4 + sparse * 2 + coef_fp16)
+    for sparsity in (0.0, 0.5, 1.0):
+        _, enc = random_group(rng, coef_fp16=coef_fp16, sparse=sparse, bits=bits,
+                              sparsity=sparsity)
+        params, dense = kc.dense_codes(enc.header, enc.body, enc.config)
+        want = _dense_from_beats(enc.header, enc.body, enc.config)
+        zero = kc.is_zero(want, coef_fp16)
+        np.testing.assert_array_equal(np.where(zero, 0, dense) & 0xFFFF, want & 0xFFFF)
+        assert np.all(kc.is_zero(dense, coef_fp16) == zero)
+        np.testing.assert_array_equal(dense & 0xFFFF, enc.weights.astype(np.int64) & 0xFFFF)
+        np.testing.assert_array_equal(params.nnz, enc.nnz)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_dense_codes_errors_like_beats(sparse):
+    """Malformed raw and sparse bodies raise the error :func:`beats` raises."""
+    enc = _blob(sparse=sparse)
+    cfg = enc.config
+    cases = [(enc.header, enc.body[:-4]), (enc.header, enc.body + bytes(4)),
+             (enc.header[:-4], enc.body), (enc.header + bytes(4), enc.body)]
+    for delta in (-1, 1):
+        bad = bytearray(enc.header)
+        bad[10] += delta
+        cases.append((bytes(bad), enc.body))
+    body = bytearray(enc.body)
+    if sparse:
+        body[0] ^= 0x02             # a bitmap bit of a zero coefficient
+    else:
+        body[1] ^= 0x01             # a zero coefficient becomes nonzero
+    cases.append((enc.header, bytes(body)))
+    for header, body in cases:
+        with pytest.raises(kc.KernelFormatError) as want:
+            kc.beats(header, body, cfg)
+        with pytest.raises(kc.KernelFormatError) as got:
+            kc.dense_codes(header, body, cfg)
+        assert got.value.code == want.value.code
+    with pytest.raises(kc.KernelFormatError, match="bad_config"):
+        kc.dense_codes(enc.header, enc.body, cfg, slots=1)

@@ -366,3 +366,23 @@ def test_run_stream_uses_own_group():
     assert not any(errs)
     with pytest.raises(ValueError):
         gm.run_stream(groups, results + results, cfg, 2)
+
+
+def test_int_path_per_lane_parameters_and_extremes():
+    """One call with a scale and shift per lane equals the Python-integer rescale lane by
+    lane, including the extremes where ``acc * scale + round`` needs 64 bits."""
+    rng = np.random.default_rng(7)
+    n = 4096
+    acc = rng.integers(-(1 << 31), 1 << 31, n)
+    scale = rng.integers(0, 1 << 32, n)
+    shift = rng.integers(0, 64, n)
+    acc[:8] = [-(1 << 31)] * 4 + [(1 << 31) - 1] * 4
+    scale[:8] = [1 << 31, (1 << 31) - 1, 1 << 31, 0x7FFFFFFF] * 2   # 1 << 31 is -2**31
+    shift[:8] = [63, 63, 1, 0, 63, 62, 1, 2]
+    zp = -3
+    cfg = PostprocConfig(zero_point=zp)
+    vals, _ = gm.postprocess(acc.astype(np.int32), gm.FMT_INT8, scale, shift, cfg)
+    want = [min(max(tosa_reference(int(a), int(s), int(h)) + zp, -128), 127)
+            for a, s, h in zip(acc, scale, shift)]
+    assert list(vals.view(np.int16)) == want
+    assert len(set(want)) > 100       # the sample spans the output range

@@ -294,3 +294,42 @@ def test_ten_layers_in_under_two_seconds(capsys):
         print(f"\n10 layers of 16x32x32 (3x3, int8): run_program {seconds:.3f} s")
     assert res.queues[0].completed == 22
     assert seconds < 4.0
+
+
+def test_dense_int8_extractor_build():
+    """With ``kernel_extract="dense_int8"`` the builder refuses other kernel encodings, dense
+    int8 layers run as on the full build, and a sparse layer (built for the full extractor)
+    ends with the engine error EXTRACT on the golden model."""
+    import dataclasses
+
+    from npu_spec.neural import NeuralError
+
+    ice40 = preset("ice40")
+    dense = ice40.replace(kernel_extract="dense_int8")
+    rng = np.random.default_rng(9)
+    x = _int8(rng, (3, 6, 6))
+    w = _int8(rng, (4, 3, 3, 3))
+    w[w % 3 == 0] = 0
+    bias, scale, shift = _int_params(rng, 4, 27)
+    with pytest.raises(BuildError, match="dense_int8"):
+        ProgramBuilder(dense).kernels(w, sparse=True)
+    with pytest.raises(BuildError, match="dense_int8"):
+        ProgramBuilder(dense).kernels(w, palette_bits=4)
+    outs = {}
+    for name, config, sparse in (("full", ice40, False), ("dense", dense, False),
+                                 ("sparse", ice40, True)):
+        b = ProgramBuilder(config)
+        xd = b.load(b.input("x", x))
+        k = b.dma_kernels(0, b.kernels(w, bias=bias, scale=scale, shift=shift, sparse=sparse))
+        y = b.conv(xd, k, pad=1)
+        b.store(y, b.output("y", y.shape))
+        program = b.build()
+        if name == "sparse":
+            program = dataclasses.replace(program, config=dense)
+        res = run_program(program)
+        outs[name] = (res, read_tensor(res.memory, program.tensor("y")))
+    np.testing.assert_array_equal(outs["full"][1], outs["dense"][1])
+    assert not outs["dense"][0].queues[0].retired
+    q = outs["sparse"][0].queues[0]
+    assert (q.retired, q.cause, q.engine, q.code) == (True, Cause.ENGINE, Engine.NEURAL,
+                                                      NeuralError.EXTRACT)

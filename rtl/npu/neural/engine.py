@@ -28,7 +28,7 @@ from ..lib.engine import EngineControl, EngineSignature, WriteLayout
 from ..lib.pipe import Queue
 from .input_buffer import InputBuffer
 from .kernel_dma import KernelDMA
-from .kernel_extract import KernelExtract
+from .kernel_extract import kernel_extractor
 from .layer import EngineError, LayerSetup
 from .layouts import (
     KernelReadSignature,
@@ -41,7 +41,7 @@ from .layouts import (
 )
 from .loader import Loader
 from .mac_select import mac_array
-from .postproc import PostProcessor
+from .postproc_seq import post_processor
 from .replay import ParamReplay
 from .sequencer import Sequencer
 from .shifter import Shifter
@@ -162,7 +162,7 @@ class NeuralEngine(wiring.Component):
 
         dp.submodules.setup = setup = LayerSetup(cfg, self.max_rows)
         dp.submodules.dma = dma = KernelDMA(slots)
-        dp.submodules.extract = ext = KernelExtract(cfg)
+        dp.submodules.extract = ext = kernel_extractor(cfg)
         dp.submodules.loader = loader = Loader(n, slots, self.max_rows, self.row_values,
                                                self.buffer_rows)
         dp.submodules.buffer = buffer = InputBuffer(self.max_rows, self.row_values,
@@ -175,7 +175,7 @@ class NeuralEngine(wiring.Component):
         # burst, so the MAC array never waits for the post-processor.
         dp.submodules.results = results = Queue(mac_result_layout(n, slots), slots)
         dp.submodules.replay = replay = ParamReplay(n, slots)
-        dp.submodules.post = post = PostProcessor(cfg, lanes_per_cycle=self.post_lanes)
+        dp.submodules.post = post = post_processor(cfg, lanes_per_cycle=self.post_lanes)
         dp.submodules.writer = writer = Writer(n, slots, self.max_rows)
         dp.submodules.watchdog = watchdog = Watchdog(self.timeout)
 

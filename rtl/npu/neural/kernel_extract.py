@@ -18,6 +18,7 @@ from npu_spec.config import NPUConfig
 from npu_spec.kernel import PALETTE_BITS
 
 from .kernel_body import BodyDecoder
+from .kernel_dense import KernelExtractDense
 from .kernel_header import HeaderDecoder, KernelError, palette_width
 from .layouts import (
     KERNEL_WORD,
@@ -27,7 +28,7 @@ from .layouts import (
     param_beat_layout,
 )
 
-__all__ = ["KernelError", "KernelExtract"]
+__all__ = ["KernelError", "KernelExtract", "KernelExtractDense", "kernel_extractor"]
 
 
 class KernelExtract(wiring.Component):
@@ -149,3 +150,14 @@ class KernelExtract(wiring.Component):
         m.d.comb += [self.error.eq(error), self.error_code.eq(error_code),
                      self.done.eq(done)]
         return m
+
+
+def kernel_extractor(config):
+    """The kernel extractor ``config.kernel_extract`` asks for: :class:`KernelExtract`, or
+    :class:`npu.neural.kernel_dense.KernelExtractDense` for ``"dense_int8"`` (same ports, same
+    beats for the encodings both take)."""
+    if not isinstance(config, NPUConfig):
+        raise TypeError(f"config must be an NPUConfig, not {config!r}")
+    if config.kernel_extract == "dense_int8":
+        return KernelExtractDense(config)
+    return KernelExtract(config)

@@ -17,8 +17,8 @@ from ..lib.csr import register_layout
 from ..lib.enums import hw_enum
 from .layouts import KERNEL_WORD, kernel_config_layout, param_beat_layout, slot_shape
 
-__all__ = ["ChannelWord", "HeaderDecoder", "KernelError", "PaletteWriteSignature",
-           "palette_width"]
+__all__ = ["ChannelWord", "HeaderDecoder", "KernelError", "NnzWriteSignature",
+           "PaletteWriteSignature", "palette_width"]
 
 #: Error codes of the kernel extractor.
 KernelError = hw_enum(kernel_spec.KernelError)
@@ -50,12 +50,33 @@ class PaletteWriteSignature(wiring.Signature):
         super().__init__({"en": Out(1), "addr": Out(8), "data": Out(width)})
 
 
+class NnzWriteSignature(wiring.Signature):
+    """A channel's nonzero count from the header, from the writer's side.
+
+    Members
+    -------
+    en : Out(1)
+    addr : Out(slot_shape(slots))
+        The channel (slot).
+    data : Out(16)
+        Its nnz.
+    """
+
+    def __init__(self, slots):
+        super().__init__({"en": Out(1), "addr": Out(slot_shape(slots)), "data": Out(16)})
+
+
 class HeaderDecoder(wiring.Component):
     """Decodes one header part per ``start``.
 
     Parameters
     ----------
     config : NPUConfig
+    palette : bool
+        Build the palette path (default). Without it (the dense int8 extractor, which refuses
+        palettized groups at the start) a header ends after its channel words, ``palette`` is
+        never written, and a channel's bias and scale words go straight into the ``params``
+        register (a word waits while a parameter beat waits) rather than being held first.
 
     Members
     -------
@@ -73,6 +94,9 @@ class HeaderDecoder(wiring.Component):
         One beat per channel, in slot order.
     nnz : Out(data.ArrayLayout(16, slots))
         Each channel's nonzero count, from the last header.
+    nnz_write : Out(NnzWriteSignature(slots))
+        The same counts as writes (combinational, one per channel), for a decoder that keeps
+        them in a memory instead of ``nnz`` (which synthesis then removes if unused).
     palette : Out(PaletteWriteSignature(palette_width(config)))
         Palette writes.
     busy : Out(1)
@@ -85,8 +109,9 @@ class HeaderDecoder(wiring.Component):
         word.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, palette=True):
         self._config = config
+        self._palette = bool(palette)
         slots = config.acc_slots
         super().__init__({
             "cfg":        In(kernel_config_layout(slots)),
@@ -96,6 +121,7 @@ class HeaderDecoder(wiring.Component):
             "words":      In(stream.Signature(KERNEL_WORD)),
             "params":     Out(stream.Signature(param_beat_layout(slots))),
             "nnz":        Out(data.ArrayLayout(16, slots)),
+            "nnz_write":  Out(NnzWriteSignature(slots)),
             "palette":    Out(PaletteWriteSignature(palette_width(config))),
             "busy":       Out(1),
             "finish":     Out(1),
@@ -148,8 +174,15 @@ class HeaderDecoder(wiring.Component):
                 shift_word = data.View(register_layout(SHIFT_WORD), words.payload.data)
                 is_shift = word_index == ChannelWord.SHIFT
                 last_slot = slot == cfg.ocg - 1
-                final = is_shift & last_slot & (cfg.palette == 0)
-                m.d.comb += words.ready.eq(~is_shift | params_free)
+                final = is_shift & last_slot
+                if self._palette:
+                    final &= cfg.palette == 0
+                direct = not self._palette      # bias and scale straight into params
+                if direct:
+                    bias, scale = self.params.payload.bias, self.params.payload.scale
+                    m.d.comb += words.ready.eq(params_free)
+                else:
+                    m.d.comb += words.ready.eq(~is_shift | params_free)
                 with m.If(words.valid & words.ready):
                     with m.Switch(word_index):
                         with m.Case(ChannelWord.BIAS):
@@ -162,12 +195,15 @@ class HeaderDecoder(wiring.Component):
                             m.d.sync += word_index.eq(ChannelWord.BIAS)
                     reserved = is_shift & ((shift_word.reserved != 0)
                                            | (shift_word.shift > MAX_SHIFT))
+                    m.d.comb += [self.nnz_write.en.eq(is_shift & ~reserved),
+                                 self.nnz_write.addr.eq(slot),
+                                 self.nnz_write.data.eq(shift_word.nnz)]
                     with m.If(is_shift & ~reserved):
                         m.d.sync += [
                             self.params.valid.eq(1),
                             self.params.payload.slot.eq(slot),
-                            self.params.payload.bias.eq(bias),
-                            self.params.payload.scale.eq(scale),
+                            *([] if direct else [self.params.payload.bias.eq(bias),
+                                                 self.params.payload.scale.eq(scale)]),
                             self.params.payload.shift.eq(shift_word.shift),
                             self.params.payload.group_last.eq(last_slot),
                             self.nnz[slot].eq(shift_word.nnz),
@@ -187,39 +223,41 @@ class HeaderDecoder(wiring.Component):
                     with m.Elif(words.payload.last):
                         fail(KernelError.EARLY_END)
                         m.next = "IDLE"
-                    with m.Elif(is_shift & last_slot):
-                        m.next = "PALETTE"
+                    if self._palette:
+                        with m.Elif(is_shift & last_slot):
+                            m.next = "PALETTE"
 
-            with m.State("PALETTE"):
-                # One entry written per cycle; the next word is taken while the current
-                # word's final entry is written.
-                word_done = pal_busy & ((pal_sub + 1 == per_word)
-                                        | (pal_index + 1 == pal_entries))
-                take = ~pal_busy | (word_done & ~pal_final)
-                m.d.comb += words.ready.eq(take)
-                with m.If(pal_busy):
-                    entry = Mux(self.fp16, pal_data.word_select(pal_sub[0], 16),
-                                pal_data.word_select(pal_sub, 8).as_signed())
-                    m.d.comb += [self.palette.en.eq(1), self.palette.addr.eq(pal_index),
-                                 self.palette.data.eq(entry)]
-                    m.d.sync += [pal_index.eq(pal_index + 1), pal_sub.eq(pal_sub + 1)]
-                    with m.If(pal_index + 1 == pal_entries):
-                        m.next = "FLUSH"
-                    with m.If(word_done):
-                        m.d.sync += pal_busy.eq(0)
-                with m.If(words.valid & take):
-                    next_index = Mux(pal_busy, pal_index + 1, pal_index)
-                    last_word = next_index + per_word >= pal_entries
-                    m.d.sync += [pal_data.eq(words.payload.data), pal_sub.eq(0),
-                                 pal_final.eq(last_word)]
-                    with m.If(last_word & ~words.payload.last):
-                        fail(KernelError.TRAILING)
-                        m.next = "DRAIN"
-                    with m.Elif(~last_word & words.payload.last):
-                        fail(KernelError.EARLY_END)
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.d.sync += pal_busy.eq(1)
+            if self._palette:
+                with m.State("PALETTE"):
+                    # One entry written per cycle; the next word is taken while the current
+                    # word's final entry is written.
+                    word_done = pal_busy & ((pal_sub + 1 == per_word)
+                                            | (pal_index + 1 == pal_entries))
+                    take = ~pal_busy | (word_done & ~pal_final)
+                    m.d.comb += words.ready.eq(take)
+                    with m.If(pal_busy):
+                        entry = Mux(self.fp16, pal_data.word_select(pal_sub[0], 16),
+                                    pal_data.word_select(pal_sub, 8).as_signed())
+                        m.d.comb += [self.palette.en.eq(1), self.palette.addr.eq(pal_index),
+                                     self.palette.data.eq(entry)]
+                        m.d.sync += [pal_index.eq(pal_index + 1), pal_sub.eq(pal_sub + 1)]
+                        with m.If(pal_index + 1 == pal_entries):
+                            m.next = "FLUSH"
+                        with m.If(word_done):
+                            m.d.sync += pal_busy.eq(0)
+                    with m.If(words.valid & take):
+                        next_index = Mux(pal_busy, pal_index + 1, pal_index)
+                        last_word = next_index + per_word >= pal_entries
+                        m.d.sync += [pal_data.eq(words.payload.data), pal_sub.eq(0),
+                                     pal_final.eq(last_word)]
+                        with m.If(last_word & ~words.payload.last):
+                            fail(KernelError.TRAILING)
+                            m.next = "DRAIN"
+                        with m.Elif(~last_word & words.payload.last):
+                            fail(KernelError.EARLY_END)
+                            m.next = "IDLE"
+                        with m.Else():
+                            m.d.sync += pal_busy.eq(1)
 
             with m.State("FLUSH"):
                 with m.If(~self.params.valid):

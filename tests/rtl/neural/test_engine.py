@@ -382,3 +382,29 @@ def test_writes_while_a_layer_runs_are_for_the_next_layer():
     assert poked == [1], "the first layer ended before the writes"
     results = [parse_run(records[:5], first, SMALL), parse_run(records[5:], second, SMALL)]
     _check([first, second], results)
+
+
+@pytest.mark.slow
+def test_lean_ice40_build():
+    """The iCE40 build with the dense int8 kernel extractor and the sequential post-processor:
+    dense int8 layers are bit-exact; a sparse or palettized kernel ends the layer with EXTRACT,
+    as the layer rules (and the golden model's extractor rule) say. Slow: a Verilator build
+    of its own (minutes)."""
+    lean = preset("ice40").replace(kernel_extract="dense_int8", postproc_impl="sequential")
+    cases = [random_case(lean, ConvLayer(3, 6, 7, 5, 3, 3, pad=1, fmt="int8"), seed=31,
+                         sparsity=0.3, sparse=False, activation="relu"),
+             random_case(lean, ConvLayer(9, 4, 4, 8, 1, 1, fmt="int8"), seed=32,
+                         activation="clamp"),
+             random_case(lean, ConvLayer(2, 5, 5, 3, 3, 3, fmt="int8"), seed=33,
+                         sparsity=0.5),
+             random_case(lean, ConvLayer(2, 5, 5, 3, 3, 3, fmt="int8"), seed=34,
+                         palette_bits=2, sparse=False)]
+    for k, case in enumerate(cases):
+        fields = layer_fields(case)
+        want = EngineError.NONE if k < 2 else EngineError.EXTRACT
+        assert int(layer_error(fields, lean)) == want.value
+        assert int(layer_error(fields, preset("ice40"))) == EngineError.NONE.value
+    results = run_rtl_many([dict(case=c, stall=0.2) for c in cases], lean,
+                           backend="verilator", stall=0.2, seed=5)
+    _check(cases[:2], results[:2], lean)
+    assert [stats["error_code"] for _, stats in results[2:]] == [EngineError.EXTRACT.value] * 2

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from npu.neural.kernel_extract import KernelError, KernelExtract
+from npu.neural.kernel_extract import KernelError, kernel_extractor
 from npu.neural.layouts import coef_beat_layout, param_beat_layout
 from npu_model import kernel_codec as kc
 from npu_sim.streams import seeded_rng, stream_put
@@ -47,7 +47,7 @@ def run(config, ops, *, seed=0, stall=0.3, out_stall=None, gap=True):
 
     ``cycles`` counts from the cycle after the start pulse to the cycle busy falls.
     """
-    dut = KernelExtract(config)
+    dut = kernel_extractor(config)
     slots = config.acc_slots
     out_stall = stall if out_stall is None else out_stall
     coef_layout = coef_beat_layout(slots)

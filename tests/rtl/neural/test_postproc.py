@@ -7,6 +7,7 @@ import pytest
 from amaranth.hdl import Fragment
 
 from npu.neural.postproc import PostProcessor, pipeline_latency, postproc_config_layout
+from npu.neural.postproc_seq import post_processor
 from npu_model import fp
 from npu_model import postproc as gm
 from npu_model.postproc import Act, PostprocConfig
@@ -132,7 +133,7 @@ def run_rtl(config, layers, *, seed=0, stall=0.3, stalls=None, lanes_per_cycle=N
     """Run ``layers`` (a list of ``(cfg, groups, results)``) one after the other through one
     simulation. Before each layer the configuration is set, the LFSRs are loaded and the error
     flag is cleared. Returns, per layer, the outputs and the error flag after each output."""
-    dut = PostProcessor(config, lanes_per_cycle)
+    dut = post_processor(config, lanes_per_cycle)
     lanes = config.macs
     p_layout = dut.params.payload.shape()
     r_layout = dut.res.payload.shape()

@@ -1,0 +1,42 @@
+"""SqueezeNet 1.1 (the onnx package's ``light`` model, seeded random weights) compiled for
+``small`` with enough system memory for its weights, on the golden backend against
+onnxruntime (``docs/compiler.md``, "SqueezeNet 1.1")."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from npu_compiler.compile import compile_model
+from npu_runtime.runtime import compare, reference
+from npu_runtime.runtime import run as run_program
+from npu_spec.config import preset
+
+from .models import light_model
+
+#: The binary16 weights alone are 2.4 MB; 8 MiB holds them, the activations and the program.
+CFG = dataclasses.replace(preset("small"), mem_kib=8192)
+
+#: fp16 against onnxruntime's float32: every activation is stored as binary16 (relative
+#: rounding 2**-11, about 4.9e-4) through 26 layers of convolutions; the errors of the layers
+#: add up, partly cancelling. Measured at 64x64: see docs/compiler.md.
+REL_TOL = 1e-2
+COS_TOL = 0.9999
+
+
+@pytest.fixture(scope="module")
+def squeezenet64():
+    model = light_model("squeezenet", size=64)
+    x = np.random.default_rng(2).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    return model, compile_model(model, CFG), x
+
+
+@pytest.mark.slow
+def test_squeezenet64_golden_against_onnxruntime(squeezenet64):
+    model, compiled, x = squeezenet64
+    out = run_program(compiled.program, {"data_0": x}).outputs
+    errors = compare(out, reference(model, {"data_0": x}))
+    assert len(errors) == 1
+    for name, e in errors.items():
+        assert out[name].shape == (1, 1000, 1, 1)
+        assert e["rel_err"] <= REL_TOL and e["cosine"] >= COS_TOL, (name, e)
