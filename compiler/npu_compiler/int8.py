@@ -227,19 +227,26 @@ class _Int8:
             q = quantize_conv(w, bias, self.scale[x], s_out, act)
         except ValueError as e:
             self.fail(str(e))
-        args = q.kernel_args()
-        blob, raw_bytes, choice = encode_kernels(
-            q.weights, fmt=MacFormat[args["fmt"].upper()], bias=args["bias"],
-            scale=args["scale"], shift=args["shift"], groups=groups, slots=self.cfg.acc_slots,
-            palette_bits=lossy.palette, raw=self.compression.raw)
-        self.row["kernel_raw_bytes"] += raw_bytes
-        self.row["kernel_encoding"] = choice.name(blob.fmt)
+        blob = self.kernels(q, groups, lossy.palette)
         place = self.b.dma_kernels(0, blob)
         dst = self.b.conv(src, place, stride=stride, pad=pad, dilation=dilation,
                           **q.conv_args())
         self._check_layer(src, blob, dst, stride, pad, dilation, groups)
         self.row["kernel_bytes"] += 4 * blob.words
         self.ds[out], self.scale[out] = dst, s_out
+
+    def kernels(self, q, groups, palette=None):
+        """The kernel blob of a :class:`~npu_compiler.quant.QuantizedConv` in its smallest
+        lossless encoding after ``palette`` (:mod:`npu_compiler.compress`); the plan row gets
+        the encoding and the raw bytes."""
+        args = q.kernel_args()
+        blob, raw_bytes, choice = encode_kernels(
+            q.weights, fmt=MacFormat[args["fmt"].upper()], bias=args["bias"],
+            scale=args["scale"], shift=args["shift"], groups=groups, slots=self.cfg.acc_slots,
+            palette_bits=palette, raw=self.compression.raw)
+        self.row["kernel_raw_bytes"] += raw_bytes
+        self.row["kernel_encoding"] = choice.name(blob.fmt)
+        return blob
 
     #: Operators :meth:`run` dispatches to ``op_<name>``.
     OPS = INT8_OPS

@@ -259,7 +259,7 @@ class _QDQ(_Int8):
         pad = p.pad
         if p.z_x != 0 and pad:
             src, pad = self._padded(src, pad, p.z_x), 0
-        blob = self.b.kernels(q.weights, groups=p.groups, **q.kernel_args())
+        blob = self.kernels(q, p.groups)
         dst = self.b.conv(src, self.b.dma_kernels(0, blob), stride=p.stride, pad=pad,
                           dilation=p.dilation, **q.conv_args())
         self._check_layer(src, blob, dst, p.stride, pad, p.dilation, p.groups)
