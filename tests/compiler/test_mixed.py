@@ -138,8 +138,8 @@ MIXED_CORRECT = 353
 
 @pytest.mark.slow
 def test_digits_mixed_accuracy(digits_split):
-    """All 360 held-out images on the golden backend (about 20 minutes on a loaded 2-core
-    machine: the golden model's float convolution is slow): within one point of float."""
+    """All 360 held-out images on the golden backend (about 20 s on the loaded 2-core
+    machine): within one point of float."""
     digits, (_, _, x_test, y_test) = digits_split
     compiled = compile_model(str(DIGITS), CFG, fmt="mixed")
     logits = run(compiled.program, {"input": x_test}, "golden").outputs["logits"]
