@@ -42,7 +42,7 @@ from npu_spec.bridge import DEFAULT_BAUD, DEFAULT_TIMEOUT_BITS
 from npu_spec.config import NPUConfig
 
 __all__ = ["BOARDS", "Board", "BoardSystem", "BoardTop", "PLLSetting", "board_files", "ecp5_pll",
-           "board_plan", "ice40_pll", "make_platform"]
+           "board_plan", "board_pll", "ice40_pll", "make_platform"]
 
 
 class BoardSystem(wiring.Component):
@@ -230,6 +230,14 @@ def ecp5_pll(in_mhz, out_mhz):
     return _best(candidates, in_mhz, out_mhz, "EHXPLLL")
 
 
+def board_pll(board, in_mhz, clk_mhz):
+    """The :class:`PLLSetting` of ``board``'s device for ``clk_mhz`` from ``in_mhz`` (``None``
+    when ``clk_mhz`` is ``None``: no PLL)."""
+    if clk_mhz is None:
+        return None
+    return (ice40_pll if BOARDS[board].family == "ice40" else ecp5_pll)(in_mhz, clk_mhz)
+
+
 @dataclass(frozen=True)
 class Board:
     """A board: its ``amaranth-boards`` platform and the pins the top uses."""
@@ -285,9 +293,7 @@ class BoardTop(Elaboratable):
 
     def pll(self, in_mhz):
         """The :class:`PLLSetting` for :attr:`clk_mhz` from ``in_mhz``, or ``None``."""
-        if self.clk_mhz is None:
-            return None
-        return (ice40_pll if self.board.family == "ice40" else ecp5_pll)(in_mhz, self.clk_mhz)
+        return board_pll(self.board.name, in_mhz, self.clk_mhz)
 
     def _pll_domain(self, m, platform, setting):
         # The sync domain from the PLL, in reset until the PLL locks.

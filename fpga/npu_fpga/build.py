@@ -29,8 +29,17 @@ import time
 from dataclasses import dataclass, field
 
 from .boards import BOARDS, board_plan
-from .synth import (ROUTERS, TARGETS, SynthError, _count_cells, _netlist_luts_ffs, _run,
-                    _tail, find_tool)
+from .synth import (
+    ROUTERS,
+    TARGETS,
+    SynthError,
+    SynthTimeout,
+    _count_cells,
+    _netlist_luts_ffs,
+    _run,
+    _tail,
+    find_tool,
+)
 
 __all__ = ["BOARD_TARGETS", "BoardReport", "ProgramError", "build_board", "program_board"]
 
@@ -185,13 +194,13 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     opts = {"nextpnr_opts": " ".join(nextpnr_opts)}
     if tgt.synth_opts:
         opts["synth_opts"] = tgt.synth_opts
-    say(f"build: elaborating the {board} top with preset {config.name}")
+    clock, target_mhz = _clock(board, clk_mhz)     # refuses a clock the PLL cannot make
+    say(f"build: elaborating the {board} top with preset {config.name}, clock {clock}")
     plan = board_plan(board, config, name=name, clk_mhz=clk_mhz, prepare_opts=opts, **kwargs)
     plan.extract(directory)
     commands = json.loads(plan.files[f"build_{name}.json"])["commands"]
-    setting = _clock(board, config, clk_mhz)
     report = BoardReport(board=board, preset=config.name, device=tgt.device, seed=seed,
-                         router=router, clock=setting[0], target_mhz=setting[1], fits=False,
+                         router=router, clock=clock, target_mhz=target_mhz, fits=False,
                          build_dir=directory)
 
     synth, pnr, pack = (_command(c) for c in commands)
@@ -206,9 +215,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
              log_path=pnr_log, progress=say, keep=True, timeout=timeout or None,
              hint=f"try the other router ({other}), another seed, or a larger time limit")
         failed = None
+    except SynthTimeout:
+        raise
     except SynthError as e:
-        if e.step.startswith("nextpnr") and "stopped after" in str(e):
-            raise
         failed = e
     report.pnr_seconds = round(time.monotonic() - start, 1)
     text = _tail(pnr_log, 100_000) + "\n" + _tail(os.path.join(directory, f"{name}.tim"),
@@ -232,10 +241,10 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     return report
 
 
-def _clock(board, config, clk_mhz):
-    from .boards import BoardTop, make_platform
+def _clock(board, clk_mhz):
+    from .boards import board_pll, make_platform
     platform_mhz = make_platform(board).default_clk_frequency / 1e6
-    setting = BoardTop(board, config, clk_mhz=clk_mhz).pll(platform_mhz)
+    setting = board_pll(board, platform_mhz, clk_mhz)
     if setting is None:
         return f"oscillator {platform_mhz:g} MHz", platform_mhz
     return (f"{setting.primitive} {setting.out_mhz:.4g} MHz from {platform_mhz:g} MHz",
