@@ -58,8 +58,9 @@ def check_board_config(client, config):
              if got[reg].get(field) != value]
     if diffs:
         raise BoardConfigError(f"the board on {client.name} was built for another "
-                               f"configuration than the program ({'; '.join(diffs)}); build "
-                               f"it with npu build --preset {config.name}")
+                               f"configuration than the program ({'; '.join(diffs)}); "
+                               f"program it with npu build --board BOARD --preset "
+                               f"{config.name} --program")
 
 
 def _image(program):
