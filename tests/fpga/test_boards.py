@@ -240,3 +240,34 @@ def test_the_bridge_alone_fits_the_up5k():
     assert report.luts - report.harness_luts < 700
     assert report.brams <= 1
     assert report.fmax_mhz > 25
+
+
+@pytest.mark.slow
+def test_digits_cnn_on_the_icebreaker_board_system():
+    """The int8 digits CNN compiled for the ``icebreaker`` preset, with one test image, through
+    the board system under Verilator (loaded, started, polled and read back over the bridge):
+    memory and logits equal the golden backend's byte for byte, as on the ``board`` backend's
+    golden fake (``tests/sim/test_board_host.py``)."""
+    import numpy as np
+
+    from npu_compiler.compile import compile_model
+    from npu_runtime.runtime import _outputs, prepare, run, session
+    from npu_sim.board_sim import board_run
+
+    from ..compiler.test_digits import MODEL, load_train_module
+
+    x_train, _, x_test, _ = load_train_module().load_split()
+    program = compile_model(str(MODEL), PRESETS["icebreaker"], fmt="int8",
+                            calibration={"input": x_train[:50]}, evaluator=session).program
+    x = {"input": x_test[2:3]}
+    golden = run(program, x, "golden")
+    prog = prepare(program, x)
+    t0 = time.perf_counter()
+    rtl = board_run(prog)
+    n = len(rtl["memory"])
+    assert rtl["memory"] == golden.memory[:n]
+    logits = _outputs(prog, rtl["memory"])["logits"]
+    assert logits.tobytes() == golden.outputs["logits"].tobytes()
+    assert np.argmax(logits) == np.argmax(golden.outputs["logits"])
+    print(f"digits on the icebreaker board system: {rtl['cycles']} cycles, "
+          f"{time.perf_counter() - t0:.0f} s")
