@@ -133,3 +133,16 @@ def test_programming_without_a_board_is_one_clear_line(tmp_path, monkeypatch):
     with pytest.raises(ProgramError, match=r"iceprog is not installed \(apt-get install "
                                            r"fpga-icestorm"):
         program_board("icebreaker", str(bitstream))
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("board,mhz", [("icebreaker", 25), ("ulx3s", 60)])
+def test_a_small_board_top_builds_with_the_real_tools(board, mhz, tmp_path):
+    """The board top with its PLL, the bridge, 4 KiB of memory and a stand-in NPU through Yosys,
+    nextpnr and the packer: it fits, meets the PLL's clock, and the bitstream is written."""
+    config = preset(board)
+    report = build_board(board, config, clk_mhz=mhz, build_dir=tmp_path,
+                         npu=StandInNPU(config), mem_bytes=4096)
+    print(report.format())
+    assert report.fits and report.met and os.path.getsize(report.bitstream) > 1000
+    assert report.target_mhz == pytest.approx(mhz, rel=0.01)
