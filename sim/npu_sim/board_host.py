@@ -20,7 +20,7 @@ transport) with a one-line message.
 
 import time
 
-from npu_spec.registers import NPU_INFO, npu_info_values
+from npu_spec.registers import NPU_INFO, VERSION_MAJOR, npu_info_values
 from npu_spec.taskman import COUNTERS, task_manager_map
 
 from .system import WATCHDOG, setup_writes
@@ -43,7 +43,10 @@ class BoardConfigError(BoardRunError):
 def board_config(client):
     """``{register: {field: value}}`` of the board's ``CONFIG0``..``CONFIG4``, after
     :meth:`BridgeClient.identify` has checked ``ID`` and ``VERSION``."""
-    client.identify()
+    major, minor = client.identify()
+    if major != VERSION_MAJOR:
+        raise BoardConfigError(f"the board on {client.name} has register interface "
+                               f"{major}.{minor}; this host speaks {VERSION_MAJOR}.x")
     return {name: NPU_INFO[name].unpack(client.read_reg(NPU_INFO[name].offset), strict=False)
             for name in CONFIG_REGISTERS}
 

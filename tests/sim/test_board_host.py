@@ -109,3 +109,12 @@ def test_a_corrupted_identification_is_refused(digits):
     client = _client(board, corrupt={5: NPU_INFO["VERSION"].offset})
     with pytest.raises(BridgeError, match=r"is not this NPU: ID reads"):
         run(program, {"input": x_test[:1]}, "board", board=client)
+
+
+def test_another_register_interface_is_refused(digits):
+    program, x_test = digits
+    board = GoldenBoard(program.config)
+    board.regs.ro[NPU_INFO["VERSION"].offset] = NPU_INFO["VERSION"].pack(major=2, minor=0)
+    with pytest.raises(BoardConfigError, match=r"has register interface 2.0; this host speaks "
+                                               r"1.x"):
+        run(program, {"input": x_test[:1]}, "board", board=_client(board))
