@@ -47,6 +47,10 @@ __all__ = ["BOARD_TARGETS", "BoardReport", "ProgramError", "build_board", "progr
 #: names and default router.
 BOARD_TARGETS = {"icebreaker": "ice40-up5k", "ulx3s": "ecp5-85f"}
 
+#: Yosys options a board build adds to its target's (``-dsp`` on the iCE40): the UP5K's
+#: single-port RAMs (``SB_SPRAM256KA``, 4 x 32 KiB) are inferred for memories that fit them.
+BOARD_SYNTH_OPTS = {"icebreaker": "-spram"}
+
 #: Tool of each command of an Amaranth build plan, as the environment variable that names it.
 _TOOL_VARS = {"yosys": "YOSYS", "nextpnr-ice40": "NEXTPNR_ICE40", "nextpnr-ecp5": "NEXTPNR_ECP5",
               "icepack": "ICEPACK", "ecppack": "ECPPACK"}
@@ -192,8 +196,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     nextpnr_opts = ["--seed", str(seed), "--router", router, "--timing-allow-fail",
                     "--report", report_name]
     opts = {"nextpnr_opts": " ".join(nextpnr_opts)}
-    if tgt.synth_opts:
-        opts["synth_opts"] = tgt.synth_opts
+    synth_opts = " ".join(filter(None, (tgt.synth_opts, BOARD_SYNTH_OPTS.get(board))))
+    if synth_opts:
+        opts["synth_opts"] = synth_opts
     clock, target_mhz = _clock(board, clk_mhz)     # refuses a clock the PLL cannot make
     say(f"build: elaborating the {board} top with preset {config.name}, clock {clock}")
     plan = board_plan(board, config, name=name, clk_mhz=clk_mhz, prepare_opts=opts, **kwargs)

@@ -80,6 +80,8 @@ def test_a_design_that_does_not_fit_is_reported(tools, tmp_path):
     assert args[args.index("--seed") + 1] == "7"
     assert args[args.index("--router") + 1] == "router1"
     assert "--timing-allow-fail" in args and "--up5k" in args
+    # Yosys gets the UP5K's DSPs and SPRAMs.
+    assert "synth_ice40 -dsp -spram" in (tmp_path / "b" / "npu_board.ys").read_text()
 
 
 def test_a_design_that_fits_gets_a_bitstream(tools, tmp_path):
