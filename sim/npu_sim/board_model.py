@@ -48,15 +48,17 @@ class GoldenNPURegisters:
         self.cycle = 0
         self.ro = {NPU_INFO[name].offset: NPU_INFO[name].pack(**fields)
                    for name, fields in npu_info_values(config).items()}
+        # Register names by host word address: NPU_INFO's that change, the task manager's.
+        self.names = {NPU_INFO[n].offset: n for n in ("CYCLE", "TRACE_STATUS", "TRACE_DATA0",
+                                                      "TRACE_DATA1", "SCRATCH")}
+        self.names.update({self.tm.base + r.offset: r.name for r in self.tm.registers})
 
     # The interface BridgeModel uses.
     def get(self, reg, default=0):
         self.cycle += 1
         if reg in self.ro:
             return self.ro[reg]
-        info = {NPU_INFO[n].offset: n for n in ("CYCLE", "TRACE_STATUS", "TRACE_DATA0",
-                                                "TRACE_DATA1", "SCRATCH")}
-        name = info.get(reg) or self._tm_name(reg)
+        name = self.names.get(reg)
         if name is None:
             return default
         return self._read(name)
@@ -72,8 +74,8 @@ class GoldenNPURegisters:
         if reg == NPU_INFO["SCRATCH"].offset:
             self.written["SCRATCH"] = value
             return
-        name = self._tm_name(reg)
-        if name is None:
+        name = self.names.get(reg)
+        if name is None or reg < self.tm.base:
             return
         self.written[name] = value
         if name.endswith("_PUSH"):
@@ -87,13 +89,6 @@ class GoldenNPURegisters:
                 # Stopped: the host sets up a new run.
                 self.pushed.clear()
                 self.done = False
-
-    def _tm_name(self, reg):
-        offset = reg - self.tm.base
-        for register in self.tm.registers:
-            if register.offset == offset:
-                return register.name
-        return None
 
     def _read(self, name):
         if name == "CYCLE":
