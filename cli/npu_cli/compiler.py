@@ -3,8 +3,9 @@
 ``npu compile MODEL.onnx --preset P --format fp16|int8|mixed [--calibration FILE.npz|DIR]
 [--palette BITS] [--prune FRACTION] -o PROG`` prints the plan, one line per layer (with each
 layer's kernel encoding and bytes raw -> encoded) and the kernel total; ``npu run
-MODEL.onnx|PROG --backend golden|rtl|golden,rtl --input NAME=FILE --output OUT.npz [--check]
-[--json]`` runs it.
+MODEL.onnx|PROG --backend golden|rtl|board|golden,rtl --input NAME=FILE --output OUT.npz
+[--check] [--json]`` runs it (``board``: ``--device /dev/ttyUSBn [--baud B] [--timeout S]``,
+``docs/boards.md``).
 """
 
 import json
@@ -133,20 +134,22 @@ def cmd_run(args):
         raise CLIError(str(e), status=2) from None
     backends = [b.strip() for b in args.backend.split(",")]
     for b in backends:
-        if b not in ("golden", "rtl"):
-            raise CLIError(f"npu run: unknown backend {b!r} (golden, rtl)", status=2)
+        if b not in ("golden", "rtl", "board"):
+            raise CLIError(f"npu run: unknown backend {b!r} (golden, rtl, board)", status=2)
+    if "board" in backends and not args.device:
+        raise CLIError("npu run: --backend board needs --device (e.g. /dev/ttyUSB1)", status=2)
     prog, model, plan = _load_program(args, inputs, say)
     if args.check and model is None:
         raise CLIError("npu run: --check needs the ONNX model, not a program file", status=2)
     results = {}
-    for b in backends:
-        say(f"running on {b}")
-        try:
-            results[b] = run(prog, inputs, b, progress=say)
-        except CompileError as e:
-            raise CLIError(str(e), status=2) from None
-        except RuntimeError as e:
-            raise CLIError(f"npu run: {e}", status=1) from None
+    board = _open_board(args) if "board" in backends else None
+    try:
+        for b in backends:
+            say(f"running on {b}")
+            results[b] = _run_backend(run, prog, inputs, b, say, board, args)
+    finally:
+        if board is not None:
+            board.close()
     main = results[backends[-1]]
     summary = {"backend": backends[-1], "outputs": {n: {"shape": list(v.shape)}
                                                     for n, v in main.outputs.items()},
@@ -198,6 +201,36 @@ def cmd_run(args):
     return status
 
 
+def _open_board(args):
+    """The :class:`BridgeClient` of ``--device`` (one-line errors: 2 for a device that does
+    not exist, 1 when it cannot be opened)."""
+    import os
+
+    from npu_sim.uart_host import BridgeClient, BridgeError
+    if not os.path.exists(args.device):
+        raise CLIError(f"npu run: no such device {args.device} (is the board plugged in? "
+                       f"ls /dev/ttyUSB*)", status=2)
+    try:
+        return BridgeClient.open(args.device, args.baud, timeout=2.0)
+    except BridgeError as e:
+        raise CLIError(f"npu run: {e}") from None
+
+
+def _run_backend(run, prog, inputs, backend, say, board, args):
+    """One backend's run; errors as one line (2: bad input or a board built for another
+    configuration; 1: the run failed, timed out or the bridge misbehaved)."""
+    from npu_compiler.graph import CompileError
+    from npu_sim.board_host import BoardConfigError
+    from npu_sim.uart_host import BridgeError
+    try:
+        return run(prog, inputs, backend, progress=say, board=board,
+                   board_timeout=args.timeout)
+    except (CompileError, BoardConfigError) as e:
+        raise CLIError(f"npu run: {e}", status=2) from None
+    except (RuntimeError, BridgeError) as e:
+        raise CLIError(f"npu run: {e}", status=1) from None
+
+
 def _layers(plan, result, macs):
     """Per layer: op, engine, cycles (from the RTL trace: first start to last end of its
     tasks) and MAC utilization when known."""
@@ -214,6 +247,17 @@ def _layers(plan, result, macs):
                 row["utilization"] = round(r["macs"] / (ne * macs), 4)
         layers.append(row)
     return layers
+
+
+def _timeout_arg(text):
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
+    return value
 
 
 def _compile_options(p, *, for_onnx=""):
@@ -250,6 +294,8 @@ def _compile_options(p, *, for_onnx=""):
 
 
 def add_commands(sub):
+    from npu_spec.bridge import DEFAULT_BAUD
+
     c = sub.add_parser("compile", help="compile an ONNX model into a program file",
                        description="Compile an ONNX model; prints one line per layer.")
     c.add_argument("model", metavar="MODEL.onnx")
@@ -262,7 +308,14 @@ def add_commands(sub):
     r.add_argument("model", metavar="MODEL.onnx|PROG")
     _compile_options(r, for_onnx=", for .onnx")
     r.add_argument("--backend", default="golden",
-                   help="golden, rtl, or golden,rtl (both, compared bit for bit)")
+                   help="golden, rtl, board, or a list such as golden,board (compared bit for "
+                        "bit)")
+    r.add_argument("--device", metavar="/dev/ttyUSBn",
+                   help="board: the serial port of the board's UART bridge")
+    r.add_argument("--baud", type=positive, default=DEFAULT_BAUD,
+                   help=f"board: baud rate of the bridge (default {DEFAULT_BAUD})")
+    r.add_argument("--timeout", type=_timeout_arg, default=60.0, metavar="SECONDS",
+                   help="board: wait at most this long for the program to finish (default 60)")
     r.add_argument("--input", type=_input_arg, action="append",
                    help="NAME=FILE (.npy, .npz with key NAME, or TensorProto .pb)")
     r.add_argument("--output", metavar="OUT.npz", help="write every graph output")

@@ -4,6 +4,7 @@
 ``npu sim``       a block (MAC array, neural engine, planar engine) against the golden model.
 ``npu bench``     benchmarks that print cycle counts and utilization.
 ``npu synth``     out-of-context synthesis and place-and-route of a block (YoWASP tools).
+``npu build``     a board's bitstream (iCEBreaker, ULX3S); ``--program`` flashes it.
 ``npu disasm``    a program file in readable form.
 ``npu compile``   an ONNX model into a program; ``npu run`` runs a model or a program.
 
@@ -26,7 +27,7 @@ __all__ = ["main"]
 #: :class:`npu_spec.config.NPUConfig`), ``add_sim_commands(subparsers)``,
 #: ``add_bench_commands(subparsers)`` and ``add_commands(subparsers)`` (top-level commands).
 COMMAND_MODULES = ("npu_cli.neural", "npu_cli.planar", "npu_cli.tasks", "npu_cli.program",
-                   "npu_cli.system", "npu_cli.compiler")
+                   "npu_cli.system", "npu_cli.compiler", "npu_cli.board")
 
 
 def _command_modules():

@@ -20,14 +20,19 @@ the FTDI UART, a busy LED (the bridge in a frame or the NPU on the bus, stretche
 and an error LED (a flag of the bridge's ``STATUS``), and on the ULX3S the ESP32's ``GPIO0``
 driven high so that the ESP32 does not reset the FPGA. :func:`board_files` elaborates a board
 top and returns the files the toolchain would get (``platform.prepare``): no synthesis.
+
+With ``clk_mhz`` the ``sync`` domain runs from the device's PLL instead of the oscillator
+(``docs/boards.md``): ``SB_PLL40_PAD`` on the iCE40 (fed straight from the clock pad) and
+``EHXPLLL`` on the ECP5, both through ``Instance`` with dividers from :func:`ice40_pll` and
+:func:`ecp5_pll`; the domain is held in reset until the PLL reports lock.
 """
 
 from dataclasses import dataclass
 
 from amaranth.build import Attrs, Pins, Resource
-from amaranth.hdl import Elaboratable, Module, ResetInserter, Signal
+from amaranth.hdl import ClockDomain, Const, Elaboratable, Instance, Module, ResetInserter, Signal
 from amaranth.lib import io, wiring
-from amaranth.lib.cdc import FFSynchronizer
+from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from npu.bridge import UARTBridge, WishboneSRAM
@@ -36,7 +41,8 @@ from npu.top import NPUTop
 from npu_spec.bridge import DEFAULT_BAUD, DEFAULT_TIMEOUT_BITS
 from npu_spec.config import NPUConfig
 
-__all__ = ["BOARDS", "Board", "BoardSystem", "BoardTop", "board_files", "make_platform"]
+__all__ = ["BOARDS", "Board", "BoardSystem", "BoardTop", "PLLSetting", "board_files", "ecp5_pll",
+           "board_plan", "board_pll", "ice40_pll", "make_platform"]
 
 
 class BoardSystem(wiring.Component):
@@ -129,6 +135,110 @@ class BoardSystem(wiring.Component):
 
 
 @dataclass(frozen=True)
+class PLLSetting:
+    """Dividers of one PLL: ``params`` for the primitive and the frequency they give."""
+    primitive: str
+    in_mhz: float
+    out_mhz: float
+    vco_mhz: float
+    params: dict
+
+
+#: A PLL whose output is further than this from the frequency asked for is refused.
+PLL_TOLERANCE = 0.01
+
+
+def _check_pll_request(in_mhz, out_mhz, lo, hi, primitive):
+    for name, value in (("input", in_mhz), ("output", out_mhz)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{primitive}: the {name} frequency must be a positive number of "
+                             f"MHz, not {value!r}")
+    if not lo <= out_mhz <= hi:
+        raise ValueError(f"{primitive}: the output must be {lo:g} to {hi:g} MHz, "
+                         f"not {out_mhz:g}")
+
+
+def _best(candidates, in_mhz, out_mhz, primitive):
+    if not candidates:
+        raise ValueError(f"{primitive}: no divider setting makes {out_mhz:g} MHz from "
+                         f"{in_mhz:g} MHz")
+    error, _, setting = min(candidates, key=lambda c: c[:2])
+    if error > PLL_TOLERANCE * out_mhz:
+        raise ValueError(f"{primitive}: the nearest to {out_mhz:g} MHz from {in_mhz:g} MHz is "
+                         f"{setting.out_mhz:.4g} MHz (more than {PLL_TOLERANCE:.0%} off)")
+    return setting
+
+
+def ice40_pll(in_mhz, out_mhz):
+    """Dividers of the iCE40 ``SB_PLL40_PAD`` (simple feedback) for ``out_mhz`` from ``in_mhz``.
+
+    ``out = in * (DIVF + 1) / ((DIVR + 1) * 2 ** DIVQ)`` with the phase detector at 10 to 133
+    MHz, the VCO at 533 to 1066 MHz and the output at 16 to 275 MHz (iCE40 sysCLOCK PLL
+    design guide); ``FILTER_RANGE`` follows the phase-detector frequency. The setting nearest
+    to ``out_mhz`` is chosen; :class:`ValueError` when none is within 1%.
+    """
+    _check_pll_request(in_mhz, out_mhz, 16, 275, "SB_PLL40_PAD")
+    candidates = []
+    for divr in range(16):
+        pfd = in_mhz / (divr + 1)
+        if not 10 <= pfd <= 133:
+            continue
+        for divf in range(128):
+            vco = pfd * (divf + 1)
+            if not 533 <= vco <= 1066:
+                continue
+            for divq in range(1, 7):
+                out = vco / 2 ** divq
+                if not 16 <= out <= 275:
+                    continue
+                filter_range = next(k for k, top in enumerate((17, 26, 44, 66, 101, 1e9), 1)
+                                    if pfd < top)
+                params = {"FEEDBACK_PATH": "SIMPLE", "DIVR": divr, "DIVF": divf, "DIVQ": divq,
+                          "FILTER_RANGE": filter_range}
+                candidates.append((abs(out - out_mhz), divr,
+                                   PLLSetting("SB_PLL40_PAD", in_mhz, out, vco, params)))
+    return _best(candidates, in_mhz, out_mhz, "SB_PLL40_PAD")
+
+
+def ecp5_pll(in_mhz, out_mhz):
+    """Dividers of the ECP5 ``EHXPLLL`` (feedback from ``CLKOP``) for ``out_mhz`` from
+    ``in_mhz``.
+
+    ``out = in * CLKFB_DIV / CLKI_DIV`` and ``VCO = out * CLKOP_DIV``, with the phase
+    detector at 3.125 to 400 MHz, the VCO at 400 to 800 MHz and the output at 3.125 to 400 MHz
+    (ECP5 sysCLOCK PLL usage guide). Among the settings nearest to ``out_mhz`` the one with
+    the VCO nearest 600 MHz is chosen; :class:`ValueError` when none is within 1%.
+    """
+    _check_pll_request(in_mhz, out_mhz, 3.125, 400, "EHXPLLL")
+    candidates = []
+    for clki_div in range(1, 129):
+        pfd = in_mhz / clki_div
+        if not 3.125 <= pfd <= 400:
+            continue
+        for clkfb_div in range(1, 81):
+            out = pfd * clkfb_div
+            if not 3.125 <= out <= 400:
+                continue
+            for clkop_div in range(1, 129):
+                vco = out * clkop_div
+                if not 400 <= vco <= 800:
+                    continue
+                params = {"CLKI_DIV": clki_div, "CLKFB_DIV": clkfb_div, "CLKOP_DIV": clkop_div,
+                          "CLKOP_CPHASE": clkop_div // 2, "CLKOP_FPHASE": 0}
+                candidates.append((round(abs(out - out_mhz), 9), abs(vco - 600),
+                                   PLLSetting("EHXPLLL", in_mhz, out, vco, params)))
+    return _best(candidates, in_mhz, out_mhz, "EHXPLLL")
+
+
+def board_pll(board, in_mhz, clk_mhz):
+    """The :class:`PLLSetting` of ``board``'s device for ``clk_mhz`` from ``in_mhz`` (``None``
+    when ``clk_mhz`` is ``None``: no PLL)."""
+    if clk_mhz is None:
+        return None
+    return (ice40_pll if BOARDS[board].family == "ice40" else ecp5_pll)(in_mhz, clk_mhz)
+
+
+@dataclass(frozen=True)
 class Board:
     """A board: its ``amaranth-boards`` platform and the pins the top uses."""
     name: str
@@ -138,6 +248,8 @@ class Board:
     busy_led: tuple
     error_led: tuple
     esp32_gpio0: str | None = None      # pin of the ESP32's GPIO0, driven high
+    family: str = "ice40"               # "ice40" or "ecp5": which PLL
+    default_mhz: float | None = None    # clock of ``npu build`` (PLL); None: the oscillator
 
     def make_platform(self):
         import importlib
@@ -147,9 +259,11 @@ class Board:
 
 BOARDS = {
     "icebreaker": Board("icebreaker", "ICEBreakerPlatform", "icebreaker", reset=("button", 0),
-                        busy_led=("led_g", 0), error_led=("led_r", 0)),
+                        busy_led=("led_g", 0), error_led=("led_r", 0), family="ice40",
+                        default_mhz=25.0),
     "ulx3s": Board("ulx3s", "ULX3S_85F_Platform", "ulx3s", reset=("button_pwr", 0),
-                   busy_led=("led", 0), error_led=("led", 1), esp32_gpio0="L2"),
+                   busy_led=("led", 0), error_led=("led", 1), esp32_gpio0="L2", family="ecp5",
+                   default_mhz=60.0),
 }
 
 
@@ -161,23 +275,71 @@ class BoardTop(Elaboratable):
     board : str
         A key of :data:`BOARDS`.
     config : NPUConfig
+    clk_mhz : float or None
+        Clock of the ``sync`` domain made by the device's PLL from the board's oscillator;
+        ``None`` runs from the oscillator itself (12 MHz iCEBreaker, 25 MHz ULX3S).
     **kwargs
         Passed to :class:`BoardSystem` (``mem_bytes``, ``baud``, ``timeout_bits``, ``npu``);
-        the clock frequency is the board's.
+        the clock frequency is the board's, or the PLL's.
     """
 
-    def __init__(self, board, config, **kwargs):
+    def __init__(self, board, config, *, clk_mhz=None, **kwargs):
         if board not in BOARDS:
             raise ValueError(f"unknown board {board!r}; choose from {', '.join(BOARDS)}")
         self.board = BOARDS[board]
         self.config = config
+        self.clk_mhz = clk_mhz
         self.kwargs = kwargs
+
+    def pll(self, in_mhz):
+        """The :class:`PLLSetting` for :attr:`clk_mhz` from ``in_mhz``, or ``None``."""
+        return board_pll(self.board.name, in_mhz, self.clk_mhz)
+
+    def _pll_domain(self, m, platform, setting):
+        # The sync domain from the PLL, in reset until the PLL locks.
+        m.domains.sync = sync = ClockDomain("sync")
+        locked = Signal()
+        clk_pin = platform.request(platform.default_clk, 0, dir="-")
+        if setting.primitive == "SB_PLL40_PAD":
+            p = setting.params
+            m.submodules.pll = Instance(
+                "SB_PLL40_PAD",
+                p_FEEDBACK_PATH=p["FEEDBACK_PATH"], p_DIVR=p["DIVR"], p_DIVF=p["DIVF"],
+                p_DIVQ=p["DIVQ"], p_FILTER_RANGE=p["FILTER_RANGE"],
+                i_PACKAGEPIN=clk_pin.io, i_RESETB=Const(1), i_BYPASS=Const(0),
+                o_PLLOUTGLOBAL=sync.clk, o_LOCK=locked)
+        else:
+            m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_pin)
+            p = setting.params
+            m.submodules.pll = Instance(
+                "EHXPLLL",
+                a_FREQUENCY_PIN_CLKI=f"{setting.in_mhz:g}",
+                a_FREQUENCY_PIN_CLKOP=f"{setting.out_mhz:g}",
+                a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1",
+                a_MFG_GMCREF_SEL="2",
+                p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+                p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA",
+                p_CLKOP_ENABLE="ENABLED", p_FEEDBK_PATH="CLKOP",
+                p_CLKI_DIV=p["CLKI_DIV"], p_CLKFB_DIV=p["CLKFB_DIV"],
+                p_CLKOP_DIV=p["CLKOP_DIV"], p_CLKOP_CPHASE=p["CLKOP_CPHASE"],
+                p_CLKOP_FPHASE=p["CLKOP_FPHASE"],
+                i_CLKI=clk_buf.i, i_CLKFB=sync.clk, i_RST=Const(0), i_STDBY=Const(0),
+                i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(1),
+                i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
+                i_ENCLKOP=Const(0), o_CLKOP=sync.clk, o_LOCK=locked)
+        platform.add_clock_constraint(sync.clk, setting.out_mhz * 1e6)
+        m.submodules.pll_reset = ResetSynchronizer(~locked, domain="sync")
 
     def elaborate(self, platform):
         m = Module()
         board = self.board
-        system = BoardSystem(self.config, clk_freq=platform.default_clk_frequency,
-                             **self.kwargs)
+        in_mhz = platform.default_clk_frequency / 1e6
+        setting = self.pll(in_mhz)
+        if setting is not None:
+            self._pll_domain(m, platform, setting)
+        clk_freq = setting.out_mhz * 1e6 if setting is not None else \
+            platform.default_clk_frequency
+        system = BoardSystem(self.config, clk_freq=clk_freq, **self.kwargs)
 
         def buffer(direction, port, name):
             m.submodules[name] = buf = io.Buffer(direction, port)
@@ -217,10 +379,16 @@ def make_platform(board):
     return platform
 
 
+def board_plan(board, config, *, name="npu_board", clk_mhz=None, prepare_opts=None, **kwargs):
+    """Elaborate the board top of ``board`` for the toolchain: the ``amaranth.build``
+    ``BuildPlan`` (``prepare_opts`` are the platform's toolchain overrides, such as
+    ``nextpnr_opts``)."""
+    platform = make_platform(board)
+    top = BoardTop(board, config, clk_mhz=clk_mhz, **kwargs)
+    return platform.prepare(top, name=name, **(prepare_opts or {}))
+
+
 def board_files(board, config, *, name="npu_board", **kwargs):
     """Elaborate the board top of ``board`` and return the toolchain's input files
     (``{filename: text or bytes}``: the design as RTLIL, the pin constraints, the scripts)."""
-    platform = make_platform(board)
-    top = BoardTop(board, config, **kwargs)
-    plan = platform.prepare(top, name=name)
-    return dict(plan.files)
+    return dict(board_plan(board, config, name=name, **kwargs).files)

@@ -19,7 +19,7 @@ from npu_spec.engine import Engine
 __all__ = ["BACKENDS", "RunResult", "compare", "read_input_file", "reference", "run",
            "session"]
 
-BACKENDS = ("golden", "rtl")
+BACKENDS = ("golden", "rtl", "board")
 
 
 @dataclass
@@ -130,22 +130,46 @@ def _batch(program, inputs):
     return sizes.pop() if len(sizes) == 1 else 1
 
 
-def run(program, inputs, backend="golden", *, latency=4, progress=None):
+def run(program, inputs, backend="golden", *, latency=4, progress=None, board=None,
+        board_timeout=60.0):
     """Run ``program`` with ``inputs`` on ``backend``; a :class:`RunResult`. A batch of
     several items (the program compiled for one) runs item by item; outputs, cycles and
-    tasks are joined. An engine error or a retired queue is a ``RuntimeError``."""
+    tasks are joined. An engine error or a retired queue is a ``RuntimeError``.
+
+    ``backend="board"`` runs on a board through ``board``, a
+    :class:`npu_sim.uart_host.BridgeClient` (:func:`npu_sim.board_host.run_on_board`, which
+    waits at most ``board_timeout`` seconds for the NPU to finish)."""
     n = _batch(program, inputs)
+    extra = {"board": board, "board_timeout": board_timeout}
     if n > 1:
         parts = [_run_one(program, {k: (np.asarray(v)[i:i + 1] if np.ndim(v) >= 2 else v)
-                                    for k, v in inputs.items()}, backend, latency, progress)
+                                    for k, v in inputs.items()}, backend, latency, progress,
+                          **extra)
                  for i in range(n)]
         outs = {k: np.concatenate([p.outputs[k] for p in parts]) for k in parts[0].outputs}
         cycles = None if parts[0].cycles is None else sum(p.cycles for p in parts)
         return RunResult(outs, parts[-1].memory, backend, cycles, parts[0].tasks)
-    return _run_one(program, inputs, backend, latency, progress)
+    return _run_one(program, inputs, backend, latency, progress, **extra)
 
 
-def _run_one(program, inputs, backend, latency, progress):
+def _trace_tasks(trace):
+    """``[(task, engine name, start, end, error)]`` from trace entries ``(task_id, engine,
+    end, error, queue, cycle)``; a task that ended with an error is a ``RuntimeError``."""
+    starts = {}
+    tasks = []
+    for task_id, engine, end, error, queue, cycle in trace:
+        if not end:
+            starts[(task_id, engine)] = cycle
+        else:
+            tasks.append((task_id, Engine(engine).name,
+                          starts.get((task_id, engine), cycle), cycle, error))
+            if error:
+                raise RuntimeError(f"task {task_id} on {Engine(engine).name} ended with "
+                                   f"error {error}")
+    return tasks
+
+
+def _run_one(program, inputs, backend, latency, progress, board=None, board_timeout=60.0):
     prog = prepare(program, inputs)
     if backend == "golden":
         res = run_program(prog)
@@ -160,17 +184,22 @@ def _run_one(program, inputs, backend, latency, progress):
         apply_tool_env()
         res = rtl_run(prog, backend="verilator", latency=latency, progress=progress,
                       dump_bytes=prog.config.mem_kib * 1024)
-        starts = {}
-        tasks = []
-        for task_id, engine, end, error, queue, cycle in res["trace"]:
-            if not end:
-                starts[(task_id, engine)] = cycle
-            else:
-                tasks.append((task_id, Engine(engine).name,
-                              starts.get((task_id, engine), cycle), cycle, error))
-                if error:
-                    raise RuntimeError(f"task {task_id} on {Engine(engine).name} ended with "
-                                       f"error {error}")
+        tasks = _trace_tasks(res["trace"])
+        return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
+                         res["cycles"], tasks)
+    if backend == "board":
+        from npu_sim.board_host import run_on_board
+        from npu_spec.taskman import Cause, task_manager_map
+        if board is None:
+            raise CompileError("the board backend needs a device (--device /dev/ttyUSBn)")
+        res = run_on_board(board, prog, timeout=board_timeout, progress=progress)
+        exc = task_manager_map(prog.config.task_queues)["EXC_STATUS"].unpack(
+            res["registers"]["EXC_STATUS"], strict=False)
+        if exc["cause"] != Cause.NONE:
+            raise RuntimeError(f"the program stopped on the board: queue {exc['queue']} retired "
+                               f"({Cause(exc['cause']).name}, engine {exc['engine']}, code "
+                               f"{exc['error_code']})")
+        tasks = _trace_tasks(res["trace"])
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
                          res["cycles"], tasks)
     raise CompileError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")

@@ -12,6 +12,9 @@ op     meaning
 BYTE   send ``value[0:8]`` on the line (frames are made by :mod:`npu_sim.uart_host`)
 POLL   send a read frame of one word at word address ``addr`` and take its answer, again and
        again until ``(word & mask) == value``; the answers stay inside the host
+DRAIN  wait until ``value`` answer bytes have gone to the response stream: after a long read,
+       so that the next frames do not pile up in the bridge's 16-byte receive queue while it
+       is still answering (a host that sends faster than the bridge answers overruns it)
 =====  ===========================================================================================
 
 Every byte the board sends outside a POLL goes to the response stream. :func:`board_run` loads
@@ -38,10 +41,11 @@ __all__ = ["BoardSimBench", "HostOp", "board_commands", "board_run", "host_layou
 class HostOp(enum.IntEnum):
     BYTE = 0
     POLL = 1
+    DRAIN = 2
 
 
 def host_layout():
-    return data.StructLayout({"op": 1, "addr": 32, "mask": 32, "value": 32})
+    return data.StructLayout({"op": 2, "addr": 32, "mask": 32, "value": 32})
 
 
 class BoardSimBench(wiring.Component):
@@ -92,6 +96,7 @@ class BoardSimBench(wiring.Component):
         sent = Signal(range(7))
         word = Signal(32)
         got = Signal(range(5))
+        drained = Signal(32)
         with m.FSM():
             with m.State("COMMAND"):
                 # Answers go out; a BYTE goes on the line.
@@ -101,9 +106,22 @@ class BoardSimBench(wiring.Component):
                 with m.If(self.cmd.valid & (cmd.op == HostOp.BYTE)):
                     m.d.comb += [tx.data.valid.eq(1), tx.data.payload.eq(cmd.value[:8]),
                                  self.cmd.ready.eq(tx.data.ready)]
+                with m.Elif(self.cmd.valid & (cmd.op == HostOp.DRAIN)):
+                    m.d.sync += drained.eq(0)
+                    m.next = "DRAIN"
                 with m.Elif(self.cmd.valid):
                     m.d.sync += [frame.eq(poll_frame), sent.eq(0), got.eq(0)]
                     m.next = "POLL_SEND"
+            with m.State("DRAIN"):
+                # Answers go out until ``value`` of them have.
+                m.d.comb += [self.res.valid.eq(rx.data.valid),
+                             self.res.payload.byte.eq(rx.data.payload),
+                             rx.data.ready.eq(self.res.ready)]
+                with m.If(drained == cmd.value):
+                    m.d.comb += self.cmd.ready.eq(1)
+                    m.next = "COMMAND"
+                with m.Elif(rx.data.valid & self.res.ready):
+                    m.d.sync += drained.eq(drained + 1)
             with m.State("POLL_SEND"):
                 m.d.comb += [tx.data.valid.eq(1), tx.data.payload.eq(frame[40:])]
                 with m.If(tx.data.ready):
@@ -162,11 +180,18 @@ def board_commands(program, *, dump_bytes=None):
         beats.append(layout.const({"op": HostOp.POLL,
                                    "addr": NPU_REGS_BASE + tm.base + status.offset,
                                    "mask": idle.mask, "value": idle.mask}).as_bits())
+    def drain(count):
+        beats.append(layout.const({"op": HostOp.DRAIN, "value": count}).as_bits())
+
     send(encode_read(NPU_REGS_BASE + tm.base + tm["EXC_STATUS"].offset, 1))
+    drain(4)
     dump = dump_bytes if dump_bytes is not None else len(program.memory)
     n = -(-dump // 4)
     for k in range(0, n, MAX_WORDS):
-        send(encode_read(k, min(MAX_WORDS, n - k)))
+        count = min(MAX_WORDS, n - k)
+        send(encode_read(k, count))
+        # One read in flight: its answer is out before the next frame is sent.
+        drain(4 * count)
     return beats, 4 * (1 + n)
 
 

@@ -199,6 +199,17 @@ PRESETS = {
         name="ecp5", cores=2, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=256, task_queues=8, mem_width=64, mem_kib=128,
         target="ULX3S, LFE5U-85F (84k LUT, 156 MULT18X18, 208 EBR)"),
+    # The board presets (docs/boards.md): what ``npu build --board`` builds by default.
+    "icebreaker": NPUConfig(
+        name="icebreaker", cores=1, macs=8, acc_slots=8, formats=("int8",),
+        planar_lanes=2, buffer_kib=32, task_queues=2, acc_memory="block",
+        mem_kib=64, kernel_kib=4, mac_impl="ice40",
+        target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues, 64 KiB system memory"),
+    "ulx3s": NPUConfig(
+        name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
+        planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
+        kernel_kib=8, mac_impl="ecp5",
+        target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory"),
     "ane": NPUConfig(
         name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=8, planar_pool_beats=3, buffer_kib=4096, task_queues=8,

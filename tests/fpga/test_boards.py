@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from npu.lib.csr import CSRSignature
 from npu.lib.wishbone import WishboneSignature
 from npu.top import NPUInfo
-from npu_fpga.boards import BOARDS, BoardSystem, BoardTop, board_files
+from npu_fpga.boards import BOARDS, BoardSystem, BoardTop, board_files, ecp5_pll, ice40_pll
 from npu_sim.streams import run_simulation
 from npu_sim.uart_host import decode_words, encode_read, encode_write, uart_receive, uart_send
 from npu_spec.bridge import NPU_REGS_BASE
@@ -127,6 +127,59 @@ def test_board_files(board, preset):
     assert set(BOARDS) == {"icebreaker", "ulx3s"}
 
 
+@pytest.mark.parametrize("out_mhz", [16, 18, 24, 25, 33.3, 40, 48, 50, 60, 75, 100, 120])
+def test_ice40_pll_dividers(out_mhz):
+    """The dividers give the frequency the formula of the iCE40 PLL says, within 1%, with the
+    phase detector, VCO and output in their ranges."""
+    s = ice40_pll(12, out_mhz)
+    p = s.params
+    pfd = 12 / (p["DIVR"] + 1)
+    vco = pfd * (p["DIVF"] + 1)
+    assert s.out_mhz == pytest.approx(vco / 2 ** p["DIVQ"])
+    assert abs(s.out_mhz - out_mhz) <= 0.01 * out_mhz
+    assert 10 <= pfd <= 133 and 533 <= vco <= 1066 and 1 <= p["DIVQ"] <= 6
+    assert p["FILTER_RANGE"] == (1 if pfd < 17 else 2 if pfd < 26 else 3)
+
+
+@pytest.mark.parametrize("out_mhz", [10, 25, 50, 60, 62.5, 65, 75, 100, 125, 133.33, 200])
+def test_ecp5_pll_dividers(out_mhz):
+    s = ecp5_pll(25, out_mhz)
+    p = s.params
+    assert s.out_mhz == pytest.approx(25 / p["CLKI_DIV"] * p["CLKFB_DIV"])
+    assert abs(s.out_mhz - out_mhz) <= 0.01 * out_mhz
+    assert 400 <= s.out_mhz * p["CLKOP_DIV"] <= 800 and 25 / p["CLKI_DIV"] >= 3.125
+
+
+def test_impossible_pll_frequencies_are_refused():
+    with pytest.raises(ValueError, match="SB_PLL40_PAD: the output must be 16 to 275 MHz"):
+        ice40_pll(12, 300)
+    with pytest.raises(ValueError, match="EHXPLLL: the output must be 3.125 to 400 MHz"):
+        ecp5_pll(25, 2)
+    with pytest.raises(ValueError, match="input frequency must be a positive"):
+        ecp5_pll(0, 50)
+
+
+@pytest.mark.parametrize("board,mhz,cell,params", [
+    ("icebreaker", 25, "SB_PLL40_PAD", ("DIVF", "DIVQ", "FILTER_RANGE")),
+    ("ulx3s", 60, "EHXPLLL", ("CLKI_DIV", "CLKFB_DIV", "CLKOP_DIV")),
+])
+def test_board_top_with_a_pll(board, mhz, cell, params):
+    """The PLL instance with its dividers, and the clock constraint of its output."""
+    config = PRESETS[board]
+    files = board_files(board, config, npu=StandInNPU(config), mem_bytes=4096, clk_mhz=mhz)
+    design = files["npu_board.il"]
+    instance = design[design.index(f"cell \\{cell} "):]
+    instance = instance[:instance.index("\n  end\n")]
+    setting = (ice40_pll(12, mhz) if board == "icebreaker" else ecp5_pll(25, mhz))
+    for name in params:
+        assert re.search(rf"parameter \\{name} {setting.params[name]}\b", instance), name
+    if board == "icebreaker":
+        assert "connect \\PACKAGEPIN" in instance
+        assert re.search(r"set_frequency \S+ 25.125\n", files["npu_board.pcf"])
+    else:
+        assert re.search(r'FREQUENCY NET "\S+" 60000000.0 HZ;', files["npu_board.lpf"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("board,preset", [("icebreaker", "ice40"), ("ulx3s", "ecp5")])
 def test_board_files_with_the_npu(board, preset):
@@ -180,10 +233,41 @@ def test_the_bridge_alone_fits_the_up5k():
     from npu_fpga.synth import synthesize
     dut = UARTBridge(clk_freq=12e6, baud=1e6, mem_bytes=64 * 1024)
     report = synthesize(dut, "ice40-up5k", name="bridge", freq_mhz=25, seed=1,
-                        nextpnr_opts=("--router", "router1"), progress=None)
+                        router="router1", progress=None)
     print(f"bridge on the UP5K: {report.luts - report.harness_luts} LUT4, "
           f"{report.ffs - report.harness_ffs} FF, {report.brams} EBR, "
           f"{report.fmax_mhz:.1f} MHz")
     assert report.luts - report.harness_luts < 700
     assert report.brams <= 1
     assert report.fmax_mhz > 25
+
+
+@pytest.mark.slow
+def test_digits_cnn_on_the_icebreaker_board_system():
+    """The int8 digits CNN compiled for the ``icebreaker`` preset, with one test image, through
+    the board system under Verilator (loaded, started, polled and read back over the bridge):
+    memory and logits equal the golden backend's byte for byte, as on the ``board`` backend's
+    golden fake (``tests/sim/test_board_host.py``)."""
+    import numpy as np
+
+    from npu_compiler.compile import compile_model
+    from npu_runtime.runtime import _outputs, prepare, run, session
+    from npu_sim.board_sim import board_run
+
+    from ..compiler.test_digits import MODEL, load_train_module
+
+    x_train, _, x_test, _ = load_train_module().load_split()
+    program = compile_model(str(MODEL), PRESETS["icebreaker"], fmt="int8",
+                            calibration={"input": x_train[:50]}, evaluator=session).program
+    x = {"input": x_test[2:3]}
+    golden = run(program, x, "golden")
+    prog = prepare(program, x)
+    t0 = time.perf_counter()
+    rtl = board_run(prog)
+    n = len(rtl["memory"])
+    assert rtl["memory"] == golden.memory[:n]
+    logits = _outputs(prog, rtl["memory"])["logits"]
+    assert logits.tobytes() == golden.outputs["logits"].tobytes()
+    assert np.argmax(logits) == np.argmax(golden.outputs["logits"])
+    print(f"digits on the icebreaker board system: {rtl['cycles']} cycles, "
+          f"{time.perf_counter() - t0:.0f} s")

@@ -1,0 +1,146 @@
+"""Running a program on a board over its UART bridge (``docs/boards.md``).
+
+:func:`run_on_board` is what ``npu run --backend board`` does through a
+:class:`npu_sim.uart_host.BridgeClient`:
+
+1. read ``NPU_INFO`` (``ID``, ``VERSION``, ``CONFIG0``..``CONFIG4``) and refuse a board whose
+   build differs from the program's configuration (:class:`BoardConfigError`);
+2. write the program's memory image, zeros up to the end of its last tensor included, so that
+   what an earlier run left in the board's memory cannot leak into this one;
+3. write the task manager's setup (:func:`npu_sim.system.setup_writes`), clear the trace
+   buffer and the bridge's status, and set ``CTRL.enable``;
+4. poll ``STATUS.idle`` until it is set, for at most ``timeout`` seconds
+   (:class:`BoardRunError`);
+5. read ``EXC_STATUS``, ``EXC_ADDR``, ``IRQ_STATUS``, the performance counters, every queue's
+   status, the trace buffer and the memory, and check the bridge's error flags.
+
+Every failure is a :class:`BoardRunError` (or :class:`npu_sim.uart_host.BridgeError` from the
+transport) with a one-line message.
+"""
+
+import time
+
+from npu_spec.registers import NPU_INFO, VERSION_MAJOR, npu_info_values
+from npu_spec.taskman import COUNTERS, task_manager_map
+
+from .system import WATCHDOG, setup_writes
+
+__all__ = ["BoardConfigError", "BoardRunError", "board_config", "check_board_config",
+           "run_on_board"]
+
+#: Registers of ``NPU_INFO`` that describe the build; compared with the program's.
+CONFIG_REGISTERS = ("CONFIG0", "CONFIG1", "CONFIG2", "CONFIG3", "CONFIG4")
+
+
+class BoardRunError(RuntimeError):
+    """A run on the board failed (timeout, an exception of the NPU, a bridge error)."""
+
+
+class BoardConfigError(BoardRunError):
+    """The board's NPU was built for another configuration than the program."""
+
+
+def board_config(client):
+    """``{register: {field: value}}`` of the board's ``CONFIG0``..``CONFIG4``, after
+    :meth:`BridgeClient.identify` has checked ``ID`` and ``VERSION``."""
+    major, minor = client.identify()
+    if major != VERSION_MAJOR:
+        raise BoardConfigError(f"the board on {client.name} has register interface "
+                               f"{major}.{minor}; this host speaks {VERSION_MAJOR}.x")
+    return {name: NPU_INFO[name].unpack(client.read_reg(NPU_INFO[name].offset), strict=False)
+            for name in CONFIG_REGISTERS}
+
+
+def check_board_config(client, config):
+    """:class:`BoardConfigError` naming the fields in which the board's build differs from
+    ``config``."""
+    want = npu_info_values(config)
+    got = board_config(client)
+    diffs = [f"{field} board {got[reg].get(field)} program {value}"
+             for reg in CONFIG_REGISTERS for field, value in want[reg].items()
+             if got[reg].get(field) != value]
+    if diffs:
+        raise BoardConfigError(f"the board on {client.name} was built for another "
+                               f"configuration than the program ({'; '.join(diffs)}); "
+                               f"program it with npu build --board BOARD --preset "
+                               f"{config.name} --program")
+
+
+def _image(program):
+    """The memory to load: the image, zeros up to the end of the last tensor."""
+    end = max([len(program.memory)] + [t.extent[1] for t in program.tensors])
+    return program.memory + bytes(end - len(program.memory))
+
+
+def run_on_board(client, program, *, timeout=60.0, poll_interval=0.01, trace_depth=64,
+                 watchdog=WATCHDOG, progress=None):
+    """Run ``program`` on the board behind ``client``; returns a dict like
+    :func:`npu_sim.system.rtl_run`'s: ``memory`` (the loaded extent), ``trace``
+    (``[(task_id, engine, end, error, queue, cycle)]``), ``registers`` (``EXC_STATUS``,
+    ``EXC_ADDR``, ``IRQ_STATUS`` and the counters by name), ``queues``
+    (``{index: Qi_STATUS}``), ``cycles`` (first task start to last task end in the trace) and
+    ``wall`` (seconds)."""
+    say = progress or (lambda msg: None)
+    cfg = program.config
+    tm = task_manager_map(cfg.task_queues)
+    t0 = time.perf_counter()
+    check_board_config(client, cfg)
+    image = _image(program)
+    say(f"board: loading {len(image)} bytes over {client.name}")
+    client.clear_status()
+    client.write_mem(0, image)
+    for addr, value in setup_writes(program, watchdog=watchdog):
+        client.write_reg(addr, value)
+    client.write_reg(NPU_INFO["TRACE_CTRL"].offset, NPU_INFO["TRACE_CTRL"].pack(clear=1))
+    client.check_status()
+    say("board: starting")
+    ctrl = tm["CTRL"]
+    client.write_reg(tm.base + ctrl.offset, ctrl.pack(enable=1))
+    _wait_idle(client, tm, timeout, poll_interval)
+    regs = {name: client.read_reg(tm.base + tm[name].offset)
+            for name in ("EXC_STATUS", "EXC_ADDR", "IRQ_STATUS") + tuple(n for n, _ in COUNTERS)}
+    queues = {q.index: client.read_reg(tm.base + tm[f"Q{q.index}_STATUS"].offset)
+              for q in program.queues}
+    trace = _read_trace(client, trace_depth)
+    say(f"board: reading {len(image)} bytes back")
+    memory = client.read_mem(0, len(image))
+    client.check_status()
+    starts = [t[5] for t in trace if not t[2]]
+    ends = [t[5] for t in trace if t[2]]
+    cycles = (max(ends) - min(starts)) & 0xFFFF_FFFF if starts and ends else None
+    return {"memory": memory, "trace": trace, "registers": regs, "queues": queues,
+            "cycles": cycles, "wall": time.perf_counter() - t0}
+
+
+def _wait_idle(client, tm, timeout, poll_interval):
+    status, idle = tm["STATUS"], tm["STATUS"]["idle"]
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while True:
+        if client.read_reg(tm.base + status.offset) & idle.mask:
+            # Twice in a row: the first read cannot have come before the work began.
+            seen += 1
+            if seen == 2:
+                return
+            continue
+        seen = 0
+        if time.monotonic() >= deadline:
+            raise BoardRunError(f"timeout: the NPU on {client.name} did not finish in "
+                                f"{timeout:g} s (STATUS.idle never set)")
+        time.sleep(poll_interval)
+
+
+def _read_trace(client, depth):
+    info = NPU_INFO
+    d0 = info["TRACE_DATA0"]
+    pop = info["TRACE_CTRL"].pack(pop=1)
+    trace = []
+    for _ in range(depth):
+        f = d0.unpack(client.read_reg(d0.offset))
+        if not f["valid"]:
+            break
+        cycle = client.read_reg(info["TRACE_DATA1"].offset)
+        client.write_reg(info["TRACE_CTRL"].offset, pop)
+        trace.append((f["task_id"], f["engine"], f["end"], f["error"], f["queue"], cycle))
+    return trace
+

@@ -1,0 +1,226 @@
+"""A board without hardware, for host tests of the ``board`` backend (``docs/boards.md``).
+
+:class:`GoldenBoard` is the bridge's reference model (:class:`npu_sim.uart_host.BridgeModel`)
+in front of :class:`GoldenNPURegisters`, the NPU's host registers acted out by the golden
+system model: the identification registers of a configuration, the task manager's setup
+registers, and on ``CTRL.enable`` a run of :func:`npu_model.system.run_program` on what the
+host loaded, after which ``STATUS.idle``, ``EXC_STATUS``, the queues' status, ``TASKS_RUN``
+and the trace buffer read as the hardware's would. The trace's cycle numbers are task
+ordinals (the golden model has no time): start ``2 k``, end ``2 k + 1`` for the ``k``-th task.
+
+:class:`FakeSerial` is a pyserial-compatible port (``write``, ``read`` returning fewer bytes
+after ``timeout`` seconds, ``reset_input_buffer``, ``close``) connected to a
+:class:`GoldenBoard`, with faults to inject: a silent line, corrupted bytes, a closed port.
+"""
+
+import time
+
+from npu_model.system import run_program
+from npu_spec.program import BaseEntry, Program, QueueSetup
+from npu_spec.registers import NPU_INFO, npu_info_values
+from npu_spec.taskman import task_manager_map
+
+from .uart_host import BridgeModel
+
+__all__ = ["FakeSerial", "GoldenBoard", "GoldenNPURegisters"]
+
+
+class GoldenNPURegisters:
+    """The NPU's host registers of a build with ``config`` over ``memory`` (a ``bytearray``
+    shared with the bridge model), acted out by the golden model (module documentation).
+
+    ``hang=True`` makes the NPU never finish (``STATUS.idle`` stays clear), for timeout
+    tests. Used by :class:`npu_sim.uart_host.BridgeModel` through ``get`` and item
+    assignment, like a dictionary.
+    """
+
+    def __init__(self, config, memory, *, hang=False):
+        self.config = config
+        self.memory = memory
+        self.hang = hang
+        self.tm = task_manager_map(config.task_queues)
+        self.written = {}
+        self.trace = []
+        self.state = {"EXC_STATUS": 0, "EXC_ADDR": 0, "TASKS_RUN": 0}
+        self.queue_status = {}
+        self.pushed = {}
+        self.done = False
+        self.cycle = 0
+        self.ro = {NPU_INFO[name].offset: NPU_INFO[name].pack(**fields)
+                   for name, fields in npu_info_values(config).items()}
+        # Register names by host word address: NPU_INFO's that change, the task manager's.
+        self.names = {NPU_INFO[n].offset: n for n in ("CYCLE", "TRACE_STATUS", "TRACE_DATA0",
+                                                      "TRACE_DATA1", "SCRATCH")}
+        self.names.update({self.tm.base + r.offset: r.name for r in self.tm.registers})
+
+    # The interface BridgeModel uses.
+    def get(self, reg, default=0):
+        self.cycle += 1
+        if reg in self.ro:
+            return self.ro[reg]
+        name = self.names.get(reg)
+        if name is None:
+            return default
+        return self._read(name)
+
+    def __setitem__(self, reg, value):
+        if reg == NPU_INFO["TRACE_CTRL"].offset:
+            f = NPU_INFO["TRACE_CTRL"].unpack(value, strict=False)
+            if f["clear"]:
+                self.trace.clear()
+            elif f["pop"] and self.trace:
+                self.trace.pop(0)
+            return
+        if reg == NPU_INFO["SCRATCH"].offset:
+            self.written["SCRATCH"] = value
+            return
+        name = self.names.get(reg)
+        if name is None or reg < self.tm.base:
+            return
+        self.written[name] = value
+        if name.endswith("_PUSH"):
+            queue = int(name[1:-len("_PUSH")])
+            self.pushed[queue] = self.pushed.get(queue, 0) + \
+                self.tm[name].unpack(value, strict=False)["count"]
+        elif name == "CTRL":
+            if self.tm["CTRL"].unpack(value, strict=False)["enable"]:
+                self._start()
+            else:
+                # Stopped: the host sets up a new run.
+                self.pushed.clear()
+                self.done = False
+
+    def _read(self, name):
+        if name == "CYCLE":
+            return self.cycle & 0xFFFF_FFFF
+        if name == "SCRATCH":
+            return self.written.get("SCRATCH", 0)
+        if name == "TRACE_STATUS":
+            return NPU_INFO["TRACE_STATUS"].pack(count=len(self.trace))
+        if name in ("TRACE_DATA0", "TRACE_DATA1"):
+            if not self.trace:
+                return 0
+            return self.trace[0][0 if name == "TRACE_DATA0" else 1]
+        if name == "STATUS":
+            idle = not self.hang and (self.done or not self.pushed)
+            return self.tm["STATUS"].pack(idle=int(idle))
+        if name in self.state:
+            return self.state[name]
+        if name.endswith("_STATUS") and name.startswith("Q"):
+            return self.queue_status.get(int(name[1:-len("_STATUS")]), 0)
+        return self.written.get(name, 0)
+
+    def _program(self):
+        tm, w = self.tm, self.written
+        entries = []
+        for j in range(8):
+            if f"BASE{j}" not in w:
+                break
+            entries.append(BaseEntry(tm[f"BASE{j}"].unpack(w[f"BASE{j}"])["address"],
+                                     tm[f"LIMIT{j}"].unpack(w.get(f"LIMIT{j}", 0))["words"]))
+        queues = []
+        for i, count in sorted(self.pushed.items()):
+            ctrl = tm[f"Q{i}_CTRL"].unpack(w.get(f"Q{i}_CTRL", 0), strict=False)
+            queues.append(QueueSetup(
+                i, priority=ctrl["priority"], network=ctrl["network"],
+                base_index=ctrl["base_index"],
+                head=w.get(f"Q{i}_HEAD", 0), tail=w.get(f"Q{i}_TAIL", 0), tasks=count))
+        return Program(self.config, base_table=entries, queues=queues,
+                       memory=bytes(self.memory))
+
+    def _start(self):
+        if self.hang or not self.pushed:
+            return
+        result = run_program(self._program())
+        self.memory[:len(result.memory)] = result.memory
+        d0 = NPU_INFO["TRACE_DATA0"]
+        for k, t in enumerate(result.tasks):
+            error = 15 if t.code is None else t.code
+            for end in (0, 1):
+                word = d0.pack(task_id=t.task_id, engine=t.engine, end=end,
+                               error=error if end else 0, queue=t.queue, valid=1)
+                self.trace.append((word, 2 * k + end))
+        self.state["TASKS_RUN"] = len(result.tasks)
+        retired = [q for q in result.queues if q.retired]
+        exc = self.tm["EXC_STATUS"]
+        for q in retired:
+            self.state["EXC_STATUS"] = exc.pack(cause=q.cause, queue=q.index,
+                                                count=len(retired), engine=q.engine or 0,
+                                                error_code=q.code)
+            self.state["EXC_ADDR"] = q.address or 0
+        for q in result.queues:
+            self.queue_status[q.index] = self.tm[f"Q{q.index}_STATUS"].pack(
+                count=self.pushed[q.index] - q.completed if q.retired else 0,
+                retired=int(q.retired))
+        self.done = True
+
+
+class GoldenBoard(BridgeModel):
+    """The bridge's reference model with :class:`GoldenNPURegisters` behind it and the
+    configuration's system memory (``config.mem_kib`` KiB)."""
+
+    def __init__(self, config, *, hang=False):
+        super().__init__(config.mem_kib * 1024)
+        self.regs = GoldenNPURegisters(config, self.memory, hang=hang)
+
+
+class FakeSerial:
+    """A pyserial-compatible port to a :class:`GoldenBoard` (or any bridge model).
+
+    Parameters
+    ----------
+    board : BridgeModel
+    timeout : float
+        Seconds a ``read`` waits when nothing has arrived (pyserial's ``timeout``).
+    silent : bool
+        Nothing answers (a board without the bridge, or a wrong baud rate).
+    corrupt : dict of int to int
+        ``{byte index: xor mask}``: bytes of the host's stream flipped on the line.
+    framing : bool
+        The bridge reports a framing error (``STATUS.framing``) after the first frame.
+    """
+
+    def __init__(self, board, *, timeout=0.01, silent=False, corrupt=None, framing=False):
+        self.board = board
+        self.timeout = timeout
+        self.silent = silent
+        self.corrupt = dict(corrupt or {})
+        self.framing = framing
+        self.sent = 0
+        self.is_open = True
+        self._rx = bytearray()
+
+    def write(self, data):
+        if not self.is_open:
+            raise OSError("the port is closed")
+        data = bytearray(data)
+        for k in range(len(data)):
+            data[k] ^= self.corrupt.get(self.sent + k, 0)
+        self.sent += len(data)
+        if not self.silent:
+            self._rx += self.board.feed(bytes(data))
+            if self.framing:
+                self.board.status["framing"] = 1
+        return len(data)
+
+    def read(self, size=1):
+        if not self.is_open:
+            raise OSError("the port is closed")
+        if not self._rx:
+            time.sleep(self.timeout)
+            return b""
+        out = bytes(self._rx[:size])
+        del self._rx[:size]
+        return out
+
+    @property
+    def in_waiting(self):
+        return len(self._rx)
+
+    def reset_input_buffer(self):
+        self._rx.clear()
+        self.board.idle()
+
+    def close(self):
+        self.is_open = False
+

@@ -1,0 +1,150 @@
+# amaranth: UnusedElaboratable=no
+"""``npu build`` (``npu_fpga.build``, ``docs/boards.md``). The quick tests run the whole flow
+with stand-in tools (shell scripts in place of Yosys, nextpnr and the packer) and a stand-in
+NPU, so that what is checked is the flow itself: the build plan's commands with seed, router
+and report, the fit report from nextpnr's log when the design does not fit (exit status 3, no
+bitstream), the report and bitstream when it does, and the programmer's errors. The real tools
+run in the ``synth`` group."""
+
+import json
+import os
+import stat
+
+import pytest
+
+import npu_fpga.boards
+from npu_cli.main import main
+from npu_fpga.build import ProgramError, build_board, program_board
+from npu_spec.config import preset
+
+from .test_boards import StandInNPU
+
+NO_FIT_LOG = """Info: Packing constants..
+Info: Device utilisation:
+Info: \t         ICESTORM_LC:  9133/ 5280   172%
+Info: \t        ICESTORM_RAM:    12/   30    40%
+Info: \t               SB_IO:     6/   96     6%
+Info: \t        ICESTORM_DSP:     4/    8    50%
+ERROR: Unable to place cell 'x', no Bels remaining of type 'ICESTORM_LC'
+"""
+
+FIT_REPORT = {
+    "utilization": {"ICESTORM_LC": {"used": 2000, "available": 5280},
+                    "ICESTORM_DSP": {"used": 4, "available": 8},
+                    "ICESTORM_RAM": {"used": 12, "available": 30},
+                    "ICESTORM_SPRAM": {"used": 2, "available": 4}},
+    "fmax": {"pll_clk": {"achieved": 31.7, "constraint": 25.125}},
+}
+
+
+def _script(path, body):
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+@pytest.fixture
+def tools(tmp_path, monkeypatch):
+    """Stand-in tools; ``tools(fits)`` installs them. The nextpnr stand-in records its
+    arguments in ``nextpnr.args``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+
+    def install(fits):
+        monkeypatch.setenv("YOSYS", _script(bin_dir / "yosys",
+                                            "echo '{\"modules\": {}}' > npu_board.json\n"))
+        if fits:
+            report = json.dumps(FIT_REPORT).replace("'", "")
+            pnr = (f'echo "$@" > {bin_dir}/nextpnr.args\n'
+                   f"echo '{report}' > npu_board.report.json\ntouch npu_board.asc\n")
+        else:
+            pnr = (f'echo "$@" > {bin_dir}/nextpnr.args\n'
+                   f"cat <<'EOF'\n{NO_FIT_LOG}EOF\nexit 1\n")
+        monkeypatch.setenv("NEXTPNR_ICE40", _script(bin_dir / "nextpnr-ice40", pnr))
+        monkeypatch.setenv("ICEPACK", _script(bin_dir / "icepack", 'cp "$1" "$2"\n'))
+        return bin_dir
+    # The board's NPU is a stand-in: the flow, not the NPU, is under test.
+    monkeypatch.setattr(npu_fpga.boards, "NPUTop", StandInNPU)
+    return install
+
+
+def test_a_design_that_does_not_fit_is_reported(tools, tmp_path):
+    bin_dir = tools(fits=False)
+    report = build_board("icebreaker", preset("icebreaker"), seed=7, clk_mhz=25,
+                         build_dir=tmp_path / "b")
+    assert not report.fits and report.bitstream is None and report.fmax_mhz is None
+    assert report.logic_cells == 9133 and report.dsps == 4 and report.brams == 12
+    assert report.utilization["ICESTORM_LC"] == {"used": 9133, "available": 5280}
+    assert "ICESTORM_LC 9133/5280" in report.message
+    args = (bin_dir / "nextpnr.args").read_text().split()
+    assert args[args.index("--seed") + 1] == "7"
+    assert args[args.index("--router") + 1] == "router1"
+    assert "--timing-allow-fail" in args and "--up5k" in args
+    # Yosys gets the UP5K's DSPs and SPRAMs.
+    assert "synth_ice40 -dsp -spram" in (tmp_path / "b" / "npu_board.ys").read_text()
+
+
+def test_a_design_that_fits_gets_a_bitstream(tools, tmp_path):
+    tools(fits=True)
+    report = build_board("icebreaker", preset("icebreaker"), router="router2", clk_mhz=25,
+                         build_dir=tmp_path / "b")
+    assert report.fits and report.fmax_mhz == 31.7 and report.met
+    assert report.target_mhz == 25.125        # what the PLL makes from 12 MHz
+    assert report.logic_cells == 2000 and report.spram == 2 and report.router == "router2"
+    assert report.bitstream == str(tmp_path / "b" / "npu_board.bin")
+    assert os.path.exists(report.bitstream)
+    assert report.pnr_seconds is not None and report.pnr_seconds >= 0
+
+
+def test_npu_build_json_and_exit_status(tools, tmp_path, capsys):
+    tools(fits=False)
+    rc = main(["build", "--board", "icebreaker", "--json", "--build-dir", str(tmp_path / "b")])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 3
+    for key in ("fmax_mhz", "target_mhz", "met", "luts", "logic_cells", "dsps", "brams",
+                "utilization", "fits", "pnr_seconds", "router", "bitstream"):
+        assert key in out, key
+    assert out["fits"] is False and out["bitstream"] is None and out["router"] == "router1"
+    tools(fits=True)
+    assert main(["build", "--board", "icebreaker", "--build-dir", str(tmp_path / "b")]) == 0
+    assert "Fmax 31.7 MHz, target 25.125 MHz: met" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["build", "--board", "arty"], "invalid choice"),
+    (["build", "--board", "icebreaker", "--clock", "400"], "SB_PLL40_PAD: the output must be"),
+    (["build", "--board", "ulx3s", "--clock", "fast"], "expected a clock in MHz"),
+    (["build", "--board", "ulx3s", "--timeout", "-1"], "seconds >= 0"),
+])
+def test_npu_build_bad_arguments(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_programming_without_a_board_is_one_clear_line(tmp_path, monkeypatch):
+    bitstream = tmp_path / "npu_board.bit"
+    bitstream.write_bytes(b"\0")
+    fake = _script(tmp_path / "openFPGALoader",
+                   "echo 'unable to open ftdi device: -3 (device not found)' >&2\nexit 1\n")
+    monkeypatch.setenv("OPENFPGALOADER", fake)
+    with pytest.raises(ProgramError, match=r"could not program the ulx3s \(is the board "
+                                           r"attached over USB\?\): unable to open ftdi"):
+        program_board("ulx3s", str(bitstream))
+    monkeypatch.setenv("ICEPROG", str(tmp_path / "no-such-iceprog"))
+    with pytest.raises(ProgramError, match=r"iceprog is not installed \(apt-get install "
+                                           r"fpga-icestorm"):
+        program_board("icebreaker", str(bitstream))
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("board,mhz", [("icebreaker", 25), ("ulx3s", 60)])
+def test_a_small_board_top_builds_with_the_real_tools(board, mhz, tmp_path):
+    """The board top with its PLL, the bridge, 4 KiB of memory and a stand-in NPU through Yosys,
+    nextpnr and the packer: it fits, meets the PLL's clock, and the bitstream is written."""
+    config = preset(board)
+    report = build_board(board, config, clk_mhz=mhz, build_dir=tmp_path,
+                         npu=StandInNPU(config), mem_bytes=4096)
+    print(report.format())
+    assert report.fits and report.met and os.path.getsize(report.bitstream) > 1000
+    assert report.target_mhz == pytest.approx(mhz, rel=0.01)

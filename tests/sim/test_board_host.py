@@ -1,0 +1,120 @@
+"""The ``board`` backend without a board (``npu_sim.board_host``, ``docs/boards.md``): the host
+protocol runs through a pyserial-compatible fake port, the bridge's reference model and the
+NPU's registers acted out by the golden system model (``npu_sim.board_model``); outputs and
+memory must equal the golden backend's byte for byte. Then the failures: a board built for
+another configuration, an NPU that never finishes, a silent line, a framing error."""
+
+import numpy as np
+import pytest
+
+from npu_compiler.compile import compile_model
+from npu_runtime.runtime import run, session
+from npu_sim.board_host import BoardConfigError, BoardRunError, run_on_board
+from npu_sim.board_model import FakeSerial, GoldenBoard
+from npu_sim.uart_host import BridgeClient, BridgeError
+from npu_spec.config import preset
+from npu_spec.registers import NPU_INFO
+
+from ..compiler.test_digits import MODEL, load_train_module
+
+
+@pytest.fixture(scope="module")
+def digits():
+    x_train, _, x_test, _ = load_train_module().load_split()
+    compiled = compile_model(str(MODEL), preset("icebreaker"), fmt="int8",
+                             calibration={"input": x_train[:50]}, evaluator=session)
+    return compiled.program, x_test
+
+
+def _client(board, **port):
+    return BridgeClient(FakeSerial(board, **port), timeout=0.2, name="fake port")
+
+
+def test_board_backend_equals_golden_byte_for_byte(digits):
+    """Three digits images, one after the other on the same board (so a run must not depend
+    on what the previous one left in memory): logits and the loaded memory extent equal the
+    golden backend's, bit for bit."""
+    program, x_test = digits
+    board = GoldenBoard(program.config)
+    client = _client(board)
+    for k in (0, 7, 3):
+        x = {"input": x_test[k:k + 1]}
+        golden = run(program, x, "golden")
+        got = run(program, x, "board", board=client)
+        for name, value in golden.outputs.items():
+            assert got.outputs[name].tobytes() == value.tobytes()
+        assert len(got.memory) >= len(program.memory)
+        assert got.memory == golden.memory[:len(got.memory)]
+        # The trace: every task of the program started and ended, in order.
+        tasks = program.queues[0].tasks
+        assert len(got.tasks) == tasks and [t[0] for t in got.tasks] == sorted(
+            t[0] for t in got.tasks)
+    # The runs differ (different images give different logits).
+    assert not np.array_equal(run(program, {"input": x_test[0:1]}, "golden").outputs["logits"],
+                              run(program, {"input": x_test[7:8]}, "golden").outputs["logits"])
+
+
+def test_run_on_board_reads_counters_queues_and_trace(digits):
+    program, x_test = digits
+    from npu_runtime.runtime import prepare
+    prog = prepare(program, {"input": x_test[:1]})
+    res = run_on_board(_client(GoldenBoard(program.config)), prog)
+    assert res["registers"]["TASKS_RUN"] == program.queues[0].tasks
+    assert res["registers"]["EXC_STATUS"] & 0xFF == 0
+    assert res["queues"] == {0: 0}
+    assert len(res["trace"]) == 2 * program.queues[0].tasks
+    assert res["cycles"] == 2 * program.queues[0].tasks - 1     # task ordinals on the fake
+
+
+def test_a_board_of_another_configuration_is_refused(digits):
+    program, x_test = digits
+    board = GoldenBoard(preset("ulx3s"))
+    with pytest.raises(BoardConfigError, match=r"another configuration.*macs board 32 "
+                                               r"program 8") as info:
+        run(program, {"input": x_test[:1]}, "board", board=_client(board))
+    assert "\n" not in str(info.value)
+    # Nothing was written before the check.
+    assert not any(board.memory)
+
+
+def test_an_npu_that_never_finishes_times_out(digits):
+    program, x_test = digits
+    board = GoldenBoard(program.config, hang=True)
+    with pytest.raises(BoardRunError, match=r"^timeout: the NPU on fake port did not finish "
+                                            r"in 0.3 s"):
+        run(program, {"input": x_test[:1]}, "board", board=_client(board), board_timeout=0.3)
+
+
+def test_a_silent_line_is_a_timeout(digits):
+    program, x_test = digits
+    with pytest.raises(BridgeError, match=r"^timeout: the read of 1 words .* answered 0 of 4 "
+                                          r"bytes in 0.2 s on fake port"):
+        run(program, {"input": x_test[:1]}, "board",
+            board=_client(GoldenBoard(program.config), silent=True))
+
+
+def test_a_framing_error_is_reported(digits):
+    program, x_test = digits
+    with pytest.raises(BridgeError, match=r"the bridge on fake port reports: framing"):
+        run(program, {"input": x_test[:1]}, "board",
+            board=_client(GoldenBoard(program.config), framing=True))
+
+
+def test_a_corrupted_identification_is_refused(digits):
+    """A byte of the first read frame flipped on the line: the answer is not this NPU's ID
+    (or none comes), never a run."""
+    program, x_test = digits
+    board = GoldenBoard(program.config)
+    # Byte 5 is the address's low byte of the first frame (the read of NPU_INFO.ID).
+    client = _client(board, corrupt={5: NPU_INFO["VERSION"].offset})
+    with pytest.raises(BridgeError, match=r"is not this NPU: ID reads"):
+        run(program, {"input": x_test[:1]}, "board", board=client)
+
+
+def test_another_register_interface_is_refused(digits):
+    program, x_test = digits
+    board = GoldenBoard(program.config)
+    board.regs.ro[NPU_INFO["VERSION"].offset] = NPU_INFO["VERSION"].pack(major=2, minor=0)
+    with pytest.raises(BoardConfigError, match=r"has register interface 2.0; this host speaks "
+                                               r"1.x"):
+        run(program, {"input": x_test[:1]}, "board", board=_client(board))
