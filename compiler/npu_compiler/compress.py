@@ -21,7 +21,7 @@ import numpy as np
 from npu_model.builder import KernelBlob
 from npu_model.kernel_codec import PALETTE_BITS, build_palette, is_zero
 from npu_model.kernel_codec import encode as kernel_encode
-from npu_spec.kernel import CHUNK
+from npu_spec.kernel import CHUNK, encoding_accepted
 from npu_spec.mac import MacFormat
 
 from .graph import CompileError
@@ -156,10 +156,13 @@ def _exact_bits(groups, coef_fp16, sparse):
     return next((b for b in PALETTE_BITS[1:] if most <= 1 << b), None)
 
 
-def choices(codes, fmt, slots):
+def choices(codes, fmt, slots, extract="full"):
     """Every lossless :class:`Choice` for ``codes`` ``[K, C, KH, KW]`` in MAC format ``fmt``
     split into groups of ``slots`` output channels, smallest first (ties: sparse first, as
-    it skips zero coefficients in fewer extractor cycles; then raw before palettized)."""
+    it skips zero coefficients in fewer extractor cycles; then raw before palettized).
+    Encodings the ``extract`` build of the kernel extractor does not decode
+    (``npu_spec.kernel.encoding_accepted``) are left out; raw always stays (the program
+    builder refuses it with a clear error where the build cannot run it)."""
     coef_fp16 = MacFormat(fmt).coef_fp16
     groups = _groups(codes, slots)
     has_zero = any(bool(is_zero(g.astype(np.int64), coef_fp16).any()) for g in groups)
@@ -171,25 +174,28 @@ def choices(codes, fmt, slots):
             bits_options.append(bits)
         for bits in bits_options:
             total = sum(sum(encoding_sizes(g, coef_fp16, bits, sparse=sparse)) for g in groups)
-            out.append(Choice(sparse, bits, total))
+            if encoding_accepted(extract, coef_fp16=coef_fp16, sparse=sparse, palette=bits) \
+                    or not (sparse or bits):
+                out.append(Choice(sparse, bits, total))
     return sorted(out, key=lambda c: (c.bytes, not c.sparse, c.palette))
 
 
 def encode_kernels(codes, *, fmt, bias, scale, shift=0, groups=1, slots, palette_bits=None,
-                   raw=False, name=None):
+                   raw=False, name=None, extract="full"):
     """``(blob, raw_bytes, choice)``: ``codes`` ``[K, C / groups, KH, KW]`` (int8 values, or
     binary16 codes) encoded as the smallest lossless :class:`Choice` after palettizing to
     ``palette_bits`` levels when given (lossy), with per-channel ``bias``, ``scale``,
     ``shift`` (32-bit patterns, as ``ProgramBuilder.kernels``). ``raw_bytes`` is the
     kernel-memory size of the raw encoding of the weights as given (before any palettizing),
-    for the report (``raw``: keep that encoding); the blob's is ``4 * blob.words``."""
+    for the report (``raw``: keep that encoding); the blob's is ``4 * blob.words``. Only
+    encodings the ``extract`` build decodes are chosen (:func:`choices`)."""
     fmt = MacFormat(fmt)
     codes = np.asarray(codes)
     raw_bytes = next(c.bytes for c in choices(codes, fmt, slots)
                      if not c.sparse and not c.palette)
     if palette_bits:
         codes = palettize(codes, palette_bits, fmt.coef_fp16)
-    options = choices(codes, fmt, slots)
+    options = choices(codes, fmt, slots, extract)
     best = next(c for c in options if not c.sparse and not c.palette) if raw else options[0]
     k = codes.shape[0]
     bias, scale, shift = (np.broadcast_to(np.asarray(v, np.int64), (k,))

@@ -243,7 +243,7 @@ class _Int8:
         blob, raw_bytes, choice = encode_kernels(
             q.weights, fmt=MacFormat[args["fmt"].upper()], bias=args["bias"],
             scale=args["scale"], shift=args["shift"], groups=groups, slots=self.cfg.acc_slots,
-            palette_bits=palette, raw=self.compression.raw)
+            palette_bits=palette, raw=self.compression.raw, extract=self.cfg.kernel_extract)
         self.row["kernel_raw_bytes"] += raw_bytes
         self.row["kernel_encoding"] = choice.name(blob.fmt)
         return blob

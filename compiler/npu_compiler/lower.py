@@ -425,7 +425,8 @@ class Lowering:
             self._blobs[key] = encode_kernels(codes, fmt=self.mac_fmt, bias=bias, scale=scale,
                                               groups=groups, slots=self.cfg.acc_slots,
                                               palette_bits=palette,
-                                              raw=self.compression.raw)
+                                              raw=self.compression.raw,
+                                              extract=self.cfg.kernel_extract)
         return self._blobs[key]
 
     def conv_task(self, src, w, bias, scale, groups, dst, stride=1, pad=0, dilation=1,

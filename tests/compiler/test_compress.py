@@ -150,6 +150,29 @@ def test_choice_is_the_smallest_lossless_encoding(fmt, kind):
     assert choices(codes, fmt, 8)[0] == choice
 
 
+@pytest.mark.parametrize("kind", ["zeros", "few", "few_zeros"])
+def test_dense_int8_extractor_gets_raw_kernels(kind):
+    """A build whose kernel extractor decodes only dense raw int8 bodies
+    (``kernel_extract="dense_int8"``) is given raw kernels even where sparse or palettized
+    encodings are smaller, and the program builder accepts them."""
+    from npu_model.builder import ProgramBuilder
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((12, 5, 3, 3))
+    if "zeros" in kind:
+        w[rng.random(w.shape) < 0.7] = 0
+    if "few" in kind:
+        w = np.round(w * 2) / 2
+    codes = np.clip(np.round(w * 20), -127, 127).astype(np.int8)
+    assert encode_kernels(codes, fmt=0, bias=0, scale=0, slots=8)[2].name(0) != "raw"
+    blob, raw_bytes, choice = encode_kernels(codes, fmt=0, bias=0, scale=0, slots=8,
+                                             extract="dense_int8")
+    assert choice.name(0).startswith("raw") and 4 * blob.words == raw_bytes
+    assert [c.name(0) for c in choices(codes, 0, 8, "dense_int8")] == [choice.name(0)]
+    lean = preset("icebreaker")
+    assert lean.kernel_extract == "dense_int8"
+    ProgramBuilder(lean).kernels(codes, fmt="int8")
+
+
 # ---- lossless: the same outputs as raw kernels -------------------------------------------
 
 LOSSLESS = [("sparse", "fp16"), ("sparse", "int8"), ("sparse", "mixed"), ("few", "fp16"),
