@@ -26,7 +26,7 @@ from .layouts import (
     MAX_KERNEL,
     coef_beat_layout,
     kernel_config_layout,
-    param_beat_layout,
+    kernel_extractor_signature,
     slot_shape,
 )
 
@@ -261,20 +261,7 @@ class KernelExtractDense(wiring.Component):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         self._config = config
-        slots = config.acc_slots
-        super().__init__({
-            "cfg":          In(kernel_config_layout(slots)),
-            "header":       In(stream.Signature(KERNEL_WORD)),
-            "body":         In(stream.Signature(KERNEL_WORD)),
-            "start_header": In(1),
-            "start_body":   In(1),
-            "params":       Out(stream.Signature(param_beat_layout(slots))),
-            "coefs":        Out(stream.Signature(coef_beat_layout(slots))),
-            "busy":         Out(1),
-            "done":         Out(1),
-            "error":        Out(1),
-            "error_code":   Out(KernelError),
-        })
+        super().__init__(kernel_extractor_signature(config.acc_slots))
 
     @property
     def config(self):

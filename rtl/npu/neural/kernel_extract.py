@@ -10,9 +10,8 @@ counts: the header decoder (``npu.neural.kernel_header``) and the body decoder
 """
 
 from amaranth.hdl import Const, Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
 from npu_spec.kernel import PALETTE_BITS
@@ -21,11 +20,8 @@ from .kernel_body import BodyDecoder
 from .kernel_dense import KernelExtractDense
 from .kernel_header import HeaderDecoder, KernelError, palette_width
 from .layouts import (
-    KERNEL_WORD,
     MAX_KERNEL,
-    coef_beat_layout,
-    kernel_config_layout,
-    param_beat_layout,
+    kernel_extractor_signature,
 )
 
 __all__ = ["KernelError", "KernelExtract", "KernelExtractDense", "kernel_extractor"]
@@ -66,20 +62,7 @@ class KernelExtract(wiring.Component):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         self._config = config
-        slots = config.acc_slots
-        super().__init__({
-            "cfg":          In(kernel_config_layout(slots)),
-            "header":       In(stream.Signature(KERNEL_WORD)),
-            "body":         In(stream.Signature(KERNEL_WORD)),
-            "start_header": In(1),
-            "start_body":   In(1),
-            "params":       Out(stream.Signature(param_beat_layout(slots))),
-            "coefs":        Out(stream.Signature(coef_beat_layout(slots))),
-            "busy":         Out(1),
-            "done":         Out(1),
-            "error":        Out(1),
-            "error_code":   Out(KernelError),
-        })
+        super().__init__(kernel_extractor_signature(config.acc_slots))
 
     @property
     def config(self):

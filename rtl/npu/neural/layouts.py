@@ -14,10 +14,11 @@ values derived from them at the start of a layer as one :func:`geometry_layout` 
 """
 
 from amaranth.hdl import signed, unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from npu_spec import kernel as kernel_spec
 from npu_spec import mac as mac_spec
 from npu_spec.kernel import MAX_KERNEL
 from npu_spec.neural import LAYER_REGISTERS
@@ -26,7 +27,8 @@ from ..lib.enums import hw_enum
 
 __all__ = [
     "KERNEL_WORD", "MAX_KERNEL", "KernelReadSignature", "MacFormat", "MacOp",
-    "coef_beat_layout", "geometry_layout", "kernel_config_layout", "layer_layout",
+    "coef_beat_layout", "geometry_layout", "kernel_config_layout", "kernel_extractor_signature",
+    "layer_layout",
     "mac_command_layout", "mac_result_layout", "param_beat_layout", "param_store_layout",
     "postproc_out_layout",
     "row_data_layout", "row_request_layout", "row_tag_layout", "row_write_layout",
@@ -204,6 +206,25 @@ def kernel_config_layout(slots):
         "kh":        5,
         "kw":        5,
         "ocg":       slot_shape(slots + 1),
+    })
+
+
+def kernel_extractor_signature(slots):
+    """The ports of every kernel extractor build (``npu.neural.kernel_extract``): the layer's
+    kernel configuration, the header and body word streams with their start pulses, the
+    parameter and coefficient beats out, and the part's status."""
+    return wiring.Signature({
+        "cfg":          In(kernel_config_layout(slots)),
+        "header":       In(stream.Signature(KERNEL_WORD)),
+        "body":         In(stream.Signature(KERNEL_WORD)),
+        "start_header": In(1),
+        "start_body":   In(1),
+        "params":       Out(stream.Signature(param_beat_layout(slots))),
+        "coefs":        Out(stream.Signature(coef_beat_layout(slots))),
+        "busy":         Out(1),
+        "done":         Out(1),
+        "error":        Out(1),
+        "error_code":   Out(hw_enum(kernel_spec.KernelError)),
     })
 
 
