@@ -10,7 +10,7 @@ and route ran past ``--timeout``, or programming failed; 2 bad arguments.
 
 import argparse
 
-from npu_cli.util import CLIError, preset_arg, progress
+from npu_cli.util import CLIError, preset_arg, progress, seconds
 
 __all__ = ["EXIT_NO_FIT", "add_commands"]
 
@@ -27,16 +27,6 @@ def _clock_arg(text):
         value = -1.0
     if not 0 < value < 1000:
         raise argparse.ArgumentTypeError(f"expected a clock in MHz or 'osc', got {text!r}")
-    return value
-
-
-def _seconds(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
     return value
 
 
@@ -91,7 +81,7 @@ def add_commands(sub):
     b.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (default 1)")
     b.add_argument("--router", choices=("router1", "router2"), default=None,
                    help="nextpnr router (default: router1 for the iCE40, router2 for the ECP5)")
-    b.add_argument("--timeout", type=_seconds, default=DEFAULT_PNR_TIMEOUT, metavar="SECONDS",
+    b.add_argument("--timeout", type=seconds, default=DEFAULT_PNR_TIMEOUT, metavar="SECONDS",
                    help=f"stop place and route after this many seconds with an error "
                    f"(default {DEFAULT_PNR_TIMEOUT}; 0 for no limit)")
     b.add_argument("--clock", type=_clock_arg, default=None, metavar="MHZ|osc",

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from npu_cli.util import CLIError, Parser, positive, preset_arg, probability, progress
+from npu_cli.util import CLIError, Parser, positive, preset_arg, probability, progress, seconds
 
 __all__ = ["main"]
 
@@ -200,7 +200,7 @@ def cmd_sim_mac(args):
         except VerilatorError as e:
             raise CLIError(str(e).splitlines()[0]) from None
         cycles = stats["cycles"]
-    seconds = time.perf_counter() - t0
+    wall = time.perf_counter() - t0
 
     mismatches = compare_results(expected, got, limit=args.max_mismatches)
     n_bad = sum(int(np.count_nonzero(e[2] != g[2])) for e, g in zip(expected, got)) + \
@@ -215,7 +215,7 @@ def cmd_sim_mac(args):
         "ops_per_cycle": round(ops / max(1, cycles), 2),
         # Wall time of the whole RTL run: elaboration, Verilog generation and (Verilator) the
         # build-cache lookup included, so it is not a simulator speed.
-        "rtl_wall_seconds": round(seconds, 3),
+        "rtl_wall_seconds": round(wall, 3),
     }
     if args.dump:
         np.savez_compressed(
@@ -268,16 +268,6 @@ def cmd_synth(args):
         print(f"{args.block} of preset {args.preset.name} on {args.target}:")
         print(report.format())
     return 0
-
-
-def _seconds(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
-    return value
 
 
 # ---- parser ---------------------------------------------------------------------------------
@@ -349,7 +339,7 @@ def build_parser():
     y.add_argument("--router", choices=("router1", "router2"), default=None,
                    help="nextpnr router (default: router1 for ice40, router2 for ecp5; "
                    "see docs/synthesis.md)")
-    y.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+    y.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                    help="stop place and route after this many seconds with an error "
                    "(default 30 minutes; 0 for no limit)")
     y.add_argument("--build-dir", default=None, help="where to put tool files")

@@ -54,6 +54,17 @@ def positive(text):
     return value
 
 
+def seconds(text):
+    """``type=`` for a number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
 def probability(text):
     """``type=`` for a probability in [0, 1)."""
     try:
