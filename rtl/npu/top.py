@@ -299,19 +299,21 @@ CORE_MODULE = "npu_neural_core"
 
 
 def shared_core(config):
-    """The neural engine core of ``config`` as a :class:`~npu.lib.shared.SharedModule`."""
+    """The neural engine core of ``config`` as a :class:`~npu.lib.shared.SharedModule`, its MAC
+    array built from one shared MAC unit (for the generic MAC implementation)."""
     from .lib.shared import SharedModule
-    return SharedModule(NeuralEngine(config, core=0), CORE_MODULE)
+    from .neural.mac_select import shared_mac_unit
+    unit = shared_mac_unit(config)
+    return SharedModule(NeuralEngine(config, core=0, mac_unit=unit), CORE_MODULE, parts=[unit])
 
 
 def top_verilog(config, *, name="top", wrap=None):
-    """Verilog of the whole NPU (or of ``wrap(NPUTop)``, a bench holding it): with more than
-    one core, the core is converted once and instantiated ``config.cores`` times."""
+    """Verilog of the whole NPU (or of ``wrap(NPUTop)``, a bench holding it): the core is
+    converted once and instantiated ``config.cores`` times, and its MAC unit converted once and
+    instantiated ``config.macs`` times."""
     from amaranth.back import verilog
-    core = shared_core(config) if config.cores > 1 else None
+    core = shared_core(config)
     top = NPUTop(config, shared_core=core)
     design = wrap(top) if wrap else top
     text = verilog.convert(design, name=name, emit_src=False)
-    if core is not None:
-        text += "\n" + core.verilog()
-    return text
+    return text + "\n" + core.verilog()

@@ -181,7 +181,7 @@ def board_run(program, *, progress=None, max_cycles=20_000_000):
     cfg = program.config
     dump = max([len(program.memory)] + [t.extent[1] for t in program.tensors])
     beats, expected = board_commands(program, dump_bytes=dump)
-    core = shared_core(cfg) if cfg.cores > 1 else None
+    core = shared_core(cfg)
     mem_bytes = program.memory_bytes
     bench = BoardSimBench(cfg, mem_bytes=mem_bytes, shared_core=core)
     # The cache key's source digest covers npu, npu_spec and npu_sim; add the board system.

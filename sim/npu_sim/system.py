@@ -393,7 +393,7 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
     stats = {}
     if backend == "verilator":
         from .verilator import StreamBench
-        core = shared_core(cfg) if cfg.cores > 1 else None
+        core = shared_core(cfg)
         bench = SystemBench(cfg, latency=latency, shared_core=core)
         sb = StreamBench(bench, in_name="cmd", out_name="res", progress=say,
                          key=("system", cfg, latency),
