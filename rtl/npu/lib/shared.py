@@ -5,8 +5,7 @@ many identical blocks (the ``ane`` preset's 16 neural engine cores) that costs t
 memory in proportion to the count. :class:`SharedModule` converts the block once, under a
 module name, and places it by name (an ``Instance``) wherever it is needed: the design that
 holds the instances is converted without the block, and the two Verilog texts together are
-the whole design. Shared blocks nest: a shared block lists the shared blocks it instantiates
-(``parts``), and its Verilog includes theirs (the neural engine core and its MAC unit). The
+the whole design. The
 Amaranth simulator cannot run such a design; use it for Verilog output and Verilator builds.
 """
 
@@ -14,7 +13,7 @@ from amaranth.hdl import ClockSignal, Instance, ResetSignal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-__all__ = ["SharedModule"]
+__all__ = ["SharedModule", "SharedModules", "place"]
 
 
 class SharedModule:
@@ -26,21 +25,13 @@ class SharedModule:
         The block (its ports are those of every instance).
     name : str
         Verilog module name.
-    parts : iterable of SharedModule
-        Shared blocks that ``component`` instantiates (``None`` entries are left out): their
-        Verilog goes with this block's.
     """
 
-    def __init__(self, component, name, *, parts=()):
+    def __init__(self, component, name):
         if not isinstance(component, wiring.Component):
             raise TypeError(f"component must be a wiring.Component, not {component!r}")
-        parts = tuple(part for part in parts if part is not None)
-        for part in parts:
-            if not isinstance(part, SharedModule):
-                raise TypeError(f"parts must be SharedModules, not {part!r}")
         self.component = component
         self.name = name
-        self.parts = parts
         self._verilog = None
 
     @property
@@ -48,30 +39,65 @@ class SharedModule:
         return self.component.signature
 
     def verilog(self):
-        """The Verilog of the block and of its parts, each module once (converted on first
-        use)."""
-        texts = {}
-        self._collect(texts)
-        return "\n".join(texts.values())
-
-    def _collect(self, texts):
-        if self.name in texts:
-            return
+        """The block's Verilog (converted on first use)."""
         if self._verilog is None:
             from amaranth.back import verilog
             self._verilog = verilog.convert(self.component, name=self.name, emit_src=False)
-        texts[self.name] = self._verilog
-        for part in self.parts:
-            part._collect(texts)
+        return self._verilog
 
-    def instance(self, m, inst_name):
+    def instance(self, m, inst_name, *, reset=None):
         """Add an instance called ``inst_name`` to module ``m``; returns an interface object
-        with the block's signature (its members are the instance's ports)."""
+        with the block's signature (its members are the instance's ports).
+
+        ``reset`` is a synchronous reset of the instance besides the domain's: a
+        ``ResetInserter`` around ``m`` does not reach into an instance, so a block that stands
+        where an inserter's clear would have reset it gets the clear here.
+        """
         iface = self.component.signature.create(path=(inst_name,))
-        ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
+        rst = ResetSignal() if reset is None else ResetSignal() | reset
+        ports = {"i_clk": ClockSignal(), "i_rst": rst}
         for path, member, value in self.component.signature.flatten(iface):
             port = "__".join(str(part) for part in path)
             prefix = "i_" if member.flow == In else "o_"
             ports[prefix + port] = Value.cast(value)
         m.submodules[inst_name] = Instance(self.name, **ports)
         return iface
+
+
+class SharedModules:
+    """The shared blocks of one design, each built and converted once, by module name."""
+
+    def __init__(self):
+        self._modules = {}
+
+    def get(self, name, build):
+        """The :class:`SharedModule` called ``name``; ``build()`` makes its component when the
+        name is first asked for."""
+        module = self._modules.get(name)
+        if module is None:
+            module = self._modules[name] = SharedModule(build(), name)
+        return module
+
+    def names(self):
+        """Module names of the blocks asked for so far."""
+        return list(self._modules)
+
+    def verilog(self):
+        """The Verilog of every shared block, converting blocks that the conversion of others
+        asks for (a core's MAC unit) until none is left."""
+        texts = []
+        while len(texts) < len(self._modules):
+            texts.append(list(self._modules.values())[len(texts)].verilog())
+        return "\n".join(texts)
+
+
+def place(m, inst_name, shared, module_name, build, *, reset=None):
+    """Add a block called ``inst_name`` to module ``m``: ``build()`` itself without a library,
+    else an instance of the library ``shared``'s module ``module_name`` (built by ``build`` on
+    first use) with the extra synchronous ``reset`` (:meth:`SharedModule.instance`). Returns
+    the block, or the instance's interface; both have the block's signature."""
+    if shared is None:
+        block = build()
+        m.submodules[inst_name] = block
+        return block
+    return shared.get(module_name, build).instance(m, inst_name, reset=reset)

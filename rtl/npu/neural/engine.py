@@ -40,7 +40,7 @@ from .layouts import (
     row_write_layout,
 )
 from .loader import Loader
-from .mac_select import mac_array
+from .mac_select import mac_array, shared_mac_unit
 from .postproc import PostProcessor
 from .replay import ParamReplay
 from .sequencer import Sequencer
@@ -65,9 +65,9 @@ class NeuralEngine(wiring.Component):
         Cycles without any stream moving after which a layer ends with ``TIMEOUT``.
     post_lanes : int or None
         Lanes the post-processor handles per cycle (default a quarter of the MACs).
-    mac_unit : SharedModule or None
-        Build the MAC array from instances of this converted MAC unit
-        (``npu.neural.mac_select.shared_mac_unit``; Verilog output only).
+    shared : SharedModules or None
+        Library of shared blocks (``npu.lib.shared``; Verilog output only): the MAC array is
+        built from instances of one converted MAC unit.
 
     Members
     -------
@@ -91,7 +91,7 @@ class NeuralEngine(wiring.Component):
     """
 
     def __init__(self, config, *, core=0, row_values=None, buffer_rows=None, timeout=1 << 14,
-                 post_lanes=None, mac_unit=None):
+                 post_lanes=None, shared=None):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         n = config.macs
@@ -106,7 +106,7 @@ class NeuralEngine(wiring.Component):
         if self.row_values & (self.row_values - 1):
             raise ValueError(f"row_values must be a power of two, not {self.row_values}")
         self.timeout = timeout
-        self._mac_unit = mac_unit
+        self._shared = shared
         # A result beat leaves at most once per input channel x kernel taps of its slot;
         # post-processing a quarter of the lanes per cycle keeps up with 4 or more taps and
         # needs a quarter of the multipliers.
@@ -173,7 +173,7 @@ class NeuralEngine(wiring.Component):
                                                     self.buffer_rows)
         dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values)
         dp.submodules.sequencer = seq = Sequencer(cfg, self.row_values, self.buffer_rows)
-        dp.submodules.mac = mac = mac_array(cfg, unit=self._mac_unit)    # by cfg.mac_impl
+        dp.submodules.mac = mac = mac_array(cfg, unit=shared_mac_unit(cfg, self._shared))
         # The slots of a work unit finish on consecutive commands and the post-processor takes
         # macs / post_lanes cycles per result: a queue of one result per slot absorbs the
         # burst, so the MAC array never waits for the post-processor.

@@ -16,15 +16,15 @@ def _generic(config, primitives, unit=None):
     return MacArray(config, unit=unit)
 
 
-def shared_mac_unit(config):
-    """One MAC unit of ``config`` to be converted once and instantiated for every unit of the
-    array (a :class:`npu.lib.shared.SharedModule`, for :func:`mac_array`'s ``unit``), or
-    ``None`` when ``config.mac_impl`` builds its array otherwise."""
-    if config.mac_impl != "generic":
+def shared_mac_unit(config, shared):
+    """The MAC unit of ``config`` from the library ``shared``
+    (:class:`npu.lib.shared.SharedModules`), to be converted once and instantiated for every
+    unit of the array (:func:`mac_array`'s ``unit``); ``None`` without a library or when
+    ``config.mac_impl`` builds its array otherwise."""
+    if shared is None or config.mac_impl != "generic":
         return None
-    from ..lib.shared import SharedModule
     from .mac import MacUnit
-    return SharedModule(MacUnit(config), MAC_UNIT_MODULE)
+    return shared.get(MAC_UNIT_MODULE, lambda: MacUnit(config))
 
 
 def _ice40(config, primitives):
