@@ -30,7 +30,7 @@ from .taskman.manager import TaskManager
 from .trace import TraceEntry, TraceRecorder
 
 __all__ = ["CORE_MODULE", "HOST_ADDR_BITS", "MEM_ADDR_BITS", "NPUInfo", "NPUTop", "broadcast",
-           "shared_core", "top_verilog"]
+           "top_verilog"]
 
 #: Width of the system-memory bus's word address.
 MEM_ADDR_BITS = 30
@@ -140,9 +140,10 @@ class NPUTop(wiring.Component):
         At most 32 cores.
     trace_depth : int
         Entries of the task trace.
-    shared_core : SharedModule or None
-        Instantiate the neural engine cores by name from one converted core
-        (:func:`shared_core`; for Verilog and Verilator only, see :func:`top_verilog`).
+    shared : SharedModules or None
+        Library of shared blocks (:class:`npu.lib.shared.SharedModules`; for Verilog and
+        Verilator only, see :func:`top_verilog`): the neural engine cores are instances of one
+        converted core, and the blocks pass the library on for their own repeated units.
 
     Members
     -------
@@ -154,14 +155,14 @@ class NPUTop(wiring.Component):
         System-memory master.
     """
 
-    def __init__(self, config, *, trace_depth=64, shared_core=None):
+    def __init__(self, config, *, trace_depth=64, shared=None):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         if config.cores > 32:
             raise ValueError(f"the integrated NPU has at most 32 cores, not {config.cores}")
         self._config = config
         self._trace_depth = trace_depth
-        self._shared_core = shared_core
+        self._shared = shared
         super().__init__({
             "bus": In(CSRSignature(HOST_ADDR_BITS)),
             "irq": Out(1),
@@ -178,18 +179,20 @@ class NPUTop(wiring.Component):
         m.submodules.info = info = NPUInfo(cfg)
         m.submodules.taskman = tm = TaskManager(cfg, slot_words=SLOT_WORDS)
         m.submodules.dataproc = dp = DataProcessor(cfg)
-        m.submodules.planar = pe = PlanarEngine(cfg)
+        m.submodules.planar = pe = PlanarEngine(cfg, shared=self._shared)
         m.submodules.dma = dma = DMAEngine(cfg)
         m.submodules.cluster = cluster = CoreCluster(cfg.cores)
         # Every core is built as core 0 (the writes it sees are moved into core 0's window),
-        # so that one core's design can stand for all of them (``shared_core``).
+        # so that one core's design can stand for all of them (``shared``).
+        shared = self._shared
         cores = []
         for i in range(cfg.cores):
-            if self._shared_core is None:
+            if shared is None:
                 core = NeuralEngine(cfg, core=0)
                 m.submodules[f"core{i}"] = core
             else:
-                core = self._shared_core.instance(m, f"core{i}")
+                core = shared.get(CORE_MODULE, lambda: NeuralEngine(cfg, core=0, shared=shared))
+                core = core.instance(m, f"core{i}")
             cores.append(core)
 
         # Host registers.
@@ -298,20 +301,15 @@ def _connect_csr(m, source, target):
 CORE_MODULE = "npu_neural_core"
 
 
-def shared_core(config):
-    """The neural engine core of ``config`` as a :class:`~npu.lib.shared.SharedModule`."""
-    from .lib.shared import SharedModule
-    return SharedModule(NeuralEngine(config, core=0), CORE_MODULE)
-
-
 def top_verilog(config, *, name="top", wrap=None):
-    """Verilog of the whole NPU (or of ``wrap(NPUTop)``, a bench holding it): with more than
-    one core, the core is converted once and instantiated ``config.cores`` times."""
+    """Verilog of the whole NPU (or of ``wrap(NPUTop)``, a bench holding it), repeated blocks
+    converted once and instantiated by name (:class:`npu.lib.shared.SharedModules`): the core
+    (``config.cores`` instances) and within it the MAC unit (``config.macs``)."""
     from amaranth.back import verilog
-    core = shared_core(config) if config.cores > 1 else None
-    top = NPUTop(config, shared_core=core)
+
+    from .lib.shared import SharedModules
+    shared = SharedModules()
+    top = NPUTop(config, shared=shared)
     design = wrap(top) if wrap else top
     text = verilog.convert(design, name=name, emit_src=False)
-    if core is not None:
-        text += "\n" + core.verilog()
-    return text
+    return text + "\n" + shared.verilog()

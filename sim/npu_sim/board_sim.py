@@ -58,8 +58,8 @@ class BoardSimBench(wiring.Component):
         The bridge's divisor comes from these (the simulation has no real time).
     mem_bytes : int or None
         System memory of the board.
-    shared_core : SharedModule or None
-        Instantiate the cores by name (``npu.top.shared_core``).
+    shared : SharedModules or None
+        Library of shared blocks of the NPU (``npu.lib.shared``).
 
     Members
     -------
@@ -67,12 +67,12 @@ class BoardSimBench(wiring.Component):
     res : Out(stream.Signature(StructLayout({"byte": 8})))
     """
 
-    def __init__(self, config, *, clk_freq=4e6, baud=1e6, mem_bytes=None, shared_core=None):
+    def __init__(self, config, *, clk_freq=4e6, baud=1e6, mem_bytes=None, shared=None):
         self.config = config
         self.clk_freq = clk_freq
         self.baud = baud
         self.mem_bytes = mem_bytes
-        self.shared_core = shared_core
+        self.shared = shared
         super().__init__({
             "cmd": In(stream.Signature(host_layout())),
             "res": Out(stream.Signature(data.StructLayout({"byte": 8}))),
@@ -81,7 +81,7 @@ class BoardSimBench(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         from npu.top import NPUTop
-        npu = NPUTop(self.config, shared_core=self.shared_core)
+        npu = NPUTop(self.config, shared=self.shared)
         m.submodules.system = system = BoardSystem(
             self.config, clk_freq=self.clk_freq, baud=self.baud, mem_bytes=self.mem_bytes,
             timeout_bits=1000, npu=npu)
@@ -200,15 +200,15 @@ def board_run(program, *, progress=None, max_cycles=20_000_000):
     "cycles", "wall"}``."""
     import time
 
-    from npu.top import shared_core
+    from npu.lib.shared import SharedModules
 
     from .verilator import StreamBench
     cfg = program.config
     dump = max([len(program.memory)] + [t.extent[1] for t in program.tensors])
     beats, expected = board_commands(program, dump_bytes=dump)
-    core = shared_core(cfg) if cfg.cores > 1 else None
+    shared = SharedModules()
     mem_bytes = program.memory_bytes
-    bench = BoardSimBench(cfg, mem_bytes=mem_bytes, shared_core=core)
+    bench = BoardSimBench(cfg, mem_bytes=mem_bytes, shared=shared)
     # The cache key's source digest covers npu, npu_spec and npu_sim; add the board system.
     import hashlib
     from pathlib import Path
@@ -217,7 +217,7 @@ def board_run(program, *, progress=None, max_cycles=20_000_000):
     boards = hashlib.sha256(Path(npu_fpga.boards.__file__).read_bytes()).hexdigest()[:16]
     sb = StreamBench(bench, in_name="cmd", out_name="res", progress=progress,
                      key=("board", cfg, mem_bytes, boards),
-                     extra_verilog=core.verilog if core else None)
+                     extra_verilog=shared.verilog)
     t0 = time.perf_counter()
     answer, stats = sb.run(beats, expected, max_cycles=max_cycles)
     words = decode_words(bytes(answer))

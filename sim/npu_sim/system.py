@@ -83,8 +83,8 @@ class SystemBench(wiring.Component):
         System-memory latency in cycles (at least 1).
     mem_words : int or None
         System-memory size in ``mem_width`` words (default ``config.mem_kib``).
-    shared_core : SharedModule or None
-        Instantiate the cores by name (``npu.top.shared_core``; Verilator only).
+    shared : SharedModules or None
+        Library of shared blocks of the NPU (``npu.lib.shared``; Verilator only).
 
     Members
     -------
@@ -94,9 +94,9 @@ class SystemBench(wiring.Component):
         The task manager is busy (counted by the Verilator harness).
     """
 
-    def __init__(self, config, *, latency=1, mem_words=None, shared_core=None):
+    def __init__(self, config, *, latency=1, mem_words=None, shared=None):
         self.config = config
-        self.shared_core = shared_core
+        self.shared = shared
         self.latency = latency
         self.mem_words = mem_words or config.mem_kib * 1024 * 8 // config.mem_width
         width = config.mem_width
@@ -109,7 +109,7 @@ class SystemBench(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        m.submodules.npu = npu = NPUTop(cfg, shared_core=self.shared_core)
+        m.submodules.npu = npu = NPUTop(cfg, shared=self.shared)
         m.submodules.memory = mem = SystemMemory(self.mem_words, cfg.mem_width, self.latency)
         wiring.connect(m, npu.mem, mem.bus)
         host = npu.bus
@@ -382,7 +382,7 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
     ``cycles`` (start to idle), ``bus_bytes``, ``bus_stall``, ``sim_cycles``, ``wall``."""
     import time
 
-    from npu.top import shared_core
+    from npu.lib.shared import SharedModules
     from npu_spec.registers import NPU_INFO
 
     cfg = program.config
@@ -393,11 +393,11 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
     stats = {}
     if backend == "verilator":
         from .verilator import StreamBench
-        core = shared_core(cfg) if cfg.cores > 1 else None
-        bench = SystemBench(cfg, latency=latency, shared_core=core)
+        shared = SharedModules()
+        bench = SystemBench(cfg, latency=latency, shared=shared)
         sb = StreamBench(bench, in_name="cmd", out_name="res", progress=say,
                          key=("system", cfg, latency),
-                         extra_verilog=core.verilog if core else None)
+                         extra_verilog=shared.verilog)
         responses, stats = sb.run(cmds.beats, cmds.expected, seed=seed,
                                   max_cycles=max_cycles or 50_000_000)
     elif backend == "amaranth":

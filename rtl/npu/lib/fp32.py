@@ -14,8 +14,8 @@ from npu_spec.formats import F16_QNAN, F32_NEG_INF, F32_ONE, F32_POS_INF, F32_QN
 from .enums import hw_enum
 
 __all__ = [
-    "F16_QNAN", "F32_QNAN", "F32_ONE", "FP32AddPipe", "MacOp", "Operand", "count_leading_zeros",
-    "count_trailing_zeros", "decode_operand",
+    "F16_QNAN", "F32_QNAN", "F32_ONE", "FP32_ADD_MODULE", "FP32AddPipe", "MacOp", "Operand",
+    "count_leading_zeros", "count_trailing_zeros", "decode_operand",
     "product_to_f32",
 ]
 
@@ -93,6 +93,11 @@ _STAGE_A = data.StructLayout({**_STAGE_COMMON, "sub": 1, "exp": 8, "mbig": 24, "
                               "diff": 8})
 _STAGE_B = data.StructLayout({**_STAGE_COMMON, "sub": 1, "exp": 8, "total": 28})
 _STAGE_C = data.StructLayout({**_STAGE_COMMON, "zero": 1, "exp": 9, "norm": 27})
+
+
+#: Verilog module name of an :class:`FP32AddPipe` shared by a design's adders
+#: (``npu.lib.shared``).
+FP32_ADD_MODULE = "npu_fp32_add"
 
 
 class FP32AddPipe(wiring.Component):

@@ -5,15 +5,15 @@ many identical blocks (the ``ane`` preset's 16 neural engine cores) that costs t
 memory in proportion to the count. :class:`SharedModule` converts the block once, under a
 module name, and places it by name (an ``Instance``) wherever it is needed: the design that
 holds the instances is converted without the block, and the two Verilog texts together are
-the whole design. The Amaranth simulator cannot run such a design; use it for Verilog output
-and Verilator builds.
+the whole design. The
+Amaranth simulator cannot run such a design; use it for Verilog output and Verilator builds.
 """
 
 from amaranth.hdl import ClockSignal, Instance, ResetSignal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-__all__ = ["SharedModule"]
+__all__ = ["SharedModule", "SharedModules", "place"]
 
 
 class SharedModule:
@@ -45,14 +45,59 @@ class SharedModule:
             self._verilog = verilog.convert(self.component, name=self.name, emit_src=False)
         return self._verilog
 
-    def instance(self, m, inst_name):
+    def instance(self, m, inst_name, *, reset=None):
         """Add an instance called ``inst_name`` to module ``m``; returns an interface object
-        with the block's signature (its members are the instance's ports)."""
+        with the block's signature (its members are the instance's ports).
+
+        ``reset`` is a synchronous reset of the instance besides the domain's: a
+        ``ResetInserter`` around ``m`` does not reach into an instance, so a block that stands
+        where an inserter's clear would have reset it gets the clear here.
+        """
         iface = self.component.signature.create(path=(inst_name,))
-        ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
+        rst = ResetSignal() if reset is None else ResetSignal() | reset
+        ports = {"i_clk": ClockSignal(), "i_rst": rst}
         for path, member, value in self.component.signature.flatten(iface):
             port = "__".join(str(part) for part in path)
             prefix = "i_" if member.flow == In else "o_"
             ports[prefix + port] = Value.cast(value)
         m.submodules[inst_name] = Instance(self.name, **ports)
         return iface
+
+
+class SharedModules:
+    """The shared blocks of one design, each built and converted once, by module name."""
+
+    def __init__(self):
+        self._modules = {}
+
+    def get(self, name, build):
+        """The :class:`SharedModule` called ``name``; ``build()`` makes its component when the
+        name is first asked for."""
+        module = self._modules.get(name)
+        if module is None:
+            module = self._modules[name] = SharedModule(build(), name)
+        return module
+
+    def names(self):
+        """Module names of the blocks asked for so far."""
+        return list(self._modules)
+
+    def verilog(self):
+        """The Verilog of every shared block, converting blocks that the conversion of others
+        asks for (a core's MAC unit) until none is left."""
+        texts = []
+        while len(texts) < len(self._modules):
+            texts.append(list(self._modules.values())[len(texts)].verilog())
+        return "\n".join(texts)
+
+
+def place(m, inst_name, shared, module_name, build, *, reset=None):
+    """Add a block called ``inst_name`` to module ``m``: ``build()`` itself without a library,
+    else an instance of the library ``shared``'s module ``module_name`` (built by ``build`` on
+    first use) with the extra synchronous ``reset`` (:meth:`SharedModule.instance`). Returns
+    the block, or the instance's interface; both have the block's signature."""
+    if shared is None:
+        block = build()
+        m.submodules[inst_name] = block
+        return block
+    return shared.get(module_name, build).instance(m, inst_name, reset=reset)

@@ -40,7 +40,7 @@ from .layouts import (
     row_write_layout,
 )
 from .loader import Loader
-from .mac_select import mac_array
+from .mac_select import mac_array, shared_mac_unit
 from .postproc_seq import post_processor
 from .replay import ParamReplay
 from .sequencer import Sequencer
@@ -65,6 +65,9 @@ class NeuralEngine(wiring.Component):
         Cycles without any stream moving after which a layer ends with ``TIMEOUT``.
     post_lanes : int or None
         Lanes the post-processor handles per cycle (default a quarter of the MACs).
+    shared : SharedModules or None
+        Library of shared blocks (``npu.lib.shared``; Verilog output only): the MAC array is
+        built from instances of one converted MAC unit.
 
     Members
     -------
@@ -88,7 +91,7 @@ class NeuralEngine(wiring.Component):
     """
 
     def __init__(self, config, *, core=0, row_values=None, buffer_rows=None, timeout=1 << 14,
-                 post_lanes=None):
+                 post_lanes=None, shared=None):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         n = config.macs
@@ -103,6 +106,7 @@ class NeuralEngine(wiring.Component):
         if self.row_values & (self.row_values - 1):
             raise ValueError(f"row_values must be a power of two, not {self.row_values}")
         self.timeout = timeout
+        self._shared = shared
         # A result beat leaves at most once per input channel x kernel taps of its slot;
         # post-processing a quarter of the lanes per cycle keeps up with 4 or more taps and
         # needs a quarter of the multipliers.
@@ -169,7 +173,7 @@ class NeuralEngine(wiring.Component):
                                                     self.buffer_rows)
         dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values)
         dp.submodules.sequencer = seq = Sequencer(cfg, self.row_values, self.buffer_rows)
-        dp.submodules.mac = mac = mac_array(cfg)    # by cfg.mac_impl
+        dp.submodules.mac = mac = mac_array(cfg, unit=shared_mac_unit(cfg, self._shared))
         # The slots of a work unit finish on consecutive commands and the post-processor takes
         # macs / post_lanes cycles per result: a queue of one result per slot absorbs the
         # burst, so the MAC array never waits for the post-processor.
@@ -250,6 +254,8 @@ class NeuralEngine(wiring.Component):
             seq.written.eq(writer.done),
             writer.ack.eq(seq.finish),
             fail.eq(seq.fail),
+            # The MAC array takes the clear on a port (its units may be shared instances).
+            mac.flush.eq(fail | control.flush),
             control.finish.eq(seq.finish),
             control.code.eq(seq.code),
         ]

@@ -7,7 +7,7 @@ coefficient is broadcast, each unit gets its own data operand, every unit uses t
 ``docs/mac.md`` documents the command format, the pipeline and its latency.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 from npu_spec.config import NPUConfig
 
 from ..lib.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
+from ..lib.shared import SharedModule
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 
 __all__ = ["MacUnit", "MacArray", "mac_array_signature", "format_supported", "pipeline_stages"]
@@ -55,11 +56,15 @@ class MacUnit(wiring.Component):
     """One multiply-accumulate unit with ``config.acc_slots`` accumulator slots.
 
     The unit is a fixed-length pipeline advanced by ``en``; it keeps its control alongside
-    its data, so N units in an array are identical. Results appear in ``result`` after
+    its data, so N units in an array are identical (and one converted unit can stand for all
+    of them, :class:`MacArray` ``unit``). Results appear in ``result`` after
     ``write_stage + 1`` advancing cycles (see :func:`pipeline_stages`).
 
     Members
     -------
+    flush : In(1)
+        Synchronous clear: every pipeline register returns to its reset value (commands in
+        flight are dropped); the accumulator slots keep their contents.
     en : In(1)
         Advance every pipeline stage.
     valid : In(1)
@@ -82,6 +87,7 @@ class MacUnit(wiring.Component):
         self._config = config
         ctl = _control_layout(config.acc_slots)
         super().__init__({
+            "flush":  In(1),
             "en":     In(1),
             "valid":  In(1),
             "kill":   In(1),
@@ -232,7 +238,7 @@ class MacUnit(wiring.Component):
             with m.If(en):
                 m.d.sync += ires.eq(selected)
             m.d.comb += final.eq(ires)
-        return m
+        return ResetInserter(self.flush)(m)
 
     @staticmethod
     def _int_select(m, op, acc, p, total, *, lt, eq):
@@ -273,8 +279,10 @@ def format_supported(m, config, fmt):
 
 def mac_array_signature(config):
     """The ports every MAC array implementation has (``docs/mac.md``): the command and result
-    streams, the sticky ``error`` with its clear, and ``active``."""
+    streams, the sticky ``error`` with its clear, ``active``, and ``flush`` (a synchronous
+    clear of everything but the accumulator slots)."""
     return wiring.Signature({
+        "flush": In(1),
         "cmd": In(stream.Signature(mac_command_layout(config.macs, config.acc_slots))),
         "res": Out(stream.Signature(mac_result_layout(config.macs, config.acc_slots))),
         "error": Out(1),
@@ -305,12 +313,29 @@ class MacArray(wiring.Component):
         Clear ``error``.
     active : Out(1)
         A command was accepted this cycle (for MAC-active performance counters).
+    flush : In(1)
+        Synchronous clear of the pipeline, the interlock and ``error`` (the engine's abort and
+        error recovery); the accumulator slots keep their contents.
+
+    Parameters
+    ----------
+    config : NPUConfig
+    unit : SharedModule or None
+        A :class:`MacUnit` of ``config`` converted once (:class:`npu.lib.shared.SharedModule`):
+        the units become instances of it by name, so a wide array costs one unit's conversion.
+        For Verilog output only; the Amaranth simulator needs ``None`` (the units inline).
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, unit=None):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        if unit is not None and not (isinstance(unit, SharedModule)
+                                     and isinstance(unit.component, MacUnit)
+                                     and unit.component.config == config):
+            raise TypeError(f"unit must be a SharedModule of a MacUnit of the same "
+                            f"configuration, not {unit!r}")
         self._config = config
+        self._unit = unit
         super().__init__(mac_array_signature(config))
 
     @property
@@ -328,9 +353,12 @@ class MacArray(wiring.Component):
         _, _, hazard_stages = pipeline_stages(cfg)
         cmd = self.cmd.payload
 
-        units = [MacUnit(cfg) for _ in range(cfg.macs)]
-        for i, unit in enumerate(units):
-            m.submodules[f"mac{i}"] = unit
+        if self._unit is None:
+            units = [MacUnit(cfg) for _ in range(cfg.macs)]
+            for i, unit in enumerate(units):
+                m.submodules[f"mac{i}"] = unit
+        else:
+            units = [self._unit.instance(m, f"mac{i}") for i in range(cfg.macs)]
 
         # The pipeline stalls only while a result waits for the consumer.
         out_ctl = units[0].out
@@ -375,6 +403,7 @@ class MacArray(wiring.Component):
         # Operand routing: broadcast coefficient, or the even/odd dual-kernel pairing.
         for i, unit in enumerate(units):
             m.d.comb += [
+                unit.flush.eq(self.flush),
                 unit.en.eq(en),
                 unit.valid.eq(accept),
                 unit.kill.eq(~supported),
@@ -392,7 +421,9 @@ class MacArray(wiring.Component):
             self.res.payload.slot.eq(out_ctl.slot),
             self.res.payload.fmt.eq(out_ctl.fmt),
         ]
-        return m
+        # Instances of a shared unit are outside the reach of a ResetInserter: the units get
+        # the flush on their port, everything here through the inserter.
+        return ResetInserter(self.flush)(m)
 
     def _early_control(self, m, unit, count):
         """``(valid, slot)`` registers shadowing the first ``count`` stages of ``unit``."""

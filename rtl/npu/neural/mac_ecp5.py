@@ -21,7 +21,7 @@ bit for bit the same results; ``docs/mac.md``), built differently:
 everything else is the same circuit.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -372,4 +372,4 @@ class MacArrayECP5(wiring.Component):
                 lane.a.eq(Mux(cmd.dual, cmd.data[i // 2], cmd.data[i])),
                 lane.b.eq(Mux(cmd.dual & (i % 2 == 1), cmd.coef[1], cmd.coef[0])),
             ]
-        return m
+        return ResetInserter(self.flush)(m)

@@ -25,7 +25,17 @@ For the Amaranth simulator, and for Verilog that is simulated without the vendor
 when ``primitives=True`` or when elaborated for an iCE40 platform.
 """
 
-from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed
+from amaranth.hdl import (
+    Cat,
+    ClockSignal,
+    Const,
+    Instance,
+    Module,
+    Mux,
+    ResetInserter,
+    Signal,
+    signed,
+)
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -230,7 +240,7 @@ class Ice40MacArray(wiring.Component):
 
     Members
     -------
-    cmd, res, error, error_clear, active
+    cmd, res, error, error_clear, active, flush
         As :class:`npu.neural.mac.MacArray`.
     """
 
@@ -320,7 +330,7 @@ class Ice40MacArray(wiring.Component):
             self.res.payload.slot.eq(slot[write_stage]),
             self.res.payload.fmt.eq(out.fmt),
         ]
-        return m
+        return ResetInserter(self.flush)(m)
 
     def _products(self, m, cmd, en):
         """The signed int16 product of every lane, valid while its command is in S2."""

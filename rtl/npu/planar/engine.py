@@ -53,6 +53,9 @@ class PlanarEngine(wiring.Component):
         pooling filters of ``planar_pool_beats * L`` lanes.
     plane_depth : int
         Elements of the line buffer (a pooling plane's rows or a broadcast vector must fit).
+    shared : SharedModules or None
+        Library of shared blocks (``npu.lib.shared``; Verilog output only): the lanes and the
+        filters' and reduction tree's adders are instances of one converted block each.
 
     Members
     -------
@@ -68,9 +71,10 @@ class PlanarEngine(wiring.Component):
         Results.
     """
 
-    def __init__(self, config, *, plane_depth=LINE_BUFFER_DEPTH):
+    def __init__(self, config, *, plane_depth=LINE_BUFFER_DEPTH, shared=None):
         self._geometry = Geometry.of(config, plane_depth)
         self._config = config
+        self._shared = shared
         self._control = EngineControl(PLANAR_ENGINE)
         beat = beat_layout(self._geometry.lanes)
         super().__init__({
@@ -114,14 +118,15 @@ class PlanarEngine(wiring.Component):
 
         seq = Control(g, has_fp16=self._config.has_fp16)
         convs = {name: ToF32(L) for name in ("a", "b", "c")}
-        lanes = LanePipeline(L)
+        shared = self._shared
+        lanes = LanePipeline(L, shared=shared)
         lbuf = LineBuffer(g)
-        hf = HFilter(g)
+        hf = HFilter(g, shared=shared)
         ring = HRing(g)
-        vf = VFilter(g)
+        vf = VFilter(g, shared=shared)
         queue = ResultQueue(g)
         acc = ChannelAcc(g)
-        red = Reduction(L)
+        red = Reduction(L, shared=shared)
         outs = OutputStage(L)
         units = {"control": seq, **{f"convert_{n}": u for n, u in convs.items()},
                  "lane_pipeline": lanes, "line_buffer": lbuf, "hfilter": hf, "h_ring": ring,
@@ -129,6 +134,10 @@ class PlanarEngine(wiring.Component):
                  "output": outs}
         for name, unit in units.items():
             m.submodules[name] = ResetInserter(ctl.flush)(unit)
+        # The units with shared blocks inside take the flush on a port too (an inserter does
+        # not reach into an instance).
+        for unit in (lanes, hf, vf, red):
+            m.d.comb += unit.flush.eq(ctl.flush)
 
         # Task start and end, the task registers.
         m.d.comb += [seq.go.eq(ctl.go), ctl.finish.eq(seq.finish), ctl.code.eq(seq.code)]

@@ -13,12 +13,13 @@ after that; the pipes take it then. In a reduction across channels the channel a
 borrows the pipes (``borrowed``).
 """
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib.fp32 import FP32AddPipe
+from ..lib.fp32 import FP32_ADD_MODULE, FP32AddPipe
 from ..lib.pipe import delay
+from ..lib.shared import place
 from .fold import pooling_fold
 from .layouts import (
     COUNT_BITS,
@@ -45,9 +46,15 @@ class HFilter(wiring.Component):
     ----------
     geometry : Geometry
         ``FL``, ``DR``, ``HD``.
+    shared : SharedModules or None
+        Library of shared blocks (``npu.lib.shared``; Verilog output only): the pipes are
+        instances of one converted ``FP32AddPipe``.
 
     Members
     -------
+    flush : In(1)
+        Synchronous clear of every register here and in the pipes (the engine's flush; it
+        reaches the pipes also when they are instances of a shared module).
     task, sizes : In(config_layout()), In(sizes_layout())
         The running task and its sizes.
     start : In(1)
@@ -78,10 +85,12 @@ class HFilter(wiring.Component):
         The pipes' results.
     """
 
-    def __init__(self, geometry):
+    def __init__(self, geometry, *, shared=None):
         self._geometry = geometry
+        self._shared = shared
         fl = geometry.filter_lanes
         super().__init__({
+            "flush":     In(1),
             "task":      In(config_layout()),
             "sizes":     In(sizes_layout()),
             "start":     In(1),
@@ -220,8 +229,8 @@ class HFilter(wiring.Component):
 
         pool_op, identity = pooling_fold(m, task.op)
         for i in range(FL):
-            pipe = FP32AddPipe()
-            m.submodules[f"pipe{i}"] = pipe
+            pipe = place(m, f"pipe{i}", self._shared, FP32_ADD_MODULE, FP32AddPipe,
+                         reset=self.flush)
             m.d.comb += [
                 pipe.en.eq(1),
                 pipe.a.eq(Mux(self.borrowed, self.borrow.a[i],
@@ -231,4 +240,4 @@ class HFilter(wiring.Component):
                 pipe.op.eq(Mux(self.borrowed, self.borrow.op, pool_op)),
                 self.fold[i].eq(pipe.result),
             ]
-        return m
+        return ResetInserter(self.flush)(m)

@@ -9,7 +9,7 @@ so that unused stages get identities (``* 1.0``, ``+ (-0.0)``). Pooling results 
 accumulator's output pass as ``MUL`` by ``SCALE``.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -18,10 +18,14 @@ from npu_spec.formats import F32_NEG_ZERO, F32_ONE
 from ..lib.fp32 import FP32AddPipe, MacOp
 from ..lib.fp32mul import FP32Mul
 from ..lib.pipe import DelayLine, delay
+from ..lib.shared import place
 from .geometry import LANE_LATENCY
 from .layouts import EltOp, lane_input_layout, lane_output_layout
 
-__all__ = ["LANE_LATENCY", "Lane", "LanePipeline"]
+__all__ = ["LANE_LATENCY", "LANE_MODULE", "Lane", "LanePipeline"]
+
+#: Verilog module name of a :class:`Lane` shared by the lanes of a pipeline (``npu.lib.shared``).
+LANE_MODULE = "npu_planar_lane"
 
 _SIGN = 0x8000_0000
 _MAGNITUDE = 0x7FFF_FFFF
@@ -129,9 +133,15 @@ class LanePipeline(wiring.Component):
     ----------
     lanes : int
         ``L``, lanes of a beat.
+    shared : SharedModules or None
+        Library of shared blocks (``npu.lib.shared``; Verilog output only): the lanes are
+        instances of one converted :class:`Lane`.
 
     Members
     -------
+    flush : In(1)
+        Synchronous clear of every register here and in the lanes (the engine's flush; it
+        reaches the lanes also when they are instances of a shared module).
     en : In(1)
         Advance the whole pipeline, input register included.
     i : In(lane_input_layout(lanes))
@@ -144,9 +154,11 @@ class LanePipeline(wiring.Component):
         The beat leaving, :data:`LANE_LATENCY` advancing cycles after the input register.
     """
 
-    def __init__(self, lanes):
+    def __init__(self, lanes, *, shared=None):
         self._lanes = lanes
+        self._shared = shared
         super().__init__({
+            "flush":  In(1),
             "en":     In(1),
             "i":      In(lane_input_layout(lanes)),
             "vector": In(data.ArrayLayout(32, lanes)),
@@ -172,8 +184,7 @@ class LanePipeline(wiring.Component):
                      flags.i.mask.eq(beat.mask),
                      self.o.valid.eq(flags.o.valid), self.o.mask.eq(flags.o.mask)]
         for k in range(self._lanes):
-            lane = Lane()
-            m.submodules[f"lane{k}"] = lane
+            lane = place(m, f"lane{k}", self._shared, LANE_MODULE, Lane, reset=self.flush)
             m.d.comb += [
                 lane.en.eq(self.en), lane.op.eq(beat.op), lane.a.eq(beat.a[k]),
                 lane.b.eq(Mux(beat.vector, self.vector[k],
@@ -181,4 +192,4 @@ class LanePipeline(wiring.Component):
                 lane.c.eq(beat.c[k]), lane.scale.eq(self.scale), lane.bias.eq(self.bias),
                 self.o.value[k].eq(lane.result),
             ]
-        return m
+        return ResetInserter(self.flush)(m)

@@ -9,15 +9,16 @@ result is multiplied by ``SCALE`` (:class:`FP32Mul`) and passed through the post
 (:class:`PostProcessor`); it leaves on ``result``.
 """
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.planar import RETAIN
 
-from ..lib.fp32 import FP32AddPipe
+from ..lib.fp32 import FP32_ADD_MODULE, FP32AddPipe
 from ..lib.fp32mul import FP32Mul
 from ..lib.pipe import delay
+from ..lib.shared import place
 from .fold import reduction_fold
 from .layouts import COUNT_BITS, Axis, Mode, config_layout, lane_output_layout, sizes_layout
 from .postproc import PostProcessor
@@ -32,9 +33,15 @@ class Reduction(wiring.Component):
     ----------
     lanes : int
         ``L``, a power of two.
+    shared : SharedModules or None
+        Library of shared blocks (``npu.lib.shared``; Verilog output only): the tree's adders
+        are instances of one converted ``FP32AddPipe``.
 
     Members
     -------
+    flush : In(1)
+        Synchronous clear of every register here and in the tree (the engine's flush; it
+        reaches the adders also when they are instances of a shared module).
     task, sizes : In(config_layout()), In(sizes_layout())
         The running task (a reduction over planes or the tensor) and its sizes.
     busy : In(1)
@@ -51,11 +58,13 @@ class Reduction(wiring.Component):
         Combinational: ``result`` is taken in this cycle.
     """
 
-    def __init__(self, lanes):
+    def __init__(self, lanes, *, shared=None):
         if lanes < 1 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two, not {lanes!r}")
         self._lanes = lanes
+        self._shared = shared
         super().__init__({
+            "flush":  In(1),
             "task":   In(config_layout()),
             "sizes":  In(sizes_layout()),
             "busy":   In(1),
@@ -79,8 +88,8 @@ class Reduction(wiring.Component):
         while len(level) > 1:
             nodes = []
             for k in range(len(level) // 2):
-                node = FP32AddPipe()
-                m.submodules[f"tree{depth}_{k}"] = node
+                node = place(m, f"tree{depth}_{k}", self._shared, FP32_ADD_MODULE, FP32AddPipe,
+                             reset=self.flush)
                 m.d.comb += [node.en.eq(1), node.a.eq(level[2 * k]),
                              node.b.eq(level[2 * k + 1]), node.op.eq(red_op)]
                 nodes.append(node.result)
@@ -162,4 +171,4 @@ class Reduction(wiring.Component):
         with m.If(self.clear):
             m.d.sync += [index.eq(0), count.eq(0)]
             m.d.sync += [registers[j].eq(identity) for j in range(RETAIN)]
-        return m
+        return ResetInserter(self.flush)(m)

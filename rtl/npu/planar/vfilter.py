@@ -8,12 +8,13 @@ the result goes to the result queue. A group starts when the H beats of its rows
 ring and the queue has room for its three results, so the filter never stalls inside a group.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib.fp32 import FP32AddPipe
+from ..lib.fp32 import FP32_ADD_MODULE, FP32AddPipe
 from ..lib.pipe import delay
+from ..lib.shared import place
 from .fold import pooling_fold
 from .layouts import (
     COUNT_BITS,
@@ -38,9 +39,15 @@ class VFilter(wiring.Component):
     ----------
     geometry : Geometry
         ``FL``, ``HD``.
+    shared : SharedModules or None
+        Library of shared blocks (``npu.lib.shared``; Verilog output only): the pipes are
+        instances of one converted ``FP32AddPipe``.
 
     Members
     -------
+    flush : In(1)
+        Synchronous clear of every register here and in the pipes (the engine's flush; it
+        reaches the pipes also when they are instances of a shared module).
     task, sizes : In(config_layout()), In(sizes_layout())
         The running task and its sizes.
     start : In(1)
@@ -62,10 +69,12 @@ class VFilter(wiring.Component):
         The walk is on or steps are in the pipes.
     """
 
-    def __init__(self, geometry):
+    def __init__(self, geometry, *, shared=None):
         self._geometry = geometry
+        self._shared = shared
         fl = geometry.filter_lanes
         super().__init__({
+            "flush":     In(1),
             "task":      In(config_layout()),
             "sizes":     In(sizes_layout()),
             "start":     In(1),
@@ -190,8 +199,8 @@ class VFilter(wiring.Component):
 
         pool_op, identity = pooling_fold(m, task.op)
         for i in range(FL):
-            pipe = FP32AddPipe()
-            m.submodules[f"pipe{i}"] = pipe
+            pipe = place(m, f"pipe{i}", self._shared, FP32_ADD_MODULE, FP32AddPipe,
+                         reset=self.flush)
             m.d.comb += [
                 pipe.en.eq(1),
                 pipe.a.eq(Mux(at_pipe.first, identity, pipe.result)),
@@ -199,4 +208,4 @@ class VFilter(wiring.Component):
                 pipe.op.eq(pool_op),
                 self.result.entry.value[i].eq(pipe.result),
             ]
-        return m
+        return ResetInserter(self.flush)(m)

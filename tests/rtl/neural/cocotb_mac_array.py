@@ -36,6 +36,7 @@ async def test_random_program(dut):
     dut.cmd__payload.value = (1 << len(dut.cmd__payload)) - 1
     dut.res__ready.value = 0
     dut.error_clear.value = 0
+    dut.flush.value = 0
     dut.rst.value = 1
     await ClockCycles(dut.clk, 1)
     dut.cmd__payload.value = 0

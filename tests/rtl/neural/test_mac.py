@@ -217,6 +217,37 @@ def test_unsupported_format_sets_error_and_continues():
     assert seen_error[-1] == 1
 
 
+def test_flush_drops_the_commands_in_flight():
+    """A flush while a sequence is in the pipeline: its result never appears, and the program
+    after it gives the golden model's results (``flush`` is what clears shared units)."""
+    cfg = preset("small")
+    before = _directed(cfg.macs, [(0x3F80_0000, [([0x3C00] * cfg.macs, 0x3C00)] * 3)], "fp16")
+    after = random_program(cfg.macs, cfg.acc_slots, "fp16", 40 * cfg.macs, 5)
+    dut = MacArray(cfg)
+    layout = dut.cmd.payload.shape()
+    got = []
+
+    async def bench(ctx):
+        for w in command_words(layout, before):
+            await stream_put(ctx, dut.cmd, w)
+        ctx.set(dut.flush, 1)
+        await ctx.tick()
+        ctx.set(dut.flush, 0)
+        for w in command_words(layout, after):
+            await stream_put(ctx, dut.cmd, w)
+
+    async def consumer(ctx):
+        # Hold the results back until the flush is over.
+        await ctx.tick().repeat(30)
+        while len(got) < int(np.count_nonzero(after["last"])):
+            got.append(await stream_get(ctx, dut.res))
+
+    run_simulation(dut, [bench, consumer])
+    from npu_sim.mac import results_from_words
+    expected, _ = run_mac_program(after, cfg.macs, cfg.acc_slots, cfg.formats)
+    assert not compare_results(expected, results_from_words(dut.res.payload.shape(), got))
+
+
 def test_bad_config_rejected():
     with pytest.raises(TypeError, match="NPUConfig"):
         MacArray("small")
