@@ -287,11 +287,13 @@ def test_ten_layers_in_under_two_seconds(capsys):
         h = y
     b.store(h, b.output("y", h.shape))
     program = b.build()
-    t0 = time.perf_counter()
+    # CPU time of this process, not wall time: the figure must not depend on the machine's
+    # other load (the limit is twice the 2 s goal).
+    t0 = time.process_time()
     res = run_program(program)
-    seconds = time.perf_counter() - t0
+    seconds = time.process_time() - t0
     with capsys.disabled():
-        print(f"\n10 layers of 16x32x32 (3x3, int8): run_program {seconds:.3f} s")
+        print(f"\n10 layers of 16x32x32 (3x3, int8): run_program {seconds:.3f} s of CPU")
     assert res.queues[0].completed == 22
     assert seconds < 4.0
 
