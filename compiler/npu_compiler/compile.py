@@ -165,23 +165,30 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
     scales = calibrate(read_model(source), graph, samples, evaluator)
     b, plan, io = lower_int8(graph, config, scales, name=name or graph.name,
                              compression=compression)
+
+    def entry(n, t, scale):
+        return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
+                "dtype": "float32", "format": "int8", "addr": t.addr, "scale": float(scale)}
+
+    return _int8_compiled(b, plan, io, graph, name, t0, entry)
+
+
+def _int8_compiled(b, plan, io, graph, name, t0, entry, **meta_extra):
+    """The :class:`Compiled` of an int8 lowering: the program built from builder ``b``, with
+    the input and output entries ``entry(name, tensor, io spec)`` (a graph input is the
+    tensor of its name, an output the tensor ``name:q``) in its compiler metadata."""
     try:
         program = b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
     tensors = {t.name: t for t in program.tensors}
-
-    def entry(n, tname, scale):
-        t = tensors[tname]
-        return {"name": n, "tensor": tname, "shape": list(graph.shapes[n]), "dtype": "float32",
-                "format": "int8", "addr": t.addr, "scale": float(scale)}
-
     meta = dict(program.metadata)
     meta["compiler"] = {
         "format": "int8",
+        **meta_extra,
         "batch": graph.batch,
-        "inputs": [entry(n, n, io["inputs"][n]) for n in graph.inputs],
-        "outputs": [entry(n, n + ":q", io["outputs"][n]) for n in graph.outputs],
+        "inputs": [entry(n, tensors[n], io["inputs"][n]) for n in graph.inputs],
+        "outputs": [entry(n, tensors[n + ":q"], io["outputs"][n]) for n in graph.outputs],
         "plan": [_plain(r) for r in plan],
         "graph_outputs": list(graph.outputs),
     }
@@ -193,27 +200,11 @@ def _compile_qdq(graph, config, name, t0):
     """A quantized model (:mod:`npu_compiler.qdq`): the model's scales and zero points."""
     from .qdq import lower_qdq
     b, plan, io = lower_qdq(graph, config, name=name or graph.name)
-    try:
-        program = b.build(name or graph.name or "")
-    except BuildError as e:
-        raise CompileError(str(e)) from None
-    tensors = {t.name: t for t in program.tensors}
 
-    def entry(n, tname, spec):
-        return {"name": n, "tensor": tname, "shape": list(graph.shapes[n]),
-                "dtype": spec["dtype"], "format": "int8", "addr": tensors[tname].addr,
+    def entry(n, t, spec):
+        return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
+                "dtype": spec["dtype"], "format": "int8", "addr": t.addr,
                 "scale": None if spec["scale"] is None else float(spec["scale"]),
                 "zero_point": None if spec["zero_point"] is None else int(spec["zero_point"])}
 
-    meta = dict(program.metadata)
-    meta["compiler"] = {
-        "format": "int8",
-        "quantized_model": True,
-        "batch": graph.batch,
-        "inputs": [entry(n, n, io["inputs"][n]) for n in graph.inputs],
-        "outputs": [entry(n, n + ":q", io["outputs"][n]) for n in graph.outputs],
-        "plan": [_plain(r) for r in plan],
-        "graph_outputs": list(graph.outputs),
-    }
-    program = dataclasses.replace(program, metadata=meta)
-    return Compiled(program, [_plain(r) for r in plan], graph, time.perf_counter() - t0)
+    return _int8_compiled(b, plan, io, graph, name, t0, entry, quantized_model=True)
