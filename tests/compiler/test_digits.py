@@ -26,16 +26,6 @@ def load_train_module():
     return module
 
 
-@pytest.fixture(scope="module")
-def digits():
-    return load_train_module()
-
-
-@pytest.fixture(scope="module")
-def split(digits):
-    return digits.load_split()
-
-
 def test_model_file_is_valid_onnx():
     model = onnx.load(str(MODEL))
     onnx.checker.check_model(model, full_check=True)

@@ -14,20 +14,10 @@ from npu_compiler.graph import CompileError
 from npu_runtime.runtime import reference, run, session
 from npu_spec.config import preset
 
-from .test_digits import MODEL, load_train_module
+from .test_digits import MODEL
 
 #: Training images used for calibration.
 CALIBRATION = 200
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_train_module()
-
-
-@pytest.fixture(scope="module")
-def split(digits):
-    return digits.load_split()
 
 
 @pytest.fixture(scope="module")

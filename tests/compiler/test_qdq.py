@@ -28,7 +28,7 @@ from npu_compiler.graph import CompileError
 from npu_runtime.runtime import reference, run
 from npu_spec.config import preset
 
-from .test_digits import MODEL, load_train_module
+from .test_digits import MODEL
 
 ort_quant = pytest.importorskip("onnxruntime.quantization")
 
@@ -310,16 +310,6 @@ def test_qlinearmatmul_and_matmulinteger():
 
 
 # ---- the digits CNN ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_train_module()
-
-
-@pytest.fixture(scope="module")
-def split(digits):
-    return digits.load_split()
 
 
 def _digits_quantized(split, directory, fmt="QDQ", symmetric=True):

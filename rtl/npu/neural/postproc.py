@@ -32,7 +32,8 @@ from ..lib.fp32 import F16_QNAN, F32, F32_QNAN, FP32AddPipe
 from ..lib.fp32mul import MulProduct, f32_mul_product, f32_mul_round, f32_mul_special
 from .layouts import MacFormat, MacOp, mac_result_layout, param_beat_layout, postproc_out_layout
 
-__all__ = ["Act", "PostProcessor", "pipeline_latency", "postproc_config_layout"]
+__all__ = ["Act", "PostProcessor", "pipeline_latency", "post_processor_signature",
+           "postproc_config_layout"]
 
 Act = spec.Act
 
@@ -63,6 +64,22 @@ def postproc_config_layout():
         "hi":         32,
         "alpha":      32,
         "seed":       32,
+    })
+
+
+def post_processor_signature(lanes, slots):
+    """The ports of every post-processor build (:class:`PostProcessor` and
+    ``npu.neural.postproc_seq.SequentialPostProcessor``): MAC results and their channel
+    parameters in, output values out, the layer's configuration, the LFSR load and the error
+    flag."""
+    return wiring.Signature({
+        "res":         In(stream.Signature(mac_result_layout(lanes, slots))),
+        "params":      In(stream.Signature(param_beat_layout(slots))),
+        "out":         Out(stream.Signature(postproc_out_layout(lanes, slots))),
+        "cfg":         In(postproc_config_layout()),
+        "lfsr_load":   In(1),
+        "error":       Out(1),
+        "error_clear": In(1),
     })
 
 
@@ -165,15 +182,7 @@ class PostProcessor(wiring.Component):
                              f"not {lanes_per_cycle!r}")
         self._config = config
         self._lpc = lanes_per_cycle
-        super().__init__({
-            "res":         In(stream.Signature(mac_result_layout(lanes, slots))),
-            "params":      In(stream.Signature(param_beat_layout(slots))),
-            "out":         Out(stream.Signature(postproc_out_layout(lanes, slots))),
-            "cfg":         In(postproc_config_layout()),
-            "lfsr_load":   In(1),
-            "error":       Out(1),
-            "error_clear": In(1),
-        })
+        super().__init__(post_processor_signature(lanes, slots))
 
     @property
     def config(self):

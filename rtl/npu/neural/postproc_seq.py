@@ -20,20 +20,16 @@ The golden model is :mod:`npu_model.postproc` (its int32 path), unchanged.
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
 
 from .layouts import (
     MacFormat,
-    mac_result_layout,
-    param_beat_layout,
-    postproc_out_layout,
     slot_shape,
 )
-from .postproc import Act, PostProcessor, postproc_config_layout
+from .postproc import Act, PostProcessor, post_processor_signature
 
 __all__ = ["SequentialPostProcessor", "post_processor"]
 
@@ -76,15 +72,7 @@ class SequentialPostProcessor(wiring.Component):
                              f"{config.formats!r}")
         self._config = config
         lanes, slots = config.macs, config.acc_slots
-        super().__init__({
-            "res":         In(stream.Signature(mac_result_layout(lanes, slots))),
-            "params":      In(stream.Signature(param_beat_layout(slots))),
-            "out":         Out(stream.Signature(postproc_out_layout(lanes, slots))),
-            "cfg":         In(postproc_config_layout()),
-            "lfsr_load":   In(1),
-            "error":       Out(1),
-            "error_clear": In(1),
-        })
+        super().__init__(post_processor_signature(lanes, slots))
 
     @property
     def config(self):
