@@ -46,7 +46,7 @@ def _plain(row):
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
                   fallback=None, calibration=None, evaluator=None, schedule="depth-first",
-                  palette=None, prune=None, raw_kernels=False):
+                  palette=None, prune=None, raw_kernels=False, switch_points=True):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -71,6 +71,11 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
 
     ``schedule`` (``"depth-first"`` or ``"layer"``) is how chains of layers that do not fit
     the buffer run (:mod:`npu_compiler.depthfirst`; binary16 only, int8 runs layer by layer).
+
+    ``switch_points`` (default True) marks every task boundary where no on-chip state is live
+    as a point where a higher-priority network may preempt this one
+    (:meth:`npu_model.builder.ProgramBuilder.place_switch_points`; ``docs/compiler.md``,
+    "Task-switch flags"); the program's ``metadata.compiler.switch_points`` lists them.
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
@@ -94,11 +99,11 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
             raise CompileError("--fallback host is not supported with --format int8")
         graph = load_graph(prepare(model), shapes, batch_one, keep=("DequantizeLinear",),
                            foreign=FOREIGN_OPS)
-        return _compile_qdq(graph, config, name, t0)
+        return _compile_qdq(graph, config, name, t0, switch_points)
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":
         return _compile_int8(source, graph, config, calibration, name, fallback, t0,
-                             evaluator, compression)
+                             evaluator, compression, switch_points)
     if calibration is not None:
         raise CompileError("--calibration is for --format int8")
     graph_outputs = list(graph.outputs)
@@ -110,6 +115,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     try:
         lw = lower(graph, config, name=name or graph.name, schedule=schedule, fmt=fmt,
                    compression=compression)
+        points = lw.b.place_switch_points() if switch_points else []
         program = lw.b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -132,6 +138,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         "graph_outputs": graph_outputs,
         "schedule": schedule,
         "buffer_peak": max((t.buffer for t in lw.b.tasks), default=0),
+        "switch_points": points,
     }
     if host:
         meta["compiler"]["host"] = host
@@ -147,7 +154,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
 
 
 def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator,
-                  compression):
+                  compression, switch_points):
     from .frontend import read_model
     from .int8 import calibrate, calibration_samples, lower_int8
     if fallback:
@@ -170,14 +177,15 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
                 "dtype": "float32", "format": "int8", "addr": t.addr, "scale": float(scale)}
 
-    return _int8_compiled(b, plan, io, graph, name, t0, entry)
+    return _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points)
 
 
-def _int8_compiled(b, plan, io, graph, name, t0, entry, **meta_extra):
+def _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points, **meta_extra):
     """The :class:`Compiled` of an int8 lowering: the program built from builder ``b``, with
     the input and output entries ``entry(name, tensor, io spec)`` (a graph input is the
     tensor of its name, an output the tensor ``name:q``) in its compiler metadata."""
     try:
+        points = b.place_switch_points() if switch_points else []
         program = b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -185,6 +193,7 @@ def _int8_compiled(b, plan, io, graph, name, t0, entry, **meta_extra):
     meta = dict(program.metadata)
     meta["compiler"] = {
         "format": "int8",
+        "switch_points": points,
         **meta_extra,
         "batch": graph.batch,
         "inputs": [entry(n, tensors[n], io["inputs"][n]) for n in graph.inputs],
@@ -196,7 +205,7 @@ def _int8_compiled(b, plan, io, graph, name, t0, entry, **meta_extra):
     return Compiled(program, [_plain(r) for r in plan], graph, time.perf_counter() - t0)
 
 
-def _compile_qdq(graph, config, name, t0):
+def _compile_qdq(graph, config, name, t0, switch_points):
     """A quantized model (:mod:`npu_compiler.qdq`): the model's scales and zero points."""
     from .qdq import lower_qdq
     b, plan, io = lower_qdq(graph, config, name=name or graph.name)
@@ -207,4 +216,5 @@ def _compile_qdq(graph, config, name, t0):
                 "scale": None if spec["scale"] is None else float(spec["scale"]),
                 "zero_point": None if spec["zero_point"] is None else int(spec["zero_point"])}
 
-    return _int8_compiled(b, plan, io, graph, name, t0, entry, quantized_model=True)
+    return _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points,
+                          quantized_model=True)

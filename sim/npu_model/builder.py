@@ -186,6 +186,37 @@ def _conflict(task, other):
             or any(_overlap(w, v) for w in task.writes_to for v in other.writes_to))
 
 
+def _on_chip(space):
+    """Whether resource space ``space`` is NPU state (buffer, kernel memory, flow control)
+    rather than system memory."""
+    return space != "mem"
+
+
+def _reaching_writer(writes, lo, hi):
+    """The oldest task among the writes ``[(task, lo, hi)]`` (in task order) whose data a
+    read of ``[lo, hi)`` may see (the newest writes first; a part that no write covers: -1,
+    state from before the first task); None if nothing is read."""
+    if lo >= hi:
+        return None
+    open_parts = [(lo, hi)]
+    oldest = None
+    for task, wlo, whi in reversed(writes):
+        rest = []
+        for a, b in open_parts:
+            if whi <= a or b <= wlo:
+                rest.append((a, b))
+                continue
+            oldest = task
+            if a < wlo:
+                rest.append((a, wlo))
+            if whi < b:
+                rest.append((whi, b))
+        open_parts = rest
+        if not open_parts:
+            return oldest
+    return -1
+
+
 def _merge_reach(a, b):
     """Per engine the newer of two :meth:`ProgramBuilder._closure` results."""
     out = dict(a)
@@ -845,6 +876,47 @@ class ProgramBuilder:
         p = self.max_pool(r, pool)
         self.release(r)
         return p
+
+    # ---- task switching ----------------------------------------------------------------
+
+    def safe_points(self):
+        """The tasks after which another network may take the NPU: the indices ``i`` such
+        that no task after ``i`` reads on-chip state (buffer, kernel memory, flow control)
+        that task ``i`` or an earlier task wrote, and neither ``i`` nor ``i + 1`` is a side of
+        a flow-controlled ring. What crosses such a boundary is in system memory only, which
+        the other network does not touch (its own window). An on-chip read that no earlier
+        task wrote counts as state from before the first task."""
+        n = len(self.tasks)
+        cover = np.zeros(n + 1, np.int64)       # difference array over boundaries 0..n-1
+        written = {}                            # on-chip space -> [(task, lo, hi)]
+        for j, task in enumerate(self.tasks):
+            for space, lo, hi in task.reads:
+                if not _on_chip(space):
+                    continue
+                first = _reaching_writer(written.get(space, ()), lo, hi)
+                if first is not None and max(first, 0) < j:
+                    cover[max(first, 0)] += 1
+                    cover[j] -= 1
+            for space, lo, hi in task.writes_to:
+                if _on_chip(space):
+                    written.setdefault(space, []).append((j, lo, hi))
+        live = np.cumsum(cover)[:n]
+        flow = [FLOW_STATE in t.reads or FLOW_STATE in t.writes_to for t in self.tasks]
+        return [i for i in range(n - 1)
+                if not live[i] and not flow[i] and not flow[i + 1]]
+
+    def place_switch_points(self):
+        """Mark every safe point (:meth:`safe_points`) for task switching, as the compiler
+        does (``docs/compiler.md``, "Task-switch flags"): the task before it gets ``TSE`` and
+        ``TSR`` (a switch request seen when it completes switches queues right after it), the
+        task after it ``SPL`` (the resumed list clears its queue's ``TQSP``). ``DPC`` and
+        ``SPC`` stay clear: nothing on chip is live across the boundary, so no output has to
+        be saved and no input re-read. Returns the safe points."""
+        points = self.safe_points()
+        for i in points:
+            self.tasks[i].flags.update(tse=True, tsr=True)
+            self.tasks[i + 1].flags["spl"] = True
+        return points
 
     # ---- emission --------------------------------------------------------------------
 
