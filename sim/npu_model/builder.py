@@ -43,7 +43,7 @@ from .kernel_codec import kernel_memory
 from .system import SLOT_WORDS, write_tensor
 
 __all__ = ["BuildError", "Dataset", "KernelBlob", "KernelPlacement", "ProgramBuilder", "Task",
-           "combine"]
+           "combine", "relocate"]
 
 #: Largest dependency distance (the width of ``H1.dep``).
 MAX_DEP = 255
@@ -977,3 +977,39 @@ def combine(programs):
         tensors += [Tensor(f"q{p.queues[0].index}/{t.name}", t.role, t.addr, t.format, t.shape,
                            t.strides) for t in p.tensors]
     return Program(config, tuple(table), tuple(queues), tuple(tensors), image.tobytes())
+
+
+def relocate(program, base, *, queue=None, priority=None):
+    """``program`` moved to byte address ``base`` of system memory (a multiple of 4): its
+    memory image, tensors, queue heads and tails and base-address table move by ``base``
+    bytes (the addresses inside its descriptors are offsets from its window's base, so they
+    stay), and each window ends where the image ends, so the network cannot reach the memory
+    of a program placed after it. ``queue`` and ``priority`` (one-queue programs) give its
+    queue another index and priority. With :func:`combine` this runs several compiled
+    programs side by side (``npu run A.npu B.npu``)."""
+    import dataclasses
+    if base % 4 or base < 0:
+        raise BuildError(f"a program moves by a non-negative multiple of 4 bytes, not {base}")
+    if (queue is not None or priority is not None) and len(program.queues) != 1:
+        raise BuildError("only a one-queue program can be given another queue or priority")
+    end = base + len(program.memory)
+    if end > program.memory_bytes:
+        raise BuildError(f"the program's {len(program.memory)} bytes placed at byte {base} "
+                         f"need {end} bytes of system memory; the configuration has "
+                         f"{program.memory_bytes} (mem_kib {program.config.mem_kib})")
+    words = base // 4
+    last = -(-len(program.memory) // 4)
+    table = tuple(BaseEntry(e.base + words, max(1, last - e.base)) for e in program.base_table)
+    queues = tuple(QueueSetup(q.index if queue is None else queue,
+                              q.priority if priority is None else priority, q.network,
+                              q.base_index, q.head + words, q.tail + words if q.tail else 0,
+                              q.tasks)
+                   for q in program.queues)
+    tensors = tuple(dataclasses.replace(t, addr=t.addr + base) for t in program.tensors)
+    meta = dict(program.metadata)
+    if "compiler" in meta:
+        meta["compiler"] = dict(meta["compiler"])
+        for key in ("inputs", "outputs"):
+            meta["compiler"][key] = [dict(e, addr=e["addr"] + base) if "addr" in e else e
+                                     for e in meta["compiler"].get(key, [])]
+    return Program(program.config, table, queues, tensors, bytes(base) + program.memory, meta)
