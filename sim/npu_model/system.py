@@ -5,10 +5,10 @@ as the RTL does (``docs/system.md``), for programs whose result does not depend 
 
 * Queues run one after the other, higher priority first (ties: lower index), each task list
   in order; a queue pushed later (``arrivals``) preempts the running one at its next switch
-  point when its priority is higher (:func:`run_program`). A queue's descriptors are fetched from its head and decoded by
-  :func:`npu_spec.descriptors.decode` (network, window, tail, slot size); a decode error
-  retires the queue with its cause (``DECODE``, ``ADDRESS``, ``WINDOW``) before any register
-  of the task is written.
+  point when its priority is higher (:func:`run_program`). A queue's descriptors are
+  fetched from its head and decoded by :func:`npu_spec.descriptors.decode` (network,
+  window, tail, slot size); a decode error retires the queue with its cause (``DECODE``,
+  ``ADDRESS``, ``WINDOW``) before any register of the task is written.
 * Each descriptor's register writes are applied to one register state of the whole register
   space (every map at its reset values first), then the task runs on ``H0.engine``:
 
