@@ -61,14 +61,15 @@ def draw(lanes, path, *, title="", unit="cycles"):
     names = list(lanes)
     fig = Figure(figsize=(12, 1.2 + 0.55 * len(names)), dpi=100)
     ax = fig.add_subplot()
-    queue_colours = [f"C{k}" for k in range(10)]
+    queue_colours = ["tab:purple", "tab:red", "tab:brown", "tab:cyan", "tab:olive", "tab:pink",
+                     "tab:gray", "black"]
     engine_colours = {"NE": "tab:blue", "PE": "tab:orange", "DMA": "tab:green"}
     queues = sorted({iv.queue for ivs in lanes.values() for iv in ivs})
     for row, name in enumerate(names):
         y = len(names) - 1 - row
         bars = [(iv.start, max(iv.end - iv.start, 1)) for iv in lanes[name]]
         if name in engine_colours and len(queues) > 1:
-            colours = [queue_colours[iv.queue % 10] for iv in lanes[name]]
+            colours = [queue_colours[iv.queue % len(queue_colours)] for iv in lanes[name]]
         else:
             colours = [engine_colours[iv.engine] for iv in lanes[name]]
         if bars:
@@ -82,7 +83,7 @@ def draw(lanes, path, *, title="", unit="cycles"):
     ax.grid(axis="x", linewidth=0.3)
     legend = [Patch(color=c, label=e) for e, c in engine_colours.items()]
     if len(queues) > 1:
-        legend += [Patch(color=queue_colours[q % 10], label=f"queue {q}") for q in queues]
+        legend += [Patch(color=queue_colours[q % len(queue_colours)], label=f"queue {q}") for q in queues]
     ax.legend(handles=legend, loc="upper right", fontsize=8, ncol=len(legend))
     if title:
         ax.set_title(title)
