@@ -83,7 +83,8 @@ def draw(lanes, path, *, title="", unit="cycles"):
     ax.grid(axis="x", linewidth=0.3)
     legend = [Patch(color=c, label=e) for e, c in engine_colours.items()]
     if len(queues) > 1:
-        legend += [Patch(color=queue_colours[q % len(queue_colours)], label=f"queue {q}") for q in queues]
+        legend += [Patch(color=queue_colours[q % len(queue_colours)], label=f"queue {q}")
+                   for q in queues]
     ax.legend(handles=legend, loc="upper right", fontsize=8, ncol=len(legend))
     if title:
         ax.set_title(title)

@@ -6,7 +6,6 @@ preempts it; both outputs equal their solo runs byte for byte."""
 import json
 
 import numpy as np
-import onnx
 import pytest
 
 from npu_cli.main import main
