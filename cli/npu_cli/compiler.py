@@ -90,9 +90,11 @@ def cmd_compile(args):
         from npu_spec.dataproc import buffer_elements
         print(f"buffer peak {meta['buffer_peak']} of {buffer_elements(prog.config)} elements "
               f"(schedule {meta['schedule']})")
-    if "switch_points" in meta:
+    if meta.get("switch_points"):
         print(f"switch points: {len(meta['switch_points'])} (after tasks "
               f"{_short_list(meta['switch_points'])})")
+    elif "switch_points" in meta:
+        print("switch points: none")
     print(f"{len(compiled.plan)} layers, {prog.queues[0].tasks} tasks, "
           f"{len(prog.memory)} bytes of system memory, compiled in {compiled.seconds:.2f} s")
     if args.output:
@@ -103,7 +105,7 @@ def cmd_compile(args):
 
 def _short_list(items, n=12):
     text = ", ".join(str(i) for i in items[:n])
-    return text + (f", ... ({len(items)} in all)" if len(items) > n else "") if items else "none"
+    return text + (f", ... ({len(items)} in all)" if len(items) > n else "")
 
 
 def _load_program(args, inputs, say, path=None):
