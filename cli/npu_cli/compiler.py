@@ -235,7 +235,7 @@ def _timeline(path, result, total, say, title=""):
         raise CLIError(f"npu run: cannot write {path}: {e.strerror}", status=2) from None
     if shown < total:
         say(f"the timeline shows the first {shown} of {total} tasks (the RTL's trace buffer "
-            f"holds {shown})")
+            f"keeps the first 64 entries, two a task)")
     say(f"wrote {path}")
 
 
