@@ -284,6 +284,11 @@ def _check_jobs(jobs):
         if _batch(job.program, job.inputs) != 1:
             raise CompileError(f"program {k}: several programs run one item each; give "
                                f"inputs of batch 1")
+    for k, job in enumerate(jobs):
+        before = sum(j.program.queues[0].tasks for j in jobs if j.after < job.after)
+        if job.after > before:
+            raise CompileError(f"program {k} is to be pushed after {job.after} tasks, but "
+                               f"the programs there before it have {before}")
 
 
 def combined(jobs):

@@ -139,11 +139,15 @@ def test_cli_two_programs_json_and_timeline(pair, capsys):
     (["--after", "x,1"], "--after takes 2"),
     (["--backend", "board"], "several programs run on golden or rtl"),
     (["--input", "2:x=x.npy"], "there are 2 programs"),
+    (["--after", "0,56"], "pushed after 56 tasks, but the programs there before it have 55"),
 ])
 def test_cli_bad_options_for_several_programs(pair, extra, message, capsys):
     d = pair[3]
     capsys.readouterr()
-    assert main(["run", str(d / "big.npu"), str(d / "digits.npu")] + extra) == 2
+    inputs = ["--input", f"x={d / 'xa.npy'}", "--input", f"input={d / 'xb.npy'}"]
+    if "--input" in extra:
+        inputs = []
+    assert main(["run", str(d / "big.npu"), str(d / "digits.npu")] + inputs + extra) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and "Traceback" not in "".join(err)
 
