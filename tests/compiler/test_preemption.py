@@ -200,3 +200,31 @@ def test_timeline_of_a_golden_run_is_the_task_order(pair):
                    for iv in lanes[lane])
     assert [(q, t) for _, q, t in slots] == [(q, t) for q, t, _ in result.order]
     assert [s for s, _, _ in slots] == list(range(len(result.order)))
+
+
+def test_cli_switch_points_none_and_single_program_timeline(pair, tmp_path, capsys):
+    from npu_spec.descriptors import decode
+    from npu_spec.program import load
+    d = pair[3]
+    prog = tmp_path / "d0.npu"
+    capsys.readouterr()
+    assert main(["compile", DIGITS, "--switch-points", "none", "-o", str(prog)]) == 0
+    assert "switch points: none" in capsys.readouterr().out
+    flagged = {}
+    for path in (prog, d / "digits.npu"):
+        p = load(str(path))
+        q = p.queues[0]
+        words = np.frombuffer(p.memory, "<u4")[q.head:q.tail]
+        at, flagged[path] = 0, []
+        for k in range(q.tasks):
+            desc = decode([int(w) for w in words[at:at + 32]], max_length=32)
+            flagged[path].append((k, desc.tse, desc.tsr, desc.spl))
+            at += desc.length
+    assert all(not any(f[1:]) for f in flagged[prog])
+    points = [3, 6, 10, 13]
+    assert flagged[d / "digits.npu"] == [(k, k in points, k in points, k - 1 in points)
+                                         for k in range(18)]
+    png = tmp_path / "one.png"
+    assert main(["run", str(prog), "--input", f"input={d / 'xb.npy'}", "--timeline",
+                 str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
