@@ -56,7 +56,7 @@ def _compile(path, args, shapes, say):
                              fallback=args.fallback, calibration=args.calibration,
                              evaluator=session, schedule=args.schedule,
                              palette=args.palette, prune=args.prune,
-                             switch_points=args.switch_points == "safe")
+                             switch_points=args.switch_points)
     except CompileError as e:
         raise CLIError(str(e), status=2) from None
 
@@ -446,10 +446,12 @@ def _compile_options(p, *, for_onnx=""):
     p.add_argument("--schedule", default=SCHEDULES[0], choices=SCHEDULES,
                    help="chains of layers that do not fit the buffer: depth-first bands "
                         "(default) or layer by layer (fp16; docs/scheduling.md)")
-    p.add_argument("--switch-points", default="safe", choices=("safe", "none"),
+    from npu_compiler.compile import SWITCH_POINTS
+    p.add_argument("--switch-points", default=SWITCH_POINTS[0], choices=SWITCH_POINTS,
                    help="where a more urgent program may preempt this one: after every task "
-                        "with no on-chip state live across it (safe, default) or nowhere "
-                        "(docs/compiler.md, task-switch flags)")
+                        "with no on-chip state live across it (safe, default), also at every "
+                        "int8 layer end by storing and reloading its activations (layers), or "
+                        "nowhere (docs/compiler.md, task-switch flags)")
 
 
 def add_commands(sub):

@@ -13,7 +13,10 @@ from .frontend import load_graph
 from .graph import CompileError
 from .lower import lower
 
-__all__ = ["FORMATS", "Compiled", "compile_model", "io_metadata"]
+__all__ = ["FORMATS", "SWITCH_POINTS", "Compiled", "compile_model", "io_metadata"]
+
+#: Where ``--switch-points`` puts task-switch points (``compile_model``).
+SWITCH_POINTS = ("safe", "layers", "none")
 
 #: Formats of ``--format``: ``int8`` needs calibration inputs; ``mixed`` is binary16
 #: activations with int8 weights (per-channel scales folded into the post-processor).
@@ -46,7 +49,7 @@ def _plain(row):
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
                   fallback=None, calibration=None, evaluator=None, schedule="depth-first",
-                  palette=None, prune=None, raw_kernels=False, switch_points=True):
+                  palette=None, prune=None, raw_kernels=False, switch_points="safe"):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -72,11 +75,16 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     ``schedule`` (``"depth-first"`` or ``"layer"``) is how chains of layers that do not fit
     the buffer run (:mod:`npu_compiler.depthfirst`; binary16 only, int8 runs layer by layer).
 
-    ``switch_points`` (default True) marks every task boundary where no on-chip state is live
-    as a point where a higher-priority network may preempt this one
-    (:meth:`npu_model.builder.ProgramBuilder.place_switch_points`; ``docs/compiler.md``,
-    "Task-switch flags"); the program's ``metadata.compiler.switch_points`` lists them.
+    ``switch_points`` (one of :data:`SWITCH_POINTS`): ``"safe"`` (the default) marks every
+    task boundary where no on-chip state is live as a point where a higher-priority network
+    may preempt this one (:meth:`npu_model.builder.ProgramBuilder.place_switch_points`;
+    ``docs/compiler.md``, "Task-switch flags"); ``"layers"`` also makes every int8 layer's end
+    such a point by storing and reloading the activations that stay in the buffer;
+    ``"none"`` places none. The program's ``metadata.compiler.switch_points`` lists them.
     """
+    if switch_points not in SWITCH_POINTS:
+        raise CompileError(f"switch_points must be one of {', '.join(SWITCH_POINTS)}, not "
+                           f"{switch_points!r}")
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
                            f"{', '.join(FORMATS)})")
@@ -115,7 +123,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     try:
         lw = lower(graph, config, name=name or graph.name, schedule=schedule, fmt=fmt,
                    compression=compression)
-        points = lw.b.place_switch_points() if switch_points else []
+        points = lw.b.place_switch_points() if switch_points != "none" else []
         program = lw.b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -171,7 +179,7 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
         samples = calibration_samples(calibration, graph.inputs)
     scales = calibrate(read_model(source), graph, samples, evaluator)
     b, plan, io = lower_int8(graph, config, scales, name=name or graph.name,
-                             compression=compression)
+                             compression=compression, spill=switch_points == "layers")
 
     def entry(n, t, scale):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
@@ -185,7 +193,7 @@ def _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points, **meta_ex
     the input and output entries ``entry(name, tensor, io spec)`` (a graph input is the
     tensor of its name, an output the tensor ``name:q``) in its compiler metadata."""
     try:
-        points = b.place_switch_points() if switch_points else []
+        points = b.place_switch_points() if switch_points != "none" else []
         program = b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -208,7 +216,8 @@ def _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points, **meta_ex
 def _compile_qdq(graph, config, name, t0, switch_points):
     """A quantized model (:mod:`npu_compiler.qdq`): the model's scales and zero points."""
     from .qdq import lower_qdq
-    b, plan, io = lower_qdq(graph, config, name=name or graph.name)
+    b, plan, io = lower_qdq(graph, config, name=name or graph.name,
+                            spill=switch_points == "layers")
 
     def entry(n, t, spec):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),

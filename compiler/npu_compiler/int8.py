@@ -179,6 +179,7 @@ class _Int8:
         self.cfg = config
         self.scales = scales
         self.b = ProgramBuilder(config)
+        self.spill = False  # store and reload the live activations after every layer
         self.ds = {}        # tensor -> dataset
         self.scale = {}     # tensor -> scale
         self.plan = []
@@ -291,6 +292,9 @@ class _Int8:
                 self.fail(why)
             self._end_row()
             self._release(i, last)
+            if self.spill and len(self.b.tasks) > self.row["first_task"] \
+                    and i + 1 < len(g.nodes):
+                self._spill()
         for name in g.outputs:
             ds = self.output_dataset(name)
             self.b.store(ds, self.b.output(name + ":q", ds.shape))
@@ -310,6 +314,22 @@ class _Int8:
         names = {Engine(e).name for e in engines}
         row["engine"] = ("NE" if "NEURAL" in names else "PE" if "PLANAR" in names else "-")
         self.plan.append(row)
+
+    def _spill(self):
+        """Make the end of this layer a safe switch point (``switch_points="layers"``):
+        every live activation is stored to a scratch tensor and its buffer released, then
+        loaded again (a new dataset) for the layers after it. Between the stores and the
+        loads nothing is left on chip; the values come back bit for bit."""
+        spilled = {}
+        for n, ds in list(self.ds.items()):
+            if id(ds) not in spilled:
+                t = self.b.tensor(f"spill{len(self.b.tasks)}:{n}", ds.shape)
+                self.b.store(ds, t)
+                spilled[id(ds)] = (ds, t)
+        for ds, _ in spilled.values():
+            self.b.release(ds)
+        loaded = {key: self.b.load(t) for key, (_, t) in spilled.items()}
+        self.ds = {n: loaded[id(ds)] for n, ds in self.ds.items()}
 
     def _release(self, i, last):
         live = {id(self.ds[n]) for n in self.ds
@@ -436,11 +456,14 @@ class _Int8:
     op_Flatten = op_Reshape = op_Squeeze = op_Unsqueeze = op_Identity = _alias
 
 
-def lower_int8(graph, config, scales, name="", compression=None):
+def lower_int8(graph, config, scales, name="", compression=None, spill=False):
     """``(builder, plan, io)``: the int8 program's builder, the per-layer plan rows and the
     scales ``{"inputs": {name: scale}, "outputs": {name: scale}}``; ``compression`` a
-    :class:`npu_compiler.compress.Compression`."""
-    lw = _Int8(graph, config, scales, name, compression).run()
+    :class:`npu_compiler.compress.Compression`; ``spill``: every layer's end a safe switch
+    point (:meth:`_Int8._spill`)."""
+    lw = _Int8(graph, config, scales, name, compression)
+    lw.spill = spill
+    lw.run()
     io = {"inputs": {n: lw.scale[n] for n in graph.inputs},
           "outputs": {n: lw.scale[n] for n in graph.outputs}}
     return lw.b, lw.plan, io

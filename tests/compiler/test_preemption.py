@@ -228,3 +228,28 @@ def test_cli_switch_points_none_and_single_program_timeline(pair, tmp_path, caps
     assert main(["run", str(prog), "--input", f"input={d / 'xb.npy'}", "--timeline",
                  str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_int8_layers_become_switch_points_when_spilled(pair):
+    """int8 activations stay in the buffer, so an int8 program has no safe point; with
+    ``switch_points="layers"`` each layer's live activations go to system memory and back, every
+    layer end becomes one, the outputs stay bit for bit, and the program can be preempted."""
+    from npu_runtime.runtime import session
+    rng = np.random.default_rng(12)
+    cal = {"input": rng.standard_normal((8, 1, 8, 8)).astype(np.float32)}
+    x = {"input": rng.standard_normal((1, 1, 8, 8)).astype(np.float32)}
+    safe, layers = (compile_model(DIGITS, CFG, fmt="int8", calibration=cal, evaluator=session,
+                                  switch_points=sp) for sp in ("safe", "layers"))
+    assert safe.program.metadata["compiler"]["switch_points"] == []
+    points = layers.program.metadata["compiler"]["switch_points"]
+    # After every layer with tasks but the last: the stores of the live activations end there.
+    assert len(points) == sum(1 for r in layers.plan if r["tasks"]) - 1
+    solo = run(safe.program, x).outputs
+    assert _same(run(layers.program, x).outputs, solo)
+    urgent = pair[0][1]
+    result = run_jobs([Job(layers.program, x, priority=0),
+                       Job(urgent.program, urgent.inputs, priority=1, after=2)])
+    assert [(a, c) for a, _, c in result.switches] == [(0, 1)]
+    assert result.switches[0][1] == points[0]
+    assert _same(result.results[0].outputs, solo)
+    assert _same(result.results[1].outputs, pair[1][1])
