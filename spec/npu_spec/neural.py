@@ -190,14 +190,14 @@ def engine_geometry(config, row_values=None, buffer_rows=None):
     ``max_rows`` is the largest work-unit height ``H`` (the shapes are ``W x H`` with
     ``W >= H``), ``row_values`` the widest halo row (default ``min(2 macs, 64)``),
     ``buffer_rows`` the rows (input channels x kernel rows) each lane row holds per bank
-    (default 256, 1024 above 64 MACs).
+    (``config.ne_buffer_rows`` if set, else 256, 1024 above 64 MACs).
     """
     n = config.macs
     max_rows = 1 << (_log2(n) // 2)
     if row_values is None:
         row_values = min(2 * n, 64)
     if buffer_rows is None:
-        buffer_rows = 256 if n <= 64 else 1024
+        buffer_rows = config.ne_buffer_rows or (256 if n <= 64 else 1024)
     return max_rows, row_values, buffer_rows
 
 

@@ -9,6 +9,7 @@ from amaranth.utils import exact_log2
 from npu_spec import neural as neural_spec
 from npu_spec.config import NPUConfig
 
+from ..lib.arith import narrow_mul
 from ..lib.enums import hw_enum
 from .layouts import MAX_KERNEL, MacFormat, geometry_layout, layer_layout
 from .mac import format_supported
@@ -79,8 +80,8 @@ class LayerSetup(wiring.Component):
         m.d.comb += [
             geo.tiles_y.eq((layer.out_h + geo.unit_h - 1) >> geo.log2h),
             geo.tiles_x.eq((layer.out_w + geo.unit_w - 1) >> layer.log2w),
-            geo.halo_w.eq((geo.unit_w - 1) * layer.stride
-                          + (layer.kw - 1) * layer.dilation + 1),
+            geo.halo_w.eq(narrow_mul(geo.unit_w - 1, layer.stride, len(geo.halo_w))
+                          + narrow_mul(layer.kw - 1, layer.dilation, len(geo.halo_w)) + 1),
         ]
 
         # The checks that need only the registers.

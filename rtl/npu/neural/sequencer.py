@@ -19,12 +19,13 @@ with an error code (the halo and buffer checks, the extractor's and the post-pro
 errors, the watchdog), when it also clears the datapath (``fail``).
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.formats import F16_NEG_INF, F16_ONE
 
+from ..lib.arith import narrow_mul
 from ..lib.loop import LoopNest
 from .group_walker import GroupWalker
 from .layer import EngineError
@@ -164,7 +165,9 @@ class Sequencer(wiring.Component):
         ]
 
         bank = Signal()                                     # the bank the bodies read
-        slot_base = Signal(data.ArrayLayout(24, slots))     # input-channel offset per slot
+        # Input-channel offset per slot, kept only as wide as the buffer address it ends in.
+        addr_bits = Shape.cast(range(2 * self._buffer_rows)).width
+        slot_base = Signal(data.ArrayLayout(addr_bits, slots))
         bias = Signal(data.ArrayLayout(32, slots))
         issuing = Signal()          # a body is decoded: take coefficient beats
         in_flight, pipe_empty = self._issue(m, bank, slot_base, bias, issuing)
@@ -224,7 +227,7 @@ class Sequencer(wiring.Component):
                 with m.If(walker.walking):
                     m.d.comb += walker.step.eq(1)
                     m.d.sync += slot_base[walker.index].eq(walker.slot_base)
-                with m.Elif(walker.in_count * layer.kh > self._buffer_rows):
+                with m.Elif(self._rows_exceed(walker.in_count, layer.kh)):
                     m.d.sync += error.eq(EngineError.BUFFER)
                     m.next = "FAIL"
                 with m.Elif(pipe_empty & (self.replay_group + 1 >= self.group)):
@@ -277,6 +280,13 @@ class Sequencer(wiring.Component):
                 m.d.comb += [self.fail.eq(1), self.finish.eq(1)]
         return m
 
+    def _rows_exceed(self, count, kh):
+        """``count * kh > buffer_rows`` with a product only as wide as ``buffer_rows``
+        needs."""
+        limit = self._buffer_rows
+        width = limit.bit_length() + len(kh)
+        return (count > limit) | (narrow_mul(count, kh, width) > limit)
+
     def _issue(self, m, bank, slot_base, bias, issuing):
         """The issue pipeline: coefficient beats (while ``issuing``) to MAC commands. Returns
         what the control needs of it: ``in_flight`` (the bank of the beat in S0 that has not
@@ -299,7 +309,8 @@ class Sequencer(wiring.Component):
         with m.If(advance):
             m.d.sync += [
                 s0.eq(beat), s0_valid.eq(self.coefs.valid & issuing), s0_bank.eq(bank),
-                s0_addr.eq(Mux(bank, depth, 0) + (slot_base[beat.slot] + beat.ic) * layer.kh
+                s0_addr.eq(Mux(bank, depth, 0)
+                           + narrow_mul(slot_base[beat.slot] + beat.ic, layer.kh, len(s0_addr))
                            + beat.ky),
                 s1.eq(s0), s1_valid.eq(s0_valid),
             ]

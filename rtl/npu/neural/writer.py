@@ -82,12 +82,16 @@ class Writer(wiring.Component):
             o.y.eq((pos.ty << geo.log2h) + pos.y),
             o.x.eq(pos.tx << layer.log2w),
         ]
+        # Columns of the layer from the unit's first one on: one subtraction, then each mask
+        # bit compares a constant (the unit lies inside the layer, so it is positive).
+        cols_left = Signal(12)
+        m.d.comb += cols_left.eq(layer.out_w - (pos.tx << layer.log2w))
         for x in range(n):
             lane = Signal(range(n), name=f"lane{x}")
             m.d.comb += [
                 lane.eq((pos.y << layer.log2w) + x),
                 o.values[x].eq(res.values[lane]),
-                o.mask[x].eq((x < geo.unit_w) & ((pos.tx << layer.log2w) + x < layer.out_w)),
+                o.mask[x].eq((x < geo.unit_w) & (cols_left > x)),
             ]
         row_inside = Signal()
         m.d.comb += row_inside.eq((pos.ty << geo.log2h) + pos.y < layer.out_h)
