@@ -94,6 +94,11 @@ class NPUConfig:
         post-processor); 0 (the default) means one per accumulator slot (``acc_slots``), so
         that a work unit's results never stall the MAC array. A lean build takes fewer: the
         MAC array then waits while the post-processor works (``docs/neural_engine.md``).
+    ne_row_values : int
+        Inputs in each halo row of a core's input buffer (a power of two); 0 (the default)
+        means the rule of ``npu_spec.neural.engine_geometry`` (``min(2 macs, 64)``). A layer
+        whose halo row is wider ends with ``HALO``; fewer values make the input buffer and the
+        shifter proportionally smaller.
     ne_buffer_rows : int
         Rows (input channels x kernel rows) each lane row of a core's input buffer holds per
         bank; 0 (the default) means the rule of ``npu_spec.neural.engine_geometry`` (256, 1024
@@ -120,6 +125,7 @@ class NPUConfig:
     kernel_extract: str = "full"
     postproc_impl: str = "pipelined"
     result_queue: int = 0
+    ne_row_values: int = 0
     ne_buffer_rows: int = 0
     target: str = field(default="", compare=False)
 
@@ -153,6 +159,9 @@ class NPUConfig:
             if getattr(self, name) not in choices:
                 raise ValueError(f"NPUConfig.{name} must be one of {', '.join(choices)}, "
                                  f"not {getattr(self, name)!r}")
+        if self.ne_row_values & (self.ne_row_values - 1) or self.ne_row_values > 1024:
+            raise ValueError(f"NPUConfig.ne_row_values must be 0 or a power of two up to 1024, "
+                             f"not {self.ne_row_values!r}")
         if self.macs % 2:
             raise ValueError(f"NPUConfig.macs must be even (dual-kernel mode pairs lanes), "
                              f"not {self.macs!r}")
@@ -217,10 +226,11 @@ PRESETS = {
         name="icebreaker", cores=1, macs=8, acc_slots=8, formats=("int8",),
         planar_lanes=2, buffer_kib=32, task_queues=2, acc_memory="block",
         mem_kib=64, kernel_kib=4, mac_impl="ice40", kernel_extract="dense_int8",
-        postproc_impl="sequential", result_queue=1, ne_buffer_rows=128,
+        postproc_impl="sequential", result_queue=1, ne_row_values=8,
+        ne_buffer_rows=128,
         target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues, 64 KiB system memory, "
                "dense int8 kernels, sequential post-processor, a one-entry result queue, "
-               "128 input-buffer rows"),
+               "input-buffer rows of 8 values, 128 rows a bank"),
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,

@@ -188,14 +188,15 @@ def engine_geometry(config, row_values=None, buffer_rows=None):
     """Build parameters of a core's input buffer: ``(max_rows, row_values, buffer_rows)``.
 
     ``max_rows`` is the largest work-unit height ``H`` (the shapes are ``W x H`` with
-    ``W >= H``), ``row_values`` the widest halo row (default ``min(2 macs, 64)``),
-    ``buffer_rows`` the rows (input channels x kernel rows) each lane row holds per bank
-    (``config.ne_buffer_rows`` if set, else 256, 1024 above 64 MACs).
+    ``W >= H``), ``row_values`` the widest halo row, ``buffer_rows`` the rows (input channels
+    x kernel rows) each lane row holds per bank. Arguments given win; otherwise the
+    configuration's ``ne_row_values`` and ``ne_buffer_rows`` where set (not 0), else
+    ``min(2 macs, 64)`` and 256 (1024 above 64 MACs).
     """
     n = config.macs
     max_rows = 1 << (_log2(n) // 2)
     if row_values is None:
-        row_values = min(2 * n, 64)
+        row_values = config.ne_row_values or min(2 * n, 64)
     if buffer_rows is None:
         buffer_rows = config.ne_buffer_rows or (256 if n <= 64 else 1024)
     return max_rows, row_values, buffer_rows
