@@ -7,8 +7,7 @@ post-processor once per work unit, running ahead of the results as far as the
 post-processor's two parameter banks allow (``docs/neural_engine.md``).
 """
 
-from amaranth.hdl import Cat, Module, Mux
-from amaranth.hdl import Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
