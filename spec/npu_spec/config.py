@@ -104,6 +104,11 @@ class NPUConfig:
         bank; 0 (the default) means the rule of ``npu_spec.neural.engine_geometry`` (256, 1024
         above 64 MACs). A group whose rows exceed it ends with ``BUFFER``
         (``npu_spec.neural.layer_error``; the compiler splits such layers).
+    ne_out_channels : int
+        Most output channels (``K = groups x ocpg``) a core's layer may have; 0 (the default)
+        means what the registers can express (4095 x 4095). A core counts output channels in
+        ``ne_out_channels.bit_length()`` bits (24 by default); a layer with more ends with
+        ``SHAPE`` (``npu_spec.neural.layer_error``), never wraps.
     target : str
         What the preset is sized for (documentation only).
     """
@@ -127,6 +132,7 @@ class NPUConfig:
     result_queue: int = 0
     ne_row_values: int = 0
     ne_buffer_rows: int = 0
+    ne_out_channels: int = 0
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -141,7 +147,8 @@ class NPUConfig:
                              ("buffer_kib", 1, 1 << 16),
                              ("task_queues", 1, 32), ("mem_kib", 1, 1 << 22),
                              ("kernel_kib", 1, 1 << 10), ("result_queue", 0, 64),
-                             ("ne_buffer_rows", 0, 4096)):
+                             ("ne_buffer_rows", 0, 4096),
+                             ("ne_out_channels", 0, 4095 * 4095)):
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"NPUConfig.{name} must be in [{lo}, {hi}], not {value!r}")
@@ -227,10 +234,11 @@ PRESETS = {
         planar_lanes=2, buffer_kib=32, task_queues=2, acc_memory="block",
         mem_kib=64, kernel_kib=4, mac_impl="ice40", kernel_extract="dense_int8",
         postproc_impl="sequential", result_queue=1, ne_row_values=8,
-        ne_buffer_rows=128,
+        ne_buffer_rows=128, ne_out_channels=1024,
         target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues, 64 KiB system memory, "
                "dense int8 kernels, sequential post-processor, a one-entry result queue, "
-               "input-buffer rows of 8 values, 128 rows a bank"),
+               "input-buffer rows of 8 values, 128 rows a bank, at most 1024 output "
+               "channels a layer"),
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,

@@ -31,6 +31,7 @@ __all__ = [
     "NEURAL_ENGINE",
     "NeuralError",
     "best_log2w",
+    "out_channel_limit",
     "core_base",
     "engine_geometry",
     "halo_width",
@@ -202,6 +203,13 @@ def engine_geometry(config, row_values=None, buffer_rows=None):
     return max_rows, row_values, buffer_rows
 
 
+def out_channel_limit(config):
+    """The most output channels (``groups * ocpg``) a core of ``config`` takes in one layer:
+    ``config.ne_out_channels``, or what the registers can express (4095 x 4095). The core's
+    output-channel counters are ``out_channel_limit(config).bit_length()`` bits wide."""
+    return config.ne_out_channels or 4095 * 4095
+
+
 def work_unit(macs, log2w):
     """``(W, H)`` of the work-unit shape ``log2w``: ``W = 2**log2w`` columns, ``H = macs / W``
     rows; lane ``i`` is row ``i // W``, column ``i % W``."""
@@ -262,7 +270,8 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
     (``TIMEOUT``); ``NONE`` if it runs.
 
     The checks, in the order the core applies them: ``FORMAT`` (the MAC format is not built),
-    ``SHAPE`` (a zero-sized loop), ``KERNEL`` (a kernel side above :data:`MAX_KERNEL`, or a
+    ``SHAPE`` (a zero-sized loop, or more output channels than ``out_channel_limit``),
+    ``KERNEL`` (a kernel side above :data:`MAX_KERNEL`, or a
     work-unit width the build does not offer), ``HALO`` (a halo row wider than
     ``row_values``), then for each output-channel group before its header is decoded
     ``BUFFER`` (the group's input rows, channels x kernel rows, exceed ``buffer_rows``; the
@@ -278,6 +287,8 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
         return NeuralError.FORMAT
     if 0 in (layer[k] for k in ("groups", "icpg", "ocpg", "out_h", "out_w", "in_h", "in_w",
                                 "kh", "kw", "stride", "dilation")):
+        return NeuralError.SHAPE
+    if layer["groups"] * layer["ocpg"] > out_channel_limit(config):
         return NeuralError.SHAPE
     log2w = layer["log2w"]
     if (layer["kh"] > MAX_KERNEL or layer["kw"] > MAX_KERNEL or log2w > _log2(n)

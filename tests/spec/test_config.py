@@ -4,14 +4,22 @@
 import pytest
 
 from npu_spec.config import PRESETS, preset
-from npu_spec.neural import NeuralError, engine_geometry, layer_error, make_layer
+from npu_spec.neural import (
+    NeuralError,
+    engine_geometry,
+    layer_error,
+    make_layer,
+    out_channel_limit,
+)
 
 
 def test_defaults_keep_the_presets_geometry():
     for name, config in PRESETS.items():
         if name == "icebreaker":
             continue
-        assert (config.result_queue, config.ne_row_values, config.ne_buffer_rows) == (0, 0, 0)
+        assert (config.result_queue, config.ne_row_values, config.ne_buffer_rows,
+                config.ne_out_channels) == (0, 0, 0, 0)
+        assert out_channel_limit(config).bit_length() == 24
         n = config.macs
         assert engine_geometry(config)[1:] == (min(2 * n, 64), 256 if n <= 64 else 1024)
 
@@ -25,7 +33,8 @@ def test_icebreaker_geometry():
 
 @pytest.mark.parametrize("field, value", [
     ("result_queue", -1), ("result_queue", 65), ("ne_row_values", 12), ("ne_row_values", 2048),
-    ("ne_buffer_rows", -1), ("ne_buffer_rows", 4097)])
+    ("ne_buffer_rows", -1), ("ne_buffer_rows", 4097), ("ne_out_channels", -1),
+    ("ne_out_channels", 4095 * 4095 + 1)])
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"NPUConfig.{field}"):
         preset("small").replace(**{field: value})
@@ -46,3 +55,15 @@ def test_layer_rules_follow_the_buffer_fields():
     assert layer_error(wide, lean) == NeuralError.HALO
     assert layer_error(deep, lean) == NeuralError.BUFFER
     assert layer_error(fits, lean) == NeuralError.NONE
+
+
+def test_layer_rules_follow_the_channel_limit():
+    """More output channels than ``ne_out_channels`` is ``SHAPE``, after ``FORMAT``."""
+    lean = preset("icebreaker")
+    assert out_channel_limit(lean) == 1024
+    layer = make_layer(fmt=0, log2w=2, groups=4, icpg=1, ocpg=256, in_h=3, in_w=3, out_h=1,
+                       out_w=1, kh=3, kw=3, stride=1, dilation=1, pad=0)
+    assert layer_error(layer, lean) == NeuralError.NONE
+    assert layer_error(dict(layer, ocpg=257), lean) == NeuralError.SHAPE
+    assert layer_error(dict(layer, ocpg=257), preset("ice40")) == NeuralError.NONE
+    assert layer_error(dict(layer, ocpg=257, fmt=1), lean) == NeuralError.FORMAT

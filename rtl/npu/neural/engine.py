@@ -21,7 +21,13 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
-from npu_spec.neural import LAYER_REGISTERS, NEURAL_ENGINE, core_base, engine_geometry
+from npu_spec.neural import (
+    LAYER_REGISTERS,
+    NEURAL_ENGINE,
+    core_base,
+    engine_geometry,
+    out_channel_limit,
+)
 
 from ..lib.csr import CSRSignature
 from ..lib.engine import EngineControl, EngineSignature, WriteLayout
@@ -165,13 +171,14 @@ class NeuralEngine(wiring.Component):
         m.submodules.datapath = ResetInserter(fail | control.flush)(dp)
 
         dp.submodules.setup = setup = LayerSetup(cfg, self.max_rows)
-        dp.submodules.dma = dma = KernelDMA(slots)
+        ch = out_channel_limit(cfg).bit_length()
+        dp.submodules.dma = dma = KernelDMA(slots, channel_bits=ch)
         dp.submodules.extract = ext = kernel_extractor(cfg)
         bits = value_bits(cfg)
         dp.submodules.loader = loader = Loader(n, slots, self.max_rows, self.row_values,
-                                               self.buffer_rows, bits)
+                                               self.buffer_rows, bits, channel_bits=ch)
         dp.submodules.buffer = buffer = InputBuffer(self.max_rows, self.row_values,
-                                                    self.buffer_rows, bits)
+                                                    self.buffer_rows, bits, channel_bits=ch)
         dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values, bits)
         dp.submodules.sequencer = seq = Sequencer(cfg, self.row_values, self.buffer_rows)
         dp.submodules.mac = mac = mac_array(cfg, unit=shared_mac_unit(cfg, self._shared))
@@ -181,9 +188,9 @@ class NeuralEngine(wiring.Component):
         # post-processor; a lean build keeps fewer and lets the MAC array wait.
         dp.submodules.results = results = Queue(mac_result_layout(n, slots),
                                                 cfg.result_queue or slots)
-        dp.submodules.replay = replay = ParamReplay(n, slots)
+        dp.submodules.replay = replay = ParamReplay(n, slots, channel_bits=ch)
         dp.submodules.post = post = post_processor(cfg, lanes_per_cycle=self.post_lanes)
-        dp.submodules.writer = writer = Writer(n, slots, self.max_rows)
+        dp.submodules.writer = writer = Writer(n, slots, self.max_rows, channel_bits=ch)
         dp.submodules.watchdog = watchdog = Watchdog(self.timeout)
 
         # Start: every process begins its loops if the start check passed.

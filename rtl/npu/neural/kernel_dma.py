@@ -49,6 +49,10 @@ class KernelDMA(wiring.Component):
     ----------
     slots : int
         Accumulator slots: output channels per group.
+    channel_bits : int
+        Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
+        (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
+        start.
 
     Members
     -------
@@ -68,7 +72,8 @@ class KernelDMA(wiring.Component):
         A read was issued or a word entered the queue in this cycle (for the watchdog).
     """
 
-    def __init__(self, slots):
+    def __init__(self, slots, *, channel_bits=24):
+        self._channel_bits = channel_bits
         if not isinstance(slots, int) or slots < 1:
             raise ValueError(f"slots must be a positive integer, not {slots!r}")
         self._slots = slots
@@ -87,7 +92,8 @@ class KernelDMA(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.queue = queue = Queue(queue_entry_layout(), QUEUE_DEPTH)
-        m.submodules.loop = loop = LoopNest([("base", 24, self._slots), ("ty", 12), ("tx", 12)])
+        m.submodules.loop = loop = LoopNest([("base", self._channel_bits, self._slots),
+                                             ("ty", 12), ("tx", 12)])
         m.d.comb += [loop.limit.base.eq(self.out_channels), loop.limit.ty.eq(self.tiles_y),
                      loop.limit.tx.eq(self.tiles_x)]
 

@@ -38,6 +38,10 @@ class Loader(wiring.Component):
         Input-buffer geometry (``npu_spec.neural.engine_geometry``).
     bits : int
         Bits the input buffer keeps of each value (``npu.neural.shifter.value_bits``).
+    channel_bits : int
+        Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
+        (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
+        start.
 
     Members
     -------
@@ -60,7 +64,9 @@ class Loader(wiring.Component):
         ... and marks it full once every answer for it has been written.
     """
 
-    def __init__(self, macs, slots, max_rows, row_values, buffer_rows, bits=16):
+    def __init__(self, macs, slots, max_rows, row_values, buffer_rows, bits=16, *,
+                 channel_bits=24):
+        self._channel_bits = channel_bits
         self._macs = macs
         self._slots = slots
         self._max_rows = max_rows
@@ -84,8 +90,8 @@ class Loader(wiring.Component):
         depth = self._buffer_rows
 
         m.submodules.walker = walker = GroupWalker(self._slots)
-        m.submodules.tiles = tiles = LoopNest([("base", 24, self._slots), ("ty", 12),
-                                               ("tx", 12)])
+        m.submodules.tiles = tiles = LoopNest([("base", self._channel_bits, self._slots),
+                                               ("ty", 12), ("tx", 12)])
         m.submodules.rows = rows = LoopNest([("c", 24), ("ky", 5),
                                              ("y", range(self._max_rows + 1))])
         in_base = Signal(24)      # first input channel of the group

@@ -30,6 +30,10 @@ class ParamReplay(wiring.Component):
     ----------
     macs, slots : int
         MAC lanes and accumulator slots of the build.
+    channel_bits : int
+        Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
+        (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
+        start.
 
     Members
     -------
@@ -48,7 +52,8 @@ class ParamReplay(wiring.Component):
         order, ``group_last`` on the last one; ``bias`` is 0 (the MAC array adds the bias).
     """
 
-    def __init__(self, macs, slots):
+    def __init__(self, macs, slots, *, channel_bits=24):
+        self._channel_bits = channel_bits
         self._slots = slots
         super().__init__({
             "start":    In(1),
@@ -65,7 +70,8 @@ class ParamReplay(wiring.Component):
         geo = self.geometry
 
         ocg = Signal(range(slots + 1))      # channels of the current group
-        m.submodules.loop = loop = LoopNest([("base", 24, slots), ("ty", 12), ("tx", 12),
+        m.submodules.loop = loop = LoopNest([("base", self._channel_bits, slots),
+                                             ("ty", 12), ("tx", 12),
                                              ("slot", range(slots + 1))])
         m.d.comb += [loop.limit.base.eq(geo.out_channels), loop.limit.ty.eq(geo.tiles_y),
                      loop.limit.tx.eq(geo.tiles_x), loop.limit.slot.eq(ocg)]

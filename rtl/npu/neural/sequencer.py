@@ -24,6 +24,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.formats import F16_NEG_INF, F16_ONE
+from npu_spec.neural import out_channel_limit
 
 from ..lib.arith import narrow_mul
 from ..lib.loop import LoopNest
@@ -149,7 +150,9 @@ class Sequencer(wiring.Component):
         geo = self.geometry
 
         m.submodules.walker = walker = GroupWalker(slots)
-        m.submodules.tiles = tiles = LoopNest([("base", 24, slots), ("ty", 12), ("tx", 12)])
+        channel_bits = out_channel_limit(self._config).bit_length()
+        m.submodules.tiles = tiles = LoopNest([("base", channel_bits, slots), ("ty", 12),
+                                               ("tx", 12)])
         m.d.comb += [
             walker.ocpg.eq(layer.ocpg), walker.icpg.eq(layer.icpg),
             walker.remaining.eq(geo.out_channels - tiles.index.base),

@@ -25,6 +25,10 @@ class Writer(wiring.Component):
     ----------
     macs, slots, max_rows : int
         MAC lanes, accumulator slots and the largest work-unit height of the build.
+    channel_bits : int
+        Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
+        (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
+        start.
 
     Members
     -------
@@ -42,7 +46,8 @@ class Writer(wiring.Component):
         The layer ended.
     """
 
-    def __init__(self, macs, slots, max_rows):
+    def __init__(self, macs, slots, max_rows, *, channel_bits=24):
+        self._channel_bits = channel_bits
         self._macs = macs
         self._slots = slots
         self._max_rows = max_rows
@@ -64,8 +69,8 @@ class Writer(wiring.Component):
 
         ocg = Signal(range(slots + 1))      # channels of the current group
         m.submodules.loop = loop = LoopNest([
-            ("base", 24, slots), ("ty", 12), ("tx", 12), ("count", range(slots + 1)),
-            ("y", range(self._max_rows + 1))])
+            ("base", self._channel_bits, slots), ("ty", 12), ("tx", 12),
+            ("count", range(slots + 1)), ("y", range(self._max_rows + 1))])
         pos = loop.index
         remaining = Signal(24)
         m.d.comb += [

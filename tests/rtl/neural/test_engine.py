@@ -415,22 +415,28 @@ ICEBREAKER = preset("icebreaker")
 
 def test_icebreaker_core_refuses_what_its_buffer_cannot_hold():
     """The ``icebreaker`` preset's lean core (8-value halo rows, 128 rows a bank, 8 bits a
-    buffered value, a one-entry result queue): a layer whose halo row or whose group's rows
-    exceed its input buffer, which the ``ice40`` core runs, ends with ``HALO`` or ``BUFFER`` as
-    ``layer_error`` says; a layer after them is bit-exact. amaranth.sim, small layers."""
+    buffered value, a one-entry result queue, output-channel counters for 1024 channels): a
+    layer whose halo row or whose group's rows exceed its input buffer, or with more output
+    channels than it counts, which the ``ice40`` core runs, ends with ``HALO``, ``BUFFER`` or
+    ``SHAPE`` as ``layer_error`` says; a layer after them is bit-exact. amaranth.sim, small
+    layers."""
     good = random_case(ICEBREAKER, ConvLayer(2, 5, 6, 3, 3, 3, pad=1, fmt="int8"), seed=41,
                        activation="relu")
     wide = random_case(ICEBREAKER, ConvLayer(1, 3, 10, 2, 3, 3, fmt="int8"), seed=42,
                        log2w=3)                             # halo 10 > 8 values
     deep = random_case(ICEBREAKER, ConvLayer(45, 3, 3, 2, 3, 3, fmt="int8"), seed=43)
     # 45 channels x 3 kernel rows = 135 > 128 rows
+    many = dict(layer_fields(good), ocpg=1025)              # 1025 > 1024 output channels
     cases = [(wide, EngineError.HALO), (deep, EngineError.BUFFER), (good, EngineError.NONE)]
-    for case, code in cases:
-        assert int(layer_error(layer_fields(case), ICEBREAKER)) == code.value
-        assert int(layer_error(layer_fields(case), preset("ice40"))) == EngineError.NONE.value
-    results = run_rtl_many([dict(case=c) for c, _ in cases], ICEBREAKER, backend="amaranth",
-                           stall=0.2, seed=4)
-    assert [stats["error_code"] for _, stats in results] == [c.value for _, c in cases]
+    for fields, code in [(layer_fields(c), code) for c, code in cases] + [
+            (many, EngineError.SHAPE)]:
+        assert int(layer_error(fields, ICEBREAKER)) == code.value
+        assert int(layer_error(fields, preset("ice40"))) == EngineError.NONE.value
+    runs = [dict(case=c) for c, _ in cases]
+    runs.insert(2, dict(case=good, overrides={"OCPG": dict(ocpg=1025)}))
+    results = run_rtl_many(runs, ICEBREAKER, backend="amaranth", stall=0.2, seed=4)
+    assert [stats["error_code"] for _, stats in results] == [
+        EngineError.HALO.value, EngineError.BUFFER.value, EngineError.SHAPE.value, 0]
     _check([good], results[-1:], ICEBREAKER)
 
 
