@@ -178,7 +178,7 @@ class NeuralEngine(wiring.Component):
         dp.submodules.loader = loader = Loader(n, slots, self.max_rows, self.row_values,
                                                self.buffer_rows, bits, channel_bits=ch)
         dp.submodules.buffer = buffer = InputBuffer(self.max_rows, self.row_values,
-                                                    self.buffer_rows, bits, channel_bits=ch)
+                                                    self.buffer_rows, bits)
         dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values, bits)
         dp.submodules.sequencer = seq = Sequencer(cfg, self.row_values, self.buffer_rows)
         dp.submodules.mac = mac = mac_array(cfg, unit=shared_mac_unit(cfg, self._shared))
