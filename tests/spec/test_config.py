@@ -18,7 +18,7 @@ def test_defaults_keep_the_presets_geometry():
         if name == "icebreaker":
             continue
         assert (config.result_queue, config.ne_row_values, config.ne_buffer_rows,
-                config.ne_out_channels) == (0, 0, 0, 0)
+                config.ne_out_channels, config.ne_kernel_queue) == (0, 0, 0, 0, 0)
         assert out_channel_limit(config).bit_length() == 24
         n = config.macs
         assert engine_geometry(config)[1:] == (min(2 * n, 64), 256 if n <= 64 else 1024)
@@ -34,7 +34,7 @@ def test_icebreaker_geometry():
 @pytest.mark.parametrize("field, value", [
     ("result_queue", -1), ("result_queue", 65), ("ne_row_values", 12), ("ne_row_values", 2048),
     ("ne_buffer_rows", -1), ("ne_buffer_rows", 4097), ("ne_out_channels", -1),
-    ("ne_out_channels", 4095 * 4095 + 1)])
+    ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65)])
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"NPUConfig.{field}"):
         preset("small").replace(**{field: value})

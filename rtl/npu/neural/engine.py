@@ -172,7 +172,8 @@ class NeuralEngine(wiring.Component):
 
         dp.submodules.setup = setup = LayerSetup(cfg, self.max_rows)
         ch = out_channel_limit(cfg).bit_length()
-        dp.submodules.dma = dma = KernelDMA(slots, channel_bits=ch)
+        dp.submodules.dma = dma = KernelDMA(slots, channel_bits=ch,
+                                            queue_depth=cfg.ne_kernel_queue or 8)
         dp.submodules.extract = ext = kernel_extractor(cfg)
         bits = value_bits(cfg)
         dp.submodules.loader = loader = Loader(n, slots, self.max_rows, self.row_values,
