@@ -21,6 +21,7 @@ errors, the watchdog), when it also clears the datapath (``fail``).
 
 from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.formats import F16_NEG_INF, F16_ONE
@@ -171,7 +172,9 @@ class Sequencer(wiring.Component):
         # Input-channel offset per slot, kept only as wide as the buffer address it ends in.
         addr_bits = Shape.cast(range(2 * self._buffer_rows)).width
         slot_base = Signal(data.ArrayLayout(addr_bits, slots))
-        bias = Signal(data.ArrayLayout(32, slots))
+        # The bias table: a memory written by the parameter beats and read in S0 for the beat
+        # entering S1 (`_issue`).
+        m.submodules.bias = bias = Memory(shape=32, depth=slots, init=[])
         issuing = Signal()          # a body is decoded: take coefficient beats
         in_flight, pipe_empty = self._issue(m, bank, slot_base, bias, issuing)
 
@@ -195,8 +198,9 @@ class Sequencer(wiring.Component):
             self.store.scale.eq(p.scale),
             self.store.shift.eq(p.shift),
         ]
-        with m.If(self.store.en):
-            m.d.sync += bias[p.slot].eq(p.bias)
+        bias_write = bias.write_port()
+        m.d.comb += [bias_write.en.eq(self.store.en), bias_write.addr.eq(p.slot),
+                     bias_write.data.eq(p.bias)]
 
         error = Signal(EngineError)
         m.d.comb += self.code.eq(error)
@@ -309,6 +313,10 @@ class Sequencer(wiring.Component):
         s0_addr = Signal(range(2 * depth))
         s1 = Signal.like(beat)
         s1_valid = Signal()
+        # The bias of the beat entering S1, read as it moves (the table is written only while
+        # the pipeline is empty, before a group's first beat).
+        bias_read = bias.read_port()
+        m.d.comb += [bias_read.addr.eq(s0.slot), bias_read.en.eq(advance)]
         with m.If(advance):
             m.d.sync += [
                 s0.eq(beat), s0_valid.eq(self.coefs.valid & issuing), s0_bank.eq(bank),
@@ -332,7 +340,7 @@ class Sequencer(wiring.Component):
                 cmd.first.eq(s1.first),
                 cmd.last.eq(s1.last),
                 cmd.dual.eq(0),
-                cmd.bias.eq(bias[s1.slot]),
+                cmd.bias.eq(bias_read.data),
                 cmd.coef[0].eq(Mux(s1.hold, Mux(is_int, 0, hold_coef), s1.coef)),
                 cmd.coef[1].eq(0),
             ]
