@@ -60,7 +60,7 @@ class NeuralError(enum.IntEnum):
     #: The layer's MAC format is not built in.
     FORMAT = 1
     #: A zero-sized loop: groups, channels, input or output size, kernel size, stride or
-    #: dilation 0.
+    #: dilation 0; or more output channels than the build counts (``out_channel_limit``).
     SHAPE = 2
     #: Kernel larger than 16x16, or a work-unit width the build does not offer.
     KERNEL = 3
