@@ -12,7 +12,9 @@ rather than ``macs x row_values`` (``docs/neural_engine.md``, "Input buffer and 
   over the work-unit shapes that put it somewhere.
 
 The halo check at the start of a layer keeps every index below ``row_values``, so nothing
-wraps around. The shifter is combinational.
+wraps around, and a column's stride multiplexer has only the strides that keep it inside the
+row (other values give 0; no layer that passes the check uses them). The shifter is
+combinational.
 """
 
 from amaranth.hdl import Module, Mux, Signal
@@ -92,14 +94,19 @@ class Shifter(wiring.Component):
                 m.d.comb += [nxt[j].eq(Mux(offset[b], t[(j + (1 << b)) % rv], t[j]))
                              for j in range(rv)]
                 t = nxt
-            # Stride: column x takes element x * stride.
+            # Stride: column x takes element x * stride. The halo check keeps x * stride below
+            # row_values for every column a layer uses, so column x needs only those strides
+            # (column 0 none, the columns from row_values / 2 on only stride 1).
             u = []
             for x in range(cols):
                 ux = Signal(self._bits, name=f"shift_r{r}_x{x}")
-                with m.Switch(self.stride):
-                    for s in range(1, strides):
-                        with m.Case(s):
-                            m.d.comb += ux.eq(t[(x * s) % rv])
+                if x == 0:
+                    m.d.comb += ux.eq(t[0])
+                else:
+                    with m.Switch(self.stride):
+                        for s in range(1, min(strides - 1, (rv - 1) // x) + 1):
+                            with m.Case(s):
+                                m.d.comb += ux.eq(t[x * s])
                 u.append(ux)
             shifted.append(u)
 
