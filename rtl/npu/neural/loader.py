@@ -92,10 +92,13 @@ class Loader(wiring.Component):
         m.submodules.walker = walker = GroupWalker(self._slots)
         m.submodules.tiles = tiles = LoopNest([("base", self._channel_bits, self._slots),
                                                ("ty", 12), ("tx", 12)])
-        m.submodules.rows = rows = LoopNest([("c", 24), ("ky", 5),
+        # Counters only as wide as a layer that passes the sequencer's buffer check needs
+        # (channels x kernel rows at most `buffer_rows`); a group beyond it ends the layer with
+        # BUFFER before its rows are used. The first channel is kept as wide as the request's.
+        m.submodules.rows = rows = LoopNest([("c", range(depth + 1)), ("ky", 5),
                                              ("y", range(self._max_rows + 1))])
-        in_base = Signal(24)      # first input channel of the group
-        in_count = Signal(24)     # input channels of the group
+        in_base = Signal(len(self.row_req.payload.c))     # first input channel of the group
+        in_count = Signal(range(depth + 1))               # input channels of the group
         m.d.comb += [
             walker.ocpg.eq(layer.ocpg), walker.icpg.eq(layer.icpg),
             walker.remaining.eq(geo.out_channels - tiles.index.base),
@@ -107,7 +110,7 @@ class Loader(wiring.Component):
         # Answers outstanding; an answer is written to the buffer row its tag names.
         bank = Signal()
         idle = Signal()
-        outstanding = Signal(24)
+        outstanding = Signal(range(depth * self._max_rows + 1))   # at most a unit's rows
         answer = Signal()
         m.d.comb += [
             self.row_data.ready.eq(1),
