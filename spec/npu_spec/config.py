@@ -89,6 +89,29 @@ class NPUConfig:
         ``lanes_per_cycle`` lanes a cycle) or ``"sequential"`` (int8 only: one lane at a time,
         the rescale multiply in four steps on one 16 x 16 multiplier, parameter banks in block
         RAM; needs ``formats == ("int8",)``). ``docs/postproc.md``.
+    result_queue : int
+        Entries of each neural engine core's result queue (between the MAC array and the
+        post-processor); 0 (the default) means one per accumulator slot (``acc_slots``), so
+        that a work unit's results never stall the MAC array. A lean build takes fewer: the
+        MAC array then waits while the post-processor works (``docs/neural_engine.md``).
+    ne_row_values : int
+        Inputs in each halo row of a core's input buffer (a power of two); 0 (the default)
+        means the rule of ``npu_spec.neural.engine_geometry`` (``min(2 macs, 64)``). A layer
+        whose halo row is wider ends with ``HALO``; fewer values make the input buffer and the
+        shifter proportionally smaller.
+    ne_buffer_rows : int
+        Rows (input channels x kernel rows) each lane row of a core's input buffer holds per
+        bank; 0 (the default) means the rule of ``npu_spec.neural.engine_geometry`` (256, 1024
+        above 64 MACs). A group whose rows exceed it ends with ``BUFFER``
+        (``npu_spec.neural.layer_error``; the compiler splits such layers).
+    ne_kernel_queue : int
+        Words of the queue between a core's kernel DMA and its kernel extractor; 0 (the
+        default) means 8. At least 2; a shallower queue reads kernels more slowly.
+    ne_out_channels : int
+        Most output channels (``K = groups x ocpg``) a core's layer may have; 0 (the default)
+        means what the registers can express (4095 x 4095). A core counts output channels in
+        ``ne_out_channels.bit_length()`` bits (24 by default); a layer with more ends with
+        ``SHAPE`` (``npu_spec.neural.layer_error``), never wraps.
     target : str
         What the preset is sized for (documentation only).
     """
@@ -109,6 +132,11 @@ class NPUConfig:
     mac_impl: str = "generic"
     kernel_extract: str = "full"
     postproc_impl: str = "pipelined"
+    result_queue: int = 0
+    ne_row_values: int = 0
+    ne_buffer_rows: int = 0
+    ne_out_channels: int = 0
+    ne_kernel_queue: int = 0
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -122,7 +150,10 @@ class NPUConfig:
                              ("planar_lanes", 1, 32), ("planar_pool_beats", 1, 4),
                              ("buffer_kib", 1, 1 << 16),
                              ("task_queues", 1, 32), ("mem_kib", 1, 1 << 22),
-                             ("kernel_kib", 1, 1 << 10)):
+                             ("kernel_kib", 1, 1 << 10), ("result_queue", 0, 64),
+                             ("ne_buffer_rows", 0, 4096),
+                             ("ne_out_channels", 0, 4095 * 4095),
+                             ("ne_kernel_queue", 0, 64)):
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"NPUConfig.{name} must be in [{lo}, {hi}], not {value!r}")
@@ -140,6 +171,12 @@ class NPUConfig:
             if getattr(self, name) not in choices:
                 raise ValueError(f"NPUConfig.{name} must be one of {', '.join(choices)}, "
                                  f"not {getattr(self, name)!r}")
+        if self.ne_row_values & (self.ne_row_values - 1) or self.ne_row_values > 1024:
+            raise ValueError(f"NPUConfig.ne_row_values must be 0 or a power of two up to 1024, "
+                             f"not {self.ne_row_values!r}")
+        if self.ne_kernel_queue == 1:
+            raise ValueError("NPUConfig.ne_kernel_queue must be 0 (8 words) or at least 2, "
+                             "not 1")
         if self.macs % 2:
             raise ValueError(f"NPUConfig.macs must be even (dual-kernel mode pairs lanes), "
                              f"not {self.macs!r}")
@@ -204,9 +241,13 @@ PRESETS = {
         name="icebreaker", cores=1, macs=8, acc_slots=8, formats=("int8",),
         planar_lanes=2, buffer_kib=32, task_queues=2, acc_memory="block",
         mem_kib=64, kernel_kib=4, mac_impl="ice40", kernel_extract="dense_int8",
-        postproc_impl="sequential",
+        postproc_impl="sequential", result_queue=1, ne_row_values=8,
+        ne_buffer_rows=128, ne_out_channels=1024,
+        ne_kernel_queue=3,
         target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues, 64 KiB system memory, "
-               "dense int8 kernels, sequential post-processor"),
+               "dense int8 kernels, sequential post-processor, a one-entry result queue, "
+               "input-buffer rows of 8 values, 128 rows a bank, at most 1024 output "
+               "channels a layer, a 3-word kernel queue"),
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,

@@ -31,6 +31,7 @@ __all__ = [
     "NEURAL_ENGINE",
     "NeuralError",
     "best_log2w",
+    "out_channel_limit",
     "core_base",
     "engine_geometry",
     "halo_width",
@@ -59,7 +60,7 @@ class NeuralError(enum.IntEnum):
     #: The layer's MAC format is not built in.
     FORMAT = 1
     #: A zero-sized loop: groups, channels, input or output size, kernel size, stride or
-    #: dilation 0.
+    #: dilation 0; or more output channels than the build counts (``out_channel_limit``).
     SHAPE = 2
     #: Kernel larger than 16x16, or a work-unit width the build does not offer.
     KERNEL = 3
@@ -188,17 +189,25 @@ def engine_geometry(config, row_values=None, buffer_rows=None):
     """Build parameters of a core's input buffer: ``(max_rows, row_values, buffer_rows)``.
 
     ``max_rows`` is the largest work-unit height ``H`` (the shapes are ``W x H`` with
-    ``W >= H``), ``row_values`` the widest halo row (default ``min(2 macs, 64)``),
-    ``buffer_rows`` the rows (input channels x kernel rows) each lane row holds per bank
-    (default 256, 1024 above 64 MACs).
+    ``W >= H``), ``row_values`` the widest halo row, ``buffer_rows`` the rows (input channels
+    x kernel rows) each lane row holds per bank. Arguments given win; otherwise the
+    configuration's ``ne_row_values`` and ``ne_buffer_rows`` where set (not 0), else
+    ``min(2 macs, 64)`` and 256 (1024 above 64 MACs).
     """
     n = config.macs
     max_rows = 1 << (_log2(n) // 2)
     if row_values is None:
-        row_values = min(2 * n, 64)
+        row_values = config.ne_row_values or min(2 * n, 64)
     if buffer_rows is None:
-        buffer_rows = 256 if n <= 64 else 1024
+        buffer_rows = config.ne_buffer_rows or (256 if n <= 64 else 1024)
     return max_rows, row_values, buffer_rows
+
+
+def out_channel_limit(config):
+    """The most output channels (``groups * ocpg``) a core of ``config`` takes in one layer:
+    ``config.ne_out_channels``, or what the registers can express (4095 x 4095). The core's
+    output-channel counters are ``out_channel_limit(config).bit_length()`` bits wide."""
+    return config.ne_out_channels or 4095 * 4095
 
 
 def work_unit(macs, log2w):
@@ -261,7 +270,8 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
     (``TIMEOUT``); ``NONE`` if it runs.
 
     The checks, in the order the core applies them: ``FORMAT`` (the MAC format is not built),
-    ``SHAPE`` (a zero-sized loop), ``KERNEL`` (a kernel side above :data:`MAX_KERNEL`, or a
+    ``SHAPE`` (a zero-sized loop, or more output channels than ``out_channel_limit``),
+    ``KERNEL`` (a kernel side above :data:`MAX_KERNEL`, or a
     work-unit width the build does not offer), ``HALO`` (a halo row wider than
     ``row_values``), then for each output-channel group before its header is decoded
     ``BUFFER`` (the group's input rows, channels x kernel rows, exceed ``buffer_rows``; the
@@ -277,6 +287,8 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
         return NeuralError.FORMAT
     if 0 in (layer[k] for k in ("groups", "icpg", "ocpg", "out_h", "out_w", "in_h", "in_w",
                                 "kh", "kw", "stride", "dilation")):
+        return NeuralError.SHAPE
+    if layer["groups"] * layer["ocpg"] > out_channel_limit(config):
         return NeuralError.SHAPE
     log2w = layer["log2w"]
     if (layer["kh"] > MAX_KERNEL or layer["kw"] > MAX_KERNEL or log2w > _log2(n)

@@ -21,7 +21,13 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
-from npu_spec.neural import LAYER_REGISTERS, NEURAL_ENGINE, core_base, engine_geometry
+from npu_spec.neural import (
+    LAYER_REGISTERS,
+    NEURAL_ENGINE,
+    core_base,
+    engine_geometry,
+    out_channel_limit,
+)
 
 from ..lib.csr import CSRSignature
 from ..lib.engine import EngineControl, EngineSignature, WriteLayout
@@ -44,7 +50,7 @@ from .mac_select import mac_array, shared_mac_unit
 from .postproc_seq import post_processor
 from .replay import ParamReplay
 from .sequencer import Sequencer
-from .shifter import Shifter
+from .shifter import Shifter, value_bits
 from .watchdog import Watchdog
 from .writer import Writer
 
@@ -165,22 +171,27 @@ class NeuralEngine(wiring.Component):
         m.submodules.datapath = ResetInserter(fail | control.flush)(dp)
 
         dp.submodules.setup = setup = LayerSetup(cfg, self.max_rows)
-        dp.submodules.dma = dma = KernelDMA(slots)
+        ch = out_channel_limit(cfg).bit_length()
+        dp.submodules.dma = dma = KernelDMA(slots, channel_bits=ch,
+                                            queue_depth=cfg.ne_kernel_queue or 8)
         dp.submodules.extract = ext = kernel_extractor(cfg)
+        bits = value_bits(cfg)
         dp.submodules.loader = loader = Loader(n, slots, self.max_rows, self.row_values,
-                                               self.buffer_rows)
+                                               self.buffer_rows, bits, channel_bits=ch)
         dp.submodules.buffer = buffer = InputBuffer(self.max_rows, self.row_values,
-                                                    self.buffer_rows)
-        dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values)
+                                                    self.buffer_rows, bits)
+        dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values, bits)
         dp.submodules.sequencer = seq = Sequencer(cfg, self.row_values, self.buffer_rows)
         dp.submodules.mac = mac = mac_array(cfg, unit=shared_mac_unit(cfg, self._shared))
         # The slots of a work unit finish on consecutive commands and the post-processor takes
-        # macs / post_lanes cycles per result: a queue of one result per slot absorbs the
-        # burst, so the MAC array never waits for the post-processor.
-        dp.submodules.results = results = Queue(mac_result_layout(n, slots), slots)
-        dp.submodules.replay = replay = ParamReplay(n, slots)
+        # macs / post_lanes cycles per result: a queue of one result per slot (the default of
+        # `result_queue`) absorbs the burst, so the MAC array never waits for the
+        # post-processor; a lean build keeps fewer and lets the MAC array wait.
+        dp.submodules.results = results = Queue(mac_result_layout(n, slots),
+                                                cfg.result_queue or slots)
+        dp.submodules.replay = replay = ParamReplay(n, slots, channel_bits=ch)
         dp.submodules.post = post = post_processor(cfg, lanes_per_cycle=self.post_lanes)
-        dp.submodules.writer = writer = Writer(n, slots, self.max_rows)
+        dp.submodules.writer = writer = Writer(n, slots, self.max_rows, channel_bits=ch)
         dp.submodules.watchdog = watchdog = Watchdog(self.timeout)
 
         # Start: every process begins its loops if the start check passed.
@@ -225,8 +236,9 @@ class NeuralEngine(wiring.Component):
             buffer.read_addr.eq(seq.read_addr), buffer.read_en.eq(seq.read_en),
             shifter.rows.eq(buffer.rows), shifter.kx.eq(seq.kx),
             shifter.dilation.eq(layer.dilation), shifter.stride.eq(layer.stride),
-            shifter.log2w.eq(layer.log2w), seq.lanes.eq(shifter.lanes),
+            shifter.log2w.eq(layer.log2w),
         ]
+        dp.d.comb += [seq.lanes[i].eq(shifter.lanes[i]) for i in range(n)]
 
         # Results: MAC array, result queue, post-processor (with the replayed parameters),
         # writer.

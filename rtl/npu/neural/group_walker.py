@@ -71,31 +71,34 @@ class GroupWalker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         slots = self._slots
-        group = Signal(12)        # convolution group of channel `index`
-        within = Signal(12)       # its index within that convolution group
-        first = Signal(12)        # convolution group of the group's first channel
-        last = Signal(12)         # ... of the last channel walked
-
+        within = Signal(12)       # index of channel `index` within its convolution group
+        # Input-channel offsets, kept by adding `icpg` whenever the convolution group steps,
+        # so the walker has no multiplier: `group_base = g * icpg` for channel `index`'s
+        # convolution group `g`; `first_base` and `last_base` the same for the group's first
+        # channel and the last one walked.
+        group_base = Signal(24)
+        first_base = Signal(24)
+        last_base = Signal(24)
         with m.If(self.restart):
-            m.d.sync += [group.eq(0), within.eq(0)]
+            m.d.sync += [within.eq(0), group_base.eq(0)]
         with m.If(self.begin):
             m.d.sync += [
                 self.ocg.eq(Mux(self.remaining >= slots, slots, self.remaining)),
-                first.eq(group),
+                first_base.eq(group_base),
                 self.index.eq(0),
             ]
         with m.If(self.step):
             group_end = within + 1 == self.ocpg
             m.d.sync += [
-                last.eq(group),
-                group.eq(Mux(group_end, group + 1, group)),
+                last_base.eq(group_base),
+                group_base.eq(Mux(group_end, group_base + self.icpg, group_base)),
                 within.eq(Mux(group_end, 0, within + 1)),
                 self.index.eq(self.index + 1),
             ]
         m.d.comb += [
             self.walking.eq(self.index < self.ocg),
-            self.slot_base.eq((group - first) * self.icpg),
-            self.in_base.eq(first * self.icpg),
-            self.in_count.eq((last - first + 1) * self.icpg),
+            self.slot_base.eq(group_base - first_base),
+            self.in_base.eq(first_base),
+            self.in_count.eq(last_base - first_base + self.icpg),
         ]
         return m

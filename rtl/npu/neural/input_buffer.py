@@ -25,16 +25,16 @@ class BufferWriteSignature(wiring.Signature):
         The lane row whose memory is written.
     addr : Out(range(2 * buffer_rows))
         The row's address: ``bank * buffer_rows + channel * kh + ky``.
-    values : Out(data.ArrayLayout(16, row_values))
-        The halo row.
+    values : Out(data.ArrayLayout(bits, row_values))
+        The halo row (each value's low ``bits`` bits).
     """
 
-    def __init__(self, max_rows, row_values, buffer_rows):
+    def __init__(self, max_rows, row_values, buffer_rows, bits=16):
         super().__init__({
             "en":     Out(1),
             "row":    Out(range(max_rows)),
             "addr":   Out(range(2 * buffer_rows)),
-            "values": Out(data.ArrayLayout(16, row_values)),
+            "values": Out(data.ArrayLayout(bits, row_values)),
         })
 
 
@@ -45,16 +45,19 @@ class InputBuffer(wiring.Component):
     ----------
     max_rows, row_values, buffer_rows : int
         Lane-row memories, inputs per row, rows per bank (``engine_geometry``).
+    bits : int
+        Bits kept of each input value (``npu.neural.shifter.value_bits``: 8 in int8-only
+        builds).
 
     Members
     -------
-    write : In(BufferWriteSignature(max_rows, row_values, buffer_rows))
+    write : In(BufferWriteSignature(max_rows, row_values, buffer_rows, bits))
         Row writes (from the loader).
     read_addr : In(range(2 * buffer_rows))
         Row read from every lane-row memory ...
     read_en : In(1)
         ... in this cycle; ``rows`` holds it in the next.
-    rows : Out(data.ArrayLayout(data.ArrayLayout(16, row_values), max_rows))
+    rows : Out(data.ArrayLayout(data.ArrayLayout(bits, row_values), max_rows))
         The rows read, one per lane row.
     fill : In(2)
         Set the ``full`` flag of bank 0 (bit 0) or 1 (bit 1).
@@ -64,15 +67,16 @@ class InputBuffer(wiring.Component):
         The banks holding a complete work unit's rows.
     """
 
-    def __init__(self, max_rows, row_values, buffer_rows):
+    def __init__(self, max_rows, row_values, buffer_rows, bits=16):
         self._max_rows = max_rows
         self._row_values = row_values
         self._buffer_rows = buffer_rows
+        self._bits = bits
         super().__init__({
-            "write":     In(BufferWriteSignature(max_rows, row_values, buffer_rows)),
+            "write":     In(BufferWriteSignature(max_rows, row_values, buffer_rows, bits)),
             "read_addr": In(range(2 * buffer_rows)),
             "read_en":   In(1),
-            "rows":      Out(data.ArrayLayout(data.ArrayLayout(16, row_values), max_rows)),
+            "rows":      Out(data.ArrayLayout(data.ArrayLayout(bits, row_values), max_rows)),
             "fill":      In(2),
             "release":   In(2),
             "full":      Out(2),
@@ -82,7 +86,7 @@ class InputBuffer(wiring.Component):
         m = Module()
         m.d.sync += self.full.eq((self.full | self.fill) & ~self.release)
         for r in range(self._max_rows):
-            mem = Memory(shape=data.ArrayLayout(16, self._row_values),
+            mem = Memory(shape=data.ArrayLayout(self._bits, self._row_values),
                          depth=2 * self._buffer_rows, init=[])
             m.submodules[f"row{r}"] = mem
             wp = mem.write_port()

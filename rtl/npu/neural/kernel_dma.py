@@ -18,7 +18,7 @@ from .layouts import KERNEL_WORD, KernelReadSignature
 
 __all__ = ["KernelDMA", "KernelPart", "QUEUE_DEPTH", "group_entry_layout", "queue_entry_layout"]
 
-#: Words the queue in front of the kernel extractor holds.
+#: Words the queue in front of the kernel extractor holds by default.
 QUEUE_DEPTH = 8
 
 
@@ -49,6 +49,14 @@ class KernelDMA(wiring.Component):
     ----------
     slots : int
         Accumulator slots: output channels per group.
+    channel_bits : int
+        Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
+        (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
+        start.
+    queue_depth : int
+        Words of the queue in front of the extractor (:data:`QUEUE_DEPTH` by default, at
+        least 2). Reads are issued only while the queue has room for every read in flight,
+        so a shallower queue keeps fewer reads in flight and may read kernels more slowly.
 
     Members
     -------
@@ -68,7 +76,12 @@ class KernelDMA(wiring.Component):
         A read was issued or a word entered the queue in this cycle (for the watchdog).
     """
 
-    def __init__(self, slots):
+    def __init__(self, slots, *, channel_bits=24, queue_depth=QUEUE_DEPTH):
+        self._channel_bits = channel_bits
+        if not isinstance(queue_depth, int) or queue_depth < 2:
+            raise ValueError(f"queue_depth must be an integer of at least 2, "
+                             f"not {queue_depth!r}")
+        self._depth = queue_depth
         if not isinstance(slots, int) or slots < 1:
             raise ValueError(f"slots must be a positive integer, not {slots!r}")
         self._slots = slots
@@ -86,8 +99,10 @@ class KernelDMA(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.queue = queue = Queue(queue_entry_layout(), QUEUE_DEPTH)
-        m.submodules.loop = loop = LoopNest([("base", 24, self._slots), ("ty", 12), ("tx", 12)])
+        depth = self._depth
+        m.submodules.queue = queue = Queue(queue_entry_layout(), depth)
+        m.submodules.loop = loop = LoopNest([("base", self._channel_bits, self._slots),
+                                             ("ty", 12), ("tx", 12)])
         m.d.comb += [loop.limit.base.eq(self.out_channels), loop.limit.ty.eq(self.tiles_y),
                      loop.limit.tx.eq(self.tiles_x)]
 
@@ -97,12 +112,12 @@ class KernelDMA(wiring.Component):
         returning = Signal()
         ret_part = Signal(KernelPart)
         ret_last = Signal()
-        in_flight = Signal(range(QUEUE_DEPTH + 2))
+        in_flight = Signal(range(depth + 2))
         room = Signal()
         m.d.sync += returning.eq(issue)
         m.d.sync += in_flight.eq(in_flight + issue_part
                                  - (returning & (ret_part != KernelPart.TABLE)))
-        m.d.comb += room.eq(queue.level + in_flight + 1 < QUEUE_DEPTH)
+        m.d.comb += room.eq(queue.level + in_flight + 1 < depth)
 
         addr = Signal(16)
         left = Signal(16)           # words of the current part (or table entry) still to read

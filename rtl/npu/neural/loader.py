@@ -8,10 +8,11 @@ data source and writes the answer into the free bank of the input buffer
 ``(ty*H + y)*stride + ky*dilation - pad`` from column ``tx*W*stride - pad`` on.
 """
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Module, Mux, Shape, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..lib.arith import narrow_mul
 from ..lib.loop import LoopNest
 from .group_walker import GroupWalker
 from .input_buffer import BufferWriteSignature
@@ -35,6 +36,12 @@ class Loader(wiring.Component):
         MAC lanes and accumulator slots of the build.
     max_rows, row_values, buffer_rows : int
         Input-buffer geometry (``npu_spec.neural.engine_geometry``).
+    bits : int
+        Bits the input buffer keeps of each value (``npu.neural.shifter.value_bits``).
+    channel_bits : int
+        Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
+        (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
+        start.
 
     Members
     -------
@@ -49,7 +56,7 @@ class Loader(wiring.Component):
     row_data : In(stream.Signature(row_data_layout(row_values, tag)))
         The answers, in request order; always accepted. Answers that arrive while the loader
         is idle (after an abort) are dropped.
-    buffer : Out(BufferWriteSignature(max_rows, row_values, buffer_rows))
+    buffer : Out(BufferWriteSignature(max_rows, row_values, buffer_rows, bits))
         Row writes into the input buffer.
     full : In(2)
         The input buffer's full banks: the loader waits for its bank to be free ...
@@ -57,7 +64,9 @@ class Loader(wiring.Component):
         ... and marks it full once every answer for it has been written.
     """
 
-    def __init__(self, macs, slots, max_rows, row_values, buffer_rows):
+    def __init__(self, macs, slots, max_rows, row_values, buffer_rows, bits=16, *,
+                 channel_bits=24):
+        self._channel_bits = channel_bits
         self._macs = macs
         self._slots = slots
         self._max_rows = max_rows
@@ -69,7 +78,7 @@ class Loader(wiring.Component):
             "geometry": In(geometry_layout(macs)),
             "row_req":  Out(stream.Signature(row_request_layout(tag))),
             "row_data": In(stream.Signature(row_data_layout(row_values, tag))),
-            "buffer":   Out(BufferWriteSignature(max_rows, row_values, buffer_rows)),
+            "buffer":   Out(BufferWriteSignature(max_rows, row_values, buffer_rows, bits)),
             "full":     In(2),
             "fill":     Out(2),
         })
@@ -81,12 +90,15 @@ class Loader(wiring.Component):
         depth = self._buffer_rows
 
         m.submodules.walker = walker = GroupWalker(self._slots)
-        m.submodules.tiles = tiles = LoopNest([("base", 24, self._slots), ("ty", 12),
-                                               ("tx", 12)])
-        m.submodules.rows = rows = LoopNest([("c", 24), ("ky", 5),
+        m.submodules.tiles = tiles = LoopNest([("base", self._channel_bits, self._slots),
+                                               ("ty", 12), ("tx", 12)])
+        # Counters only as wide as a layer that passes the sequencer's buffer check needs
+        # (channels x kernel rows at most `buffer_rows`); a group beyond it ends the layer with
+        # BUFFER before its rows are used. The first channel is kept as wide as the request's.
+        m.submodules.rows = rows = LoopNest([("c", range(depth + 1)), ("ky", 5),
                                              ("y", range(self._max_rows + 1))])
-        in_base = Signal(24)      # first input channel of the group
-        in_count = Signal(24)     # input channels of the group
+        in_base = Signal(len(self.row_req.payload.c))     # first input channel of the group
+        in_count = Signal(range(depth + 1))               # input channels of the group
         m.d.comb += [
             walker.ocpg.eq(layer.ocpg), walker.icpg.eq(layer.icpg),
             walker.remaining.eq(geo.out_channels - tiles.index.base),
@@ -98,7 +110,7 @@ class Loader(wiring.Component):
         # Answers outstanding; an answer is written to the buffer row its tag names.
         bank = Signal()
         idle = Signal()
-        outstanding = Signal(24)
+        outstanding = Signal(range(depth * self._max_rows + 1))   # at most a unit's rows
         answer = Signal()
         m.d.comb += [
             self.row_data.ready.eq(1),
@@ -106,25 +118,29 @@ class Loader(wiring.Component):
             self.buffer.en.eq(answer),
             self.buffer.row.eq(self.row_data.payload.tag.row),
             self.buffer.addr.eq(self.row_data.payload.tag.addr),
-            self.buffer.values.eq(self.row_data.payload.values),
         ]
+        values = self.row_data.payload.values
+        m.d.comb += [self.buffer.values[j].eq(values[j]) for j in range(len(values))]
         m.d.sync += outstanding.eq(outstanding + (self.row_req.valid & self.row_req.ready)
                                    - answer)
 
-        # The request at the loop position.
+        # The request at the loop position. Products are kept only as wide as the fields they
+        # end in (row and column: the request's; the buffer address: the tag's), in shifts
+        # and adds rather than multipliers.
         pad = Signal(signed(6))
-        in_row = Signal(signed(26))
         req = self.row_req.payload
         pos = rows.index
+        yx_bits = len(req.y)
+        addr_bits = Shape.cast(range(2 * depth)).width
         m.d.comb += [
             pad.eq(layer.pad),
-            in_row.eq(((tiles.index.ty << geo.log2h) + pos.y) * layer.stride
-                      + pos.ky * layer.dilation - pad),
             req.c.eq(in_base + pos.c),
-            req.y.eq(in_row),
-            req.x.eq(((tiles.index.tx << layer.log2w) * layer.stride) - pad),
+            req.y.eq(narrow_mul((tiles.index.ty << geo.log2h) + pos.y, layer.stride, yx_bits)
+                     + narrow_mul(pos.ky, layer.dilation, yx_bits) - pad),
+            req.x.eq(narrow_mul(tiles.index.tx << layer.log2w, layer.stride, yx_bits) - pad),
             req.tag.row.eq(pos.y),
-            req.tag.addr.eq(Mux(bank, depth, 0) + pos.c * layer.kh + pos.ky),
+            req.tag.addr.eq(Mux(bank, depth, 0) + narrow_mul(pos.c, layer.kh, addr_bits)
+                            + pos.ky),
         ]
 
         with m.FSM() as fsm:

@@ -7,8 +7,9 @@ post-processor once per work unit, running ahead of the results as far as the
 post-processor's two parameter banks allow (``docs/neural_engine.md``).
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..lib.loop import LoopNest
@@ -29,6 +30,10 @@ class ParamReplay(wiring.Component):
     ----------
     macs, slots : int
         MAC lanes and accumulator slots of the build.
+    channel_bits : int
+        Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
+        (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
+        start.
 
     Members
     -------
@@ -47,7 +52,8 @@ class ParamReplay(wiring.Component):
         order, ``group_last`` on the last one; ``bias`` is 0 (the MAC array adds the bias).
     """
 
-    def __init__(self, macs, slots):
+    def __init__(self, macs, slots, *, channel_bits=24):
+        self._channel_bits = channel_bits
         self._slots = slots
         super().__init__({
             "start":    In(1),
@@ -63,22 +69,37 @@ class ParamReplay(wiring.Component):
         slots = self._slots
         geo = self.geometry
 
-        tables = Signal(data.ArrayLayout(data.ArrayLayout(param_entry_layout(), slots), 2))
-        with m.If(self.store.en):
-            stored = tables[self.store.bank][self.store.slot]
-            m.d.sync += [stored.scale.eq(self.store.scale), stored.shift.eq(self.store.shift)]
-
         ocg = Signal(range(slots + 1))      # channels of the current group
-        m.submodules.loop = loop = LoopNest([("base", 24, slots), ("ty", 12), ("tx", 12),
+        m.submodules.loop = loop = LoopNest([("base", self._channel_bits, slots),
+                                             ("ty", 12), ("tx", 12),
                                              ("slot", range(slots + 1))])
         m.d.comb += [loop.limit.base.eq(geo.out_channels), loop.limit.ty.eq(geo.tiles_y),
                      loop.limit.tx.eq(geo.tiles_x), loop.limit.slot.eq(ocg)]
         remaining = Signal(24)
         m.d.comb += remaining.eq(geo.out_channels - loop.index.base)
 
-        entry = Signal(param_entry_layout())
+        # The two tables in one memory (bank = group parity, then slot), read a cycle ahead:
+        # the address is the slot the loop is on in the next cycle, so the entry of the
+        # current slot is there as the beat is offered. The sequencer writes a bank only when
+        # the replayer is not on it (it waits for the replayer to leave the group whose table
+        # a header overwrites) and the replayer offers a group only from the cycle after its
+        # header count has risen, so no read meets a write of the same entry.
+        slot_bits = max(1, (slots - 1).bit_length())
+        m.submodules.tables = tables = Memory(shape=param_entry_layout(), depth=2 << slot_bits,
+                                              init=[])
+        wp = tables.write_port()
+        rp = tables.read_port()
+        advance = Signal()
+        m.d.comb += [
+            wp.en.eq(self.store.en),
+            wp.addr.eq(Cat(self.store.slot[:slot_bits], self.store.bank)),
+            wp.data.scale.eq(self.store.scale),
+            wp.data.shift.eq(self.store.shift),
+            rp.addr.eq(Cat(Mux(advance, loop.next.slot, loop.index.slot)[:slot_bits],
+                           self.group[0])),
+        ]
+        entry = rp.data
         slot = loop.index.slot
-        m.d.comb += entry.eq(tables[self.group[0]][slot])
         p = self.params.payload
         m.d.comb += [
             p.slot.eq(slot), p.bias.eq(0), p.scale.eq(entry.scale), p.shift.eq(entry.shift),
@@ -97,7 +118,7 @@ class ParamReplay(wiring.Component):
             with m.State("PUSH"):
                 m.d.comb += self.params.valid.eq(1)
                 with m.If(self.params.ready):
-                    m.d.comb += loop.advance.eq(1)
+                    m.d.comb += [loop.advance.eq(1), advance.eq(1)]
                     with m.If(loop.last.slot & loop.last.tx & loop.last.ty):
                         m.d.sync += self.group.eq(self.group + 1)
                         with m.If(~loop.last.base):

@@ -19,12 +19,15 @@ with an error code (the halo and buffer checks, the extractor's and the post-pro
 errors, the watchdog), when it also clears the datapath (``fail``).
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.formats import F16_NEG_INF, F16_ONE
+from npu_spec.neural import out_channel_limit
 
+from ..lib.arith import narrow_mul
 from ..lib.loop import LoopNest
 from .group_walker import GroupWalker
 from .layer import EngineError
@@ -148,7 +151,9 @@ class Sequencer(wiring.Component):
         geo = self.geometry
 
         m.submodules.walker = walker = GroupWalker(slots)
-        m.submodules.tiles = tiles = LoopNest([("base", 24, slots), ("ty", 12), ("tx", 12)])
+        channel_bits = out_channel_limit(self._config).bit_length()
+        m.submodules.tiles = tiles = LoopNest([("base", channel_bits, slots), ("ty", 12),
+                                               ("tx", 12)])
         m.d.comb += [
             walker.ocpg.eq(layer.ocpg), walker.icpg.eq(layer.icpg),
             walker.remaining.eq(geo.out_channels - tiles.index.base),
@@ -164,8 +169,12 @@ class Sequencer(wiring.Component):
         ]
 
         bank = Signal()                                     # the bank the bodies read
-        slot_base = Signal(data.ArrayLayout(24, slots))     # input-channel offset per slot
-        bias = Signal(data.ArrayLayout(32, slots))
+        # Input-channel offset per slot, kept only as wide as the buffer address it ends in.
+        addr_bits = Shape.cast(range(2 * self._buffer_rows)).width
+        slot_base = Signal(data.ArrayLayout(addr_bits, slots))
+        # The bias table: a memory written by the parameter beats and read in S0 for the beat
+        # entering S1 (`_issue`).
+        m.submodules.bias = bias = Memory(shape=32, depth=slots, init=[])
         issuing = Signal()          # a body is decoded: take coefficient beats
         in_flight, pipe_empty = self._issue(m, bank, slot_base, bias, issuing)
 
@@ -189,8 +198,9 @@ class Sequencer(wiring.Component):
             self.store.scale.eq(p.scale),
             self.store.shift.eq(p.shift),
         ]
-        with m.If(self.store.en):
-            m.d.sync += bias[p.slot].eq(p.bias)
+        bias_write = bias.write_port()
+        m.d.comb += [bias_write.en.eq(self.store.en), bias_write.addr.eq(p.slot),
+                     bias_write.data.eq(p.bias)]
 
         error = Signal(EngineError)
         m.d.comb += self.code.eq(error)
@@ -224,7 +234,7 @@ class Sequencer(wiring.Component):
                 with m.If(walker.walking):
                     m.d.comb += walker.step.eq(1)
                     m.d.sync += slot_base[walker.index].eq(walker.slot_base)
-                with m.Elif(walker.in_count * layer.kh > self._buffer_rows):
+                with m.Elif(self._rows_exceed(walker.in_count, layer.kh)):
                     m.d.sync += error.eq(EngineError.BUFFER)
                     m.next = "FAIL"
                 with m.Elif(pipe_empty & (self.replay_group + 1 >= self.group)):
@@ -277,6 +287,13 @@ class Sequencer(wiring.Component):
                 m.d.comb += [self.fail.eq(1), self.finish.eq(1)]
         return m
 
+    def _rows_exceed(self, count, kh):
+        """``count * kh > buffer_rows`` with a product only as wide as ``buffer_rows``
+        needs."""
+        limit = self._buffer_rows
+        width = limit.bit_length() + len(kh)
+        return (count > limit) | (narrow_mul(count, kh, width) > limit)
+
     def _issue(self, m, bank, slot_base, bias, issuing):
         """The issue pipeline: coefficient beats (while ``issuing``) to MAC commands. Returns
         what the control needs of it: ``in_flight`` (the bank of the beat in S0 that has not
@@ -296,10 +313,15 @@ class Sequencer(wiring.Component):
         s0_addr = Signal(range(2 * depth))
         s1 = Signal.like(beat)
         s1_valid = Signal()
+        # The bias of the beat entering S1, read as it moves (the table is written only while
+        # the pipeline is empty, before a group's first beat).
+        bias_read = bias.read_port()
+        m.d.comb += [bias_read.addr.eq(s0.slot), bias_read.en.eq(advance)]
         with m.If(advance):
             m.d.sync += [
                 s0.eq(beat), s0_valid.eq(self.coefs.valid & issuing), s0_bank.eq(bank),
-                s0_addr.eq(Mux(bank, depth, 0) + (slot_base[beat.slot] + beat.ic) * layer.kh
+                s0_addr.eq(Mux(bank, depth, 0)
+                           + narrow_mul(slot_base[beat.slot] + beat.ic, layer.kh, len(s0_addr))
                            + beat.ky),
                 s1.eq(s0), s1_valid.eq(s0_valid),
             ]
@@ -318,7 +340,7 @@ class Sequencer(wiring.Component):
                 cmd.first.eq(s1.first),
                 cmd.last.eq(s1.last),
                 cmd.dual.eq(0),
-                cmd.bias.eq(bias[s1.slot]),
+                cmd.bias.eq(bias_read.data),
                 cmd.coef[0].eq(Mux(s1.hold, Mux(is_int, 0, hold_coef), s1.coef)),
                 cmd.coef[1].eq(0),
             ]

@@ -8,7 +8,7 @@ group, work unit and the group's channels in the order their accumulations end
 (``npu_spec.neural.result_order``); the writer counts them to know the work unit.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -25,6 +25,10 @@ class Writer(wiring.Component):
     ----------
     macs, slots, max_rows : int
         MAC lanes, accumulator slots and the largest work-unit height of the build.
+    channel_bits : int
+        Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
+        (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
+        start.
 
     Members
     -------
@@ -42,7 +46,8 @@ class Writer(wiring.Component):
         The layer ended.
     """
 
-    def __init__(self, macs, slots, max_rows):
+    def __init__(self, macs, slots, max_rows, *, channel_bits=24):
+        self._channel_bits = channel_bits
         self._macs = macs
         self._slots = slots
         self._max_rows = max_rows
@@ -64,8 +69,8 @@ class Writer(wiring.Component):
 
         ocg = Signal(range(slots + 1))      # channels of the current group
         m.submodules.loop = loop = LoopNest([
-            ("base", 24, slots), ("ty", 12), ("tx", 12), ("count", range(slots + 1)),
-            ("y", range(self._max_rows + 1))])
+            ("base", self._channel_bits, slots), ("ty", 12), ("tx", 12),
+            ("count", range(slots + 1)), ("y", range(self._max_rows + 1))])
         pos = loop.index
         remaining = Signal(24)
         m.d.comb += [
@@ -82,13 +87,25 @@ class Writer(wiring.Component):
             o.y.eq((pos.ty << geo.log2h) + pos.y),
             o.x.eq(pos.tx << layer.log2w),
         ]
+        # Columns of the layer from the unit's first one on: one subtraction, then each mask
+        # bit compares a constant (the unit lies inside the layer, so it is positive).
+        cols_left = Signal(12)
+        m.d.comb += cols_left.eq(layer.out_w - (pos.tx << layer.log2w))
+        # Column x of row y is lane y * W + x: for each work-unit shape the build can offer
+        # (H = n / W at most max_rows), a choice among the H lanes of column x, so the
+        # selection grows with the shapes and not with the lanes (columns beyond W are
+        # masked and take any value).
+        log2n = (n - 1).bit_length()
+        shapes = [lw for lw in range(log2n + 1) if n >> lw <= self._max_rows]
         for x in range(n):
-            lane = Signal(range(n), name=f"lane{x}")
-            m.d.comb += [
-                lane.eq((pos.y << layer.log2w) + x),
-                o.values[x].eq(res.values[lane]),
-                o.mask[x].eq((x < geo.unit_w) & ((pos.tx << layer.log2w) + x < layer.out_w)),
-            ]
+            m.d.comb += o.mask[x].eq((x < geo.unit_w) & (cols_left > x))
+            with m.Switch(layer.log2w):
+                for lw in shapes:
+                    if x >= 1 << lw:
+                        continue
+                    with m.Case(lw):
+                        rows = [res.values[(y << lw) + x] for y in range(n >> lw)]
+                        m.d.comb += o.values[x].eq(Array(rows)[pos.y])
         row_inside = Signal()
         m.d.comb += row_inside.eq((pos.ty << geo.log2h) + pos.y < layer.out_h)
 

@@ -408,3 +408,60 @@ def test_lean_ice40_build():
                            backend="verilator", stall=0.2, seed=5)
     _check(cases[:2], results[:2], lean)
     assert [stats["error_code"] for _, stats in results[2:]] == [EngineError.EXTRACT.value] * 2
+
+
+ICEBREAKER = preset("icebreaker")
+
+
+def test_icebreaker_core_refuses_what_its_buffer_cannot_hold():
+    """The ``icebreaker`` preset's lean core (8-value halo rows, 128 rows a bank, 8 bits a
+    buffered value, a one-entry result queue, output-channel counters for 1024 channels): a
+    layer whose halo row or whose group's rows exceed its input buffer, or with more output
+    channels than it counts, which the ``ice40`` core runs, ends with ``HALO``, ``BUFFER`` or
+    ``SHAPE`` as ``layer_error`` says; a layer after them is bit-exact. amaranth.sim, small
+    layers."""
+    good = random_case(ICEBREAKER, ConvLayer(2, 5, 6, 3, 3, 3, pad=1, fmt="int8"), seed=41,
+                       activation="relu")
+    wide = random_case(ICEBREAKER, ConvLayer(1, 3, 10, 2, 3, 3, fmt="int8"), seed=42,
+                       log2w=3)                             # halo 10 > 8 values
+    deep = random_case(ICEBREAKER, ConvLayer(45, 3, 3, 2, 3, 3, fmt="int8"), seed=43)
+    # 45 channels x 3 kernel rows = 135 > 128 rows
+    many = dict(layer_fields(good), ocpg=1025)              # 1025 > 1024 output channels
+    cases = [(wide, EngineError.HALO), (deep, EngineError.BUFFER), (good, EngineError.NONE)]
+    for fields, code in [(layer_fields(c), code) for c, code in cases] + [
+            (many, EngineError.SHAPE)]:
+        assert int(layer_error(fields, ICEBREAKER)) == code.value
+        assert int(layer_error(fields, preset("ice40"))) == EngineError.NONE.value
+    runs = [dict(case=c) for c, _ in cases]
+    runs.insert(2, dict(case=good, overrides={"OCPG": dict(ocpg=1025)}))
+    results = run_rtl_many(runs, ICEBREAKER, backend="amaranth", stall=0.2, seed=4)
+    assert [stats["error_code"] for _, stats in results] == [
+        EngineError.HALO.value, EngineError.BUFFER.value, EngineError.SHAPE.value, 0]
+    _check([good], results[-1:], ICEBREAKER)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, changes", [
+    ("icebreaker", {}),
+    ("icebreaker", dict(result_queue=2, ne_row_values=16, ne_buffer_rows=64)),
+    ("small", dict(result_queue=1, ne_row_values=16, ne_buffer_rows=96)),
+], ids=["icebreaker", "icebreaker-queue2-rows16", "small-queue1"])
+def test_lean_core_fields(name, changes):
+    """The lean core's fields (``result_queue``, ``ne_row_values``, ``ne_buffer_rows``; and
+    the 8-bit input buffer of int8-only builds) keep every result bit-exact, with stalls;
+    ``small`` with a one-entry result queue and a 16-value, 96-row buffer (not a power of two)
+    as well. Slow: a Verilator build per configuration."""
+    config = preset(name).replace(**changes)
+    fmts = ["int8"] if not config.has_float else ["int8", "fp16", "f16i8"]
+    cases = [random_case(config, ConvLayer(3, 7, 9, 10, 3, 3, pad=1, fmt=fmts[0]), seed=51,
+                         activation="relu"),
+             random_case(config, ConvLayer(8, 6, 6, 8, 3, 3, pad=1, groups=8, fmt=fmts[-1]),
+                         seed=52, sparse=False, sparsity=0.2),
+             random_case(config, ConvLayer(9, 4, 4, 12, 1, 1, fmt=fmts[0]), seed=53,
+                         activation="clamp"),
+             random_case(config, fc_as_conv(30, 11, 2, "int8", "weights"), seed=54)]
+    for case in cases:
+        assert int(layer_error(layer_fields(case), config)) == EngineError.NONE.value
+    results = run_rtl_many([dict(case=c, stall=0.2) for c in cases], config,
+                           backend="verilator", stall=0.2, seed=6)
+    _check(cases, results, config)

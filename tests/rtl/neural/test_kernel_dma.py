@@ -19,8 +19,8 @@ from tests.support.neural import random_groups, random_layer
 class Bench(Elaboratable):
     """The DMA on a kernel memory holding ``words``."""
 
-    def __init__(self, slots, words):
-        self.dma = KernelDMA(slots)
+    def __init__(self, slots, words, queue_depth=8):
+        self.dma = KernelDMA(slots, queue_depth=queue_depth)
         self.words = words
 
     def elaborate(self, platform):
@@ -33,10 +33,11 @@ class Bench(Elaboratable):
         return m
 
 
-@pytest.mark.parametrize("config, stall", [(preset("small"), 0.0), (preset("small"), 0.5),
-                                           (NPUConfig(macs=4, acc_slots=3), 0.3)],
-                         ids=["small", "small-stalls", "3slots"])
-def test_against_model(config, stall):
+@pytest.mark.parametrize("config, stall, depth", [
+    (preset("small"), 0.0, 8), (preset("small"), 0.5, 8), (NPUConfig(macs=4, acc_slots=3), 0.3, 8),
+    (preset("small"), 0.3, 3), (preset("small"), 0.0, 2)],
+    ids=["small", "small-stalls", "3slots", "queue3-stalls", "queue2"])
+def test_against_model(config, stall, depth):
     rng = np.random.default_rng(int(stall * 10) + config.acc_slots)
     layers = []
     image = [int(w) for w in rng.integers(0, 1 << 32, 7)]     # words below the table
@@ -46,7 +47,7 @@ def test_against_model(config, stall):
         fields["addr"] = len(image)
         image += kernel_memory(groups, base=len(image))
         layers.append((fields, groups))
-    bench = Bench(config.acc_slots, image)
+    bench = Bench(config.acc_slots, image, depth)
     dma = bench.dma
     pyrng = np.random.default_rng(99)
 

@@ -19,7 +19,7 @@ def bad_layer(rng, config):
     """A layer with one or two random faults."""
     fields = random_layer(rng, config)
     for _ in range(int(rng.integers(1, 3))):
-        fault = int(rng.integers(5))
+        fault = int(rng.integers(6))
         if fault == 0:
             fields[str(rng.choice(["groups", "icpg", "ocpg", "in_h", "in_w", "out_h", "out_w",
                                    "kh", "kw", "stride", "dilation"]))] = 0
@@ -29,12 +29,14 @@ def bad_layer(rng, config):
             fields["log2w"] = int(rng.integers(0, 16))
         elif fault == 3:
             fields["fmt"] = int(rng.integers(4))
-        else:
+        elif fault == 4:
             fields["stride"] = 7
+        else:     # many output channels (beyond a lean build's counters)
+            fields["groups"], fields["ocpg"] = (int(v) for v in rng.integers(1, 4096, 2))
     return fields
 
 
-@pytest.mark.parametrize("name", ["small", "ice40"])
+@pytest.mark.parametrize("name", ["small", "ice40", "icebreaker"])
 def test_check_and_geometry(name):
     config = preset(name)
     max_rows, _, _ = engine_geometry(config)

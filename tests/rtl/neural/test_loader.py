@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from npu.neural.loader import Loader
+from npu.neural.shifter import value_bits
 from npu_model.neural import output_groups, row_requests, tiles
 from npu_spec.config import preset
 from npu_spec.neural import engine_geometry
@@ -20,11 +21,14 @@ def answer(c, y, x, row_values):
     return [(c * 7919 + y * 131 + (x + k) * 3) & 0xFFFF for k in range(row_values)]
 
 
+@pytest.mark.parametrize("name", ["small", "icebreaker"])
 @pytest.mark.parametrize("stall", [0.0, 0.4])
-def test_against_model(stall):
-    config = preset("small")
+def test_against_model(stall, name):
+    """``icebreaker``: 8-value rows, 128 rows a bank, 8 bits kept of each value."""
+    config = preset(name)
     max_rows, row_values, buffer_rows = engine_geometry(config)
-    dut = Loader(config.macs, config.acc_slots, max_rows, row_values, buffer_rows)
+    bits = value_bits(config)
+    dut = Loader(config.macs, config.acc_slots, max_rows, row_values, buffer_rows, bits)
     rng = np.random.default_rng(int(stall * 10))
     layers = [random_layer(rng, config, max_side=8) for _ in range(5)]
 
@@ -80,7 +84,9 @@ def test_against_model(stall):
                     answered_at_fill.append(len(writes))
                     release_at[fill.bit_length() - 1] = cycle + int(rng.integers(1, 30))
             assert requests == expect, fields
-            assert writes == [(r["row"], r["addr"], answer(r["c"], r["y"], r["x"], row_values))
+            assert writes == [(r["row"], r["addr"],
+                               [v & ((1 << bits) - 1)
+                                for v in answer(r["c"], r["y"], r["x"], row_values)])
                               for r in expect]
             # A fill per work unit, banks alternating, each once the unit's answers were all
             # written.

@@ -6,18 +6,22 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from npu.neural.shifter import Shifter
+from npu.neural.shifter import Shifter, value_bits
 from npu_model.neural import lane_inputs
 from npu_spec.config import NPUConfig, preset
 from npu_spec.neural import engine_geometry, work_unit_shapes
 
 
-@pytest.mark.parametrize("config", [preset("small"), preset("ice40"),
+@pytest.mark.parametrize("config", [preset("small"), preset("ice40"), preset("icebreaker"),
                                     NPUConfig(macs=64, acc_slots=8)],
-                         ids=["small", "ice40", "64macs"])
+                         ids=["small", "ice40", "icebreaker", "64macs"])
 def test_against_model(config):
+    """Int8-only builds (``ice40``, and ``icebreaker`` with its 8-value rows) keep 8 bits
+    a value."""
     max_rows, row_values, _ = engine_geometry(config)
-    dut = Shifter(config, max_rows, row_values)
+    bits = value_bits(config)
+    assert bits == (16 if config.has_float else 8)
+    dut = Shifter(config, max_rows, row_values, bits)
     rng = random.Random(config.macs)
     n = config.macs
 
@@ -29,7 +33,7 @@ def test_against_model(config):
                 stride, dilation, kx = rng.randint(1, 7), rng.randint(1, 7), rng.randint(0, 15)
                 if (w - 1) * stride + kx * dilation < row_values:
                     break
-            rows = [[rng.randrange(1 << 16) for _ in range(row_values)]
+            rows = [[rng.randrange(1 << bits) for _ in range(row_values)]
                     for _ in range(max_rows)]
             ctx.set(dut.rows, rows)
             for name, value in (("kx", kx), ("stride", stride), ("dilation", dilation),

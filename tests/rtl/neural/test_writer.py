@@ -15,8 +15,9 @@ from tests.support.neural import geometry, random_layer
 
 
 @pytest.mark.parametrize("config, stall", [(preset("small"), 0.0), (preset("small"), 0.5),
-                                           (NPUConfig(macs=4, acc_slots=3), 0.3)],
-                         ids=["small", "small-stalls", "3slots"])
+                                           (NPUConfig(macs=4, acc_slots=3), 0.3),
+                                           (preset("icebreaker"), 0.3)],
+                         ids=["small", "small-stalls", "3slots", "icebreaker"])
 def test_against_model(config, stall):
     n, slots = config.macs, config.acc_slots
     max_rows = engine_geometry(config)[0]

@@ -1,0 +1,69 @@
+"""The lean neural engine core's configuration fields (``npu_spec.config``) and how
+``npu_spec.neural.engine_geometry`` and ``layer_error`` follow them."""
+
+import pytest
+
+from npu_spec.config import PRESETS, preset
+from npu_spec.neural import (
+    NeuralError,
+    engine_geometry,
+    layer_error,
+    make_layer,
+    out_channel_limit,
+)
+
+
+def test_defaults_keep_the_presets_geometry():
+    for name, config in PRESETS.items():
+        if name == "icebreaker":
+            continue
+        assert (config.result_queue, config.ne_row_values, config.ne_buffer_rows,
+                config.ne_out_channels, config.ne_kernel_queue) == (0, 0, 0, 0, 0)
+        assert out_channel_limit(config).bit_length() == 24
+        n = config.macs
+        assert engine_geometry(config)[1:] == (min(2 * n, 64), 256 if n <= 64 else 1024)
+
+
+def test_icebreaker_geometry():
+    config = preset("icebreaker")
+    assert engine_geometry(config) == (2, 8, 128)
+    # Arguments still win over the configuration.
+    assert engine_geometry(config, 16, 64) == (2, 16, 64)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("result_queue", -1), ("result_queue", 65), ("ne_row_values", 12), ("ne_row_values", 2048),
+    ("ne_buffer_rows", -1), ("ne_buffer_rows", 4097), ("ne_out_channels", -1),
+    ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65)])
+def test_bad_values_are_refused(field, value):
+    with pytest.raises(ValueError, match=f"NPUConfig.{field}"):
+        preset("small").replace(**{field: value})
+
+
+def test_layer_rules_follow_the_buffer_fields():
+    """A layer the default geometry runs ends with HALO or BUFFER on a narrower one."""
+    base = preset("ice40")
+    lean = base.replace(ne_row_values=8, ne_buffer_rows=128)
+    # W = 8, 3x3: a halo row of 10 values.
+    wide = make_layer(fmt=0, log2w=3, groups=1, icpg=1, ocpg=2, in_h=3, in_w=10, out_h=1,
+                      out_w=8, kh=3, kw=3, stride=1, dilation=1, pad=0)
+    # 43 channels x 3 kernel rows = 129 rows.
+    deep = make_layer(fmt=0, log2w=2, groups=1, icpg=43, ocpg=2, in_h=3, in_w=3, out_h=1,
+                      out_w=1, kh=3, kw=3, stride=1, dilation=1, pad=0)
+    fits = dict(deep, icpg=42)
+    assert layer_error(wide, base) == layer_error(deep, base) == NeuralError.NONE
+    assert layer_error(wide, lean) == NeuralError.HALO
+    assert layer_error(deep, lean) == NeuralError.BUFFER
+    assert layer_error(fits, lean) == NeuralError.NONE
+
+
+def test_layer_rules_follow_the_channel_limit():
+    """More output channels than ``ne_out_channels`` is ``SHAPE``, after ``FORMAT``."""
+    lean = preset("icebreaker")
+    assert out_channel_limit(lean) == 1024
+    layer = make_layer(fmt=0, log2w=2, groups=4, icpg=1, ocpg=256, in_h=3, in_w=3, out_h=1,
+                       out_w=1, kh=3, kw=3, stride=1, dilation=1, pad=0)
+    assert layer_error(layer, lean) == NeuralError.NONE
+    assert layer_error(dict(layer, ocpg=257), lean) == NeuralError.SHAPE
+    assert layer_error(dict(layer, ocpg=257), preset("ice40")) == NeuralError.NONE
+    assert layer_error(dict(layer, ocpg=257, fmt=1), lean) == NeuralError.FORMAT
