@@ -19,15 +19,8 @@ GATE_TAIL = 64
 
 def gated_domain(m, name, activity, *, tail=GATE_TAIL):
     """Add to module ``m`` the local clock domain ``name``: the ``sync`` clock, running in the
-    cycles in which ``activity`` is high and in the first ``tail`` cycles after such a cycle,
-    stopped otherwise and while the ``sync`` reset is high.
-
-    The domain has no reset of its own (its reset signal is a constant 0): its registers start
-    at their reset values and the clock does not run during the reset, which is the same as
-    being reset only if the ``sync`` reset is a power-on reset, high before the domain's first
-    edge and never again (:class:`npu_sim.verilator.PowerOnReset`). A reset shared with the
-    ``sync`` domain would make every register's next-state logic depend on a ``sync`` signal,
-    and a Verilator model would evaluate it on every ``sync`` edge.
+    cycles in which ``activity`` is high, in the first ``tail`` cycles after such a cycle, and
+    during the reset; stopped otherwise. Its reset is the ``sync`` reset.
 
     The enable is taken while the ``sync`` clock is low (a register on the falling edge, the
     form of a latch-based clock gate): it settles after the rising edge and the inputs of the
@@ -40,17 +33,17 @@ def gated_domain(m, name, activity, *, tail=GATE_TAIL):
     with m.Elif(left != 0):
         m.d.sync += left.eq(left - 1)
     enable = Signal(name=f"{name}_enable")
-    m.d.comb += enable.eq((activity | (left != 0)) & ~ResetSignal("sync"))
+    m.d.comb += enable.eq(activity | (left != 0) | ResetSignal("sync"))
 
     latch = f"{name}_gate"
     m.domains += ClockDomain(latch, clk_edge="neg", reset_less=True, local=True)
-    held = Signal(name=f"{name}_enable_held")
+    held = Signal(init=1, name=f"{name}_enable_held")
     m.d[latch] += held.eq(enable)
     domain = ClockDomain(name, local=True)
     m.domains += domain
     m.d.comb += [
         ClockSignal(latch).eq(ClockSignal("sync")),
         domain.clk.eq(ClockSignal("sync") & held),
-        domain.rst.eq(0),
+        domain.rst.eq(ResetSignal("sync")),
     ]
     return held
