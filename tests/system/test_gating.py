@@ -46,3 +46,16 @@ def test_preemption_gated_equal_free():
 @pytest.mark.parametrize("seed", range(40))
 def test_random_programs_gated_equal_free_slow(seed):
     both(random_program(CFG, 6, 2000 + seed), stall=(seed % 4) / 8, seed=seed)
+
+
+@pytest.mark.slow
+def test_two_cores_gated_equal_free():
+    """Two cores on one layer (``ecp5``): each core on a gated clock of its own."""
+    from tests.system.test_system import _two_core_program
+    config = PRESETS["ecp5"]
+    program = _two_core_program(config, 2)
+    free = rtl_run(program, backend="verilator", latency=LATENCY, gate_clocks=False)
+    gated = rtl_run(program, backend="verilator", latency=LATENCY, gate_clocks=True)
+    for key in SAME:
+        assert gated[key] == free[key], key
+    assert compare(program, run_program(program), gated)["match"]
