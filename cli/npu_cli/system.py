@@ -115,7 +115,7 @@ def _gate_arg(p):
     p.add_argument("--gate-clocks", action=argparse.BooleanOptionalAction, default=None,
                    help="Verilator: the engines on clocks that stop while they are idle (same "
                    "cycles and results, faster; docs/system.md); default: the environment "
-                   "variable NPU_SIM_GATE, else off")
+                   "variable NPU_SIM_GATE (0 or 1), else on")
 
 
 def cmd_bench_system(args):
