@@ -51,7 +51,8 @@ def cmd_sim_system(args):
         f"stall {args.stall}")
     try:
         rtl = rtl_run(program, backend=args.backend, latency=args.latency, stall=args.stall,
-                      seed=args.seed, progress=say, vcd=args.vcd)
+                      seed=args.seed, progress=say, vcd=args.vcd,
+                      gate_clocks=args.gate_clocks)
     except RuntimeError as e:
         raise CLIError(f"the RTL run failed: {e}") from None
     summary = compare(program, golden, rtl)
@@ -106,7 +107,15 @@ def add_sim_commands(ssub):
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--dump", metavar="FILE.npz", help="write the tensors (golden and RTL)")
     p.add_argument("--vcd", metavar="FILE", help="waveforms (Amaranth backend)")
+    _gate_arg(p)
     p.set_defaults(func=cmd_sim_system)
+
+
+def _gate_arg(p):
+    p.add_argument("--gate-clocks", action=argparse.BooleanOptionalAction, default=None,
+                   help="Verilator: the engines on clocks that stop while they are idle (same "
+                   "cycles and results, faster; docs/system.md); default: the environment "
+                   "variable NPU_SIM_GATE (0 or 1), else on")
 
 
 def cmd_bench_system(args):
@@ -127,7 +136,8 @@ def cmd_bench_system(args):
             args.preset, latency=args.latency, progress=say)
     if args.which in ("speed", "all"):
         say("simulation speed: four 16-channel 32x32 conv layers")
-        results["speed"] = system_bench.speed(args.preset, progress=say)
+        results["speed"] = system_bench.speed(args.preset, progress=say,
+                                              gate_clocks=args.gate_clocks)
     if args.json:
         print(json.dumps(results, indent=1))
     else:
@@ -150,6 +160,7 @@ def add_bench_commands(bsub):
                    help="flow-control slots of the conv-pool ring (0: no flow control, the "
                    "pool waits for the conv's end)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _gate_arg(p)
     p.set_defaults(func=cmd_bench_system)
 
 

@@ -5,7 +5,7 @@ configuration, a scratch register, bus-error interrupt status, the cycle counter
 trace). :class:`NPUTop` is the whole NPU.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, DomainRenamer, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -22,6 +22,7 @@ from .dataproc.dataproc import DataProcessor
 from .dma.engine import DMAEngine
 from .lib.csr import CSRDecoder, CSRSignature, RegisterFile
 from .lib.engine import WriteLayout
+from .lib.gate import gated_domain
 from .lib.wishbone import Arbiter, WishboneSignature, WordReader
 from .neural.cluster import CoreCluster
 from .neural.engine import NeuralEngine
@@ -144,6 +145,11 @@ class NPUTop(wiring.Component):
         Library of shared blocks (:class:`npu.lib.shared.SharedModules`; for Verilog and
         Verilator only, see :func:`top_verilog`): the neural engine cores are instances of one
         converted core, and the blocks pass the library on for their own repeated units.
+    gate_clocks : bool
+        For the system simulation only (``docs/system.md``, "Gated clocks in the system
+        simulation"): the planar engine and each neural engine core run on a clock of their
+        own that stops while they are idle (:func:`npu.lib.gate.gated_domain`), so that a
+        Verilator model skips their logic. Same cycles and results; never for synthesis.
 
     Members
     -------
@@ -155,7 +161,7 @@ class NPUTop(wiring.Component):
         System-memory master.
     """
 
-    def __init__(self, config, *, trace_depth=64, shared=None):
+    def __init__(self, config, *, trace_depth=64, shared=None, gate_clocks=False):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         if config.cores > 32:
@@ -163,6 +169,7 @@ class NPUTop(wiring.Component):
         self._config = config
         self._trace_depth = trace_depth
         self._shared = shared
+        self._gate_clocks = bool(gate_clocks)
         super().__init__({
             "bus": In(CSRSignature(HOST_ADDR_BITS)),
             "irq": Out(1),
@@ -179,7 +186,9 @@ class NPUTop(wiring.Component):
         m.submodules.info = info = NPUInfo(cfg)
         m.submodules.taskman = tm = TaskManager(cfg, slot_words=SLOT_WORDS)
         m.submodules.dataproc = dp = DataProcessor(cfg)
-        m.submodules.planar = pe = PlanarEngine(cfg, shared=self._shared)
+        pe = PlanarEngine(cfg, shared=self._shared)
+        gate = self._gate_clocks
+        m.submodules.planar = DomainRenamer("pe")(pe) if gate else pe
         m.submodules.dma = dma = DMAEngine(cfg)
         m.submodules.cluster = cluster = CoreCluster(cfg.cores)
         # Every core is built as core 0 (the writes it sees are moved into core 0's window),
@@ -187,12 +196,15 @@ class NPUTop(wiring.Component):
         shared = self._shared
         cores = []
         for i in range(cfg.cores):
+            holder = Module() if gate else m
             if shared is None:
                 core = NeuralEngine(cfg, core=0)
-                m.submodules[f"core{i}"] = core
+                holder.submodules[f"core{i}"] = core
             else:
                 core = shared.get(CORE_MODULE, lambda: NeuralEngine(cfg, core=0, shared=shared))
-                core = core.instance(m, f"core{i}")
+                core = core.instance(holder, f"core{i}")
+            if gate:
+                m.submodules[f"core{i}_clock"] = DomainRenamer(f"ne{i}")(holder)
             cores.append(core)
 
         # Host registers.
@@ -237,9 +249,13 @@ class NPUTop(wiring.Component):
         wiring.connect(m, tm.dma, dma.task)
 
         # Writes to a running engine's datasets wait for its task's end.
+        ne_running = [_running(m, cluster.core[i], f"core{i}_running") for i in range(cfg.cores)]
+        pe_running = _running(m, tm.pe, "pe_running")
         for i in range(cfg.cores):
-            m.d.comb += dp.ne_busy[i].eq(_running(m, cluster.core[i], f"core{i}_running"))
-        m.d.comb += dp.pe_busy.eq(_running(m, tm.pe, "pe_running"))
+            m.d.comb += dp.ne_busy[i].eq(ne_running[i])
+        m.d.comb += dp.pe_busy.eq(pe_running)
+        if gate:
+            _gate_engines(m, decoder, tm, cluster, pe, pe_running, cores, ne_running)
 
         # Data: every engine's ports on the data processor.
         for i, core in enumerate(cores):
@@ -274,6 +290,31 @@ class NPUTop(wiring.Component):
             self.irq.eq(info.irq | tm.irq),
         ]
         return m
+
+
+def _gate_engines(m, decoder, tm, cluster, pe, pe_running, cores, ne_running):
+    """The gated clocks of the planar engine (domain ``pe``) and of the cores (``ne0``, ...):
+    each runs while its engine may change state (``docs/system.md``, "Gated clocks in the
+    system simulation"): its task runs or is offered or aborted, a register write or a host
+    access reaches it, a stream beat is offered to it or by it, a kernel memory read is
+    answered; after a host write to its registers (a start by ``CTRL.start`` is not seen on the
+    dispatch port) it never stops again."""
+    def activity(name, window, task, running, signals):
+        csr = decoder.target(window)
+        touched = Signal(name=f"{name}_host_written")
+        with m.If(csr.w_en):
+            m.d.sync += touched.eq(1)
+        act = Signal(name=f"{name}_activity")
+        m.d.comb += act.eq(Cat(running, task.start.valid, task.abort, csr.r_en, csr.w_en,
+                               touched, *signals).any())
+        gated_domain(m, name, act)
+
+    activity("pe", "PLANAR_ENGINE", tm.pe, pe_running,
+             [port.valid for port in (pe.writes, pe.a, pe.b, pe.c, pe.out)])
+    for i, core in enumerate(cores):
+        activity(f"ne{i}", f"NE{i}", cluster.core[i], ne_running[i],
+                 [port.valid for port in (core.writes, core.row_data, core.row_req, core.out)]
+                 + [core.kmem.en])
 
 
 def _running(m, port, name):

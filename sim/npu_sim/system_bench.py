@@ -147,11 +147,11 @@ def double_buffered(config, *, latency=20, bands=8, seed=1, progress=None):
             "tasks": len(spans)}
 
 
-def speed(config, *, latency=4, progress=None):
+def speed(config, *, latency=4, progress=None, gate_clocks=None):
     """Simulated cycles per second on a long program (four 16-channel 32x32 conv layers):
     per second of wall time (the whole run, build-cache lookup included) and per second of
     the simulation process's CPU time (the figure that does not depend on other jobs on a
-    shared machine)."""
+    shared machine). ``gate_clocks``: as :func:`npu_sim.system.rtl_run`."""
     rng = np.random.default_rng(3)
     b = ProgramBuilder(config)
     h = b.load(b.input("x", rng.integers(-128, 128, (16, 32, 32)).astype(np.int8)))
@@ -165,7 +165,8 @@ def speed(config, *, latency=4, progress=None):
     program = b.build()
     t0 = time.perf_counter()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
-    rtl = rtl_run(program, backend="verilator", latency=latency, progress=progress)
+    rtl = rtl_run(program, backend="verilator", latency=latency, progress=progress,
+                  gate_clocks=gate_clocks)
     wall = time.perf_counter() - t0
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - cpu0
     return {"sim_cycles": rtl["sim_cycles"], "wall_seconds": round(wall, 2),

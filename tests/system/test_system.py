@@ -194,10 +194,9 @@ def test_bad_input_retires_one_queue(case):
         assert not any(rtl["memory"][y0.addr:y0.extent[1]])
 
 
-def test_fig15_preemption_with_real_engines():
-    """Seed 000 FIG. 15: a higher-priority network arrives while a network runs; the running
-    one switches out after its TSE/TSR task, the new one runs to its end, the first resumes
-    (SPC/SPL). Both networks' outputs equal the golden model's runs without a switch."""
+def fig15_program():
+    """Network A (queue 0) switches out after its conv; network B (queue 1, higher
+    priority) is pushed once two tasks have run (``late={1: 2}``)."""
     from npu_model.builder import combine
     rng = np.random.default_rng(8)
     a = ProgramBuilder(CFG, queue=0, priority=1, network=0, base=0)
@@ -209,7 +208,14 @@ def test_fig15_preemption_with_real_engines():
     p = a.max_pool(r, 2)
     a.store(p, a.output("y", p.shape))
     b = _network(1, 5, rng, base=CFG.mem_kib * 128, buffer_from=16384, kernel_from=2048)
-    program = combine([a.build(), b.build()])
+    return combine([a.build(), b.build()])
+
+
+def test_fig15_preemption_with_real_engines():
+    """Seed 000 FIG. 15: a higher-priority network arrives while a network runs; the running
+    one switches out after its TSE/TSR task, the new one runs to its end, the first resumes
+    (SPC/SPL). Both networks' outputs equal the golden model's runs without a switch."""
+    program = fig15_program()
     golden = run_program(program)
     rtl = rtl_run(program, backend="verilator", latency=LATENCY, late={1: 2})
     summary = compare(program, golden, rtl)

@@ -1,0 +1,49 @@
+"""Clock gating of idle blocks, for the system simulation's speed (``docs/system.md``,
+"Gated clocks in the system simulation").
+
+A Verilator model evaluates a clock domain's logic only on that domain's edges. An engine in a
+domain of its own whose clock stops while the engine cannot change state costs nothing while
+it is idle, and computes exactly what it computes on the free-running clock, provided the
+enable is high on every edge at which the engine's state could change. The synthesised design
+and the Amaranth simulator do not use this (``NPUTop(gate_clocks=False)``).
+"""
+
+from amaranth.hdl import ClockDomain, ClockSignal, ResetSignal, Signal
+
+__all__ = ["GATE_TAIL", "gated_domain"]
+
+#: Cycles the clock keeps running after the last cycle of activity: longer than any
+#: pipeline of an engine that drains after its task's ``done`` or a read answered a cycle late.
+GATE_TAIL = 64
+
+
+def gated_domain(m, name, activity, *, tail=GATE_TAIL):
+    """Add to module ``m`` the local clock domain ``name``: the ``sync`` clock, running in the
+    cycles in which ``activity`` is high, in the first ``tail`` cycles after such a cycle, and
+    during the reset; stopped otherwise. Its reset is the ``sync`` reset.
+
+    The enable is taken while the ``sync`` clock is low (a register on the falling edge, the
+    form of a latch-based clock gate): it settles after the rising edge and the inputs of the
+    cycle, and holds through the next rising edge, so the gated clock has no glitch and rises
+    together with ``sync``. Returns the enable, which is high on the rising edges the domain
+    sees."""
+    left = Signal(range(tail + 1), name=f"{name}_tail")
+    with m.If(activity):
+        m.d.sync += left.eq(tail)
+    with m.Elif(left != 0):
+        m.d.sync += left.eq(left - 1)
+    enable = Signal(name=f"{name}_enable")
+    m.d.comb += enable.eq(activity | (left != 0) | ResetSignal("sync"))
+
+    latch = f"{name}_gate"
+    m.domains += ClockDomain(latch, clk_edge="neg", reset_less=True, local=True)
+    held = Signal(init=1, name=f"{name}_enable_held")
+    m.d[latch] += held.eq(enable)
+    domain = ClockDomain(name, local=True)
+    m.domains += domain
+    m.d.comb += [
+        ClockSignal(latch).eq(ClockSignal("sync")),
+        domain.clk.eq(ClockSignal("sync") & held),
+        domain.rst.eq(ResetSignal("sync")),
+    ]
+    return held
