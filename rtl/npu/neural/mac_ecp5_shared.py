@@ -89,7 +89,7 @@ class FloatUnitECP5(wiring.Component):
     addend: In(32)
     result: Out(32)
 
-    def __init__(self, config, *, primitive=True):
+    def __init__(self, config, *, primitive=None):
         self._mixed = config.has_mixed
         self._primitive = primitive
         super().__init__()
@@ -197,7 +197,7 @@ class IntLaneECP5(wiring.Component):
         The result register.
     """
 
-    def __init__(self, config, *, primitive=True):
+    def __init__(self, config, *, primitive=None):
         self._config = config
         self._primitive = primitive
         slot = slot_shape(config.acc_slots)
@@ -276,13 +276,14 @@ class MacArrayECP5Shared(wiring.Component):
     ----------
     config : NPUConfig
         ``fp_share`` lanes share a float unit.
-    primitive : bool
-        Instantiate ``MULT18X18D`` (``True``) or its behavioural twin (``False``).
+    primitive : bool or None
+        Instantiate ``MULT18X18D`` (``True``), use its behavioural twin (``False``), or decide
+        by the platform the array is elaborated for (``None``: the cell on an ECP5 platform).
     queue_depth : int, optional
         Result queue entries; 16 by default.
     """
 
-    def __init__(self, config, *, primitive=True, queue_depth=None):
+    def __init__(self, config, *, primitive=None, queue_depth=None):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         self._config = config

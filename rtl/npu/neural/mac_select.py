@@ -42,7 +42,9 @@ def _ecp5(config, primitives):
 
 def _ecp5_shared(config, primitives):
     from .mac_ecp5_shared import MacArrayECP5Shared
-    return MacArrayECP5Shared(config, primitive=primitives is not False)
+    # ``None``: the cell when elaborated for an ECP5 platform (npu synth, a board build), the
+    # twin otherwise (the Amaranth simulator, Verilog for a simulation without cell models).
+    return MacArrayECP5Shared(config, primitive=primitives)
 
 
 #: Factory of each implementation built into this version, by ``mac_impl``.
