@@ -226,3 +226,38 @@ def test_cell_or_twin_by_platform():
     assert "MULT18X18D" in rtlil.convert(Mult18x18D(primitive=None), platform=Platform())
     assert "MULT18X18D" not in rtlil.convert(Mult18x18D(primitive=None))
     assert "MULT18X18D" in rtlil.convert(Mult18x18D(primitive=True))
+
+
+def test_flush_between_sub_beats():
+    """`flush` in the middle of a float command's sub-beats drops it (no result, no slot
+    write seen afterwards); the next program runs bit for bit as the golden model says."""
+    cfg = EIGHT
+    dut = MacArrayECP5Shared(cfg, primitive=False)
+    dropped = _rotating_program(cfg, 1, 0, "fp16")
+    prog = random_program(cfg.macs, cfg.acc_slots, "fp16", 200, 5)
+    layout = dut.cmd.payload.shape()
+    words = command_words(layout, prog)
+    expected, _ = run_mac_program(prog, cfg.macs, cfg.acc_slots, cfg.formats)
+    got = []
+
+    async def producer(ctx):
+        ctx.set(dut.cmd.payload.as_value(), command_words(layout, dropped)[0])
+        ctx.set(dut.cmd.valid, 1)
+        await ctx.tick().repeat(2)
+        assert not ctx.get(dut.cmd.ready)              # sub-beat 2 of 4
+        ctx.set(dut.flush, 1)
+        await ctx.tick()
+        ctx.set(dut.flush, 0)
+        ctx.set(dut.cmd.valid, 0)
+        await ctx.tick().repeat(20)
+        assert not ctx.get(dut.res.valid)
+        for w in words:
+            await stream_put(ctx, dut.cmd, w)
+
+    async def consumer(ctx):
+        while len(got) < len(expected):
+            got.append(await stream_get(ctx, dut.res))
+
+    run_simulation(dut, [producer, consumer])
+    bad = compare_results(expected, results_from_words(dut.res.payload.shape(), got))
+    assert not bad, "\n".join(bad)
