@@ -59,6 +59,16 @@ def _mac_lane_ecp5(config):
     return MacLaneECP5(config.replace(mac_impl="ecp5", fp_share=1))
 
 
+def _float_unit_ecp5(config):
+    from npu.neural.mac_ecp5_shared import FloatUnitECP5
+    return FloatUnitECP5(config)
+
+
+def _int_lane_ecp5(config):
+    from npu.neural.mac_ecp5_shared import IntLaneECP5
+    return IntLaneECP5(config)
+
+
 def _mac_unit(config):
     from npu.neural.mac import MacUnit
     return MacUnit(config)
@@ -72,7 +82,8 @@ def _fp32_add(config):
 #: Blocks of ``npu generate`` and ``npu synth`` defined here; the command modules add theirs.
 BLOCKS = {"top": _top, "mac_array": _mac_array, "mac_unit": _mac_unit, "fp32_add": _fp32_add,
           "npu_info": _npu_info, "mac_array_ecp5": _mac_array_ecp5,
-          "mac_lane_ecp5": _mac_lane_ecp5}
+          "mac_lane_ecp5": _mac_lane_ecp5, "float_unit_ecp5": _float_unit_ecp5,
+          "int_lane_ecp5": _int_lane_ecp5}
 
 
 def _all_blocks():
