@@ -33,17 +33,18 @@ from .mac import MacUnit, format_supported, mac_array_signature
 __all__ = ["FloatUnitECP5", "IntLaneECP5", "MacArrayECP5Shared", "shared_stages"]
 
 #: Stage in which the float path's accumulator input is registered (the slot is read as the
-#: entry leaves S3), the int8 path's, and the result register (the slot is written from it as
-#: the entry leaves it).
+#: entry leaves S3), the int8 path's, and the result register (the slot is written with the
+#: value going into it, as the entry leaves S10).
 FLOAT_READ, INT_READ, RESULT = 4, 9, 11
 
 
 def shared_stages():
     """``(read_stage, write_stage, hazard)`` as :func:`npu.neural.mac_ecp5.ecp5_stages` gives
-    them: the earliest read (the float path's, S4), the write as an entry leaves S11, and the
-    interlock window (7 stages: 8 interleaved slots run at one command per cycle)."""
-    write_stage = RESULT + 1
-    return FLOAT_READ, write_stage, write_stage - FLOAT_READ - 1
+    them: the earliest read (the float path's, as an entry enters S4), the write (as an entry
+    enters S11), and the interlock window: with no bypass, a reader must enter S4 no earlier
+    than the cycle after the write, so it waits while a writer is in one of the first
+    ``write - read`` = 7 stages (8 interleaved slots run at one command per cycle)."""
+    return FLOAT_READ, RESULT, RESULT - FLOAT_READ
 
 
 def _control_layout(slots, share):
@@ -170,7 +171,7 @@ class IntLaneECP5(wiring.Component):
     ``MULT18X18D``, S9 the product and the accumulator input (slot or bias), S10 the sum and
     the order of product and accumulator, S11 the result register (selected by op). The result
     register also takes the float unit's result when the entry in S10 is a float sub-beat for
-    this lane; the slot is written from it as the entry leaves S11.
+    this lane; the slot is written with the same value in the same cycle.
 
     Members
     -------
@@ -184,11 +185,9 @@ class IntLaneECP5(wiring.Component):
         The entry in S10 writes this lane; it is a float sub-beat (take ``f_result``); it is
         killed (result zero, no slot write).
     wr_slot, wr_en : In
-        The entry in S11: its slot, and whether it writes this lane's slot.
+        The entry in S10: its slot, and whether it writes this lane's slot.
     f_slot : In
         Slot read for the float unit (the entry in S3).
-    f_hit : In(1)
-        ``wr_slot == f_slot`` (the float read passes a same-cycle write on).
     f_data : Out(32)
         That slot's value.
     f_result : In(32)
@@ -206,7 +205,7 @@ class IntLaneECP5(wiring.Component):
             "rd_slot": In(slot), "rd_first": In(1), "bias": In(32),
             "op": In(MacOp), "load": In(1), "use_float": In(1), "kill": In(1),
             "wr_slot": In(slot), "wr_en": In(1),
-            "f_slot": In(slot), "f_hit": In(1), "f_data": Out(32), "f_result": In(32),
+            "f_slot": In(slot), "f_data": Out(32), "f_result": In(32),
             "result": Out(32),
         })
 
@@ -214,24 +213,24 @@ class IntLaneECP5(wiring.Component):
         m = Module()
         cfg = self._config
 
-        # Accumulator slots: written from the result register; read by the int8 path (S8)
-        # and, for the float unit, by a second port (S3) that passes a same-cycle write on.
+        # Accumulator slots: read by the int8 path (S8) and, for the float unit, by a second
+        # port (S3); written with the value going into the result register, so that a read in
+        # the next cycle sees it (no bypass multiplexer).
         m.submodules.acc = acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
-        wr = acc.write_port()
-        m.d.comb += [wr.addr.eq(self.wr_slot), wr.data.eq(self.result), wr.en.eq(self.wr_en)]
         if cfg.has_float:
             f_rd = acc.read_port(domain="comb")
-            m.d.comb += [f_rd.addr.eq(self.f_slot),
-                         self.f_data.eq(Mux(self.wr_en & self.f_hit, self.result, f_rd.data))]
-
+            m.d.comb += [f_rd.addr.eq(self.f_slot), self.f_data.eq(f_rd.data)]
         int_res = Const(0, 32)
         if cfg.has_int8:
             int_res = self._int_path(m, acc)
 
-        # S11: the result register.
+        # S11: the result register, and the slot write.
+        value = Signal(32)
+        m.d.comb += value.eq(Mux(self.kill, 0, Mux(self.use_float, self.f_result, int_res)))
         with m.If(self.load):
-            m.d.sync += self.result.eq(Mux(self.kill, 0, Mux(self.use_float, self.f_result,
-                                                            int_res)))
+            m.d.sync += self.result.eq(value)
+        wr = acc.write_port()
+        m.d.comb += [wr.addr.eq(self.wr_slot), wr.data.eq(value), wr.en.eq(self.wr_en)]
         return m
 
     def _int_path(self, m, acc):
@@ -303,7 +302,7 @@ class MacArrayECP5Shared(wiring.Component):
     def latency(self):
         """Cycles from a command's handshake (a float command's: its last sub-beat's) to its
         result being valid (consumer ready)."""
-        return shared_stages()[1] + 1
+        return RESULT + 2
 
     @property
     def fp_rate(self):
@@ -377,18 +376,16 @@ class MacArrayECP5Shared(wiring.Component):
         for i, lane in enumerate(lanes):
             m.submodules[f"lane{i}"] = lane
 
-        # Which lanes the entries in S10 and S11 write: all for an int8 entry, one of each
-        # group for a float sub-beat (one comparison per position in the group).
-        c10, c11, c3 = ctl[RESULT - 1], ctl[RESULT], ctl[FLOAT_READ - 1]
+        # Which lanes the entry in S10 writes: all for an int8 entry, one of each group for a
+        # float sub-beat (one comparison per position in the group).
+        c10, c3 = ctl[RESULT - 1], ctl[FLOAT_READ - 1]
         load = [Signal(name=f"load{k}") for k in range(share)]
         write = [Signal(name=f"write{k}") for k in range(share)]
         for k in range(share):
             m.d.comb += [
                 load[k].eq(c10.valid & (~c10.float | (c10.sub == k))),
-                write[k].eq(c11.valid & ~c11.kill & (~c11.float | (c11.sub == k))),
+                write[k].eq(load[k] & ~c10.kill),
             ]
-        f_hit = Signal()
-        m.d.comb += f_hit.eq(c11.slot == c3.slot)
         c8 = ctl[INT_READ - 1]
         for i, lane in enumerate(lanes):
             lo = Mux(cmd.dual, cmd.data[i // 2], cmd.data[i])[:8]
@@ -398,8 +395,8 @@ class MacArrayECP5Shared(wiring.Component):
                 lane.rd_slot.eq(c8.slot), lane.rd_first.eq(c8.first), lane.bias.eq(bias[-1]),
                 lane.op.eq(c10.op), lane.load.eq(load[i % share]),
                 lane.use_float.eq(c10.float), lane.kill.eq(c10.kill),
-                lane.wr_slot.eq(c11.slot), lane.wr_en.eq(write[i % share]),
-                lane.f_slot.eq(c3.slot), lane.f_hit.eq(f_hit),
+                lane.wr_slot.eq(c10.slot), lane.wr_en.eq(write[i % share]),
+                lane.f_slot.eq(c3.slot),
             ]
         if not cfg.has_float:
             return lanes

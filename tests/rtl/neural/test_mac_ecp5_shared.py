@@ -131,7 +131,7 @@ def test_rate_and_latency_shared(fmt):
     prog = _rotating_program(cfg, n, n - 2 * cfg.acc_slots, fmt)
     dut = MacArrayECP5Shared(cfg, primitive=False)
     _, write_stage, hazard = shared_stages()
-    assert write_stage + 1 == dut.latency and hazard + 1 == cfg.acc_slots
+    assert write_stage == 11 and dut.latency == 13 and hazard + 1 == cfg.acc_slots
     accepted, results, got = _timed_run(dut, prog, 2 * cfg.acc_slots)
     step = cfg.fp_share if fmt == "fp16" else 1
     assert accepted == [accepted[0] + step * k for k in range(n)], accepted
