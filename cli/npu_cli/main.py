@@ -51,12 +51,22 @@ def _mac_array(config):
 
 def _mac_array_ecp5(config):
     from npu.neural.mac_ecp5 import MacArrayECP5
-    return MacArrayECP5(config.replace(mac_impl="ecp5"))
+    return MacArrayECP5(config.replace(mac_impl="ecp5", fp_share=1))
 
 
 def _mac_lane_ecp5(config):
     from npu.neural.mac_ecp5 import MacLaneECP5
-    return MacLaneECP5(config.replace(mac_impl="ecp5"))
+    return MacLaneECP5(config.replace(mac_impl="ecp5", fp_share=1))
+
+
+def _float_unit_ecp5(config):
+    from npu.neural.mac_ecp5_shared import FloatUnitECP5
+    return FloatUnitECP5(config)
+
+
+def _int_lane_ecp5(config):
+    from npu.neural.mac_ecp5_shared import IntLaneECP5
+    return IntLaneECP5(config)
 
 
 def _mac_unit(config):
@@ -72,7 +82,8 @@ def _fp32_add(config):
 #: Blocks of ``npu generate`` and ``npu synth`` defined here; the command modules add theirs.
 BLOCKS = {"top": _top, "mac_array": _mac_array, "mac_unit": _mac_unit, "fp32_add": _fp32_add,
           "npu_info": _npu_info, "mac_array_ecp5": _mac_array_ecp5,
-          "mac_lane_ecp5": _mac_lane_ecp5}
+          "mac_lane_ecp5": _mac_lane_ecp5, "float_unit_ecp5": _float_unit_ecp5,
+          "int_lane_ecp5": _int_lane_ecp5}
 
 
 def _all_blocks():
@@ -162,7 +173,11 @@ def cmd_sim_mac(args):
     from npu_model.mac import run_mac_program
     from npu_sim.mac import compare_results, random_program
 
-    cfg = args.preset if args.mac_impl is None else args.preset.replace(mac_impl=args.mac_impl)
+    cfg = args.preset
+    if args.mac_impl is not None and args.mac_impl != cfg.mac_impl:
+        # fp_share belongs to the shared-float array only.
+        cfg = cfg.replace(mac_impl=args.mac_impl,
+                          fp_share=cfg.fp_share if args.mac_impl == "ecp5_shared" else 1)
     say = progress(args.json)
     if cfg.mac_impl == "ecp5" and not cfg.has_float:
         raise CLIError(f"--mac-impl ecp5 needs a float format; preset {cfg.name!r} has "
@@ -306,10 +321,11 @@ def build_parser():
         "array runs ceil(COUNT / MACs) commands.")
     mac.add_argument("--preset", type=preset_arg, default="small", help=f"one of {presets}")
     mac.add_argument("--format", choices=("int8", "fp16", "mixed"), required=True)
-    mac.add_argument("--mac-impl", choices=("generic", "ice40", "ecp5"), default=None,
-                     help="MAC datapath instead of the preset's (ecp5: MULT18X18D instances, "
-                     "run with the cell model on verilator, its twin on amaranth; ice40: "
-                     "SB_MAC16 twins, int8 presets only)")
+    mac.add_argument("--mac-impl", choices=("generic", "ice40", "ecp5", "ecp5_shared"),
+                     default=None,
+                     help="MAC datapath instead of the preset's (ecp5, ecp5_shared: MULT18X18D "
+                     "instances, run with the cell model on verilator, its twin on amaranth; "
+                     "ice40: SB_MAC16 twins, int8 presets only)")
     mac.add_argument("--count", type=positive, default=10000, help="lane operations")
     mac.add_argument("--seed", type=int, default=1)
     mac.add_argument("--backend", choices=("amaranth", "verilator"), default="verilator",

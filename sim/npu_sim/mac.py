@@ -230,7 +230,7 @@ def run_verilator(config, program, *, seed=0, stall=0.3, progress=None):
 
     # The ECP5 array runs its netlist with MULT18X18D and the project's cell model;
     # other implementations use the behavioural twins of their vendor primitives.
-    ecp5 = config.mac_impl == "ecp5"
+    ecp5 = config.mac_impl in ("ecp5", "ecp5_shared")
     dut = mac_array(config, primitives=ecp5)
     extra = None
     if ecp5:

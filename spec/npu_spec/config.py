@@ -12,7 +12,7 @@ __all__ = ["FORMATS", "KERNEL_EXTRACTS", "MAC_IMPLS", "NPUConfig", "POSTPROC_IMP
 
 #: MAC datapaths (``NPUConfig.mac_impl``): the generic one, and the ones built from a device's
 #: DSP primitives.
-MAC_IMPLS = ("generic", "ice40", "ecp5")
+MAC_IMPLS = ("generic", "ice40", "ecp5", "ecp5_shared")
 
 #: Number formats a configuration may include. ``mixed`` is int8 x binary16 (either side) and
 #: needs both ``int8`` and ``fp16``.
@@ -20,7 +20,7 @@ FORMATS = ("int8", "fp16", "mixed")
 
 #: Implementations of the MAC array (``NPUConfig.mac_impl``): the portable reference, or a
 #: datapath built around one FPGA family's DSP primitive (``docs/mac.md``).
-MAC_IMPLS = ("generic", "ice40", "ecp5")
+MAC_IMPLS = ("generic", "ice40", "ecp5", "ecp5_shared")
 
 #: Kernel extractor builds (``NPUConfig.kernel_extract``): every encoding of
 #: ``docs/kernel_format.md``, or dense raw int8 bodies only (``npu_spec.kernel.encoding_accepted``
@@ -78,7 +78,12 @@ class NPUConfig:
         MAC array implementation, one of :data:`MAC_IMPLS` (same contract, same results):
         ``"generic"`` (inferred arithmetic, the reference for the Amaranth simulator),
         ``"ice40"`` (``SB_MAC16`` in its dual 8x8 mode; int8 only) or ``"ecp5"`` (registered
-        ``MULT18X18D``, no clock enable; needs a float format). ``docs/mac.md``.
+        ``MULT18X18D``, no clock enable; needs a float format) or ``"ecp5_shared"`` (the
+        same with one float unit shared by ``fp_share`` int8 lanes). ``docs/mac.md``.
+    fp_share : int
+        Lanes served by one float unit of the ``"ecp5_shared"`` MAC array: FP16 and mixed
+        commands run at ``macs / fp_share`` products a cycle (INT8 at ``macs``). Must divide
+        ``macs``; 1 for every other ``mac_impl``.
     kernel_extract : str
         Kernel extractor build, one of :data:`KERNEL_EXTRACTS`: ``"full"`` (raw, sparse and
         palettized kernels, int8 and binary16) or ``"dense_int8"`` (dense raw int8 kernels
@@ -130,6 +135,7 @@ class NPUConfig:
     kernel_kib: int = 16
     acc_memory: str = "logic"
     mac_impl: str = "generic"
+    fp_share: int = 1
     kernel_extract: str = "full"
     postproc_impl: str = "pipelined"
     result_queue: int = 0
@@ -165,6 +171,13 @@ class NPUConfig:
                              f"not {self.acc_memory!r}")
         if self.mac_impl not in MAC_IMPLS:
             raise ValueError(f"NPUConfig.mac_impl must be one of {', '.join(MAC_IMPLS)}, "
+                             f"not {self.mac_impl!r}")
+        if not 1 <= self.fp_share <= self.macs or self.macs % self.fp_share:
+            raise ValueError(f"NPUConfig.fp_share must divide macs ({self.macs}), "
+                             f"not {self.fp_share!r}")
+        if self.fp_share != 1 and self.mac_impl != "ecp5_shared":
+            raise ValueError(f"NPUConfig.fp_share {self.fp_share!r} needs mac_impl "
+                             f"'ecp5_shared' (the only array with shared float units), "
                              f"not {self.mac_impl!r}")
         for name, choices in (("kernel_extract", KERNEL_EXTRACTS),
                               ("postproc_impl", POSTPROC_IMPLS)):
@@ -251,7 +264,7 @@ PRESETS = {
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
-        kernel_kib=8, mac_impl="ecp5",
+        kernel_kib=8, mac_impl="ecp5_shared", fp_share=4,
         target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory"),
     "ane": NPUConfig(
         name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),

@@ -18,3 +18,13 @@ def test_sim_mac_ecp5_needs_float(capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "needs a float format" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_sim_mac_ulx3s_shared_float_units(capsys):
+    """The ulx3s preset's own array (ecp5_shared, a float unit per 4 lanes); switching it to
+    ecp5 drops fp_share, which only the shared array has."""
+    for extra in ([], ["--mac-impl", "ecp5"]):
+        rc = main(["sim", "mac", "--preset", "ulx3s", "--format", "mixed", "--count", "256",
+                   "--seed", "3", "--backend", "amaranth", "--json", *extra])
+        summary = json.loads(capsys.readouterr().out)
+        assert rc == 0 and summary["match"] and summary["operations"] == 256

@@ -66,3 +66,19 @@ def test_model_matches_yosys_black_box():
     for reg in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK"):
         assert Mult18x18D.PARAMETERS[reg] == "CLK0"
     assert "module MULT18X18D(" in MULT18X18D_MODEL
+
+
+# The shared-float array (mac_impl="ecp5_shared"): int8 lanes and float units, every one with
+# its MULT18X18D instance.
+SHARED = preset("ulx3s").replace(macs=8)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp16", "mixed"])
+def test_shared_netlist_20k_operations(fmt):
+    _check(SHARED, fmt, 20_000, seed=33, stall=0.25)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["int8", "fp16", "mixed"])
+def test_shared_netlist_ulx3s_preset_400k(fmt):
+    _check(preset("ulx3s"), fmt, 400_000, seed=34, stall=0.2)

@@ -19,7 +19,12 @@ from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["Mult18x18D"]
+__all__ = ["Mult18x18D", "is_ecp5_platform"]
+
+
+def is_ecp5_platform(platform):
+    """True if ``platform`` is an Amaranth platform for an ECP5 device (``device`` LFE5U...)."""
+    return str(getattr(platform, "device", "")).startswith("LFE5U")
 
 
 class Mult18x18D(wiring.Component):
@@ -30,9 +35,11 @@ class Mult18x18D(wiring.Component):
 
     Parameters
     ----------
-    primitive : bool
+    primitive : bool or None
         ``True``: instantiate ``MULT18X18D`` (synthesis, and Verilog simulation with a cell
         model). ``False``: registers and an inferred multiply (the Amaranth simulator).
+        ``None``: the cell when elaborated for an ECP5 platform (:func:`is_ecp5_platform`),
+        else the twin.
 
     Members
     -------
@@ -62,7 +69,7 @@ class Mult18x18D(wiring.Component):
     }
 
     def __init__(self, *, primitive=True):
-        self._primitive = bool(primitive)
+        self._primitive = None if primitive is None else bool(primitive)
         super().__init__()
 
     @property
@@ -71,7 +78,10 @@ class Mult18x18D(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        if not self._primitive:
+        primitive = self._primitive
+        if primitive is None:
+            primitive = is_ecp5_platform(platform)
+        if not primitive:
             a1 = Signal(18, reset_less=True)
             b1 = Signal(18, reset_less=True)
             p2 = Signal(36, reset_less=True)

@@ -40,11 +40,19 @@ def _ecp5(config, primitives):
     return MacArrayECP5(config, primitive=primitives is not False)
 
 
+def _ecp5_shared(config, primitives):
+    from .mac_ecp5_shared import MacArrayECP5Shared
+    # ``None``: the cell when elaborated for an ECP5 platform (npu synth, a board build), the
+    # twin otherwise (the Amaranth simulator, Verilog for a simulation without cell models).
+    return MacArrayECP5Shared(config, primitive=primitives)
+
+
 #: Factory of each implementation built into this version, by ``mac_impl``.
 _FACTORIES = {
     "generic": _generic,
     "ice40": _ice40,
     "ecp5": _ecp5,
+    "ecp5_shared": _ecp5_shared,
 }
 
 

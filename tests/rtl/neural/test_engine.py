@@ -465,3 +465,31 @@ def test_lean_core_fields(name, changes):
     results = run_rtl_many([dict(case=c, stall=0.2) for c in cases], config,
                            backend="verilator", stall=0.2, seed=6)
     _check(cases, results, config)
+
+
+@pytest.mark.slow
+def test_shared_float_mac_rates():
+    """The engine on the shared-float MAC array (`mac_impl="ecp5_shared"`, the ulx3s preset's,
+    here 16 lanes and 4 float units): bit-exact in int8 and fp16; int8 keeps the MACs >= 90%
+    busy, a float command takes `fp_share` cycles, so fp16 runs at a quarter of the rate."""
+    cfg = SMALL.replace(mac_impl="ecp5_shared", fp_share=4)
+    cases = []
+    for fmt in ("int8", "fp16"):
+        case = random_case(cfg, ConvLayer(16, 8, 8, 16, 3, 3, pad=1, fmt=fmt), seed=12)
+        if fmt == "int8":
+            case.weights[case.weights == 0] = 1
+        case.groups_enc.clear()
+        case.__post_init__()
+        cases.append(case)
+    results = run_rtl_many([dict(case=c) for c in cases], cfg, backend="verilator")
+    _check(cases, results, cfg)
+    h = cfg.macs // cases[0].width
+    units = -(-8 // h) * -(-8 // cases[0].width)
+    (_, int8), (_, fp16) = results
+    commands = [c.nonzero_weights * units for c in cases]
+    assert [int8["mac_active"], fp16["mac_active"]] == commands
+    assert commands[0] == 16 * 16 * 9 * units and commands[0] / int8["cycles"] >= 0.9
+    assert fp16["cycles"] >= cfg.fp_share * commands[1]
+    assert commands[1] * cfg.fp_share / fp16["cycles"] >= 0.9
+    print(f"int8 {int8['cycles']} cycles for {commands[0]} commands, fp16 {fp16['cycles']} "
+          f"cycles for {commands[1]} commands ({cfg.macs} lanes, fp_share {cfg.fp_share})")

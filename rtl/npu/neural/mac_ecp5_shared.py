@@ -1,0 +1,477 @@
+"""The ECP5 MAC array with float units shared between lanes (``mac_impl="ecp5_shared"``).
+
+:class:`MacArrayECP5Shared` has the contract of :class:`npu.neural.mac.MacArray` (ports,
+command and result formats, dual mode, errors, ``flush``, bit-exact results; ``docs/mac.md``)
+and the habits of :mod:`npu.neural.mac_ecp5` (registered ``MULT18X18D``, no clock enable, a
+credit-counted result queue), with the lane split in two:
+
+* ``macs`` int8 lanes (:class:`IntLaneECP5`): a multiplier, the accumulator slots, an int32
+  add / max / min / compare and the result register;
+* ``macs / fp_share`` float units (:class:`FloatUnitECP5`): decode, significand product,
+  conversion to binary32 and the six-stage binary32 adder, each serving ``fp_share`` lanes.
+
+A float command is issued as ``fp_share`` sub-beats on consecutive cycles; sub-beat ``k`` runs
+lane ``g * fp_share + k`` of every group ``g`` through the group's float unit. Every entry (an
+int8 command or a float sub-beat) takes the same stages, so slots are written and results
+leave in command order.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from npu_spec.config import NPUConfig
+from npu_spec.formats import F32_NEG_INF, F32_POS_INF, F32_QNAN
+
+from ..lib.ecp5_dsp import Mult18x18D
+from ..lib.fp32 import Operand, count_leading_zeros, decode_operand
+from ..lib.fp32_deep import FP32AddDeep
+from .layouts import MacFormat, MacOp, mac_result_layout, slot_shape
+from .mac import MacUnit, format_supported, mac_array_signature
+
+__all__ = ["FloatUnitECP5", "IntLaneECP5", "MacArrayECP5Shared", "shared_stages"]
+
+#: Stage in which the float path's accumulator input is registered (the slot is read as the
+#: entry leaves S3), the int8 path's, and the result register (the slot is written with the
+#: value going into it, as the entry leaves S10).
+FLOAT_READ, INT_READ, RESULT = 4, 9, 11
+
+
+def shared_stages():
+    """``(read_stage, write_stage, hazard)`` as :func:`npu.neural.mac_ecp5.ecp5_stages` gives
+    them: the earliest read (the float path's, as an entry enters S4), the write (as an entry
+    enters S11), and the interlock window: with no bypass, a reader must enter S4 no earlier
+    than the cycle after the write, so it waits while a writer is in one of the first
+    ``write - read`` = 7 stages (8 interleaved slots run at one command per cycle)."""
+    return FLOAT_READ, RESULT, RESULT - FLOAT_READ
+
+
+def _control_layout(slots, share):
+    return data.StructLayout({
+        "valid": 1,
+        "kill":  1,
+        "op":    MacOp,
+        "fmt":   MacFormat,
+        "slot":  slot_shape(slots),
+        "first": 1,
+        "last":  1,
+        "float": 1,                         # a float sub-beat (else an int8 or killed entry)
+        "sub":   range(max(2, share)),      # which lane of its group a float sub-beat serves
+        "final": 1,                         # the command's last entry
+    })
+
+
+class FloatUnitECP5(wiring.Component):
+    """The float half of a MAC lane, without slots: product and binary32 accumulate.
+
+    Stages: S0 operand registers, S1 decode (into the multiplier's input registers), S2 the
+    ``MULT18X18D`` output register, S3 the product's leading-zero count, S4 the product as
+    binary32 and the accumulator input, S5-S10 :class:`~npu.lib.fp32_deep.FP32AddDeep`.
+
+    Members
+    -------
+    a, b : In(16)
+        Operands of the entry entering S0.
+    fmt : In(MacFormat)
+        Its format (``INT8`` is not sent here).
+    op : In(MacOp)
+        Its operation.
+    addend : In(32)
+        Accumulator input of the entry in S3 (slot value or bias; registered into S4).
+    result : Out(32)
+        New slot value of the entry in S10 (combinational from the adder's last register).
+    """
+
+    a:      In(16)
+    b:      In(16)
+    fmt:    In(MacFormat)
+    op:     In(MacOp)
+    addend: In(32)
+    result: Out(32)
+
+    def __init__(self, config, *, primitive=None):
+        self._mixed = config.has_mixed
+        self._primitive = primitive
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+
+        # S0: operands; format and op travel beside them (the op is used in S4).
+        a0, b0 = Signal(16), Signal(16)
+        fmt0 = Signal(MacFormat)
+        ops = [Signal(MacOp, name=f"op{i}") for i in range(FLOAT_READ + 1)]
+        m.d.sync += [a0.eq(self.a), b0.eq(self.b), fmt0.eq(self.fmt), ops[0].eq(self.op)]
+        m.d.sync += [ops[i].eq(ops[i - 1]) for i in range(1, FLOAT_READ + 1)]
+
+        # S1: decode both operands; the significands go into the multiplier's input registers.
+        a_is_int = (fmt0 == MacFormat.I8F16) if self._mixed else Const(0)
+        b_is_int = (fmt0 == MacFormat.F16I8) if self._mixed else Const(0)
+        dec_a = decode_operand(m, a0, a_is_int, name="dec_a")
+        dec_b = decode_operand(m, b0, b_is_int, name="dec_b")
+        m.submodules.mult = mult = Mult18x18D(primitive=self._primitive)
+        m.d.comb += [mult.a.eq(dec_a.sig), mult.b.eq(dec_b.sig)]
+        da, db = Signal(Operand), Signal(Operand)
+        a_zero1, b_zero1 = Signal(), Signal()
+        m.d.sync += [
+            da.eq(dec_a), db.eq(dec_b),
+            a_zero1.eq(~dec_a.inf & ~dec_a.nan & (dec_a.sig == 0)),
+            b_zero1.eq(~dec_b.inf & ~dec_b.nan & (dec_b.sig == 0)),
+        ]
+
+        # S2: the product leaves the multiplier's output register; its class beside it.
+        psig = mult.p[:22]
+        pexp = Signal(signed(7))
+        psign, pinf, pnan = Signal(), Signal(), Signal()
+        m.d.sync += [
+            pexp.eq(da.exp + db.exp),
+            psign.eq(da.sign ^ db.sign),
+            pinf.eq(da.inf | db.inf),
+            pnan.eq(da.nan | db.nan | (da.inf & b_zero1) | (db.inf & a_zero1)),
+        ]
+
+        # S3: the product's leading-zero count.
+        psig3, lz3 = Signal(22), Signal(5)
+        pexp3 = Signal(signed(7))
+        psign3, pinf3, pnan3 = Signal(), Signal(), Signal()
+        m.d.sync += [
+            psig3.eq(psig), lz3.eq(count_leading_zeros(m, psig, name="psig_lz")),
+            pexp3.eq(pexp), psign3.eq(psign), pinf3.eq(pinf), pnan3.eq(pnan),
+        ]
+
+        # S4: the exact product as binary32 bits (every product is normal or zero, nothing
+        # rounds) and the accumulator input.
+        norm = Signal(22)
+        biased = Signal(signed(10))
+        m.d.comb += [norm.eq(psig3 << lz3), biased.eq(pexp3 - lz3 + (21 + 127))]
+        pf32 = Signal(32)
+        with m.If(pnan3):
+            m.d.comb += pf32.eq(F32_QNAN)
+        with m.Elif(pinf3):
+            m.d.comb += pf32.eq(Mux(psign3, F32_NEG_INF, F32_POS_INF))
+        with m.Elif(psig3 == 0):
+            m.d.comb += pf32.eq(psign3 << 31)
+        with m.Else():
+            m.d.comb += pf32.eq(Cat(Const(0, 2), norm[:21], biased[:8], psign3))
+        p4, addend4 = Signal(32), Signal(32)
+        m.d.sync += [p4.eq(pf32), addend4.eq(self.addend)]
+
+        # S5-S10: the binary32 adder.
+        m.submodules.fadd = fadd = FP32AddDeep()
+        m.d.comb += [fadd.a.eq(addend4), fadd.b.eq(p4), fadd.op.eq(ops[FLOAT_READ]),
+                     self.result.eq(fadd.result)]
+        return m
+
+
+class IntLaneECP5(wiring.Component):
+    """One int8 lane with the accumulator slots of its position, and its result register.
+
+    The int8 path: S0 operand registers, S1-S6 the data operand carried on (8 bits), S7-S8 the
+    ``MULT18X18D``, S9 the product and the accumulator input (slot or bias), S10 the sum and
+    the order of product and accumulator, S11 the result register (selected by op). The result
+    register also takes the float unit's result when the entry in S10 is a float sub-beat for
+    this lane; the slot is written with the same value in the same cycle.
+
+    Members
+    -------
+    a, b : In(8)
+        Int8 operands of the entry entering S0.
+    rd_slot, rd_first, bias : In
+        Slot, ``first`` and bias of the entry in S8 (the int8 read).
+    op : In(MacOp)
+        Operation of the entry in S10.
+    load, use_float, kill : In(1)
+        The entry in S10 writes this lane; it is a float sub-beat (take ``f_result``); it is
+        killed (result zero, no slot write).
+    wr_slot, wr_en : In
+        The entry in S10: its slot, and whether it writes this lane's slot.
+    f_slot : In
+        Slot read for the float unit (the entry in S3).
+    f_data : Out(32)
+        That slot's value.
+    f_result : In(32)
+        The float unit's result for the entry in S10.
+    result : Out(32)
+        The result register.
+    """
+
+    def __init__(self, config, *, primitive=None):
+        self._config = config
+        self._primitive = primitive
+        slot = slot_shape(config.acc_slots)
+        super().__init__({
+            "a": In(8), "b": In(8),
+            "rd_slot": In(slot), "rd_first": In(1), "bias": In(32),
+            "op": In(MacOp), "load": In(1), "use_float": In(1), "kill": In(1),
+            "wr_slot": In(slot), "wr_en": In(1),
+            "f_slot": In(slot), "f_data": Out(32), "f_result": In(32),
+            "result": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+
+        # Accumulator slots: read by the int8 path (S8) and, for the float unit, by a second
+        # port (S3); written with the value going into the result register, so that a read in
+        # the next cycle sees it (no bypass multiplexer).
+        m.submodules.acc = acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
+        if cfg.has_float:
+            f_rd = acc.read_port(domain="comb")
+            m.d.comb += [f_rd.addr.eq(self.f_slot), self.f_data.eq(f_rd.data)]
+        int_res = Const(0, 32)
+        if cfg.has_int8:
+            int_res = self._int_path(m, acc)
+
+        # S11: the result register, and the slot write.
+        value = Signal(32)
+        m.d.comb += value.eq(Mux(self.kill, 0, Mux(self.use_float, self.f_result, int_res)))
+        with m.If(self.load):
+            m.d.sync += self.result.eq(value)
+        wr = acc.write_port()
+        m.d.comb += [wr.addr.eq(self.wr_slot), wr.data.eq(value), wr.en.eq(self.wr_en)]
+        return m
+
+    def _int_path(self, m, acc):
+        """The int8 product and int32 accumulate; the selected result of the entry in S10."""
+        # S0-S6: the operands carried on; S7-S8 the multiplier (the low 16 bits of the product
+        # of the sign-extended operands are the int16 product).
+        a, b = self.a, self.b
+        for i in range(INT_READ - Mult18x18D.LATENCY):
+            a_i, b_i = Signal(8, name=f"a{i}"), Signal(8, name=f"b{i}")
+            m.d.sync += [a_i.eq(a), b_i.eq(b)]
+            a, b = a_i, b_i
+        m.submodules.mult = mult = Mult18x18D(primitive=self._primitive)
+        m.d.comb += [mult.a.eq(a.as_signed()), mult.b.eq(b.as_signed())]
+
+        # S9: product and accumulator input (the slot is read as the entry leaves S8; the
+        # interlock keeps every writer of that slot at least 8 entries ahead, long written).
+        rd = acc.read_port(domain="comb")
+        m.d.comb += rd.addr.eq(self.rd_slot)
+        p9, acc9 = Signal(32), Signal(32)
+        m.d.sync += [p9.eq(mult.p[:16].as_signed()),
+                     acc9.eq(Mux(self.rd_first, self.bias, rd.data))]
+
+        # S10: sum and order; the selection by op is combinational into the result register.
+        sum10, lt10, eq10 = Signal(32), Signal(), Signal()
+        acc10, p10 = Signal(32), Signal(32)
+        m.d.sync += [
+            sum10.eq(acc9 + p9),
+            lt10.eq(p9.as_signed() < acc9.as_signed()),
+            eq10.eq(p9 == acc9),
+            acc10.eq(acc9), p10.eq(p9),
+        ]
+        return MacUnit._int_select(m, self.op, acc10, p10, sum10, lt=lt10, eq=eq10)
+
+
+class MacArrayECP5Shared(wiring.Component):
+    """``config.macs`` int8 lanes and ``macs / fp_share`` float units on one command stream.
+
+    Same members and contract as :class:`npu.neural.mac.MacArray` (``docs/mac.md``); a float
+    command takes ``fp_share`` cycles.
+
+    Parameters
+    ----------
+    config : NPUConfig
+        ``fp_share`` lanes share a float unit.
+    primitive : bool or None
+        Instantiate ``MULT18X18D`` (``True``), use its behavioural twin (``False``), or decide
+        by the platform the array is elaborated for (``None``: the cell on an ECP5 platform).
+    queue_depth : int, optional
+        Result queue entries; 16 by default.
+    """
+
+    def __init__(self, config, *, primitive=None, queue_depth=None):
+        if not isinstance(config, NPUConfig):
+            raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        self._config = config
+        self._primitive = primitive
+        if queue_depth is None:
+            queue_depth = 1 << self.latency.bit_length()
+        if not isinstance(queue_depth, int) or queue_depth < 1:
+            raise ValueError(f"queue_depth must be a positive integer, not {queue_depth!r}")
+        self._queue_depth = queue_depth
+        super().__init__(mac_array_signature(config))
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def latency(self):
+        """Cycles from a command's handshake (a float command's: its last sub-beat's) to its
+        result being valid (consumer ready)."""
+        return RESULT + 2
+
+    @property
+    def fp_rate(self):
+        """Cycles a float command takes (``fp_share``; 1 without float formats)."""
+        return self._config.fp_share if self._config.has_float else 1
+
+    @property
+    def queue_depth(self):
+        return self._queue_depth
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        share = self.fp_rate
+        cmd = self.cmd.payload
+        layout = _control_layout(cfg.acc_slots, share)
+
+        # Issue: an int8 (or unsupported, killed) command is one entry; a float command is
+        # `share` entries on consecutive cycles, taken with its last one. The interlock and
+        # the credit are checked before the first.
+        supported = format_supported(m, cfg, cmd.fmt)
+        multi = Signal()
+        if share > 1:
+            m.d.comb += multi.eq(supported & (cmd.fmt != MacFormat.INT8))
+        sub = Signal(range(max(2, share)))
+        final = Signal()
+        m.d.comb += final.eq(~multi | (sub == share - 1))
+        hazard = Signal()
+        credit = Signal(init=1)
+        go = Signal()
+        issue = Signal()
+        accept = Signal()
+        m.d.comb += [
+            go.eq((sub != 0) | (~hazard & (credit | ~cmd.last))),
+            issue.eq(self.cmd.valid & go),
+            self.cmd.ready.eq(go & final),
+            accept.eq(self.cmd.valid & self.cmd.ready),
+            self.active.eq(accept),
+        ]
+        with m.If(issue & multi):
+            m.d.sync += sub.eq(Mux(final, 0, sub + 1))
+
+        with m.If(self.error_clear):
+            m.d.sync += self.error.eq(0)
+        with m.If(accept & ~supported):
+            m.d.sync += self.error.eq(1)
+
+        # Control travels down one shared pipeline; every register advances in every cycle.
+        ctl = [Signal(layout, name=f"ctl{i}") for i in range(RESULT + 1)]
+        m.d.sync += [
+            ctl[0].valid.eq(issue), ctl[0].kill.eq(~supported), ctl[0].op.eq(cmd.op),
+            ctl[0].fmt.eq(cmd.fmt), ctl[0].slot.eq(cmd.slot), ctl[0].first.eq(cmd.first),
+            ctl[0].last.eq(cmd.last), ctl[0].float.eq(supported & (cmd.fmt != MacFormat.INT8)),
+            ctl[0].sub.eq(sub), ctl[0].final.eq(final),
+        ]
+        m.d.sync += [ctl[i].eq(ctl[i - 1]) for i in range(1, RESULT + 1)]
+        bias = [Signal(32, name=f"bias{i}") for i in range(INT_READ)]
+        m.d.sync += [bias[0].eq(cmd.bias)]
+        m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, INT_READ)]
+
+        lanes = self._lanes(m, ctl, bias, sub, share)
+        self._queue_and_credits(m, lanes, ctl[RESULT], accept, credit)
+        self._interlock(m, issue, hazard)
+        return ResetInserter(self.flush)(m)
+
+    def _lanes(self, m, ctl, bias, sub, share):
+        """The lanes, the float units and their wiring."""
+        cfg = self._config
+        cmd = self.cmd.payload
+        lanes = [IntLaneECP5(cfg, primitive=self._primitive) for _ in range(cfg.macs)]
+        for i, lane in enumerate(lanes):
+            m.submodules[f"lane{i}"] = lane
+
+        # Which lanes the entry in S10 writes: all for an int8 entry, one of each group for a
+        # float sub-beat (one comparison per position in the group).
+        c10, c3 = ctl[RESULT - 1], ctl[FLOAT_READ - 1]
+        load = [Signal(name=f"load{k}") for k in range(share)]
+        write = [Signal(name=f"write{k}") for k in range(share)]
+        for k in range(share):
+            m.d.comb += [
+                load[k].eq(c10.valid & (~c10.float | (c10.sub == k))),
+                write[k].eq(load[k] & ~c10.kill),
+            ]
+        c8 = ctl[INT_READ - 1]
+        for i, lane in enumerate(lanes):
+            lo = Mux(cmd.dual, cmd.data[i // 2], cmd.data[i])[:8]
+            co = Mux(cmd.dual & (i % 2 == 1), cmd.coef[1], cmd.coef[0])[:8]
+            m.d.comb += [
+                lane.a.eq(lo), lane.b.eq(co),
+                lane.rd_slot.eq(c8.slot), lane.rd_first.eq(c8.first), lane.bias.eq(bias[-1]),
+                lane.op.eq(c10.op), lane.load.eq(load[i % share]),
+                lane.use_float.eq(c10.float), lane.kill.eq(c10.kill),
+                lane.wr_slot.eq(c10.slot), lane.wr_en.eq(write[i % share]),
+                lane.f_slot.eq(c3.slot),
+            ]
+        if not cfg.has_float:
+            return lanes
+
+        # Float unit g serves lanes g * share + k; sub-beat k sends it lane k's operands.
+        for g in range(cfg.macs // share):
+            unit = FloatUnitECP5(cfg, primitive=self._primitive)
+            m.submodules[f"float{g}"] = unit
+            a_sel, b_sel, f_data = Signal(16), Signal(16), Signal(32)
+            with m.Switch(sub):
+                for k in range(share):
+                    i = g * share + k
+                    with m.Case(k):
+                        m.d.comb += [
+                            a_sel.eq(Mux(cmd.dual, cmd.data[i // 2], cmd.data[i])),
+                            b_sel.eq(Mux(cmd.dual & (i % 2 == 1), cmd.coef[1], cmd.coef[0])),
+                        ]
+            with m.Switch(c3.sub):
+                for k in range(share):
+                    with m.Case(k):
+                        m.d.comb += f_data.eq(lanes[g * share + k].f_data)
+            m.d.comb += [
+                unit.a.eq(a_sel), unit.b.eq(b_sel), unit.fmt.eq(cmd.fmt), unit.op.eq(cmd.op),
+                unit.addend.eq(Mux(c3.first, bias[FLOAT_READ - 1], f_data)),
+            ]
+            for k in range(share):
+                m.d.comb += lanes[g * share + k].f_result.eq(unit.result)
+        return lanes
+
+    def _queue_and_credits(self, m, lanes, out_ctl, accept, credit):
+        """The result queue, written as a command's last entry leaves S11, and the credits:
+        entries reserved by accepted commands with ``last`` until their result leaves."""
+        cfg = self._config
+        res_layout = mac_result_layout(cfg.macs, cfg.acc_slots)
+        m.submodules.queue = queue = fifo.SyncFIFO(width=res_layout.size,
+                                                   depth=self._queue_depth)
+        entry = Signal(res_layout)
+        m.d.comb += [
+            entry.fmt.eq(out_ctl.fmt),
+            entry.slot.eq(out_ctl.slot),
+            queue.w_data.eq(entry),
+            queue.w_en.eq(out_ctl.valid & out_ctl.last & out_ctl.final),
+            self.res.valid.eq(queue.r_rdy),
+            self.res.payload.eq(queue.r_data),
+            queue.r_en.eq(self.res.ready),
+        ]
+        for i, lane in enumerate(lanes):
+            m.d.comb += entry.acc[i].eq(lane.result)
+
+        reserved = Signal(range(self._queue_depth + 1))
+        take, pop = Signal(), Signal()
+        m.d.comb += [take.eq(accept & self.cmd.payload.last),
+                     pop.eq(self.res.valid & self.res.ready)]
+        next_reserved = Signal.like(reserved)
+        m.d.comb += next_reserved.eq(reserved + take - pop)
+        m.d.sync += [reserved.eq(next_reserved),
+                     credit.eq(next_reserved < self._queue_depth)]
+
+    def _interlock(self, m, issue, hazard):
+        """A registered per-slot ``busy`` mask of the slots written by the entries in the first
+        ``hazard`` stages; a command reading a busy slot waits before its first entry."""
+        cfg = self._config
+        cmd = self.cmd.payload
+        _, _, hazard_stages = shared_stages()
+        window = [(issue, cmd.slot)]
+        prev_valid, prev_slot = issue, cmd.slot
+        for i in range(hazard_stages - 1):
+            valid = Signal(name=f"hz_valid{i}")
+            slot = Signal(slot_shape(cfg.acc_slots), name=f"hz_slot{i}")
+            m.d.sync += [valid.eq(prev_valid), slot.eq(prev_slot)]
+            window.append((valid, slot))
+            prev_valid, prev_slot = valid, slot
+        busy = Signal(cfg.acc_slots)
+        next_busy = 0
+        for valid, slot in window:
+            next_busy = next_busy | Mux(valid, 1 << slot, 0)
+        m.d.sync += busy.eq(next_busy)
+        m.d.comb += hazard.eq(busy.bit_select(cmd.slot, 1) & ~cmd.first)
