@@ -6,8 +6,8 @@ the RTL can all read the same configuration.
 
 from dataclasses import dataclass, field, fields, replace
 
-__all__ = ["FORMATS", "KERNEL_EXTRACTS", "MAC_IMPLS", "NPUConfig", "POSTPROC_IMPLS", "PRESETS",
-           "preset"]
+__all__ = ["FORMATS", "KERNEL_EXTRACTS", "MAC_IMPLS", "NPUConfig", "PLANAR_IMPLS", "POSTPROC_IMPLS",
+           "PRESETS", "preset"]
 
 
 #: MAC datapaths (``NPUConfig.mac_impl``): the generic one, and the ones built from a device's
@@ -31,6 +31,12 @@ KERNEL_EXTRACTS = ("full", "dense_int8")
 #: number of lanes per cycle), or the sequential int8-only one for FPGAs short of logic
 #: (``docs/postproc.md``).
 POSTPROC_IMPLS = ("pipelined", "sequential")
+
+#: Planar engine builds (``NPUConfig.planar_impl``): the binary32 datapath (every operation and
+#: format), or the integer one for int8-only FPGAs, which computes the subset of operations
+#: whose golden binary32 result it can give exactly with integers and refuses the rest
+#: (``npu_spec.planar.int8_supported``, error ``UNSUPPORTED``; ``docs/planar.md``).
+PLANAR_IMPLS = ("float", "int8")
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,13 @@ class NPUConfig:
         ``lanes_per_cycle`` lanes a cycle) or ``"sequential"`` (int8 only: one lane at a time,
         the rescale multiply in four steps on one 16 x 16 multiplier, parameter banks in block
         RAM; needs ``formats == ("int8",)``). ``docs/postproc.md``.
+    planar_impl : str
+        Planar engine build, one of :data:`PLANAR_IMPLS`: ``"float"`` (binary32 lanes, every
+        operation and format) or ``"int8"`` (16-bit integer lanes without binary32 units: max
+        and min pooling, copy, ReLU, abs, neg, add, sub, max, min, compare, gain-bias with
+        ``SCALE`` 0 or 1 and an integer ``BIAS``, integer sums, max and min reductions; any
+        other task is refused with ``PlanarError.UNSUPPORTED``, the rule of
+        ``npu_spec.planar.int8_supported``; needs ``formats == ("int8",)``). ``docs/planar.md``.
     target : str
         What the preset is sized for (documentation only).
     """
@@ -109,6 +122,7 @@ class NPUConfig:
     mac_impl: str = "generic"
     kernel_extract: str = "full"
     postproc_impl: str = "pipelined"
+    planar_impl: str = "float"
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -136,7 +150,8 @@ class NPUConfig:
             raise ValueError(f"NPUConfig.mac_impl must be one of {', '.join(MAC_IMPLS)}, "
                              f"not {self.mac_impl!r}")
         for name, choices in (("kernel_extract", KERNEL_EXTRACTS),
-                              ("postproc_impl", POSTPROC_IMPLS)):
+                              ("postproc_impl", POSTPROC_IMPLS),
+                             ("planar_impl", PLANAR_IMPLS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"NPUConfig.{name} must be one of {', '.join(choices)}, "
                                  f"not {getattr(self, name)!r}")
@@ -160,6 +175,9 @@ class NPUConfig:
         if self.postproc_impl == "sequential" and set(self.formats) != {"int8"}:
             raise ValueError(f"NPUConfig.postproc_impl 'sequential' is int8 only: formats "
                              f"must be ('int8',), not {tuple(self.formats)!r}")
+        if self.planar_impl == "int8" and set(self.formats) != {"int8"}:
+            raise ValueError(f"NPUConfig.planar_impl 'int8' is int8 only: formats must be "
+                             f"('int8',), not {tuple(self.formats)!r}")
         # Canonical order, so equal configurations compare and hash equal.
         object.__setattr__(self, "formats", tuple(f for f in FORMATS if f in self.formats))
 
