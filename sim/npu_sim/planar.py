@@ -38,6 +38,7 @@ __all__ = [
     "from_beats",
     "golden",
     "input_streams",
+    "int8_subset",
     "make_bench",
     "make_task",
     "random_operands",
@@ -179,11 +180,11 @@ def random_task(rng, config, mode=None, *, max_dim=9, formats=None):
         t["post"] = int(rng.integers(0, 4)) if t["axis"] != 2 else 0
         t["scale"] = int(np.float32(rng.choice([1.0, 1 / 3, 0.015625])).view(np.uint32))
     if config.planar_impl == "int8" and rng.random() < 0.85:
-        _int8_subset(rng, t)
+        int8_subset(rng, t)
     return t
 
 
-def _int8_subset(rng, t):
+def int8_subset(rng, t):
     """Narrow random task ``t`` to what the integer build computes
     (:func:`npu_spec.planar.int8_supported`), with small integer constants."""
     if t["mode"] == Mode.ELTWISE:

@@ -222,9 +222,9 @@ PRESETS = {
         name="icebreaker", cores=1, macs=8, acc_slots=8, formats=("int8",),
         planar_lanes=2, buffer_kib=32, task_queues=2, acc_memory="block",
         mem_kib=64, kernel_kib=4, mac_impl="ice40", kernel_extract="dense_int8",
-        postproc_impl="sequential",
+        postproc_impl="sequential", planar_impl="int8",
         target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues, 64 KiB system memory, "
-               "dense int8 kernels, sequential post-processor"),
+               "dense int8 kernels, sequential post-processor, integer planar engine"),
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
