@@ -29,10 +29,10 @@ from ..lib.engine import EngineControl, EngineSignature, WriteLayout
 from .channel_acc import ChannelAcc
 from .control import Control
 from .convert import ToF32
-from .intpath import ToInt, f32_integer
 from .geometry import LANE_LATENCY, Geometry
 from .h_ring import HRing
 from .hfilter import HFilter
+from .intpath import ToInt, f32_integer
 from .lane import LanePipeline
 from .layouts import beat_layout
 from .line_buffer import LineBuffer

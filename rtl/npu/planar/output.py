@@ -13,8 +13,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .convert import from_f32
-from .intpath import to_int8
 from .geometry import LANE_LATENCY
+from .intpath import to_int8
 from .layouts import Axis, Fmt, Mode, beat_layout, config_layout, lane_output_layout
 
 __all__ = ["OutputStage"]
