@@ -390,7 +390,8 @@ def test_errors_match_task_error():
         ok = not ps.task_error(task, cfg)
         jobs.append((task, *(ps.random_operands(rng, task) if ok else (None, None, None))))
     results = sweep(cfg, jobs, seed=9, stall=0.2)
-    assert {err for _, _, err in results} == set(PlanarError)
+    # UNSUPPORTED is the integer build's (test_int8_build).
+    assert {err for _, _, err in results} == set(PlanarError) - {PlanarError.UNSUPPORTED}
     assert all(cycles <= 5 for _, cycles, err in results if err)
 
 
