@@ -173,7 +173,7 @@ class Control(wiring.Component):
         sizes = Signal(sizes_layout())
         m.d.comb += [self.sizes.eq(sizes),
                      self.sizes.wb.eq((W + (g.lanes - 1)) >> g.lane_bits)]
-        pool_sizes = self._sizes(m, sizes, size_step)
+        *pool_sizes, group = self._sizes(m, sizes, size_step)
 
         # The beat raster: channel, row, beat of the row.
         m.submodules.raster = raster = LoopNest([("c", SHAPE_BITS), ("y", SHAPE_BITS),
@@ -200,7 +200,7 @@ class Control(wiring.Component):
                 m.d.comb += vector.eq(H)
         uses_vector = (task.mode == Mode.ELTWISE) & (arity >= 2) & (task.bcast >= Bcast.CHANNEL)
 
-        error = self._check(m, arity, vector, uses_vector, pool_sizes[:2], pool_sizes[2])
+        error = self._check(m, arity, vector, uses_vector, pool_sizes, group)
         fire = Signal()     # an elementwise beat enters the lane pipeline
         self._routes(m, raster, fire)
         self._sequence(m, raster, size_step, fire, arity, vector, uses_vector, error)
@@ -209,7 +209,8 @@ class Control(wiring.Component):
     def _sizes(self, m, sizes, step):
         """Registers ``sizes`` (but ``wb``) and the sizes only the check needs: in ``step`` 1,
         2 and 3 (the last two for pooling only) the products of that step are computed;
-        ``beats_group`` with ``clear``."""
+        ``beats_group`` with ``clear``. Returns the pooling sizes of the check and the beats of
+        a reduction group (combinational, for the integer build's check)."""
         g = self._geometry
         task = self.task
         C, H, W = task.channels, task.height, task.width
