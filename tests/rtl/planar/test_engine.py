@@ -347,11 +347,13 @@ def test_int8_build(p):
 
 
 @pytest.mark.slow
-def test_sweep_verilator():
-    """60 random tasks through the Verilator bench (4 lanes, stalls on both bench streams)."""
+@pytest.mark.parametrize("impl", ["float", "int8"])
+def test_sweep_verilator(impl):
+    """60 random tasks through the Verilator bench (4 lanes, stalls on both bench streams), on
+    the binary32 and the integer build."""
     from npu_fpga.toolenv import apply_tool_env
     apply_tool_env()
-    cfg = NPUConfig(planar_lanes=2)
+    cfg = NPUConfig(planar_lanes=2) if impl == "float" else preset("icebreaker")
     jobs = random_jobs(cfg, 30, 60, max_dim=14)
     results = ps.run_verilator(cfg, jobs, seed=30, stall=0.3)
     for (task, a, b, c), (got, _cycles, err) in zip(jobs, results):
