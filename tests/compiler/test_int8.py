@@ -279,7 +279,7 @@ def test_activation_beyond_the_buffer_is_an_error():
 
 def test_icebreaker_integer_planar_engine(split):
     """The ``icebreaker`` preset's integer planar engine (``planar_impl="int8"``) computes the
-    digits CNN's planar tasks (ReLU, max pooling): the compiled program gives the logits of the
+    digits CNN's planar tasks (max pooling): the compiled program gives the logits of the
     same preset with the binary32 planar engine, byte for byte (the slow board test runs it
     on the RTL); a residual ``Add`` (rescaled through binary16 on the planar engine, which
     this preset does not have) is a compile error naming the node, not a task the engine
