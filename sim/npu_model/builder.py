@@ -246,6 +246,14 @@ def _f32(value):
     return int(fp.f32_bits(np.float32(value)))
 
 
+def _planar_summary(task):
+    """``mode op`` of a planar task, by name (for messages)."""
+    mode = planar_spec.Mode(task["mode"])
+    ops = {planar_spec.Mode.ELTWISE: planar_spec.EltOp, planar_spec.Mode.POOL: planar_spec.PoolOp,
+           planar_spec.Mode.REDUCE: planar_spec.RedOp}[mode]
+    return f"{mode.name.lower()} {ops(task['op']).name.lower()}"
+
+
 class _Regions:
     """First-fit allocator of ``[0, size)``; regions can be released."""
 
@@ -767,7 +775,10 @@ class ProgramBuilder:
         (:func:`npu_spec.planar.make_task`; ``channels``, ``height``, ``width`` default to
         ``a``'s shape, ``in_fmt`` / ``out_fmt`` to ``a``'s format) on datasets ``a``, ``b``,
         ``c``, into ``out`` (a new dataset of the result shape if None); returns ``out``.
-        ``scale``, ``bias`` and ``scalar`` may be floats."""
+        ``scale``, ``bias`` and ``scalar`` may be floats. A task the build's planar engine
+        refuses whatever the data (a format it lacks, ``PlanarError.BAD_FORMAT``; an operation
+        outside the integer build's, ``UNSUPPORTED``, :func:`npu_spec.planar.int8_supported`)
+        is a :class:`BuildError`."""
         ch, hh, ww = a.shape
         fmt_code = {"int8": planar_spec.Fmt.INT8, "fp16": planar_spec.Fmt.FP16}
         fields = dict(fields)
@@ -781,6 +792,12 @@ class ProgramBuilder:
         task = planar_spec.make_task(**fields)
         if "out_fmt" not in fields:
             task["out_fmt"] = task["in_fmt"]
+        refused = planar_spec.task_error(task, self.config)
+        if refused in (planar_spec.PlanarError.BAD_FORMAT, planar_spec.PlanarError.UNSUPPORTED):
+            what = ("binary16" if refused == planar_spec.PlanarError.BAD_FORMAT else
+                    f"this task (planar_impl={self.config.planar_impl!r})")
+            raise BuildError(f"the planar engine of this build does not compute {what}: "
+                             f"{refused.name} for {_planar_summary(task)}")
         out_fmt = "fp16" if task["out_fmt"] == planar_spec.Fmt.FP16 else "int8"
         if out is None:
             shape = planar_spec.output_shape(task)

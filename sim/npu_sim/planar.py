@@ -11,11 +11,14 @@ engine bench (:mod:`npu_sim.engine_bench`), in ``amaranth.sim`` or under Verilat
 import numpy as np
 
 from npu_model import planar as pl
+from npu_spec.formats import F32_ONE
 from npu_spec.planar import (
+    INT8_ELT_OPS,
     LINE_BUFFER_DEPTH,
     PLANAR_ENGINE,
     Axis,
     Bcast,
+    EltOp,
     Fmt,
     Mode,
     make_task,
@@ -35,6 +38,7 @@ __all__ = [
     "from_beats",
     "golden",
     "input_streams",
+    "int8_subset",
     "make_bench",
     "make_task",
     "random_operands",
@@ -175,7 +179,27 @@ def random_task(rng, config, mode=None, *, max_dim=9, formats=None):
         t["axis"] = int(rng.integers(0, 3))
         t["post"] = int(rng.integers(0, 4)) if t["axis"] != 2 else 0
         t["scale"] = int(np.float32(rng.choice([1.0, 1 / 3, 0.015625])).view(np.uint32))
+    if config.planar_impl == "int8" and rng.random() < 0.85:
+        int8_subset(rng, t)
     return t
+
+
+def int8_subset(rng, t):
+    """Narrow random task ``t`` to what the integer build computes
+    (:func:`npu_spec.planar.int8_supported`), with small integer constants."""
+    if t["mode"] == Mode.ELTWISE:
+        t["op"] = int(rng.choice(INT8_ELT_OPS))
+        t["bcast"] = int(rng.integers(0, 5)) if t["op"] >= EltOp.ADD else 0
+        t["scale"] = int(rng.choice([0, F32_ONE]))
+        for name in ("bias", "scalar"):
+            t[name] = int(np.float32(rng.choice([0, -0.0, 1, -3, 100, -128, 300, -16383]))
+                          .view(np.uint32))
+    elif t["mode"] == Mode.POOL:
+        t["op"] = int(rng.integers(0, 2))
+    else:
+        t["pre"] = int(rng.integers(0, EltOp.SQUARE))
+        t["post"] = 0
+        t["scale"] = F32_ONE
 
 
 def compare(expected, got, fmt):

@@ -6,8 +6,8 @@ the RTL can all read the same configuration.
 
 from dataclasses import dataclass, field, fields, replace
 
-__all__ = ["FORMATS", "KERNEL_EXTRACTS", "MAC_IMPLS", "NPUConfig", "POSTPROC_IMPLS", "PRESETS",
-           "preset"]
+__all__ = ["FORMATS", "KERNEL_EXTRACTS", "MAC_IMPLS", "NPUConfig", "PLANAR_IMPLS", "POSTPROC_IMPLS",
+           "PRESETS", "preset"]
 
 
 #: MAC datapaths (``NPUConfig.mac_impl``): the generic one, and the ones built from a device's
@@ -31,6 +31,12 @@ KERNEL_EXTRACTS = ("full", "dense_int8")
 #: number of lanes per cycle), or the sequential int8-only one for FPGAs short of logic
 #: (``docs/postproc.md``).
 POSTPROC_IMPLS = ("pipelined", "sequential")
+
+#: Planar engine builds (``NPUConfig.planar_impl``): the binary32 datapath (every operation and
+#: format), or the integer one for int8-only FPGAs, which computes the subset of operations
+#: whose golden binary32 result it can give exactly with integers and refuses the rest
+#: (``npu_spec.planar.int8_supported``, error ``UNSUPPORTED``; ``docs/planar.md``).
+PLANAR_IMPLS = ("float", "int8")
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,13 @@ class NPUConfig:
         means what the registers can express (4095 x 4095). A core counts output channels in
         ``ne_out_channels.bit_length()`` bits (24 by default); a layer with more ends with
         ``SHAPE`` (``npu_spec.neural.layer_error``), never wraps.
+    planar_impl : str
+        Planar engine build, one of :data:`PLANAR_IMPLS`: ``"float"`` (binary32 lanes, every
+        operation and format) or ``"int8"`` (16-bit integer lanes without binary32 units: max
+        and min pooling, copy, ReLU, abs, neg, add, sub, max, min, compare, gain-bias with
+        ``SCALE`` 0 or 1 and an integer ``BIAS``, integer sums, max and min reductions; any
+        other task is refused with ``PlanarError.UNSUPPORTED``, the rule of
+        ``npu_spec.planar.int8_supported``; needs ``formats == ("int8",)``). ``docs/planar.md``.
     target : str
         What the preset is sized for (documentation only).
     """
@@ -143,6 +156,7 @@ class NPUConfig:
     ne_buffer_rows: int = 0
     ne_out_channels: int = 0
     ne_kernel_queue: int = 0
+    planar_impl: str = "float"
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -180,7 +194,8 @@ class NPUConfig:
                              f"'ecp5_shared' (the only array with shared float units), "
                              f"not {self.mac_impl!r}")
         for name, choices in (("kernel_extract", KERNEL_EXTRACTS),
-                              ("postproc_impl", POSTPROC_IMPLS)):
+                              ("postproc_impl", POSTPROC_IMPLS),
+                              ("planar_impl", PLANAR_IMPLS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"NPUConfig.{name} must be one of {', '.join(choices)}, "
                                  f"not {getattr(self, name)!r}")
@@ -210,6 +225,9 @@ class NPUConfig:
         if self.postproc_impl == "sequential" and set(self.formats) != {"int8"}:
             raise ValueError(f"NPUConfig.postproc_impl 'sequential' is int8 only: formats "
                              f"must be ('int8',), not {tuple(self.formats)!r}")
+        if self.planar_impl == "int8" and set(self.formats) != {"int8"}:
+            raise ValueError(f"NPUConfig.planar_impl 'int8' is int8 only: formats must be "
+                             f"('int8',), not {tuple(self.formats)!r}")
         # Canonical order, so equal configurations compare and hash equal.
         object.__setattr__(self, "formats", tuple(f for f in FORMATS if f in self.formats))
 
@@ -254,13 +272,13 @@ PRESETS = {
         name="icebreaker", cores=1, macs=8, acc_slots=8, formats=("int8",),
         planar_lanes=2, buffer_kib=32, task_queues=2, acc_memory="block",
         mem_kib=64, kernel_kib=4, mac_impl="ice40", kernel_extract="dense_int8",
-        postproc_impl="sequential", result_queue=1, ne_row_values=8,
+        postproc_impl="sequential", planar_impl="int8", result_queue=1, ne_row_values=8,
         ne_buffer_rows=128, ne_out_channels=1024,
         ne_kernel_queue=3,
         target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues, 64 KiB system memory, "
-               "dense int8 kernels, sequential post-processor, a one-entry result queue, "
-               "input-buffer rows of 8 values, 128 rows a bank, at most 1024 output "
-               "channels a layer, a 3-word kernel queue"),
+               "dense int8 kernels, sequential post-processor, integer planar engine, a "
+               "one-entry result queue, input-buffer rows of 8 values, 128 rows a bank, at "
+               "most 1024 output channels a layer, a 3-word kernel queue"),
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,

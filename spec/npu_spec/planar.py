@@ -24,6 +24,11 @@ from .regmap import Field, Register, RegisterMap
 __all__ = [
     "BASE",
     "ELT_ARITY",
+    "INT8_CHANNEL_SUM",
+    "INT8_CONST_LIMIT",
+    "INT8_ELT_OPS",
+    "INT8_SUM_ELEMENTS",
+    "INT8_WORD",
     "LINE_BUFFER_DEPTH",
     "MAX_WINDOW",
     "PLANAR_ENGINE",
@@ -42,7 +47,9 @@ __all__ = [
     "PostFn",
     "RedOp",
     "channel_reduce_fits",
+    "f32_small_integer",
     "h_ring_depth",
+    "int8_supported",
     "line_buffer_banks",
     "make_task",
     "operand_beats",
@@ -172,6 +179,9 @@ class PlanarError(enum.IntEnum):
     BAD_WINDOW = 3
     #: FP16 requested in a build without binary16 support.
     BAD_FORMAT = 4
+    #: An operation, constant or sum the integer build (``planar_impl="int8"``) does not
+    #: compute exactly (:func:`int8_supported`).
+    UNSUPPORTED = 5
 
 
 PLANAR_ENGINE = RegisterMap("PLANAR_ENGINE", base=BASE, doc=(
@@ -393,6 +403,82 @@ def _bad_mode(task):
     return True
 
 
+# --------------------------------------------------------------------------------------------
+# the integer build (``NPUConfig.planar_impl == "int8"``)
+
+#: Width of the integer build's values (two's complement) in its lanes, filters, rings and
+#: line buffer; its reduction tree and retention registers are wider (``docs/planar.md``).
+INT8_WORD = 16
+#: Elementwise operations of the integer build (gain-bias only with the constants below).
+INT8_ELT_OPS = (EltOp.COPY, EltOp.RELU, EltOp.ABS, EltOp.NEG, EltOp.GAIN_BIAS, EltOp.ADD,
+                EltOp.SUB, EltOp.MAX, EltOp.MIN, EltOp.CMP)
+#: ``BIAS`` and ``SCALAR`` must be integers of magnitude below this (so ``A + BIAS`` fits the
+#: 16-bit word).
+INT8_CONST_LIMIT = 1 << 14
+#: A sum over planes or the tensor may cover at most this many elements (beats times lanes):
+#: every partial sum of int8 values then stays within ``2^24``, where binary32 is exact.
+INT8_SUM_ELEMENTS = 1 << 17
+#: A sum across channels may cover at most this many channels (it is kept in the 16-bit words
+#: of the H ring: ``255 * 128 < 2^15``).
+INT8_CHANNEL_SUM = 255
+
+
+def f32_small_integer(bits, limit=INT8_CONST_LIMIT):
+    """The integer value of binary32 ``bits`` if it is an integer of magnitude below ``limit``
+    (a power of two; ``-0.0`` and ``+0.0`` give 0), else None."""
+    bits &= 0xFFFF_FFFF
+    sign, exp, frac = bits >> 31, (bits >> 23) & 0xFF, bits & 0x7F_FFFF
+    if exp == 0 and frac == 0:
+        return 0
+    e = exp - 127
+    if not 0 <= e < limit.bit_length() - 1 or frac & ((1 << (23 - e)) - 1):
+        return None
+    value = (frac | 1 << 23) >> (23 - e)
+    return -value if sign else value
+
+
+def _group_beats(task, lanes):
+    c, h, w = _shape(task)
+    beats = _beats(h, w, lanes)
+    return beats * c if task["axis"] == Axis.TENSOR else beats
+
+
+def int8_supported(task, config):
+    """Whether the planar engine built as ``config.planar_impl`` computes ``task`` (a task
+    with valid codes); always True for the ``"float"`` build.
+
+    The ``"int8"`` build computes exactly, with 16-bit integers, the tasks whose golden
+    binary32 result is an integer it can reach without rounding: pooling ``max`` and ``min``;
+    elementwise copy, relu, abs, neg, add, sub, max, min, cmp, and gain-bias with ``SCALE``
+    ``+0.0`` or ``1.0`` and an integer ``BIAS`` below :data:`INT8_CONST_LIMIT` in magnitude; a
+    scalar operand B (``bcast`` 1) an integer in the same range; reductions with ``pre`` copy,
+    relu, abs or neg, ``post`` none and ``SCALE`` exactly ``1.0``, a sum over planes or the
+    tensor of at most :data:`INT8_SUM_ELEMENTS` elements (``beats * L``), a sum across channels
+    of at most :data:`INT8_CHANNEL_SUM` channels. Anything else (average pooling, mul, square,
+    fma, addmul, other constants, means, post functions) is ``PlanarError.UNSUPPORTED``.
+    """
+    if config.planar_impl != "int8":
+        return True
+    mode, op = task["mode"], task["op"]
+    if mode == Mode.POOL:
+        return op in (PoolOp.MAX, PoolOp.MIN)
+    if mode == Mode.ELTWISE:
+        if op not in INT8_ELT_OPS:
+            return False
+        if op == EltOp.GAIN_BIAS and (task["scale"] not in (0, F32_ONE)
+                                      or f32_small_integer(task["bias"]) is None):
+            return False
+        return not (ELT_ARITY[op] >= 2 and task["bcast"] == Bcast.SCALAR
+                    and f32_small_integer(task["scalar"]) is None)
+    if task["pre"] > EltOp.NEG or task["post"] != PostFn.NONE or task["scale"] != F32_ONE:
+        return False
+    if op != RedOp.SUM:
+        return True
+    if task["axis"] == Axis.CHANNEL:
+        return task["channels"] <= INT8_CHANNEL_SUM
+    return _group_beats(task, _lanes(config)) * _lanes(config) <= INT8_SUM_ELEMENTS
+
+
 def _bad_window(task):
     if task["mode"] != Mode.POOL:
         return False
@@ -408,12 +494,15 @@ def task_error(task, config, plane_depth=LINE_BUFFER_DEPTH):
     The checks, in the order the engine applies them: the codes (``BAD_MODE``), the formats of
     the build (``BAD_FORMAT``), the sizes (``BAD_SHAPE``: a zero dimension, a broadcast vector
     longer than ``plane_depth``, a pooling task or a reduction across channels that does not fit
-    the line buffers), the window (``BAD_WINDOW``).
+    the line buffers), the window (``BAD_WINDOW``). The integer build (``planar_impl="int8"``)
+    checks :func:`int8_supported` after the formats (``UNSUPPORTED``).
     """
     if _bad_mode(task):
         return PlanarError.BAD_MODE
     if not config.has_fp16 and (task["in_fmt"] or task["out_fmt"]):
         return PlanarError.BAD_FORMAT
+    if not int8_supported(task, config):
+        return PlanarError.UNSUPPORTED
     bad_window = _bad_window(task)
     mode = task["mode"]
     if (min(_shape(task)) == 0

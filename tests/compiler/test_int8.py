@@ -275,3 +275,29 @@ def test_activation_beyond_the_buffer_is_an_error():
                                            r"into bands"):
         compile_model(model, preset("small"), fmt="int8",
                       calibration={"x": np.ones((1, 3, 64, 64), np.float32)})
+
+
+def test_icebreaker_integer_planar_engine(split):
+    """The ``icebreaker`` preset's integer planar engine (``planar_impl="int8"``) computes the
+    digits CNN's planar tasks (max pooling): the compiled program gives the logits of the
+    same preset with the binary32 planar engine, byte for byte (the slow board test runs it
+    on the RTL); a residual ``Add`` (rescaled through binary16 on the planar engine, which
+    this preset does not have) is a compile error naming the node, not a task the engine
+    would refuse at run time."""
+    x_train, _, x_test, _ = split
+    ice = preset("icebreaker")
+    assert ice.planar_impl == "int8"
+    logits = {}
+    for cfg in (ice, ice.replace(planar_impl="float")):
+        c = compile_model(str(MODEL), cfg, fmt="int8", calibration={"input": x_train[:50]},
+                          evaluator=session)
+        assert any(r["engine"] == "PE" for r in c.plan)
+        logits[cfg.planar_impl] = run(c.program, {"input": x_test[:4]},
+                                      "golden").outputs["logits"]
+    assert logits["int8"].tobytes() == logits["float"].tobytes()
+    rng = np.random.default_rng(4)
+    with pytest.raises(CompileError, match=r"node 'residual' \(Add\): the planar engine of "
+                                           r"this build does not compute binary16"):
+        compile_model(_residual(), ice, fmt="int8", evaluator=session,
+                      calibration={"x": rng.standard_normal((8, 1, 2, 6, 6))
+                                   .astype(np.float32)})

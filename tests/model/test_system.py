@@ -298,6 +298,45 @@ def test_ten_layers_in_under_two_seconds(capsys):
     assert seconds < 4.0
 
 
+def test_integer_planar_engine_build():
+    """With ``planar_impl="int8"`` the builder refuses planar tasks outside the integer
+    build's subset (``npu_spec.planar.int8_supported``), max pooling and ReLU run as on the
+    binary32 build, and an average pooling (built for the binary32 engine) ends with the
+    engine error UNSUPPORTED on the golden model, the queue retired."""
+    import dataclasses
+
+    from npu_spec.planar import PlanarError
+
+    lean = preset("icebreaker")
+    full = lean.replace(planar_impl="float")
+    rng = np.random.default_rng(12)
+    x = _int8(rng, (3, 6, 7))
+    pool = {"mode": "pool", "kh": 3, "kw": 3, "sy": 2, "sx": 2, "py": 1, "px": 1}
+    for fields in ({**pool, "op": "avg"}, {"mode": "eltwise", "op": "mul"},
+                   {"mode": "eltwise", "op": "gain_bias", "scale": 0.5},
+                   {"mode": "reduce", "op": "sum", "scale": 1 / 42}):
+        b = ProgramBuilder(lean)
+        with pytest.raises(BuildError, match="does not compute this task .* UNSUPPORTED"):
+            b.planar(b.load(b.input("x", x)), **fields)
+    outs = {}
+    for name, config, op in (("full", full, "max"), ("lean", lean, "max"),
+                             ("avg", full, "avg")):
+        b = ProgramBuilder(config)
+        xd = b.load(b.input("x", x))
+        y = b.planar(b.relu(xd), **pool, op=op)
+        b.store(y, b.output("y", y.shape))
+        program = b.build()
+        if name == "avg":
+            program = dataclasses.replace(program, config=lean)
+        res = run_program(program)
+        outs[name] = (res, read_tensor(res.memory, program.tensor("y")))
+    np.testing.assert_array_equal(outs["full"][1], outs["lean"][1])
+    assert not outs["lean"][0].queues[0].retired
+    q = outs["avg"][0].queues[0]
+    assert (q.retired, q.cause, q.engine, q.code) == (True, Cause.ENGINE, Engine.PLANAR,
+                                                      PlanarError.UNSUPPORTED)
+
+
 def test_dense_int8_extractor_build():
     """With ``kernel_extract="dense_int8"`` the builder refuses other kernel encodings, dense
     int8 layers run as on the full build, and a sparse layer (built for the full extractor)

@@ -79,24 +79,25 @@ class ChannelAcc(wiring.Component):
     def __init__(self, geometry):
         self._geometry = geometry
         L, FL, HD = geometry.lanes, geometry.filter_lanes, geometry.h_depth
+        w = geometry.word
         super().__init__({
             "task":         In(config_layout()),
             "sizes":        In(sizes_layout()),
             "clear":        In(1),
-            "lane":         In(lane_output_layout(L)),
+            "lane":         In(lane_output_layout(L, w)),
             "en":           In(1),
             "active":       Out(1),
             "accumulating": Out(1),
             "hazard":       Out(1),
             "done":         Out(1),
-            "fold":         Out(fold_layout(FL)),
+            "fold":         Out(fold_layout(FL, w)),
             "ring_write":   Out(ring_write_layout(range(HD))),
             "ring_read":    Out(ring_read_layout(HD)),
-            "ring_data":    In(data.ArrayLayout(32, FL)),
+            "ring_data":    In(data.ArrayLayout(w, FL)),
             "drain_start":  In(1),
             "drain":        In(1),
             "beat_mask":    In(L),
-            "beat":         Out(lane_input_layout(L)),
+            "beat":         Out(lane_input_layout(L, w)),
         })
 
     def elaborate(self, platform):
@@ -106,7 +107,7 @@ class ChannelAcc(wiring.Component):
         task = self.task
         active = self.active
         m.d.comb += active.eq((task.mode == Mode.REDUCE) & (task.axis == Axis.CHANNEL))
-        red_op, identity = reduction_fold(m, task.op)
+        red_op, identity = reduction_fold(m, task.op, word=g.word if g.integer else None)
 
         # Accumulation: word k of channel c; the beat in the pipes and the words in flight.
         word = Signal(range(HD))
@@ -114,7 +115,7 @@ class ChannelAcc(wiring.Component):
         flight_layout = data.StructLayout({"valid": 1, "word": range(HD)})
         combining = Signal(flight_layout)   # the beat whose word is being read
         first = Signal()                    # ... of the first channel
-        values = Signal(data.ArrayLayout(32, L))
+        values = Signal(data.ArrayLayout(g.word, L))
         in_flight = [combining, *delay(m, combining, FP32AddPipe.LATENCY, name="flight")]
         writing = in_flight[-1]
         lane = self.lane

@@ -23,11 +23,14 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from npu_spec.planar import ELT_ARITY
+from npu_spec.formats import F32_ONE
+from npu_spec.planar import ELT_ARITY, INT8_CHANNEL_SUM, INT8_ELT_OPS, INT8_SUM_ELEMENTS
 
 from ..lib.loop import LoopNest
 from .geometry import div_params
+from .intpath import f32_integer
 from .layouts import (
+    COUNT_BITS,
     MAX_WINDOW,
     SHAPE_BITS,
     WINDOW_BITS,
@@ -121,8 +124,8 @@ class Control(wiring.Component):
         self._geometry = geometry
         self._has_fp16 = bool(has_fp16)
         L = geometry.lanes
-        f32s = data.ArrayLayout(32, L)
-        beat = lane_input_layout(L)
+        f32s = data.ArrayLayout(geometry.word, L)
+        beat = lane_input_layout(L, geometry.word)
         super().__init__({
             "go":           In(1),
             "task_regs":    In(config_layout()),
@@ -170,7 +173,7 @@ class Control(wiring.Component):
         sizes = Signal(sizes_layout())
         m.d.comb += [self.sizes.eq(sizes),
                      self.sizes.wb.eq((W + (g.lanes - 1)) >> g.lane_bits)]
-        pool_sizes = self._sizes(m, sizes, size_step)
+        *pool_sizes, group = self._sizes(m, sizes, size_step)
 
         # The beat raster: channel, row, beat of the row.
         m.submodules.raster = raster = LoopNest([("c", SHAPE_BITS), ("y", SHAPE_BITS),
@@ -197,7 +200,7 @@ class Control(wiring.Component):
                 m.d.comb += vector.eq(H)
         uses_vector = (task.mode == Mode.ELTWISE) & (arity >= 2) & (task.bcast >= Bcast.CHANNEL)
 
-        error = self._check(m, arity, vector, uses_vector, pool_sizes)
+        error = self._check(m, arity, vector, uses_vector, pool_sizes, group)
         fire = Signal()     # an elementwise beat enters the lane pipeline
         self._routes(m, raster, fire)
         self._sequence(m, raster, size_step, fire, arity, vector, uses_vector, error)
@@ -206,7 +209,8 @@ class Control(wiring.Component):
     def _sizes(self, m, sizes, step):
         """Registers ``sizes`` (but ``wb``) and the sizes only the check needs: in ``step`` 1,
         2 and 3 (the last two for pooling only) the products of that step are computed;
-        ``beats_group`` with ``clear``."""
+        ``beats_group`` with ``clear``. Returns the pooling sizes of the check and the beats of
+        a reduction group (combinational, for the integer build's check)."""
         g = self._geometry
         task = self.task
         C, H, W = task.channels, task.height, task.width
@@ -222,6 +226,9 @@ class Control(wiring.Component):
         # ceil(OW / FL) (FL need not be a power of two).
         owb_s, owb_ms = div_params(len(ow) + 1, [FL])
         span = Mux(H < task.kh + 2 * task.sy, H, task.kh + 2 * task.sy)
+        group = Signal(COUNT_BITS)       # beats of a reduction group (a plane or the tensor)
+        m.d.comb += group.eq(Mux(task.axis == Axis.TENSOR, sizes.beats_plane * C,
+                                 sizes.beats_plane))
         with m.Switch(step):
             with m.Case(1):
                 m.d.sync += [
@@ -239,11 +246,33 @@ class Control(wiring.Component):
                     sizes.py_owb.eq(task.py * sizes.owb),
                 ]
         with m.If(self.clear):
-            m.d.sync += sizes.beats_group.eq(Mux(task.axis == Axis.TENSOR,
-                                                 sizes.beats_plane * C, sizes.beats_plane))
-        return pool_rows, pool_hwords
+            m.d.sync += sizes.beats_group.eq(group)
+        return pool_rows, pool_hwords, group
 
-    def _check(self, m, arity, vector, uses_vector, pool_sizes):
+    def _int8_unsupported(self, m, arity, group):
+        """The integer build's rule (:func:`npu_spec.planar.int8_supported`; combinational):
+        the task is not one it computes exactly."""
+        task = self.task
+        g = self._geometry
+        _, bias_ok = f32_integer(m, task.bias, g.word, "bias")
+        _, scalar_ok = f32_integer(m, task.scalar, g.word, "scalar")
+        elt_ok = Signal()
+        with m.Switch(task.op):
+            with m.Case(*INT8_ELT_OPS):
+                m.d.comb += elt_ok.eq(1)
+        elt_ok = (elt_ok
+                  & ((task.op != EltOp.GAIN_BIAS)
+                     | (((task.scale == 0) | (task.scale == F32_ONE)) & bias_ok))
+                  & ((arity < 2) | (task.bcast != Bcast.SCALAR) | scalar_ok))
+        sum_ok = Mux(task.axis == Axis.CHANNEL, task.channels <= INT8_CHANNEL_SUM,
+                     group <= INT8_SUM_ELEMENTS >> g.lane_bits)
+        red_ok = ((task.pre <= EltOp.NEG) & (task.post == PostFn.NONE)
+                  & (task.scale == F32_ONE) & ((task.op != RedOp.SUM) | sum_ok))
+        pool_ok = (task.op == PoolOp.MAX) | (task.op == PoolOp.MIN)
+        return Mux(task.mode == Mode.ELTWISE, ~elt_ok,
+                   Mux(task.mode == Mode.POOL, ~pool_ok, ~red_ok))
+
+    def _check(self, m, arity, vector, uses_vector, pool_sizes, group):
         """The task's :class:`Error` (combinational; valid in the cycle of ``clear``)."""
         g = self._geometry
         task = self.task
@@ -257,6 +286,9 @@ class Control(wiring.Component):
         bad_format = Signal()
         bad_shape = Signal()
         bad_window = Signal()
+        unsupported = Signal()
+        if g.integer:
+            m.d.comb += unsupported.eq(self._int8_unsupported(m, arity, group))
         m.d.comb += [
             bad_mode.eq(~(is_elt | is_pool | is_red)
                         | (is_elt & ((task.op > _last(EltOp)) | (task.bcast > _last(Bcast))))
@@ -281,6 +313,8 @@ class Control(wiring.Component):
             m.d.comb += error.eq(Error.BAD_MODE)
         with m.Elif(bad_format):
             m.d.comb += error.eq(Error.BAD_FORMAT)
+        with m.Elif(unsupported):
+            m.d.comb += error.eq(Error.UNSUPPORTED)
         with m.Elif(bad_shape):
             m.d.comb += error.eq(Error.BAD_SHAPE)
         with m.Elif(bad_window):

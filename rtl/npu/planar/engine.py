@@ -32,6 +32,7 @@ from .convert import ToF32
 from .geometry import LANE_LATENCY, Geometry
 from .h_ring import HRing
 from .hfilter import HFilter
+from .intpath import ToInt, f32_integer
 from .lane import LanePipeline
 from .layouts import beat_layout
 from .line_buffer import LineBuffer
@@ -117,17 +118,18 @@ class PlanarEngine(wiring.Component):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(ctl, name))
 
         seq = Control(g, has_fp16=self._config.has_fp16)
-        convs = {name: ToF32(L) for name in ("a", "b", "c")}
+        word = g.word if g.integer else None
+        convs = {name: ToInt(L, g.word) if g.integer else ToF32(L) for name in ("a", "b", "c")}
         shared = self._shared
-        lanes = LanePipeline(L, shared=shared)
+        lanes = LanePipeline(L, shared=shared, word=word)
         lbuf = LineBuffer(g)
         hf = HFilter(g, shared=shared)
         ring = HRing(g)
         vf = VFilter(g, shared=shared)
         queue = ResultQueue(g)
         acc = ChannelAcc(g)
-        red = Reduction(L, shared=shared)
-        outs = OutputStage(L)
+        red = Reduction(L, shared=shared, word=word)
+        outs = OutputStage(L, word=word)
         units = {"control": seq, **{f"convert_{n}": u for n, u in convs.items()},
                  "lane_pipeline": lanes, "line_buffer": lbuf, "hfilter": hf, "h_ring": ring,
                  "vfilter": vf, "result_queue": queue, "channel_acc": acc, "reduction": red,
@@ -159,10 +161,16 @@ class PlanarEngine(wiring.Component):
             m.d.comb += conv.fmt.eq(seq.task.in_fmt)
 
         # Control unit: the lane pipeline's input, the loader, the pooling units' state.
+        if g.integer:   # the constants as integers (the task check has checked them)
+            bias, _ = f32_integer(m, seq.task.bias, g.word, "bias")
+            scalar, _ = f32_integer(m, seq.task.scalar, g.word, "scalar")
+            m.d.comb += [lanes.scale.eq(seq.task.scale != 0), lanes.bias.eq(bias),
+                         lanes.scalar.eq(scalar)]
+        else:
+            m.d.comb += [lanes.scale.eq(seq.task.scale), lanes.bias.eq(seq.task.bias),
+                         lanes.scalar.eq(seq.task.scalar)]
         m.d.comb += [
             lanes.i.eq(seq.lane_in),
-            lanes.scale.eq(seq.task.scale), lanes.bias.eq(seq.task.bias),
-            lanes.scalar.eq(seq.task.scalar),
             seq.lane_en.eq(outs.lane_en), seq.lane_idle.eq(outs.idle),
             lbuf.load_start.eq(seq.load_start), lbuf.load_shape.eq(seq.load_shape),
             seq.load_done.eq(lbuf.load_done), seq.all_loaded.eq(lbuf.all_loaded),

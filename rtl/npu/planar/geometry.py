@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from npu_spec.config import NPUConfig
-from npu_spec.planar import h_ring_depth, line_buffer_banks
+from npu_spec.planar import INT8_WORD, h_ring_depth, line_buffer_banks
 
 from ..lib.fp32 import FP32AddPipe
 from ..lib.fp32mul import FP32Mul
@@ -50,11 +50,15 @@ class Geometry:
         ``K``, width of the pooling filters in beats.
     plane_depth : int
         Elements of the line buffer.
+    integer : bool
+        The integer build (``NPUConfig.planar_impl == "int8"``): values are
+        :data:`~npu_spec.planar.INT8_WORD`-bit two's-complement integers instead of binary32.
     """
 
     lanes: int
     pool_beats: int
     plane_depth: int
+    integer: bool = False
 
     @classmethod
     def of(cls, config, plane_depth):
@@ -68,7 +72,14 @@ class Geometry:
         if not isinstance(plane_depth, int) or plane_depth < 16:
             raise ValueError(f"plane_depth must be an integer of at least 16, "
                              f"not {plane_depth!r}")
-        return cls(p * p, config.planar_pool_beats, plane_depth)
+        return cls(p * p, config.planar_pool_beats, plane_depth,
+                   config.planar_impl == "int8")
+
+    @property
+    def word(self):
+        """Width of a value in the lanes, filters, rings and line buffer: 32 (binary32), or
+        :data:`~npu_spec.planar.INT8_WORD` in the integer build."""
+        return INT8_WORD if self.integer else 32
 
     @property
     def lane_bits(self):

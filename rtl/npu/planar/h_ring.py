@@ -42,7 +42,7 @@ class HRing(wiring.Component):
     def __init__(self, geometry):
         self._geometry = geometry
         hd = geometry.h_depth
-        words = data.ArrayLayout(32, geometry.filter_lanes)
+        words = data.ArrayLayout(geometry.word, geometry.filter_lanes)
         super().__init__({
             "filter_write": In(ring_write_layout(COUNT_BITS)),
             "acc_write":    In(ring_write_layout(range(hd))),
@@ -56,7 +56,7 @@ class HRing(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self._geometry
-        m.submodules.words = words = Memory(shape=data.ArrayLayout(32, g.filter_lanes),
+        m.submodules.words = words = Memory(shape=data.ArrayLayout(g.word, g.filter_lanes),
                                             depth=g.h_depth, init=[])
         write = words.write_port()
         read = words.read_port()

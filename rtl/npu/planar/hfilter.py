@@ -17,10 +17,10 @@ from amaranth.hdl import Array, Cat, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib.fp32 import FP32_ADD_MODULE, FP32AddPipe
+from ..lib.fp32 import FP32AddPipe
 from ..lib.pipe import delay
-from ..lib.shared import place
 from .fold import pooling_fold
+from .intpath import add_pipe
 from .layouts import (
     COUNT_BITS,
     Mode,
@@ -48,7 +48,7 @@ class HFilter(wiring.Component):
         ``FL``, ``DR``, ``HD``.
     shared : SharedModules or None
         Library of shared blocks (``npu.lib.shared``; Verilog output only): the pipes are
-        instances of one converted ``FP32AddPipe``.
+        instances of one converted ``FP32AddPipe`` (an ``IntAddPipe`` in the integer build).
 
     Members
     -------
@@ -98,14 +98,14 @@ class HFilter(wiring.Component):
             "loaded":    In(COUNT_BITS),
             "ring_keep": In(ring_keep_layout()),
             "read":      Out(read_layout()),
-            "data":      In(data.ArrayLayout(32, fl)),
+            "data":      In(data.ArrayLayout(geometry.word, fl)),
             "keep":      Out(keep_layout()),
             "write":     Out(ring_write_layout(COUNT_BITS)),
             "count":     Out(COUNT_BITS),
             "busy":      Out(1),
             "borrowed":  In(1),
-            "borrow":    In(fold_layout(fl)),
-            "fold":      Out(data.ArrayLayout(32, fl)),
+            "borrow":    In(fold_layout(fl, geometry.word)),
+            "fold":      Out(data.ArrayLayout(geometry.word, fl)),
         })
 
     def _has_window(self, x):
@@ -227,10 +227,10 @@ class HFilter(wiring.Component):
         m.d.comb += self.busy.eq(on | Cat(*(s.valid for s in stages),
                                           *(e.valid for e in ends)).any())
 
-        pool_op, identity = pooling_fold(m, task.op)
+        word = self._geometry.word if self._geometry.integer else None
+        pool_op, identity = pooling_fold(m, task.op, word=word)
         for i in range(FL):
-            pipe = place(m, f"pipe{i}", self._shared, FP32_ADD_MODULE, FP32AddPipe,
-                         reset=self.flush)
+            pipe = add_pipe(m, f"pipe{i}", self._shared, word, reset=self.flush)
             m.d.comb += [
                 pipe.en.eq(1),
                 pipe.a.eq(Mux(self.borrowed, self.borrow.a[i],

@@ -7,9 +7,14 @@ Each lane computes ``y = op1(x1, x2) * m2 + a2`` with a binary32 add/max/min/com
 so that unused stages get identities (``* 1.0``, ``+ (-0.0)``). Pooling results enter as
 ``MUL`` by the average's divisor, a reduction's beats as its pre-operation, the channel
 accumulator's output pass as ``MUL`` by ``SCALE``.
+
+The integer build's lane (:class:`IntLane`) has one :class:`~.intpath.IntAddPipe` and the
+output register (:data:`INT_LANE_LATENCY` cycles): it computes the operations of
+:data:`npu_spec.planar.INT8_ELT_OPS` on integers, and ``MUL`` (a pooling result, the
+accumulator's output pass: the multiplier is 1 in every task the build runs) passes A.
 """
 
-from amaranth.hdl import Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,12 +25,15 @@ from ..lib.fp32mul import FP32Mul
 from ..lib.pipe import DelayLine, delay
 from ..lib.shared import place
 from .geometry import LANE_LATENCY
+from .intpath import IntAddPipe
 from .layouts import EltOp, lane_input_layout, lane_output_layout
 
-__all__ = ["LANE_LATENCY", "LANE_MODULE", "Lane", "LanePipeline"]
+__all__ = ["INT_LANE_LATENCY", "LANE_LATENCY", "LANE_MODULE", "IntLane", "Lane", "LanePipeline"]
 
 #: Verilog module name of a :class:`Lane` shared by the lanes of a pipeline (``npu.lib.shared``).
 LANE_MODULE = "npu_planar_lane"
+#: Cycles from the lane pipeline's input register to its output register, integer build.
+INT_LANE_LATENCY = IntAddPipe.LATENCY + 1
 
 _SIGN = 0x8000_0000
 _MAGNITUDE = 0x7FFF_FFFF
@@ -123,6 +131,71 @@ class Lane(wiring.Component):
         return m
 
 
+class IntLane(wiring.Component):
+    """One lane of the integer build: ``op1(x1, x2)`` in an :class:`IntAddPipe`, then the
+    output register (:data:`INT_LANE_LATENCY` ``en``-cycles).
+
+    Parameters
+    ----------
+    word : int
+        Bits of the values.
+
+    Members
+    -------
+    en : In(1)
+        Advance the pipeline.
+    op : In(EltOp)
+        The elementwise operation (one of ``INT8_ELT_OPS``, or ``MUL``, which passes A).
+    a, b, c : In(signed(word))
+        Operands A, B, C (C is not used).
+    scale : In(signed(word))
+        Nonzero when ``SCALE`` is 1.0 (gain-bias passes A), zero when it is +0.0.
+    bias : In(signed(word))
+        ``BIAS`` as an integer.
+    result : Out(signed(word))
+        ``op(A, B)``, registered.
+    """
+
+    def __init__(self, word):
+        self._word = word
+        shape = signed(word)
+        super().__init__({"en": In(1), "op": In(EltOp), "a": In(shape), "b": In(shape),
+                          "c": In(shape), "scale": In(shape), "bias": In(shape),
+                          "result": Out(shape)})
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b = self.a, self.b
+        x1 = Signal(signed(self._word))
+        x2 = Signal(signed(self._word))
+        pre_op = Signal(MacOp)
+        m.d.comb += [x1.eq(a), x2.eq(0), pre_op.eq(MacOp.MAC)]
+        with m.Switch(self.op):
+            with m.Case(EltOp.RELU):
+                m.d.comb += pre_op.eq(MacOp.MAX)
+            with m.Case(EltOp.ABS):
+                m.d.comb += x1.eq(Mux(a < 0, -a, a))
+            with m.Case(EltOp.NEG):
+                m.d.comb += x1.eq(-a)
+            with m.Case(EltOp.GAIN_BIAS):
+                m.d.comb += [x1.eq(Mux(self.scale != 0, a, 0)), x2.eq(self.bias)]
+            with m.Case(EltOp.ADD):
+                m.d.comb += x2.eq(b)
+            with m.Case(EltOp.SUB):
+                m.d.comb += x2.eq(-b)
+            with m.Case(EltOp.MAX):
+                m.d.comb += [x2.eq(b), pre_op.eq(MacOp.MAX)]
+            with m.Case(EltOp.MIN):
+                m.d.comb += [x2.eq(b), pre_op.eq(MacOp.MIN)]
+            with m.Case(EltOp.CMP):
+                m.d.comb += [x1.eq(b), x2.eq(a), pre_op.eq(MacOp.CMP)]
+        m.submodules.pre = pre = IntAddPipe(self._word)
+        m.d.comb += [pre.en.eq(self.en), pre.a.eq(x1), pre.b.eq(x2), pre.op.eq(pre_op)]
+        with m.If(self.en):
+            m.d.sync += self.result.eq(pre.result)
+        return m
+
+
 class LanePipeline(wiring.Component):
     """The input register and ``lanes`` :class:`Lane` s.
 
@@ -136,6 +209,9 @@ class LanePipeline(wiring.Component):
     shared : SharedModules or None
         Library of shared blocks (``npu.lib.shared``; Verilog output only): the lanes are
         instances of one converted :class:`Lane`.
+    word : int or None
+        None: binary32 lanes (:class:`Lane`); else integer lanes of this width
+        (:class:`IntLane`, the integer build).
 
     Members
     -------
@@ -154,37 +230,49 @@ class LanePipeline(wiring.Component):
         The beat leaving, :data:`LANE_LATENCY` advancing cycles after the input register.
     """
 
-    def __init__(self, lanes, *, shared=None):
+    def __init__(self, lanes, *, shared=None, word=None):
         self._lanes = lanes
         self._shared = shared
+        self._word = word
+        w = word or 32
         super().__init__({
             "flush":  In(1),
             "en":     In(1),
-            "i":      In(lane_input_layout(lanes)),
-            "vector": In(data.ArrayLayout(32, lanes)),
-            "scale":  In(32),
-            "bias":   In(32),
-            "scalar": In(32),
-            "o":      Out(lane_output_layout(lanes)),
+            "i":      In(lane_input_layout(lanes, w)),
+            "vector": In(data.ArrayLayout(w, lanes)),
+            "scale":  In(w),
+            "bias":   In(w),
+            "scalar": In(w),
+            "o":      Out(lane_output_layout(lanes, w)),
         })
 
     @property
     def lanes(self):
         return self._lanes
 
+    @property
+    def latency(self):
+        """Cycles from the input register to the output register."""
+        return LANE_LATENCY if self._word is None else INT_LANE_LATENCY
+
     def elaborate(self, platform):
         m = Module()
-        beat = Signal(lane_input_layout(self._lanes))   # the input register
+        w = self._word or 32
+        beat = Signal(lane_input_layout(self._lanes, w))   # the input register
         with m.If(self.en):
             m.d.sync += beat.eq(self.i)
 
         m.submodules.flags = flags = DelayLine(
-            data.StructLayout({"valid": 1, "mask": self._lanes}), LANE_LATENCY, enable=True)
+            data.StructLayout({"valid": 1, "mask": self._lanes}), self.latency, enable=True)
         m.d.comb += [flags.en.eq(self.en), flags.i.valid.eq(beat.valid),
                      flags.i.mask.eq(beat.mask),
                      self.o.valid.eq(flags.o.valid), self.o.mask.eq(flags.o.mask)]
         for k in range(self._lanes):
-            lane = place(m, f"lane{k}", self._shared, LANE_MODULE, Lane, reset=self.flush)
+            if self._word is None:
+                lane = place(m, f"lane{k}", self._shared, LANE_MODULE, Lane, reset=self.flush)
+            else:
+                lane = place(m, f"lane{k}", self._shared, f"{LANE_MODULE}_int{w}",
+                             lambda: IntLane(w), reset=self.flush)
             m.d.comb += [
                 lane.en.eq(self.en), lane.op.eq(beat.op), lane.a.eq(beat.a[k]),
                 lane.b.eq(Mux(beat.vector, self.vector[k],

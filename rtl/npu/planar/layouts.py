@@ -97,19 +97,21 @@ def sizes_layout():
     })
 
 
-def lane_input_layout(lanes):
-    """A beat entering the lane pipeline: operation ``op`` on ``a``, ``b``, ``c`` (binary32)
-    in the lanes of ``mask``; ``vector``: operand B is the line buffer's read data; ``scalar``:
-    operand B is the ``SCALAR`` register."""
-    f32s = data.ArrayLayout(F32_BITS, lanes)
+def lane_input_layout(lanes, word=F32_BITS):
+    """A beat entering the lane pipeline: operation ``op`` on ``a``, ``b``, ``c`` (binary32,
+    or ``word``-bit integers in the integer build) in the lanes of ``mask``; ``vector``:
+    operand B is the line buffer's read data; ``scalar``: operand B is the ``SCALAR``
+    register."""
+    f32s = data.ArrayLayout(word, lanes)
     return data.StructLayout({"valid": 1, "op": EltOp, "mask": lanes, "vector": 1,
                               "scalar": 1, "a": f32s, "b": f32s, "c": f32s})
 
 
-def lane_output_layout(lanes):
-    """A beat leaving the lane pipeline (binary32 ``value`` per lane)."""
+def lane_output_layout(lanes, word=F32_BITS):
+    """A beat leaving the lane pipeline (a binary32 or ``word``-bit integer ``value`` per
+    lane)."""
     return data.StructLayout({"valid": 1, "mask": lanes,
-                              "value": data.ArrayLayout(F32_BITS, lanes)})
+                              "value": data.ArrayLayout(word, lanes)})
 
 
 def load_shape_layout():
@@ -147,9 +149,9 @@ def ring_read_layout(depth):
     return data.StructLayout({"en": 1, "addr": range(depth)})
 
 
-def fold_layout(lanes):
+def fold_layout(lanes, word=F32_BITS):
     """Operands of the horizontal filter's ``lanes`` add/max/min pipes."""
-    f32s = data.ArrayLayout(F32_BITS, lanes)
+    f32s = data.ArrayLayout(word, lanes)
     return data.StructLayout({"a": f32s, "b": f32s, "op": MacOp})
 
 
@@ -170,15 +172,15 @@ def vdesc_layout():
                               "roww": signed(42)})
 
 
-def queue_entry_layout(filter_lanes):
+def queue_entry_layout(filter_lanes, word=F32_BITS):
     """A vertical filter result: ``filter_lanes`` values and the window position of lane 0."""
-    return data.StructLayout({"value": data.ArrayLayout(F32_BITS, filter_lanes),
+    return data.StructLayout({"value": data.ArrayLayout(word, filter_lanes),
                               "oyb": signed(14), "gxb": signed(16)})
 
 
-def vresult_layout(filter_lanes):
+def vresult_layout(filter_lanes, word=F32_BITS):
     """What the vertical filter tells the result queue in a cycle: ``start`` a group starts
     (reserve three entries); ``valid`` a result ``entry`` is written; ``empty`` an invalid
     beat of a group ended (release its reservation)."""
     return data.StructLayout({"start": 1, "valid": 1, "empty": 1,
-                              "entry": queue_entry_layout(filter_lanes)})
+                              "entry": queue_entry_layout(filter_lanes, word)})

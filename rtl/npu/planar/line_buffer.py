@@ -73,13 +73,13 @@ class LineBuffer(wiring.Component):
         super().__init__({
             "load_start": In(1),
             "load_shape": In(load_shape_layout()),
-            "load":       In(stream.Signature(data.ArrayLayout(32, geometry.lanes))),
+            "load":       In(stream.Signature(data.ArrayLayout(geometry.word, geometry.lanes))),
             "keep":       In(keep_layout()),
             "loaded":     Out(COUNT_BITS),
             "all_loaded": Out(1),
             "load_done":  Out(1),
             "read":       In(read_layout()),
-            "data":       Out(data.ArrayLayout(32, geometry.filter_lanes)),
+            "data":       Out(data.ArrayLayout(geometry.word, geometry.filter_lanes)),
         })
 
     def elaborate(self, platform):
@@ -87,7 +87,7 @@ class LineBuffer(wiring.Component):
         g = self._geometry
         banks = []
         for b in range(g.banks):
-            bank = Memory(shape=32, depth=g.bank_depth, init=[])
+            bank = Memory(shape=g.word, depth=g.bank_depth, init=[])
             m.submodules[f"bank{b}"] = bank
             banks.append(bank)
         self._loader(m, [bank.write_port() for bank in banks])

@@ -14,6 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from .convert import from_f32
 from .geometry import LANE_LATENCY
+from .intpath import to_int8
 from .layouts import Axis, Fmt, Mode, beat_layout, config_layout, lane_output_layout
 
 __all__ = ["OutputStage"]
@@ -26,6 +27,9 @@ class OutputStage(wiring.Component):
     ----------
     lanes : int
         ``L``.
+    word : int or None
+        None: binary32 values; else the integer build's value width (the results are
+        saturated to int8: its tasks have INT8 outputs).
 
     Members
     -------
@@ -49,11 +53,12 @@ class OutputStage(wiring.Component):
         No beat bound for ``out`` is in the lane pipeline.
     """
 
-    def __init__(self, lanes):
+    def __init__(self, lanes, *, word=None):
         self._lanes = lanes
+        self._word = word
         super().__init__({
             "task":         In(config_layout()),
-            "lane":         In(lane_output_layout(lanes)),
+            "lane":         In(lane_output_layout(lanes, word or 32)),
             "entering":     In(1),
             "accumulating": In(1),
             "hazard":       In(1),
@@ -80,9 +85,14 @@ class OutputStage(wiring.Component):
         m.d.comb += self.idle.eq(pending == 0)
 
         # A reduction's result in lane 0 (the other lanes 0), or the lanes of the beat.
-        tree_value = from_f32(m, self.tree.payload, out_fmt, "tree_out")
-        lane_values = [from_f32(m, lane.value[i], out_fmt, f"out{i}")
-                       for i in range(self._lanes)]
+        if self._word is None:
+            tree_value = from_f32(m, self.tree.payload, out_fmt, "tree_out")
+            lane_values = [from_f32(m, lane.value[i], out_fmt, f"out{i}")
+                           for i in range(self._lanes)]
+        else:
+            tree_value = to_int8(m, self.tree.payload.as_signed(), "tree_out")
+            lane_values = [to_int8(m, lane.value[i].as_signed(), f"out{i}")
+                           for i in range(self._lanes)]
         m.d.comb += self.tree.ready.eq(out.ready)
         with m.If(is_tree):
             m.d.comb += [out.valid.eq(self.tree.valid), out.payload.data[0].eq(tree_value)]

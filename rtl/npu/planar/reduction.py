@@ -7,23 +7,31 @@ register ``k mod 3`` by one more pipe, so that the pipe's three-cycle latency ne
 When the group's beats are in, the registers are combined as ``op(op(r0, r1), r2)``, the
 result is multiplied by ``SCALE`` (:class:`FP32Mul`) and passed through the post-processor
 (:class:`PostProcessor`); it leaves on ``result``.
+
+In the integer build the tree and the retention registers are :data:`RED_WORD`-bit integer
+pipes (the sums its rules allow fit) and there is no multiplier or post-processor (its tasks
+have ``SCALE`` 1 and no post function): the combined value is the result, sign-extended.
 """
 
-from amaranth.hdl import Array, Cat, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from npu_spec.planar import RETAIN
+from npu_spec.planar import INT8_SUM_ELEMENTS, RETAIN
 
-from ..lib.fp32 import FP32_ADD_MODULE, FP32AddPipe
+from ..lib.fp32 import FP32AddPipe
 from ..lib.fp32mul import FP32Mul
 from ..lib.pipe import delay
-from ..lib.shared import place
 from .fold import reduction_fold
+from .intpath import IntAddPipe, add_pipe
 from .layouts import COUNT_BITS, Axis, Mode, config_layout, lane_output_layout, sizes_layout
 from .postproc import PostProcessor
 
-__all__ = ["Reduction"]
+__all__ = ["RED_WORD", "Reduction"]
+
+#: Width of the integer build's tree and retention registers: a sum of up to
+#: ``INT8_SUM_ELEMENTS`` values of magnitude at most 128, signed.
+RED_WORD = (INT8_SUM_ELEMENTS * 128).bit_length() + 1
 
 
 class Reduction(wiring.Component):
@@ -36,6 +44,8 @@ class Reduction(wiring.Component):
     shared : SharedModules or None
         Library of shared blocks (``npu.lib.shared``; Verilog output only): the tree's adders
         are instances of one converted ``FP32AddPipe``.
+    word : int or None
+        None: binary32; else the lanes' integer width (the integer build).
 
     Members
     -------
@@ -58,18 +68,19 @@ class Reduction(wiring.Component):
         Combinational: ``result`` is taken in this cycle.
     """
 
-    def __init__(self, lanes, *, shared=None):
+    def __init__(self, lanes, *, shared=None, word=None):
         if lanes < 1 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two, not {lanes!r}")
         self._lanes = lanes
         self._shared = shared
+        self._word = word
         super().__init__({
             "flush":  In(1),
             "task":   In(config_layout()),
             "sizes":  In(sizes_layout()),
             "busy":   In(1),
             "clear":  In(1),
-            "lane":   In(lane_output_layout(lanes)),
+            "lane":   In(lane_output_layout(lanes, word or 32)),
             "en":     In(1),
             "result": Out(stream.Signature(32)),
             "done":   Out(1),
@@ -79,17 +90,21 @@ class Reduction(wiring.Component):
         m = Module()
         task = self.task
         active = (task.mode == Mode.REDUCE) & (task.axis != Axis.CHANNEL)
-        red_op, identity = reduction_fold(m, task.op)
+        integer = self._word is not None
+        tree_word = RED_WORD if integer else None
+        red_op, identity = reduction_fold(m, task.op, word=tree_word)
 
-        # The tree.
+        # The tree (integer lanes sign-extended to its width).
         lane = self.lane
-        level = [Mux(lane.mask[i], lane.value[i], identity) for i in range(self._lanes)]
+        values = [lane.value[i].as_signed() if integer else lane.value[i]
+                  for i in range(self._lanes)]
+        level = [Mux(lane.mask[i], values[i], identity) for i in range(self._lanes)]
         depth = 0
         while len(level) > 1:
             nodes = []
             for k in range(len(level) // 2):
-                node = place(m, f"tree{depth}_{k}", self._shared, FP32_ADD_MODULE, FP32AddPipe,
-                             reset=self.flush)
+                node = add_pipe(m, f"tree{depth}_{k}", self._shared, tree_word,
+                                reset=self.flush)
                 m.d.comb += [node.en.eq(1), node.a.eq(level[2 * k]),
                              node.b.eq(level[2 * k + 1]), node.op.eq(red_op)]
                 nodes.append(node.result)
@@ -102,8 +117,8 @@ class Reduction(wiring.Component):
 
         # Retention registers: tree output k into register k mod RETAIN (`index`); a result
         # that reaches the register it was read from is forwarded.
-        m.submodules.retention = retention = FP32AddPipe()
-        registers = Array(Signal(32, name=f"retained{j}") for j in range(RETAIN))
+        m.submodules.retention = retention = IntAddPipe(RED_WORD) if integer else FP32AddPipe()
+        registers = Array(Signal(tree_word or 32, name=f"retained{j}") for j in range(RETAIN))
         index = Signal(range(RETAIN))
         count = Signal(COUNT_BITS)
         issue = Signal()
@@ -117,12 +132,16 @@ class Reduction(wiring.Component):
         with m.If(folded.valid):
             m.d.sync += registers[folded.index].eq(retention.result)
 
-        m.submodules.scale_mul = scale_mul = FP32Mul()
-        m.submodules.post_processor = post = PostProcessor()
-        m.d.comb += [scale_mul.en.eq(1), scale_mul.b.eq(task.scale),
-                     post.fn.eq(task.post), post.x.eq(scale_mul.result),
-                     self.result.payload.eq(post.result),
-                     self.done.eq(self.result.valid & self.result.ready)]
+        m.d.comb += self.done.eq(self.result.valid & self.result.ready)
+        combined = Signal(signed(32))   # the integer build's result
+        if integer:
+            m.d.comb += self.result.payload.eq(combined)
+        else:
+            m.submodules.scale_mul = scale_mul = FP32Mul()
+            m.submodules.post_processor = post = PostProcessor()
+            m.d.comb += [scale_mul.en.eq(1), scale_mul.b.eq(task.scale),
+                         post.fn.eq(task.post), post.x.eq(scale_mul.result),
+                         self.result.payload.eq(post.result)]
         wait = Signal(3)
         with m.FSM(name="reduce"):
             with m.State("COLLECT"):
@@ -153,15 +172,20 @@ class Reduction(wiring.Component):
                 m.d.sync += wait.eq(wait + 1)
                 with m.If(wait == FP32AddPipe.LATENCY - 2):
                     m.d.sync += wait.eq(0)
-                    m.next = "SCALE"
-            with m.State("SCALE"):
-                m.d.comb += scale_mul.a.eq(retention.result)
-                m.d.sync += wait.eq(wait + 1)
-                with m.If(wait == FP32Mul.LATENCY):
-                    m.d.comb += post.start.eq(1)
-                    m.next = "POST"
-            with m.State("POST"), m.If(post.done):
-                m.next = "OUTPUT"
+                    m.next = "RESULT" if integer else "SCALE"
+            if integer:
+                with m.State("RESULT"):
+                    m.d.sync += combined.eq(retention.result)
+                    m.next = "OUTPUT"
+            if not integer:
+                with m.State("SCALE"):
+                    m.d.comb += scale_mul.a.eq(retention.result)
+                    m.d.sync += wait.eq(wait + 1)
+                    with m.If(wait == FP32Mul.LATENCY):
+                        m.d.comb += post.start.eq(1)
+                        m.next = "POST"
+                with m.State("POST"), m.If(post.done):
+                    m.next = "OUTPUT"
             with m.State("OUTPUT"):
                 m.d.comb += self.result.valid.eq(1)
                 with m.If(self.result.ready):

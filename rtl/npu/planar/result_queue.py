@@ -61,11 +61,11 @@ class ResultQueue(wiring.Component):
         super().__init__({
             "task":  In(config_layout()),
             "sizes": In(sizes_layout()),
-            "push":  In(vresult_layout(geometry.filter_lanes)),
+            "push":  In(vresult_layout(geometry.filter_lanes, geometry.word)),
             "room":  Out(1),
             "busy":  Out(1),
             "en":    In(1),
-            "beat":  Out(lane_input_layout(geometry.lanes)),
+            "beat":  Out(lane_input_layout(geometry.lanes, geometry.word)),
         })
 
     def elaborate(self, platform):
@@ -76,7 +76,7 @@ class ResultQueue(wiring.Component):
         depth = QUEUE_DEPTH
         ptr_bits = (depth - 1).bit_length()
 
-        m.submodules.entries = entries = Memory(shape=queue_entry_layout(g.filter_lanes),
+        m.submodules.entries = entries = Memory(shape=queue_entry_layout(g.filter_lanes, g.word),
                                                 depth=depth, init=[])
         write = entries.write_port()
         head = entries.read_port(domain="comb")
@@ -134,9 +134,9 @@ class ResultQueue(wiring.Component):
             m.d.comb += cols.eq(cols_hi - cols_lo)
             value = (Array(head.data.value[j * L + i] for j in range(K))[k] if K > 1
                      else head.data.value[i])
-            m.d.comb += [
-                beat.a[i].eq(value),
-                beat.b[i].eq(Mux(task.op == PoolOp.AVG, recip[(rows * cols)[:7]], F32_ONE)),
-            ]
+            m.d.comb += beat.a[i].eq(value)
+            if not g.integer:   # the integer build has no average (its lanes pass MUL's A)
+                m.d.comb += beat.b[i].eq(Mux(task.op == PoolOp.AVG, recip[(rows * cols)[:7]],
+                                             F32_ONE))
         m.d.comb += [beat.valid.eq(outputs[0]), beat.op.eq(EltOp.MUL), beat.mask.eq(outputs)]
         return m

@@ -12,10 +12,10 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, 
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib.fp32 import FP32_ADD_MODULE, FP32AddPipe
+from ..lib.fp32 import FP32AddPipe
 from ..lib.pipe import delay
-from ..lib.shared import place
 from .fold import pooling_fold
+from .intpath import add_pipe
 from .layouts import (
     COUNT_BITS,
     SHAPE_BITS,
@@ -41,7 +41,7 @@ class VFilter(wiring.Component):
         ``FL``, ``HD``.
     shared : SharedModules or None
         Library of shared blocks (``npu.lib.shared``; Verilog output only): the pipes are
-        instances of one converted ``FP32AddPipe``.
+        instances of one converted ``FP32AddPipe`` (an ``IntAddPipe`` in the integer build).
 
     Members
     -------
@@ -82,9 +82,9 @@ class VFilter(wiring.Component):
             "count":     In(COUNT_BITS),
             "room":      In(1),
             "ring_read": Out(ring_read_layout(geometry.h_depth)),
-            "ring_data": In(data.ArrayLayout(32, fl)),
+            "ring_data": In(data.ArrayLayout(geometry.word, fl)),
             "keep":      Out(ring_keep_layout()),
-            "result":    Out(vresult_layout(fl)),
+            "result":    Out(vresult_layout(fl, geometry.word)),
             "busy":      Out(1),
         })
 
@@ -197,10 +197,10 @@ class VFilter(wiring.Component):
                      self.result.entry.oyb.eq(done.oyb), self.result.entry.gxb.eq(done.gxb)]
         m.d.comb += self.busy.eq(on | at_pipe.valid | Cat(*(e.valid for e in ends)).any())
 
-        pool_op, identity = pooling_fold(m, task.op)
+        word = self._geometry.word if self._geometry.integer else None
+        pool_op, identity = pooling_fold(m, task.op, word=word)
         for i in range(FL):
-            pipe = place(m, f"pipe{i}", self._shared, FP32_ADD_MODULE, FP32AddPipe,
-                         reset=self.flush)
+            pipe = add_pipe(m, f"pipe{i}", self._shared, word, reset=self.flush)
             m.d.comb += [
                 pipe.en.eq(1),
                 pipe.a.eq(Mux(at_pipe.first, identity, pipe.result)),

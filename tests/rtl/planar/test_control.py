@@ -12,6 +12,8 @@ from npu.planar.geometry import Geometry
 from npu_sim import planar as ps
 from npu_spec.config import NPUConfig
 from npu_spec.planar import (
+    INT8_CHANNEL_SUM,
+    INT8_SUM_ELEMENTS,
     TASK_FIELDS,
     Bcast,
     Mode,
@@ -35,8 +37,15 @@ class Resettable(Elaboratable):
         return m
 
 
+#: Binary32 constants for ``SCALE``, ``BIAS`` and ``SCALAR``: zeros, one, integers in and out
+#: of the integer build's range, fractions, infinities, NaN, a subnormal.
+CONSTANTS = [0, 0x8000_0000, 0x3F80_0000, 0xBF80_0000, 0x4040_0000, 0xC300_0000, 0x467F_FC00,
+             0x4680_0000, 0xC67F_FC00, 0x3F00_0000, 0x4020_0000, 0x7F80_0000, 0x7FC0_0000, 1]
+
+
 def wild_task(rng):
-    """Any field values: codes outside their enums, zero and huge sizes, empty windows."""
+    """Any field values: codes outside their enums, zero and huge sizes, empty windows, any
+    constants."""
     def small(top):
         return int(rng.choice([0, 1, 2, 3, int(rng.integers(0, top + 1))]))
     task = {name: 0 for name in TASK_FIELDS}
@@ -47,19 +56,38 @@ def wild_task(rng):
         task[name] = int(rng.choice([small(20), int(rng.integers(0, 4096))], p=[0.85, 0.15]))
     for name in ("kh", "kw", "sy", "sx", "py", "px"):
         task[name] = small(15)
+    for name in ("scale", "bias", "scalar"):
+        task[name] = int(rng.choice(CONSTANTS))
     return task
 
 
-@pytest.mark.parametrize("fp16,depth", [(True, 1024), (False, 64)])
-def test_check_matches_task_error(fp16, depth):
+def bound_tasks(lanes):
+    """Sums at the integer build's limits (``INT8_SUM_ELEMENTS`` elements over a plane or the
+    tensor, ``INT8_CHANNEL_SUM`` channels) and one beat or channel beyond: a plane of 128 rows
+    of ``w`` elements (every plane of three), the tensor of two planes of 64 such rows (the
+    limit counts whole beats: ``w + 1`` is one beat more per row), sums across channels."""
+    one = 0x3F80_0000
+    w = INT8_SUM_ELEMENTS // 128
+    return [make_task(mode=Mode.REDUCE, scale=one, channels=c, height=128, width=w + d)
+            for c, d in ((1, 0), (1, 1), (3, 0))] + [
+        make_task(mode=Mode.REDUCE, scale=one, axis=1, channels=2, height=64, width=w + d)
+        for d in (1 - lanes, 1)] + [
+        make_task(mode=Mode.REDUCE, scale=one, axis=2, channels=c, height=2, width=3)
+        for c in (INT8_CHANNEL_SUM, INT8_CHANNEL_SUM + 1)]
+
+
+@pytest.mark.parametrize("fp16,depth,impl", [(True, 1024, "float"), (False, 64, "float"),
+                                             (False, 1024, "int8"), (False, 64, "int8")])
+def test_check_matches_task_error(fp16, depth, impl):
     """Random tasks, valid and invalid, with codes outside their enums, zero and huge sizes,
-    empty and too large windows and planes that do not fit the line buffers: the error the
-    control unit reports is the specification's."""
-    config = NPUConfig(planar_lanes=2, planar_pool_beats=3,
+    empty and too large windows, planes that do not fit the line buffers and any constants
+    (and, in the integer build, the sums at its limits): the error the control unit reports
+    is the specification's."""
+    config = NPUConfig(planar_lanes=2, planar_pool_beats=3, planar_impl=impl,
                        formats=("int8", "fp16", "mixed") if fp16 else ("int8",))
     g = Geometry.of(config, depth)
     rng = np.random.default_rng(depth)
-    tasks = []
+    tasks = bound_tasks(g.lanes) if impl == "int8" else []
     for k in range(400):
         if k % 3 == 0:
             tasks.append(ps.random_task(rng, config, max_dim=30 if depth > 64 else 12))
@@ -87,7 +115,14 @@ def test_check_matches_task_error(fp16, depth):
             ctx.set(top.rst, 0)
 
     run(top, tb)
-    assert seen == set(PlanarError) - ({PlanarError.BAD_FORMAT} if fp16 else set())
+    assert seen == set(PlanarError) - ({PlanarError.BAD_FORMAT} if fp16 else set()) - (
+        {PlanarError.UNSUPPORTED} if impl == "float" else set())
+    if impl == "int8":
+        lanes = g.lanes
+        assert [task_error(t, config, depth) for t in bound_tasks(lanes)] == [
+            PlanarError.NONE, PlanarError.UNSUPPORTED, PlanarError.NONE,
+            PlanarError.NONE if lanes > 1 else PlanarError.UNSUPPORTED,
+            PlanarError.UNSUPPORTED, PlanarError.NONE, PlanarError.UNSUPPORTED]
 
 
 @pytest.mark.parametrize("p,k", [(1, 1), (2, 3), (4, 1)])

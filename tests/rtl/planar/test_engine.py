@@ -14,8 +14,11 @@ from npu_sim import planar as ps
 from npu_sim.streams import seeded_rng, stream_put
 from npu_spec.config import NPUConfig, preset
 from npu_spec.planar import (
+    INT8_CONST_LIMIT,
+    INT8_ELT_OPS,
     PLANAR_ENGINE,
     TASK_FIELDS,
+    EltOp,
     PlanarError,
     make_task,
     output_beats,
@@ -285,11 +288,72 @@ def test_sweep_ice40():
 
 
 @pytest.mark.slow
-def test_sweep_verilator():
-    """60 random tasks through the Verilator bench (4 lanes, stalls on both bench streams)."""
+def test_sweep_icebreaker():
+    """The ``icebreaker`` preset (int8, the integer build): random tasks, most of them in the
+    subset it computes."""
+    cfg = preset("icebreaker")
+    assert cfg.planar_impl == "int8"
+    sweep(cfg, random_jobs(cfg, 21, 40, max_dim=11), seed=21, stall=0.3)
+
+
+def int8_refused(cfg):
+    """Tasks outside the integer build's subset, one of each kind (``int8_supported``)."""
+    one, half = 0x3F80_0000, 0x3F00_0000
+    t = ps.make_task
+    shape = {"channels": 2, "height": 3, "width": 5}
+    return [
+        t(mode="pool", op="avg", kh=2, kw=2, **shape),
+        *(t(mode="eltwise", op=op, **shape) for op in ("square", "mul", "fma", "addmul")),
+        t(mode="eltwise", op="gain_bias", scale=half, **shape),
+        t(mode="eltwise", op="gain_bias", scale=one, bias=0x3FC0_0000, **shape),
+        t(mode="eltwise", op="add", bcast=1, scalar=0x4680_0000, **shape),
+        t(mode="reduce", pre=4, scale=one, **shape),
+        t(mode="reduce", post=1, scale=one, **shape),
+        t(mode="reduce", scale=int(pl.recip_count(15)), **shape),
+        t(mode="reduce", axis=1, scale=one, channels=9, height=128, width=128),
+        t(mode="reduce", axis=2, scale=one, channels=256, height=1, width=3),
+    ]
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_int8_build(p):
+    """The integer build (``planar_impl="int8"``) against the golden model, bit for bit, with
+    random stalls: every elementwise operation it computes with every broadcast kind (integer
+    SCALAR and BIAS up to the limit), gain-bias with SCALE 0 and 1, max and min pooling, sums
+    and max / min over planes, the tensor and channels with every pre-operation it computes;
+    and one task of each kind it does not compute, refused with ``UNSUPPORTED``, the golden
+    model's error, consuming nothing; the next task runs."""
+    cfg = NPUConfig(planar_lanes=p, formats=("int8",), planar_impl="int8")
+    rng = np.random.default_rng(30 + p)
+    constants = [int(np.float32(v).view(np.uint32))
+                 for v in (0, -3, 127, -128, 300, INT8_CONST_LIMIT - 1, 1 - INT8_CONST_LIMIT)]
+    jobs = []
+    for op in INT8_ELT_OPS:
+        for bcast in range(5) if op >= EltOp.ADD else (0, 0):
+            t = ps.random_task(rng, cfg, "eltwise", max_dim=6)
+            t.update(op=int(op), bcast=bcast, scale=int(rng.choice([0, 0x3F80_0000])),
+                     bias=int(rng.choice(constants)), scalar=int(rng.choice(constants)))
+            jobs.append((t, *ps.random_operands(rng, t)))
+    for mode in ("pool", "reduce") * 4:
+        t = ps.random_task(rng, cfg, mode, max_dim=8)
+        ps.int8_subset(rng, t)
+        jobs.append((t, *ps.random_operands(rng, t)))
+    for t in int8_refused(cfg):
+        assert ps.task_error(t, cfg) == PlanarError.UNSUPPORTED, t
+        jobs.append((t, None, None, None))
+    jobs.append(jobs[0])
+    results = sweep(cfg, jobs, seed=p, stall=0.25)
+    assert all(cycles <= 5 for _, cycles, err in results if err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["float", "int8"])
+def test_sweep_verilator(impl):
+    """60 random tasks through the Verilator bench (4 lanes, stalls on both bench streams), on
+    the binary32 and the integer build."""
     from npu_fpga.toolenv import apply_tool_env
     apply_tool_env()
-    cfg = NPUConfig(planar_lanes=2)
+    cfg = NPUConfig(planar_lanes=2) if impl == "float" else preset("icebreaker")
     jobs = random_jobs(cfg, 30, 60, max_dim=14)
     results = ps.run_verilator(cfg, jobs, seed=30, stall=0.3)
     for (task, a, b, c), (got, _cycles, err) in zip(jobs, results):
@@ -328,7 +392,8 @@ def test_errors_match_task_error():
         ok = not ps.task_error(task, cfg)
         jobs.append((task, *(ps.random_operands(rng, task) if ok else (None, None, None))))
     results = sweep(cfg, jobs, seed=9, stall=0.2)
-    assert {err for _, _, err in results} == set(PlanarError)
+    # UNSUPPORTED is the integer build's (test_int8_build).
+    assert {err for _, _, err in results} == set(PlanarError) - {PlanarError.UNSUPPORTED}
     assert all(cycles <= 5 for _, cycles, err in results if err)
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from npu.planar.geometry import Geometry, div_params
-from npu_spec.config import NPUConfig
+from npu_spec.config import NPUConfig, preset
 from npu_spec.planar import h_ring_depth, line_buffer_banks
 
 
@@ -37,3 +37,19 @@ def test_geometry_checks():
         Geometry.of(NPUConfig(planar_lanes=2), 8)
     with pytest.raises(TypeError, match="NPUConfig"):
         Geometry.of({"planar_lanes": 2}, 1024)
+
+
+def test_integer_build_option():
+    """``planar_impl``: ``"float"`` by default, ``"int8"`` only for int8-only builds (16-bit
+    words), anything else refused naming the value; ``icebreaker`` uses the integer build."""
+    assert NPUConfig().planar_impl == "float"
+    assert Geometry.of(NPUConfig(), 1024).word == 32
+    lean = NPUConfig(formats=("int8",), planar_impl="int8")
+    assert Geometry.of(lean, 1024).integer and Geometry.of(lean, 1024).word == 16
+    assert preset("icebreaker").planar_impl == "int8"
+    with pytest.raises(ValueError, match=r"planar_impl 'int8' is int8 only: formats must be "
+                                         r"\('int8',\), not \('int8', 'fp16', 'mixed'\)"):
+        NPUConfig(planar_impl="int8")
+    with pytest.raises(ValueError, match=r"NPUConfig.planar_impl must be one of float, int8, "
+                                         r"not 'fixed'"):
+        NPUConfig(planar_impl="fixed")
