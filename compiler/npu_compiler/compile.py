@@ -9,6 +9,7 @@ import numpy as np
 from npu_model.builder import BuildError
 
 from .compress import Compression
+from .cores import check_cores
 from .frontend import load_graph
 from .graph import CompileError
 from .lower import lower
@@ -46,7 +47,7 @@ def _plain(row):
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
                   fallback=None, calibration=None, evaluator=None, schedule="depth-first",
-                  palette=None, prune=None, raw_kernels=False):
+                  palette=None, prune=None, raw_kernels=False, cores=None):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -71,11 +72,15 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
 
     ``schedule`` (``"depth-first"`` or ``"layer"``) is how chains of layers that do not fit
     the buffer run (:mod:`npu_compiler.depthfirst`; binary16 only, int8 runs layer by layer).
+
+    ``cores``: how many of the configuration's neural-engine cores a layer's output channels
+    are split over (None: all; :mod:`npu_compiler.cores`).
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
                            f"{', '.join(FORMATS)})")
     t0 = time.perf_counter()
+    check_cores(config, cores)
     compression = Compression(palette=palette, prune=prune, raw=raw_kernels)
     if fallback not in (None, "host"):
         raise CompileError(f"fallback must be 'host' or none, not {fallback!r}")
@@ -94,11 +99,11 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
             raise CompileError("--fallback host is not supported with --format int8")
         graph = load_graph(prepare(model), shapes, batch_one, keep=("DequantizeLinear",),
                            foreign=FOREIGN_OPS)
-        return _compile_qdq(graph, config, name, t0)
+        return _compile_qdq(graph, config, name, t0, cores)
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":
         return _compile_int8(source, graph, config, calibration, name, fallback, t0,
-                             evaluator, compression)
+                             evaluator, compression, cores)
     if calibration is not None:
         raise CompileError("--calibration is for --format int8")
     graph_outputs = list(graph.outputs)
@@ -109,7 +114,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         host = split_host(graph, set(LOWER))
     try:
         lw = lower(graph, config, name=name or graph.name, schedule=schedule, fmt=fmt,
-                   compression=compression)
+                   compression=compression, cores=cores)
         program = lw.b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -147,7 +152,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
 
 
 def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator,
-                  compression):
+                  compression, cores=None):
     from .frontend import read_model
     from .int8 import calibrate, calibration_samples, lower_int8
     if fallback:
@@ -164,7 +169,7 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
         samples = calibration_samples(calibration, graph.inputs)
     scales = calibrate(read_model(source), graph, samples, evaluator)
     b, plan, io = lower_int8(graph, config, scales, name=name or graph.name,
-                             compression=compression)
+                             compression=compression, cores=cores)
 
     def entry(n, t, scale):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
@@ -196,10 +201,10 @@ def _int8_compiled(b, plan, io, graph, name, t0, entry, **meta_extra):
     return Compiled(program, [_plain(r) for r in plan], graph, time.perf_counter() - t0)
 
 
-def _compile_qdq(graph, config, name, t0):
+def _compile_qdq(graph, config, name, t0, cores=None):
     """A quantized model (:mod:`npu_compiler.qdq`): the model's scales and zero points."""
     from .qdq import lower_qdq
-    b, plan, io = lower_qdq(graph, config, name=name or graph.name)
+    b, plan, io = lower_qdq(graph, config, name=name or graph.name, cores=cores)
 
     def entry(n, t, spec):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),

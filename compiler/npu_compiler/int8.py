@@ -27,6 +27,8 @@ from npu_spec.engine import Engine
 from npu_spec.mac import MacFormat
 
 from .compress import Compression, encode_kernels, prune
+from .cores import check_cores, core_blobs
+from .cores import place as place_on_cores
 from .graph import CompileError
 from .quant import Calibrator, quantize_conv
 
@@ -171,9 +173,10 @@ def _shape3(shape):
 
 
 class _Int8:
-    def __init__(self, graph, config, scales, name, compression=None):
+    def __init__(self, graph, config, scales, name, compression=None, cores=None):
         if "int8" not in config.formats:
             raise CompileError(f"preset {config.name!r} has no int8 datapath")
+        self.cores = check_cores(config, cores)
         self.compression = compression or Compression()
         self.g = graph
         self.cfg = config
@@ -228,12 +231,19 @@ class _Int8:
         except ValueError as e:
             self.fail(str(e))
         blob = self.kernels(q, groups, lossy.palette)
-        place = self.b.dma_kernels(0, blob)
-        dst = self.b.conv(src, place, stride=stride, pad=pad, dilation=dilation,
+        dst = self.b.conv(src, self.place(blob), stride=stride, pad=pad, dilation=dilation,
                           **q.conv_args())
         self._check_layer(src, blob, dst, stride, pad, dilation, groups)
-        self.row["kernel_bytes"] += 4 * blob.words
         self.ds[out], self.scale[out] = dst, s_out
+
+    def place(self, blob):
+        """Load ``blob`` split over the cores (:mod:`npu_compiler.cores`); the placements
+        for :meth:`~npu_model.builder.ProgramBuilder.conv`. The plan row gets the bytes and
+        the cores."""
+        parts = core_blobs(blob, self.cores)
+        self.row["kernel_bytes"] += 4 * sum(part.words for part in parts)
+        self.row["cores"] = max(self.row["cores"], len(parts))
+        return place_on_cores(self.b, parts)
 
     def kernels(self, q, groups, palette=None):
         """The kernel blob of a :class:`~npu_compiler.quant.QuantizedConv` in its smallest
@@ -275,6 +285,7 @@ class _Int8:
             self.row = {"node": node.name, "op": node.op, "tasks": 0,
                         "first_task": len(self.b.tasks), "kernel_bytes": 0,
                         "kernel_raw_bytes": 0, "kernel_encoding": "", "engine": "-",
+                        "cores": 1,
                         "in": [list(g.shapes.get(x, ())) for x in node.inputs
                                if x and x not in g.consts],
                         "out": [list(g.shapes.get(o, ())) for o in node.outputs if o]}
@@ -436,11 +447,12 @@ class _Int8:
     op_Flatten = op_Reshape = op_Squeeze = op_Unsqueeze = op_Identity = _alias
 
 
-def lower_int8(graph, config, scales, name="", compression=None):
+def lower_int8(graph, config, scales, name="", compression=None, cores=None):
     """``(builder, plan, io)``: the int8 program's builder, the per-layer plan rows and the
     scales ``{"inputs": {name: scale}, "outputs": {name: scale}}``; ``compression`` a
-    :class:`npu_compiler.compress.Compression`."""
-    lw = _Int8(graph, config, scales, name, compression).run()
+    :class:`npu_compiler.compress.Compression`; ``cores`` the cores a layer is split over
+    (None: all, :mod:`npu_compiler.cores`)."""
+    lw = _Int8(graph, config, scales, name, compression, cores).run()
     io = {"inputs": {n: lw.scale[n] for n in graph.inputs},
           "outputs": {n: lw.scale[n] for n in graph.outputs}}
     return lw.b, lw.plan, io

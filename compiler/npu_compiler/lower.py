@@ -33,6 +33,7 @@ from npu_spec.mac import MacFormat
 from npu_spec.program import Tensor, dense_strides
 
 from .compress import Compression, encode_kernels, prune
+from .cores import check_cores, core_blobs
 from .depthfirst import BAND_SHARE, SCHEDULES
 from .graph import CompileError
 
@@ -168,7 +169,7 @@ class Lowering:
     """Lowers ``graph`` for ``config``; :meth:`run` returns the builder with every task."""
 
     def __init__(self, graph, config, *, name="", schedule="depth-first", fmt="fp16",
-                 compression=None):
+                 compression=None, cores=None):
         for needed in ("fp16", fmt):
             if needed not in config.formats:
                 raise CompileError(f"preset {config.name!r} has no {needed} datapath; "
@@ -199,6 +200,8 @@ class Lowering:
         self._defer = None          # node name -> where its band function goes (depth first)
         self._rings = {}            # tensor -> rows of its ring (depth first)
         self._placed = {}           # kernel blob key -> KernelPlacement
+        self.cores = check_cores(config, cores)     # cores a layer may be split over
+        self._parts = {}            # id(blob) -> its parts, one per core (npu_compiler.cores)
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -335,7 +338,8 @@ class Lowering:
                      "out": [list(self.g.shapes.get(o, ())) for o in node.outputs if o],
                      "kernel_bytes": 0, "kernel_raw_bytes": 0, "kernel_encoding": "",
                      "dma_elements": 0,
-                     "macs": 0, "how": what or "", "buffer_peak": 0, "_from": None}
+                     "macs": 0, "how": what or "", "buffer_peak": 0, "_from": None,
+                     "cores": 1}
         self._mark = len(self.b.tasks)
 
     def _count(self, engine, dma_elements=0):
@@ -433,26 +437,33 @@ class Lowering:
                   act=None):
         """One neural-engine task (its kernels loaded first); ``dst`` a dataset."""
         blob, raw_bytes, choice = self._kernels(w, bias, scale, groups)
-        if blob.words > self.kmem_words:
+        if id(blob) not in self._parts:
+            self._parts[id(blob)] = core_blobs(blob, self.cores)
+        parts = self._parts[id(blob)]
+        if max(part.words for part in parts) > self.kmem_words:
             raise _TooBig()
         if self._row is not None:
             row = self._row
-            row["kernel_bytes"] += 4 * blob.words
+            row["kernel_bytes"] += 4 * sum(part.words for part in parts)
+            row["cores"] = max(row["cores"], len(parts))
             row["kernel_raw_bytes"] += raw_bytes
             names = set(filter(None, row["kernel_encoding"].split(", ")))
             row["kernel_encoding"] = ", ".join(sorted(names | {choice.name(self.mac_fmt)}))
             row["macs"] += int(np.prod(w.shape)) * dst.shape[1] * dst.shape[2]
-        place = self._placed.get(id(blob))
-        if place is None or not self.b.resident(place):
-            # Loaded once while it stays in kernel memory (the bands of a layer).
-            place = self.b.dma_kernels(0, blob, share_image=True)
-            self._placed[id(blob)] = place
-            self._count("dma", blob.words)
+        places = []
+        for core, part in enumerate(parts):
+            place = self._placed.get(id(part))
+            if place is None or not self.b.resident(place):
+                # Loaded once while it stays in kernel memory (the bands of a layer).
+                place = self.b.dma_kernels(core, part, share_image=True)
+                self._placed[id(part)] = place
+                self._count("dma", part.words)
+            places.append(place)
         act = dict(act or {})
         kind = act.pop("act", "none")
         try:
-            r = self.b.conv(src, place, dst, stride=stride, pad=pad, dilation=dilation,
-                            act=kind, **act)
+            r = self.b.conv(src, places if len(places) > 1 else places[0], dst, stride=stride,
+                            pad=pad, dilation=dilation, act=kind, **act)
         except BuildError as e:
             raise CompileError(f"{self._step}: {e}") from None
         layer_err = self._layer_error(src, blob, dst, stride, pad, dilation, groups)
@@ -580,13 +591,16 @@ def mixed_weights(w, bias, scale):
     return codes.astype(np.int8), np.asarray(bias, np.float64) / s, np.asarray(scale) * s
 
 
-def lower(graph, config, name="", schedule="depth-first", fmt="fp16", compression=None):
+def lower(graph, config, name="", schedule="depth-first", fmt="fp16", compression=None,
+          cores=None):
     """The :class:`Lowering` of ``graph`` after :meth:`Lowering.run` (its builder ``b`` holds
     the tasks, ``plan`` the per-layer rows); ``schedule`` (:data:`SCHEDULES`) runs chains of
     layers that do not fit the buffer depth first or layer by layer; ``fmt`` ``fp16`` or
-    ``mixed`` (int8 weights), ``compression`` a :class:`npu_compiler.compress.Compression`."""
+    ``mixed`` (int8 weights), ``compression`` a :class:`npu_compiler.compress.Compression`;
+    ``cores`` how many of the configuration's neural-engine cores a layer is split over
+    (None: all, :mod:`npu_compiler.cores`)."""
     lw = Lowering(graph, config, name=name, schedule=schedule, fmt=fmt,
-                  compression=compression)
+                  compression=compression, cores=cores)
     lw.run()
     return lw
 
