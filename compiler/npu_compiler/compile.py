@@ -47,7 +47,7 @@ def _plain(row):
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
                   fallback=None, calibration=None, evaluator=None, schedule="depth-first",
-                  palette=None, prune=None, raw_kernels=False, cores=None):
+                  palette=None, prune=None, raw_kernels=False, cores=None, chain=True):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -74,7 +74,10 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     the buffer run (:mod:`npu_compiler.depthfirst`; binary16 only, int8 runs layer by layer).
 
     ``cores``: how many of the configuration's neural-engine cores a layer's output channels
-    are split over (None: all; :mod:`npu_compiler.cores`).
+    are split over (None: all; :mod:`npu_compiler.cores`). ``chain``: a conv and the planar
+    layer that reads its output (pool, ReLU, add) run as a pair through the buffer, the
+    planar engine reading while the neural engine writes (:mod:`npu_compiler.chain`;
+    binary16 activations).
     """
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
@@ -114,7 +117,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         host = split_host(graph, set(LOWER))
     try:
         lw = lower(graph, config, name=name or graph.name, schedule=schedule, fmt=fmt,
-                   compression=compression, cores=cores)
+                   compression=compression, cores=cores, chain=chain)
         program = lw.b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -169,7 +172,7 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
         samples = calibration_samples(calibration, graph.inputs)
     scales = calibrate(read_model(source), graph, samples, evaluator)
     b, plan, io = lower_int8(graph, config, scales, name=name or graph.name,
-                             compression=compression, cores=cores)
+                             compression=compression, cores=cores, chain=chain)
 
     def entry(n, t, scale):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
