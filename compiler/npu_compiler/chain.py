@@ -148,7 +148,6 @@ def emit(lw, conv, consumer, how):
     """Lower ``conv`` and ``consumer`` as a chain planned by :func:`plan` (``how``); one plan
     row each."""
     cp, pp, slots = how
-    y = conv.outputs[0]
     ring = (f"streams into {consumer.name} through a ring of {slots} "
             f"slot{'s' if slots > 1 else ''}" if slots else
             f"kept in the buffer for {consumer.name}")

@@ -106,7 +106,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":
         return _compile_int8(source, graph, config, calibration, name, fallback, t0,
-                             evaluator, compression, cores)
+                             evaluator, compression, cores, chain)
     if calibration is not None:
         raise CompileError("--calibration is for --format int8")
     graph_outputs = list(graph.outputs)
@@ -155,7 +155,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
 
 
 def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator,
-                  compression, cores=None):
+                  compression, cores=None, chain=True):
     from .frontend import read_model
     from .int8 import calibrate, calibration_samples, lower_int8
     if fallback:

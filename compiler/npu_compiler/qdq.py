@@ -125,7 +125,7 @@ class _QDQ(_Int8):
     OPS = QDQ_OPS
 
     def __init__(self, graph, config, name, cores=None):
-        super().__init__(graph, config, {}, name, cores=cores)
+        super().__init__(graph, config, {}, name, cores=cores, chain=False)
         self.zp = {}        # tensor -> int8-domain zero point
         self.qconst = {}    # DequantizeLinear output of a constant -> (q, scale, zp, axis)
         self.pend = {}      # tensor -> Pending
