@@ -12,27 +12,52 @@ A grouped or depthwise layer (the builder runs those on one core) and a layer of
 run on core 0.
 """
 
-from npu_model.builder import KernelBlob
+import functools
+
+import numpy as np
+
+from npu_model.builder import BuildError, KernelBlob, ProgramBuilder
 
 from .graph import CompileError
 
-__all__ = ["check_cores", "core_blobs", "place"]
+__all__ = ["check_cores", "core_blobs", "place", "task_cores"]
 
 
 def check_cores(config, cores):
-    """The number of cores the compiler uses on ``config``: ``cores`` (None: all of them);
-    a :class:`~npu_compiler.graph.CompileError` naming the range otherwise."""
+    """The number of cores the compiler splits a layer over on ``config``: ``cores`` (None:
+    all of them), at most :func:`task_cores`; a :class:`~npu_compiler.graph.CompileError`
+    naming the range when ``cores`` is outside ``1 .. config.cores``."""
     if cores is None:
-        return config.cores
-    if not isinstance(cores, int) or not 1 <= cores <= config.cores:
+        cores = config.cores
+    elif not isinstance(cores, int) or not 1 <= cores <= config.cores:
         raise CompileError(f"--cores must be 1 to {config.cores} on preset {config.name!r}, "
-                         f"not {cores}")
-    return cores
+                           f"not {cores}")
+    return min(cores, task_cores(config))
+
+
+@functools.lru_cache(maxsize=None)
+def task_cores(config):
+    """The most cores one neural-engine task can name on ``config``: each core adds its
+    layer registers and its input and output datasets to the task's descriptor, which must
+    fit the task manager's slot (measured by building one such task)."""
+    fmt = "int8" if "int8" in config.formats else "fp16"
+    for n in range(config.cores, 1, -1):
+        b = ProgramBuilder(config)
+        src = b.buffer((1, 1, 1), fmt)
+        blob = b.kernels(np.zeros((1, 1, 1, 1), np.int8 if fmt == "int8" else np.uint16),
+                         fmt=fmt)
+        b.conv(src, [b.dma_kernels(i, blob) for i in range(n)])
+        try:
+            b.build()
+        except BuildError:
+            continue
+        return n
+    return 1
 
 
 def core_blobs(blob, cores):
     """``blob`` cut into at most ``cores`` blobs of consecutive output-channel groups, as
-    even as the groups allow (the first ones get the larger parts)."""
+    even as the groups allow (the later ones get the larger parts)."""
     n = min(cores, len(blob.groups)) if blob.conv_groups == 1 else 1
     if n <= 1:
         return [blob]

@@ -11,7 +11,7 @@ from onnx import helper
 
 from npu_cli.main import main
 from npu_compiler.compile import compile_model
-from npu_compiler.cores import core_blobs
+from npu_compiler.cores import core_blobs, task_cores
 from npu_model.builder import ProgramBuilder
 from npu_runtime.runtime import run
 from npu_spec.config import PRESETS
@@ -105,6 +105,20 @@ def test_two_cores_with_palette_keep_the_layer_palette():
     a = _run(model, ECP5, x, cores=1, palette=2)[1].outputs["out"]
     b = _run(model, ECP5, x, cores=2, palette=2)[1].outputs["out"]
     np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+def test_ane_splits_within_the_descriptor_slot():
+    """Each core adds its layer registers and datasets to the task's descriptor: on ``ane``
+    the task manager's slot takes two of its 16 cores in one task."""
+    ane = PRESETS["ane"]
+    n = task_cores(ane)
+    assert 2 <= n < ane.cores
+    model = conv_then("MaxPool", c=8, k=64, size=12)
+    x = _input(9, (1, 8, 12, 12))
+    one, a = _run(model, ane, x, cores=1)
+    many, b = _run(model, ane, x)
+    np.testing.assert_array_equal(_bits(a.outputs["out"]), _bits(b.outputs["out"]))
+    assert [r["cores"] for r in many.plan if r["op"] == "Conv"] == [n]
 
 
 def test_cli_cores(tmp_path, capsys):
