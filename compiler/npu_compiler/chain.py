@@ -75,7 +75,7 @@ def _conv_part(lw, node):
     ow = (wd + 2 * pad - dil[0] * (kw - 1) - 1) // sy + 1
     bias = (np.asarray(g.const(node.inputs[2]), np.float32)
             if len(node.inputs) > 2 and node.inputs[2] else np.zeros(k, np.float32))
-    return {"w": np.asarray(w, np.float32).reshape((k, c, kh, kw)), "bias": bias,
+    return {"w": lw.pruned(np.asarray(w, np.float32).reshape((k, c, kh, kw))), "bias": bias,
             "x": (c, h, wd), "y": (k, oh, ow), "stride": sy, "pad": pad, "dil": dil[0]}
 
 

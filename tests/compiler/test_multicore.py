@@ -155,6 +155,18 @@ def test_chain_equals_layer_by_layer(op, fmt):
     assert chained.program.queues[0].tasks < plain.program.queues[0].tasks
 
 
+def test_chain_with_prune_and_palette():
+    """The chained conv gets the model's weights pruned and palettized as any other."""
+    model = conv_then("MaxPool", seed=2)
+    x = _input(3, (1, 4, 10, 10))
+    for kw in ({"prune": 0.5}, {"palette": 2}):
+        a = _run(model, SMALL, x, **kw)[1].outputs["out"]
+        b = _run(model, SMALL, x, chain=False, **kw)[1].outputs["out"]
+        c = _run(model, SMALL, x)[1].outputs["out"]
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+        assert not np.array_equal(_bits(a), _bits(c))
+
+
 def test_chain_with_a_ring_smaller_than_the_tensor():
     """A buffer too small for the whole conv output beside its input and the pool's: the
     ring keeps fewer slots than the tensor has groups (layer by layer: the depth-first
