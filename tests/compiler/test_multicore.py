@@ -223,9 +223,9 @@ def test_digits_two_cores_rtl_equals_golden_and_is_faster(fmt, split):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("op", ["MaxPool", "Add"])
+@pytest.mark.parametrize("op", ["MaxPool", "Add", "MaxPool-padded"])
 def test_chain_rtl_equals_golden_and_is_faster(op):
-    model = conv_then(op)
+    model = conv_then(op.split("-")[0], pool_pads=1 if "padded" in op else 0)
     x = _input(8, (1, 4, 10, 10))
     cycles = []
     for chain in (True, False):
