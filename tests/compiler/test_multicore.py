@@ -107,6 +107,19 @@ def test_two_cores_with_palette_keep_the_layer_palette():
     np.testing.assert_array_equal(_bits(a), _bits(b))
 
 
+@pytest.mark.parametrize("schedule", ["depth-first", "layer"])
+def test_two_cores_on_bands(schedule):
+    """Layers cut into row bands (a buffer of 4096 elements) split over two cores."""
+    model = conv_then("MaxPool", c=8, k=32, size=24)
+    config = ECP5.replace(buffer_kib=8)
+    x = _input(10, (1, 8, 24, 24))
+    one, a = _run(model, config, x, cores=1, schedule=schedule)
+    two, b = _run(model, config, x, schedule=schedule)
+    np.testing.assert_array_equal(_bits(a.outputs["out"]), _bits(b.outputs["out"]))
+    conv = next(r for r in two.plan if r["op"] == "Conv")
+    assert conv["cores"] == 2 and conv["tasks"] > 6 and "chained" not in conv["how"]
+
+
 def test_ane_splits_within_the_descriptor_slot():
     """Each core adds its layer registers and datasets to the task's descriptor: on ``ane``
     the task manager's slot takes two of its 16 cores in one task."""
