@@ -236,6 +236,23 @@ def test_digits_two_cores_rtl_equals_golden_and_is_faster(fmt, split):
 
 
 @pytest.mark.slow
+def test_conv_pool_two_cores_rtl_equals_golden_and_is_faster():
+    """Two cores with the pair kept in the buffer against one core with a ring."""
+    model = conv_then("MaxPool", c=8, k=32, size=12)
+    x = _input(11, (1, 8, 12, 12))
+    cycles, outs = [], []
+    for cores in (1, 2):
+        c = compile_model(model, ECP5, cores=cores)
+        golden = run(c.program, {"x": x}, "golden").outputs["out"]
+        rtl = run(c.program, {"x": x}, "rtl")
+        np.testing.assert_array_equal(_bits(golden), _bits(rtl.outputs["out"]))
+        outs.append(golden)
+        cycles.append(rtl.cycles)
+    np.testing.assert_array_equal(_bits(outs[0]), _bits(outs[1]))
+    assert cycles[1] < cycles[0]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["MaxPool", "Add", "MaxPool-padded"])
 def test_chain_rtl_equals_golden_and_is_faster(op):
     model = conv_then(op.split("-")[0], pool_pads=1 if "padded" in op else 0)
