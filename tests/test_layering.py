@@ -36,9 +36,10 @@ ALLOWED = {
     "npu_cli": PROJECT | {"amaranth", "numpy", "onnx", "onnxruntime"},
     "npu_compiler": {"npu_spec", "npu_model", "numpy", "onnx"},
     "npu_runtime": {"npu_spec", "npu_model", "npu_compiler", "npu_sim", "npu_fpga", "numpy",
-                    "onnx", "onnxruntime"},
+                    "onnx", "onnxruntime", "matplotlib"},
 }
-THIRD_PARTY = {"amaranth", "amaranth_boards", "numpy", "cocotb", "onnx", "onnxruntime"}
+THIRD_PARTY = {"amaranth", "amaranth_boards", "numpy", "cocotb", "onnx", "onnxruntime",
+               "matplotlib"}
 
 
 def imports_of(path):

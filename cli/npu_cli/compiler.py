@@ -4,8 +4,9 @@
 [--palette BITS] [--prune FRACTION] -o PROG`` prints the plan, one line per layer (with each
 layer's kernel encoding and bytes raw -> encoded) and the kernel total; ``npu run
 MODEL.onnx|PROG --backend golden|rtl|board|golden,rtl --input NAME=FILE --output OUT.npz
-[--check] [--json]`` runs it (``board``: ``--device /dev/ttyUSBn [--baud B] [--timeout S]``,
-``docs/boards.md``).
+[--check] [--json] [--timeline FILE.png]`` runs it (``board``: ``--device /dev/ttyUSBn [--baud B]
+[--timeout S]``, ``docs/boards.md``). ``npu run A B ... --priority 0,1 --after 0,5`` runs
+several programs on one NPU, each on its own queue (``docs/compiler.md``, "Several programs").
 """
 
 import json
@@ -54,7 +55,8 @@ def _compile(path, args, shapes, say):
         return compile_model(path, _config(args), fmt=args.format, shapes=shapes,
                              fallback=args.fallback, calibration=args.calibration,
                              evaluator=session, schedule=args.schedule,
-                             palette=args.palette, prune=args.prune, cores=args.cores,
+                             palette=args.palette, prune=args.prune,
+                             switch_points=args.switch_points, cores=args.cores,
                              chain=not args.no_chain)
     except CompileError as e:
         raise CLIError(str(e), status=2) from None
@@ -92,6 +94,11 @@ def cmd_compile(args):
         from npu_spec.dataproc import buffer_elements
         print(f"buffer peak {meta['buffer_peak']} of {buffer_elements(prog.config)} elements "
               f"(schedule {meta['schedule']})")
+    if meta.get("switch_points"):
+        print(f"switch points: {len(meta['switch_points'])} (after tasks "
+              f"{_short_list(meta['switch_points'])})")
+    elif "switch_points" in meta:
+        print("switch points: none")
     print(f"{len(compiled.plan)} layers, {prog.queues[0].tasks} tasks, "
           f"{len(prog.memory)} bytes of system memory, compiled in {compiled.seconds:.2f} s")
     if args.output:
@@ -100,10 +107,15 @@ def cmd_compile(args):
     return 0
 
 
-def _load_program(args, inputs, say):
+def _short_list(items, n=12):
+    text = ", ".join(str(i) for i in items[:n])
+    return text + (f", ... ({len(items)} in all)" if len(items) > n else "")
+
+
+def _load_program(args, inputs, say, path=None):
     """``(program, model path or None, plan)``."""
     from npu_spec.program import ProgramError, load
-    path = args.model
+    path = path or args.model
     if path.endswith(".onnx") or not _is_zip(path):
         shapes = dict(args.shape or [])
         for name, arr in inputs.items():
@@ -132,6 +144,8 @@ def cmd_run(args):
     from npu_runtime.runtime import compare, read_input_file, reference, run
 
     say = progress(args.json)
+    if args.more:
+        return _run_several(args, say)
     try:
         inputs = {name: read_input_file(path, name) for name, path in (args.input or [])}
     except CompileError as e:
@@ -186,6 +200,8 @@ def cmd_run(args):
     if args.output:
         np.savez(args.output, **main.outputs)
         say(f"wrote {args.output}")
+    if args.timeline:
+        _timeline(args.timeline, main, prog.queues[0].tasks, say)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -202,6 +218,145 @@ def cmd_run(args):
         if "bit_exact" in summary:
             print(f"{' and '.join(backends)} agree bit for bit: "
                   f"{'yes' if summary['bit_exact'] else 'NO'}")
+    return status
+
+
+def _timeline(path, result, total, say, title=""):
+    """Draw ``result``'s engine activity (``--timeline``): from the trace's cycles on the
+    RTL and the board, from the task order on the golden backend."""
+    from npu_runtime.timeline import draw, intervals, order_intervals
+    if result.tasks:
+        lanes, unit = intervals(result.tasks), "cycles"
+    else:
+        lanes, unit = order_intervals(result.order), "order"
+    shown = sum(len(lanes[e]) for e in ("NE", "PE", "DMA"))
+    try:
+        draw(lanes, path, title=title or f"{result.backend}: {shown} of {total} tasks", unit=unit)
+    except ImportError:
+        raise CLIError("npu run: --timeline needs matplotlib (pip install -e '.[plot]')",
+                       status=2) from None
+    except OSError as e:
+        raise CLIError(f"npu run: cannot write {path}: {e.strerror}", status=2) from None
+    if shown < total:
+        say(f"the timeline shows the first {shown} of {total} tasks (the RTL's trace buffer "
+            f"keeps the first 64 entries, two a task)")
+    say(f"wrote {path}")
+
+
+def _int_list(text, n, option, low, high, default):
+    """``--priority`` / ``--after``: ``n`` integers from ``low`` to ``high``, one per
+    program."""
+    if text is None:
+        return [default] * n
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != n or not all(low <= v <= high for v in values):
+        raise CLIError(f"npu run: {option} takes {n} comma-separated integers from {low} to "
+                       f"{high} (one per program), not {text!r}", status=2)
+    return values
+
+
+def _split_inputs(args, n):
+    """``--input [K:]NAME=FILE`` of a run of ``n`` programs: ``[(program index or None,
+    name, path)]`` (no ``K:``: every program with an input NAME)."""
+    out = []
+    for name, path in args.input or []:
+        k, sep, rest = name.partition(":")
+        if sep and k.isdigit():
+            if int(k) >= n:
+                raise CLIError(f"npu run: --input {name}=...: there are {n} programs "
+                               f"(0 to {n - 1})", status=2)
+            out.append((int(k), rest, path))
+        else:
+            out.append((None, name, path))
+    return out
+
+
+def _run_several(args, say):
+    """``npu run A B ...``: the programs on one NPU, program ``k`` on queue ``k``."""
+    import numpy as np
+
+    from npu_compiler.compile import io_metadata
+    from npu_compiler.graph import CompileError
+    from npu_runtime.runtime import Job, read_input_file, run_jobs
+
+    paths = [args.model] + list(args.more)
+    n = len(paths)
+    backends = [b.strip() for b in args.backend.split(",")]
+    for b in backends:
+        if b not in ("golden", "rtl"):
+            raise CLIError(f"npu run: several programs run on golden or rtl, not {b!r}",
+                           status=2)
+    if args.check:
+        raise CLIError("npu run: --check takes one model; run the models one at a time",
+                       status=2)
+    prios = _int_list(args.priority, n, "--priority", 0, 15, 0)
+    afters = _int_list(args.after, n, "--after", 0, 1 << 20, 0)
+    given = _split_inputs(args, n)
+    jobs = []
+    try:
+        files = {(k, name): read_input_file(path, name) for k, name, path in given}
+        for k, path in enumerate(paths):
+            mine = {name: x for (j, name), x in files.items() if j in (None, k)}
+            prog, _, _ = _load_program(args, mine, say, path=path)
+            names = {spec["name"] for spec in io_metadata(prog)[0]}
+            jobs.append(Job(prog, {m: x for m, x in mine.items() if m in names}, prios[k],
+                            afters[k]))
+    except CompileError as e:
+        raise CLIError(f"npu run: {e}", status=2) from None
+    results = {}
+    for b in backends:
+        say(f"running {n} programs on {b}")
+        try:
+            results[b] = run_jobs(jobs, b, progress=say)
+        except CompileError as e:
+            raise CLIError(f"npu run: {e}", status=2) from None
+        except RuntimeError as e:
+            raise CLIError(f"npu run: {e}", status=1) from None
+    main = results[backends[-1]]
+    summary = {"backend": backends[-1], "cycles": main.cycles,
+               "switches": [{"from_queue": a, "after_task": t, "to_queue": c}
+                            for a, t, c in main.switches],
+               "programs": [{"model": path, "queue": k, "priority": prios[k],
+                             "after": afters[k], "tasks": jobs[k].program.queues[0].tasks,
+                             "outputs": {name: {"shape": list(v.shape)} for name, v
+                                         in main.results[k].outputs.items()}}
+                            for k, path in enumerate(paths)]}
+    status = 0
+    if len(backends) > 1:
+        first = results[backends[0]]
+        same = all(np.array_equal(first.results[k].outputs[name].view(np.uint32),
+                                  r.results[k].outputs[name].view(np.uint32))
+                   for r in results.values() for k in range(n)
+                   for name in r.results[k].outputs)
+        summary["bit_exact"] = bool(same)
+        status = 0 if same else 1
+    if args.output:
+        np.savez(args.output, **{f"{k}/{name}": v for k, r in enumerate(main.results)
+                                 for name, v in r.outputs.items()})
+        say(f"wrote {args.output}")
+    if args.timeline:
+        _timeline(args.timeline, main, sum(j.program.queues[0].tasks for j in jobs), say)
+    if args.json:
+        print(json.dumps(summary))
+        return status
+    for p in summary["programs"]:
+        print(f"program {p['queue']} ({p['model']}): queue {p['queue']}, priority "
+              f"{p['priority']}, pushed after {p['after']} tasks, {p['tasks']} tasks")
+        for name, o in p["outputs"].items():
+            print(f"  {name}: shape {'x'.join(map(str, o['shape']))}")
+    for s in summary["switches"]:
+        print(f"switch: queue {s['from_queue']} -> queue {s['to_queue']} after its task "
+              f"{s['after_task']}")
+    if not summary["switches"]:
+        print("switches: none")
+    if main.cycles is not None:
+        print(f"cycles: {main.cycles}")
+    if "bit_exact" in summary:
+        print(f"{' and '.join(backends)} agree bit for bit: "
+              f"{'yes' if summary['bit_exact'] else 'NO'}")
     return status
 
 
@@ -301,6 +456,12 @@ def _compile_options(p, *, for_onnx=""):
     p.add_argument("--schedule", default=SCHEDULES[0], choices=SCHEDULES,
                    help="chains of layers that do not fit the buffer: depth-first bands "
                         "(default) or layer by layer (fp16; docs/scheduling.md)")
+    from npu_compiler.compile import SWITCH_POINTS
+    p.add_argument("--switch-points", default=SWITCH_POINTS[0], choices=SWITCH_POINTS,
+                   help="where a more urgent program may preempt this one: after every task "
+                        "with no on-chip state live across it (safe, default), also at every "
+                        "int8 layer end by storing and reloading its activations (layers), or "
+                        "nowhere (docs/compiler.md, task-switch flags)")
 
 
 def add_commands(sub):
@@ -314,8 +475,19 @@ def add_commands(sub):
     c.set_defaults(func=cmd_compile)
 
     r = sub.add_parser("run", help="run an ONNX model or a program on a backend",
-                       description="Run a model (compiled first) or a program file.")
+                       description="Run a model (compiled first) or a program file. With "
+                                   "several, they share one NPU: program K runs on task "
+                                   "queue K with --priority's K-th value and is pushed once "
+                                   "--after's K-th number of tasks have completed; a more "
+                                   "urgent program preempts the running one at its next "
+                                   "switch point, and the preempted one resumes after it. "
+                                   "Example: npu run big.npu digits.npu --priority 0,1 "
+                                   "--after 0,5 --input 0:x=x.npy --input 1:input=d.npy "
+                                   "--backend golden,rtl --timeline run.png")
     r.add_argument("model", metavar="MODEL.onnx|PROG")
+    r.add_argument("more", nargs="*", metavar="MORE.onnx|PROG",
+                   help="more models or programs to run on the same NPU beside the first, "
+                        "each on its own queue (golden and rtl backends)")
     _compile_options(r, for_onnx=", for .onnx")
     r.add_argument("--backend", default="golden",
                    help="golden, rtl, board, or a list such as golden,board (compared bit for "
@@ -327,8 +499,21 @@ def add_commands(sub):
     r.add_argument("--timeout", type=_timeout_arg, default=60.0, metavar="SECONDS",
                    help="board: wait at most this long for the program to finish (default 60)")
     r.add_argument("--input", type=_input_arg, action="append",
-                   help="NAME=FILE (.npy, .npz with key NAME, or TensorProto .pb)")
-    r.add_argument("--output", metavar="OUT.npz", help="write every graph output")
+                   help="NAME=FILE (.npy, .npz with key NAME, or TensorProto .pb); with "
+                        "several programs K:NAME=FILE gives program K's input (plain NAME: "
+                        "every program with an input NAME)")
+    r.add_argument("--output", metavar="OUT.npz",
+                   help="write every graph output (several programs: under K/NAME)")
+    r.add_argument("--priority", metavar="P0,P1,...",
+                   help="several programs: each queue's priority, 0-15, higher runs first "
+                        "(default all 0)")
+    r.add_argument("--after", metavar="N0,N1,...",
+                   help="several programs: push program K once N_K tasks have completed (0, "
+                        "the default: at the start); a later program of higher priority "
+                        "preempts the running one")
+    r.add_argument("--timeline", metavar="FILE.png",
+                   help="draw NE, PE and DMA activity and each queue's tasks over time (RTL: "
+                        "cycles from the trace; golden: the task order); needs matplotlib")
     r.add_argument("--check", action="store_true",
                    help="compare with onnxruntime (max_abs_err, rel_err, cosine)")
     r.add_argument("--json", action="store_true", help="print one JSON object")

@@ -14,7 +14,10 @@ from .frontend import load_graph
 from .graph import CompileError
 from .lower import lower
 
-__all__ = ["FORMATS", "Compiled", "compile_model", "io_metadata"]
+__all__ = ["FORMATS", "SWITCH_POINTS", "Compiled", "compile_model", "io_metadata"]
+
+#: Where ``--switch-points`` puts task-switch points (``compile_model``).
+SWITCH_POINTS = ("safe", "layers", "none")
 
 #: Formats of ``--format``: ``int8`` needs calibration inputs; ``mixed`` is binary16
 #: activations with int8 weights (per-channel scales folded into the post-processor).
@@ -47,7 +50,8 @@ def _plain(row):
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
                   fallback=None, calibration=None, evaluator=None, schedule="depth-first",
-                  palette=None, prune=None, raw_kernels=False, cores=None, chain=True):
+                  palette=None, prune=None, raw_kernels=False, switch_points="safe",
+                  cores=None, chain=True):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -73,12 +77,22 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     ``schedule`` (``"depth-first"`` or ``"layer"``) is how chains of layers that do not fit
     the buffer run (:mod:`npu_compiler.depthfirst`; binary16 only, int8 runs layer by layer).
 
+    ``switch_points`` (one of :data:`SWITCH_POINTS`): ``"safe"`` (the default) marks every
+    task boundary where no on-chip state is live as a point where a higher-priority network
+    may preempt this one (:meth:`npu_model.builder.ProgramBuilder.place_switch_points`;
+    ``docs/compiler.md``, "Task-switch flags"); ``"layers"`` also makes every int8 layer's end
+    such a point by storing and reloading the activations that stay in the buffer;
+    ``"none"`` places none. The program's ``metadata.compiler.switch_points`` lists them.
+
     ``cores``: how many of the configuration's neural-engine cores a layer's output channels
     are split over (None: all; :mod:`npu_compiler.cores`). ``chain``: a conv and the planar
     layer that reads its output (pool, ReLU, add) run as a pair through the buffer, the
     planar engine reading while the neural engine writes (:mod:`npu_compiler.chain`;
     binary16 activations).
     """
+    if switch_points not in SWITCH_POINTS:
+        raise CompileError(f"switch_points must be one of {', '.join(SWITCH_POINTS)}, not "
+                           f"{switch_points!r}")
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
                            f"{', '.join(FORMATS)})")
@@ -102,11 +116,11 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
             raise CompileError("--fallback host is not supported with --format int8")
         graph = load_graph(prepare(model), shapes, batch_one, keep=("DequantizeLinear",),
                            foreign=FOREIGN_OPS)
-        return _compile_qdq(graph, config, name, t0, cores)
+        return _compile_qdq(graph, config, name, t0, switch_points, cores)
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":
         return _compile_int8(source, graph, config, calibration, name, fallback, t0,
-                             evaluator, compression, cores, chain)
+                             evaluator, compression, switch_points, cores, chain)
     if calibration is not None:
         raise CompileError("--calibration is for --format int8")
     graph_outputs = list(graph.outputs)
@@ -118,6 +132,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     try:
         lw = lower(graph, config, name=name or graph.name, schedule=schedule, fmt=fmt,
                    compression=compression, cores=cores, chain=chain)
+        points = lw.b.place_switch_points() if switch_points != "none" else []
         program = lw.b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -140,6 +155,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         "graph_outputs": graph_outputs,
         "schedule": schedule,
         "buffer_peak": max((t.buffer for t in lw.b.tasks), default=0),
+        "switch_points": points,
     }
     if host:
         meta["compiler"]["host"] = host
@@ -155,7 +171,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
 
 
 def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator,
-                  compression, cores=None, chain=True):
+                  compression, switch_points, cores=None, chain=True):
     from .frontend import read_model
     from .int8 import calibrate, calibration_samples, lower_int8
     if fallback:
@@ -172,20 +188,22 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
         samples = calibration_samples(calibration, graph.inputs)
     scales = calibrate(read_model(source), graph, samples, evaluator)
     b, plan, io = lower_int8(graph, config, scales, name=name or graph.name,
-                             compression=compression, cores=cores, chain=chain)
+                             compression=compression, spill=switch_points == "layers",
+                             cores=cores, chain=chain)
 
     def entry(n, t, scale):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
                 "dtype": "float32", "format": "int8", "addr": t.addr, "scale": float(scale)}
 
-    return _int8_compiled(b, plan, io, graph, name, t0, entry)
+    return _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points)
 
 
-def _int8_compiled(b, plan, io, graph, name, t0, entry, **meta_extra):
+def _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points, **meta_extra):
     """The :class:`Compiled` of an int8 lowering: the program built from builder ``b``, with
     the input and output entries ``entry(name, tensor, io spec)`` (a graph input is the
     tensor of its name, an output the tensor ``name:q``) in its compiler metadata."""
     try:
+        points = b.place_switch_points() if switch_points != "none" else []
         program = b.build(name or graph.name or "")
     except BuildError as e:
         raise CompileError(str(e)) from None
@@ -193,6 +211,7 @@ def _int8_compiled(b, plan, io, graph, name, t0, entry, **meta_extra):
     meta = dict(program.metadata)
     meta["compiler"] = {
         "format": "int8",
+        "switch_points": points,
         **meta_extra,
         "batch": graph.batch,
         "inputs": [entry(n, tensors[n], io["inputs"][n]) for n in graph.inputs],
@@ -204,10 +223,11 @@ def _int8_compiled(b, plan, io, graph, name, t0, entry, **meta_extra):
     return Compiled(program, [_plain(r) for r in plan], graph, time.perf_counter() - t0)
 
 
-def _compile_qdq(graph, config, name, t0, cores=None):
+def _compile_qdq(graph, config, name, t0, switch_points, cores=None):
     """A quantized model (:mod:`npu_compiler.qdq`): the model's scales and zero points."""
     from .qdq import lower_qdq
-    b, plan, io = lower_qdq(graph, config, name=name or graph.name, cores=cores)
+    b, plan, io = lower_qdq(graph, config, name=name or graph.name,
+                            spill=switch_points == "layers", cores=cores)
 
     def entry(n, t, spec):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
@@ -215,4 +235,5 @@ def _compile_qdq(graph, config, name, t0, cores=None):
                 "scale": None if spec["scale"] is None else float(spec["scale"]),
                 "zero_point": None if spec["zero_point"] is None else int(spec["zero_point"])}
 
-    return _int8_compiled(b, plan, io, graph, name, t0, entry, quantized_model=True)
+    return _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points,
+                          quantized_model=True)

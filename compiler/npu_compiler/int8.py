@@ -185,6 +185,7 @@ class _Int8:
         self.cfg = config
         self.scales = scales
         self.b = ProgramBuilder(config)
+        self.spill = False  # store and reload the live activations after every layer
         self.ds = {}        # tensor -> dataset
         self.scale = {}     # tensor -> scale
         self.plan = []
@@ -245,7 +246,8 @@ class _Int8:
         reads it first, on the planar engine (``MaxPool``, ``Relu``, ``Add`` with it as
         first operand; :mod:`npu_compiler.chain`), it is no graph output and the layer runs
         on one core; else 0. The ring holds the whole tensor (the same buffer as without)."""
-        if not self.chain or blob.conv_groups != 1 or len(core_blobs(blob, self.cores)) > 1:
+        if (not self.chain or self.spill or blob.conv_groups != 1
+                or len(core_blobs(blob, self.cores)) > 1):
             return 0
         g = self.g
         i = g.nodes.index(self.node)
@@ -330,6 +332,9 @@ class _Int8:
                 self.fail(why)
             self._end_row()
             self._release(i, last)
+            if self.spill and len(self.b.tasks) > self.row["first_task"] \
+                    and i + 1 < len(g.nodes):
+                self._spill()
         for name in g.outputs:
             ds = self.output_dataset(name)
             self.b.store(ds, self.b.output(name + ":q", ds.shape))
@@ -349,6 +354,22 @@ class _Int8:
         names = {Engine(e).name for e in engines}
         row["engine"] = ("NE" if "NEURAL" in names else "PE" if "PLANAR" in names else "-")
         self.plan.append(row)
+
+    def _spill(self):
+        """Make the end of this layer a safe switch point (``switch_points="layers"``):
+        every live activation is stored to a scratch tensor and its buffer released, then
+        loaded again (a new dataset) for the layers after it. Between the stores and the
+        loads nothing is left on chip; the values come back bit for bit."""
+        spilled = {}
+        for n, ds in list(self.ds.items()):
+            if id(ds) not in spilled:
+                t = self.b.tensor(f"spill{len(self.b.tasks)}:{n}", ds.shape)
+                self.b.store(ds, t)
+                spilled[id(ds)] = (ds, t)
+        for ds, _ in spilled.values():
+            self.b.release(ds)
+        loaded = {key: self.b.load(t) for key, (_, t) in spilled.items()}
+        self.ds = {n: loaded[id(ds)] for n, ds in self.ds.items()}
 
     def _release(self, i, last):
         live = {id(self.ds[n]) for n in self.ds
@@ -475,13 +496,17 @@ class _Int8:
     op_Flatten = op_Reshape = op_Squeeze = op_Unsqueeze = op_Identity = _alias
 
 
-def lower_int8(graph, config, scales, name="", compression=None, cores=None, chain=True):
+def lower_int8(graph, config, scales, name="", compression=None, spill=False, cores=None,
+               chain=True):
     """``(builder, plan, io)``: the int8 program's builder, the per-layer plan rows and the
     scales ``{"inputs": {name: scale}, "outputs": {name: scale}}``; ``compression`` a
-    :class:`npu_compiler.compress.Compression`; ``cores`` the cores a layer is split over
-    (None: all, :mod:`npu_compiler.cores`); ``chain``: a conv streams into the pool, ReLU
-    or add after it through a flow-controlled ring."""
-    lw = _Int8(graph, config, scales, name, compression, cores, chain).run()
+    :class:`npu_compiler.compress.Compression`; ``spill``: every layer's end a safe switch
+    point (:meth:`_Int8._spill`); ``cores`` the cores a layer is split over (None: all,
+    :mod:`npu_compiler.cores`); ``chain``: a conv streams into the pool, ReLU or add after it
+    through a flow-controlled ring (not with ``spill``)."""
+    lw = _Int8(graph, config, scales, name, compression, cores, chain)
+    lw.spill = spill
+    lw.run()
     io = {"inputs": {n: lw.scale[n] for n in graph.inputs},
           "outputs": {n: lw.scale[n] for n in graph.outputs}}
     return lw.b, lw.plan, io

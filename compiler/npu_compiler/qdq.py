@@ -664,11 +664,14 @@ class _QDQ(_Int8):
     op_Flatten = op_Reshape = op_Squeeze = op_Unsqueeze = op_Identity = _alias
 
 
-def lower_qdq(graph, config, name="", cores=None):
+def lower_qdq(graph, config, name="", spill=False, cores=None):
     """``(builder, plan, io)`` of a quantized model: ``io`` maps ``"inputs"`` and
     ``"outputs"`` to ``{name: {"scale", "zero_point", "dtype"}}`` (``zero_point`` in the
-    int8 domain the buffer holds; ``dtype`` the ONNX tensor's type)."""
-    lw = _QDQ(graph, config, name, cores).run()
+    int8 domain the buffer holds; ``dtype`` the ONNX tensor's type); ``cores`` as
+    :func:`npu_compiler.int8.lower_int8`."""
+    lw = _QDQ(graph, config, name, cores)
+    lw.spill = spill
+    lw.run()
 
     def spec(n):
         return {"scale": lw.scale.get(n), "zero_point": lw.zp.get(n),

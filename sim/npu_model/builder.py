@@ -43,7 +43,7 @@ from .kernel_codec import kernel_memory
 from .system import SLOT_WORDS, write_tensor
 
 __all__ = ["BuildError", "Dataset", "KernelBlob", "KernelPlacement", "ProgramBuilder", "Task",
-           "combine"]
+           "combine", "relocate"]
 
 #: Largest dependency distance (the width of ``H1.dep``).
 MAX_DEP = 255
@@ -185,6 +185,37 @@ def _conflict(task, other):
     return (any(_overlap(r, w) for r in task.reads for w in other.writes_to)
             or any(_overlap(w, r) for w in task.writes_to for r in other.reads)
             or any(_overlap(w, v) for w in task.writes_to for v in other.writes_to))
+
+
+def _on_chip(space):
+    """Whether resource space ``space`` is NPU state (buffer, kernel memory, flow control)
+    rather than system memory."""
+    return space != "mem"
+
+
+def _reaching_writer(writes, lo, hi):
+    """The oldest task among the writes ``[(task, lo, hi)]`` (in task order) whose data a
+    read of ``[lo, hi)`` may see (the newest writes first; a part that no write covers: -1,
+    state from before the first task); None if nothing is read."""
+    if lo >= hi:
+        return None
+    open_parts = [(lo, hi)]
+    oldest = None
+    for task, wlo, whi in reversed(writes):
+        rest = []
+        for a, b in open_parts:
+            if whi <= a or b <= wlo:
+                rest.append((a, b))
+                continue
+            oldest = task
+            if a < wlo:
+                rest.append((a, wlo))
+            if whi < b:
+                rest.append((whi, b))
+        open_parts = rest
+        if not open_parts:
+            return oldest
+    return -1
 
 
 def _merge_reach(a, b):
@@ -860,6 +891,47 @@ class ProgramBuilder:
         self.release(r)
         return p
 
+    # ---- task switching ----------------------------------------------------------------
+
+    def safe_points(self):
+        """The tasks after which another network may take the NPU: the indices ``i`` such
+        that no task after ``i`` reads on-chip state (buffer, kernel memory, flow control)
+        that task ``i`` or an earlier task wrote, and neither ``i`` nor ``i + 1`` is a side of
+        a flow-controlled ring. What crosses such a boundary is in system memory only, which
+        the other network does not touch (its own window). An on-chip read that no earlier
+        task wrote counts as state from before the first task."""
+        n = len(self.tasks)
+        cover = np.zeros(n + 1, np.int64)       # difference array over boundaries 0..n-1
+        written = {}                            # on-chip space -> [(task, lo, hi)]
+        for j, task in enumerate(self.tasks):
+            for space, lo, hi in task.reads:
+                if not _on_chip(space):
+                    continue
+                first = _reaching_writer(written.get(space, ()), lo, hi)
+                if first is not None and max(first, 0) < j:
+                    cover[max(first, 0)] += 1
+                    cover[j] -= 1
+            for space, lo, hi in task.writes_to:
+                if _on_chip(space):
+                    written.setdefault(space, []).append((j, lo, hi))
+        live = np.cumsum(cover)[:n]
+        flow = [FLOW_STATE in t.reads or FLOW_STATE in t.writes_to for t in self.tasks]
+        return [i for i in range(n - 1)
+                if not live[i] and not flow[i] and not flow[i + 1]]
+
+    def place_switch_points(self):
+        """Mark every safe point (:meth:`safe_points`) for task switching, as the compiler
+        does (``docs/compiler.md``, "Task-switch flags"): the task before it gets ``TSE`` and
+        ``TSR`` (a switch request seen when it completes switches queues right after it), the
+        task after it ``SPL`` (the resumed list clears its queue's ``TQSP``). ``DPC`` and
+        ``SPC`` stay clear: nothing on chip is live across the boundary, so no output has to
+        be saved and no input re-read. Returns the safe points."""
+        points = self.safe_points()
+        for i in points:
+            self.tasks[i].flags.update(tse=True, tsr=True)
+            self.tasks[i + 1].flags["spl"] = True
+        return points
+
     # ---- emission --------------------------------------------------------------------
 
     def build(self, name=""):
@@ -919,3 +991,39 @@ def combine(programs):
         tensors += [Tensor(f"q{p.queues[0].index}/{t.name}", t.role, t.addr, t.format, t.shape,
                            t.strides) for t in p.tensors]
     return Program(config, tuple(table), tuple(queues), tuple(tensors), image.tobytes())
+
+
+def relocate(program, base, *, queue=None, priority=None):
+    """``program`` moved to byte address ``base`` of system memory (a multiple of 4): its
+    memory image, tensors, queue heads and tails and base-address table move by ``base``
+    bytes (the addresses inside its descriptors are offsets from its window's base, so they
+    stay), and each window ends where the image ends, so the network cannot reach the memory
+    of a program placed after it. ``queue`` and ``priority`` (one-queue programs) give its
+    queue another index and priority. With :func:`combine` this runs several compiled
+    programs side by side (``npu run A.npu B.npu``)."""
+    import dataclasses
+    if base % 4 or base < 0:
+        raise BuildError(f"a program moves by a non-negative multiple of 4 bytes, not {base}")
+    if (queue is not None or priority is not None) and len(program.queues) != 1:
+        raise BuildError("only a one-queue program can be given another queue or priority")
+    end = base + len(program.memory)
+    if end > program.memory_bytes:
+        raise BuildError(f"the program's {len(program.memory)} bytes placed at byte {base} "
+                         f"need {end} bytes of system memory; the configuration has "
+                         f"{program.memory_bytes} (mem_kib {program.config.mem_kib})")
+    words = base // 4
+    last = -(-len(program.memory) // 4)
+    table = tuple(BaseEntry(e.base + words, max(1, last - e.base)) for e in program.base_table)
+    queues = tuple(QueueSetup(q.index if queue is None else queue,
+                              q.priority if priority is None else priority, q.network,
+                              q.base_index, q.head + words, q.tail + words if q.tail else 0,
+                              q.tasks)
+                   for q in program.queues)
+    tensors = tuple(dataclasses.replace(t, addr=t.addr + base) for t in program.tensors)
+    meta = dict(program.metadata)
+    if "compiler" in meta:
+        meta["compiler"] = dict(meta["compiler"])
+        for key in ("inputs", "outputs"):
+            meta["compiler"][key] = [dict(e, addr=e["addr"] + base) if "addr" in e else e
+                                     for e in meta["compiler"].get(key, [])]
+    return Program(program.config, table, queues, tensors, bytes(base) + program.memory, meta)

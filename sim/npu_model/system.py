@@ -4,10 +4,11 @@
 as the RTL does (``docs/system.md``), for programs whose result does not depend on timing:
 
 * Queues run one after the other, higher priority first (ties: lower index), each task list
-  in order. A queue's descriptors are fetched from its head and decoded by
-  :func:`npu_spec.descriptors.decode` (network, window, tail, slot size); a decode error
-  retires the queue with its cause (``DECODE``, ``ADDRESS``, ``WINDOW``) before any register
-  of the task is written.
+  in order; a queue pushed later (``arrivals``) preempts the running one at its next switch
+  point when its priority is higher (:func:`run_program`). A queue's descriptors are
+  fetched from its head and decoded by :func:`npu_spec.descriptors.decode` (network,
+  window, tail, slot size); a decode error retires the queue with its cause (``DECODE``,
+  ``ADDRESS``, ``WINDOW``) before any register of the task is written.
 * Each descriptor's register writes are applied to one register state of the whole register
   space (every map at its reset values first), then the task runs on ``H0.engine``:
 
@@ -117,14 +118,16 @@ class TaskRecord:
 @dataclass
 class SystemResult:
     """What :func:`run_program` leaves: the system memory (``bytes``), the queues' status (in
-    index order), the tasks in execution order, and the on-chip state (buffer, kernel
-    memories, registers) for inspection."""
+    index order), the tasks in execution order, the on-chip state (buffer, kernel
+    memories, registers) for inspection, and the task switches ``[(queue left, its task ID
+    after which it switched, queue taken)]``."""
     memory: bytes
     queues: list
     tasks: list
     buffer: np.ndarray
     kernel_memories: list
     registers: dict = field(default_factory=dict)
+    switches: list = field(default_factory=list)
 
     def queue(self, index):
         for q in self.queues:
@@ -630,20 +633,35 @@ def _apply_writes(regs, blocks):
             regs[block.address + i] = int(word)
 
 
-def _run_queue(machine, q, slot_words, tasks):
-    status = QueueStatus(q.index)
-    entry = machine.program.base_table[q.base_index]
-    machine.window = (entry.base, entry.limit)
-    address = q.head
-    for _ in range(q.tasks):
+class _QueueRun:
+    """One queue's list, run a descriptor at a time (:meth:`step`)."""
+
+    def __init__(self, machine, q, slot_words):
+        self.machine, self.q, self.slot_words = machine, q, slot_words
+        self.status = QueueStatus(q.index)
+        self.entry = machine.program.base_table[q.base_index]
+        self.address = q.head
+        self.left = q.tasks
+
+    @property
+    def active(self):
+        return self.left > 0 and not self.status.retired
+
+    def step(self, tasks):
+        """Fetch, program and run the next task: its descriptor, or None when the queue was
+        retired instead (a decode error, an engine error, a hang)."""
+        machine, q, status = self.machine, self.q, self.status
+        entry, address = self.entry, self.address
+        machine.window = (entry.base, entry.limit)
+        self.left -= 1
         try:
-            desc = decode(machine.words(address, slot_words), network=q.network,
+            desc = decode(machine.words(address, self.slot_words), network=q.network,
                           window=(entry.base, entry.limit), address=address, tail=q.tail,
-                          max_length=slot_words)
+                          max_length=self.slot_words)
         except DescriptorError as e:
             status.retired, status.address = True, address
             status.cause = next(c for cls, c in _CAUSES.items() if isinstance(e, cls))
-            break
+            return None
         _apply_writes(machine.regs, desc.blocks)
         engine = Engine(desc.engine)
         run = {Engine.NEURAL: machine.run_neural, Engine.PLANAR: machine.run_planar,
@@ -655,30 +673,64 @@ def _run_queue(machine, q, slot_words, tasks):
             tasks.append(TaskRecord(q.index, desc.task_id, int(engine), None, address))
             status.retired, status.cause, status.address = True, Cause.TIMEOUT, address
             status.engine = int(engine)
-            break
+            return None
         tasks.append(TaskRecord(q.index, desc.task_id, int(engine), code, address))
         if code:
             status.retired, status.cause, status.address = True, Cause.ENGINE, address
             status.engine, status.code = int(engine), code
-            break
+            return None
         status.completed += 1
-        address += desc.length
-    return status
+        self.address += desc.length
+        return desc
 
 
-def run_program(program, *, slot_words=SLOT_WORDS):
+def run_program(program, *, slot_words=SLOT_WORDS, arrivals=None):
     """Run ``program`` (:class:`npu_spec.program.Program`); returns a :class:`SystemResult`.
 
     ``slot_words`` is the task manager's slot size, the longest descriptor it accepts.
+
+    ``arrivals`` (``{queue: n}``) pushes a queue's tasks only once ``n`` tasks have
+    completed (the host's late push, ``npu_sim.system.host_commands(late=...)``); the other
+    queues are there from the start. The queue of highest priority with work runs (ties: the
+    lower index) and keeps the NPU until its list ends or the task-switch rules hand it over
+    (seed 000, ``docs/task_manager.md``): a task with ``TSE`` completing while a queue of
+    higher priority waits sets GTSP; a task with ``TSR`` completing while GTSP is set
+    switches to the arbiter's choice. A queue that arrives after ``n`` completions is seen
+    from the completion of the next task on (the earliest switch the RTL can make; the RTL
+    may switch at a later switch point, with the same results). The switches are listed in
+    :attr:`SystemResult.switches`.
     """
     if not isinstance(program, Program):
         raise TypeError(f"program must be a Program, not {program!r}")
+    arrivals = dict(arrivals or {})
     machine = _Machine(program)
-    tasks = []
-    statuses = {}
-    for q in sorted(program.queues, key=lambda q: (-q.priority, q.index)):
-        statuses[q.index] = _run_queue(machine, q, slot_words, tasks)
+    tasks, switches = [], []
+    runs = {q.index: _QueueRun(machine, q, slot_words) for q in program.queues}
+    rank = {q.index: (-q.priority, q.index) for q in program.queues}
+    prio = {q.index: q.priority for q in program.queues}
+    done, current, gtsp = 0, None, False
+    while any(r.active for r in runs.values()):
+        present = [i for i, r in runs.items() if r.active and arrivals.get(i, 0) <= done]
+        if not present:
+            # Nothing left to complete before the late queues arrive: they arrive now.
+            present = [i for i, r in runs.items() if r.active]
+            done = max(done, min(arrivals.get(i, 0) for i in present))
+        if current not in present:
+            current, gtsp = min(present, key=rank.get), False
+        desc = runs[current].step(tasks)
+        if desc is None:
+            continue
+        done += 1
+        if desc.tse and any(prio[i] > prio[current] for i in present):
+            gtsp = True                                                         # rule 1
+        if gtsp and desc.tsr:                                                   # rule 3
+            gtsp = False
+            waiting = [i for i, r in runs.items()
+                       if r.active and arrivals.get(i, 0) <= done]
+            nxt = min(waiting, key=rank.get)
+            switches.append((current, desc.task_id, nxt))
+            current = nxt
     return SystemResult(memory=machine.mem.tobytes(),
-                        queues=[statuses[i] for i in sorted(statuses)], tasks=tasks,
+                        queues=[runs[i].status for i in sorted(runs)], tasks=tasks,
                         buffer=machine.buf, kernel_memories=machine.kmem,
-                        registers=machine.regs)
+                        registers=machine.regs, switches=switches)

@@ -3,7 +3,9 @@
 ``run(program, inputs, backend)`` writes the inputs (float arrays, converted to binary16)
 into the program's memory image, runs it and reads every output back in its ONNX shape as
 float32. ``reference(model, inputs)`` runs onnxruntime on the same inputs; ``compare`` gives
-the per-output errors.
+the per-output errors. ``run_jobs([Job(program, inputs, priority, after), ...], backend)``
+runs several programs on one NPU, each on its own queue, a later and more urgent one
+preempting the running one at its switch points (``docs/compiler.md``, "Several programs").
 """
 
 import dataclasses
@@ -16,21 +18,24 @@ from npu_compiler.graph import CompileError
 from npu_model.system import read_tensor, run_program, write_tensor
 from npu_spec.engine import Engine
 
-__all__ = ["BACKENDS", "RunResult", "compare", "read_input_file", "reference", "run",
-           "session"]
+__all__ = ["BACKENDS", "Job", "JobsResult", "RunResult", "compare", "place", "read_input_file",
+           "reference", "run", "run_jobs", "session"]
 
 BACKENDS = ("golden", "rtl", "board")
 
 
 @dataclass
 class RunResult:
-    """Outputs by ONNX name (float32 arrays), the raw memory, cycles (RTL only) and the
-    per-task trace ``[(task, engine, start cycle, end cycle)]`` (RTL only)."""
+    """Outputs by ONNX name (float32 arrays), the raw memory, cycles (RTL only), the
+    per-task trace ``[(task, engine, start cycle, end cycle, error, queue)]`` (RTL only) and
+    ``order``, ``[(queue, task, engine)]`` in the order the tasks started (both backends; on
+    the RTL as far as the trace reaches)."""
     outputs: dict
     memory: bytes
     backend: str
     cycles: int = None
     tasks: list = field(default_factory=list)
+    order: list = field(default_factory=list)
 
 
 def _tensor(program, name):
@@ -148,21 +153,23 @@ def run(program, inputs, backend="golden", *, latency=4, progress=None, board=No
                  for i in range(n)]
         outs = {k: np.concatenate([p.outputs[k] for p in parts]) for k in parts[0].outputs}
         cycles = None if parts[0].cycles is None else sum(p.cycles for p in parts)
-        return RunResult(outs, parts[-1].memory, backend, cycles, parts[0].tasks)
+        return RunResult(outs, parts[-1].memory, backend, cycles, parts[0].tasks,
+                         parts[0].order)
     return _run_one(program, inputs, backend, latency, progress, **extra)
 
 
 def _trace_tasks(trace):
-    """``[(task, engine name, start, end, error)]`` from trace entries ``(task_id, engine,
-    end, error, queue, cycle)``; a task that ended with an error is a ``RuntimeError``."""
+    """``[(task, engine name, start, end, error, queue)]`` from trace entries ``(task_id,
+    engine, end, error, queue, cycle)``; a task that ended with an error is a
+    ``RuntimeError``."""
     starts = {}
     tasks = []
     for task_id, engine, end, error, queue, cycle in trace:
         if not end:
-            starts[(task_id, engine)] = cycle
+            starts[(queue, task_id, engine)] = cycle
         else:
             tasks.append((task_id, Engine(engine).name,
-                          starts.get((task_id, engine), cycle), cycle, error))
+                          starts.get((queue, task_id, engine), cycle), cycle, error, queue))
             if error:
                 raise RuntimeError(f"task {task_id} on {Engine(engine).name} ended with "
                                    f"error {error}")
@@ -173,11 +180,9 @@ def _run_one(program, inputs, backend, latency, progress, board=None, board_time
     prog = prepare(program, inputs)
     if backend == "golden":
         res = run_program(prog)
-        for q in res.queues:
-            if q.retired:
-                raise RuntimeError(f"the program stopped: queue {q.index} retired "
-                                   f"({q.cause.name}, engine {q.engine}, code {q.code})")
-        return RunResult(_outputs(prog, res.memory), res.memory, backend)
+        _raise_retired(res.queues)
+        return RunResult(_outputs(prog, res.memory), res.memory, backend,
+                         order=_golden_order(res))
     if backend == "rtl":
         from npu_fpga.toolenv import apply_tool_env
         from npu_sim.system import rtl_run
@@ -186,7 +191,7 @@ def _run_one(program, inputs, backend, latency, progress, board=None, board_time
                       dump_bytes=prog.config.mem_kib * 1024)
         tasks = _trace_tasks(res["trace"])
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
-                         res["cycles"], tasks)
+                         res["cycles"], tasks, _trace_order(res["trace"]))
     if backend == "board":
         from npu_sim.board_host import run_on_board
         from npu_spec.taskman import Cause, task_manager_map
@@ -203,6 +208,165 @@ def _run_one(program, inputs, backend, latency, progress, board=None, board_time
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
                          res["cycles"], tasks)
     raise CompileError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+
+
+#: Byte alignment of programs placed one after another in system memory (``place``).
+PLACE_ALIGN = 256
+
+
+@dataclass
+class Job:
+    """A program to run beside others (:func:`run_jobs`): its inputs (name -> array, one
+    item), its queue's priority (0-15, higher runs first) and when the host pushes it:
+    ``after`` tasks (of all programs) have completed (0: at the start)."""
+    program: object
+    inputs: dict
+    priority: int = 0
+    after: int = 0
+
+
+@dataclass
+class JobsResult:
+    """What :func:`run_jobs` leaves: one :class:`RunResult` per job (its outputs; its own
+    tasks in ``tasks``), the whole run's ``cycles`` (RTL), ``tasks`` (the trace of every
+    queue, entries as in :class:`RunResult`, RTL), ``order`` (``[(queue, task, engine
+    name)]`` in the order tasks started) and ``switches`` (``[(queue left, after its task,
+    queue taken)]``). Job ``k`` ran on queue ``k``."""
+    results: list
+    backend: str
+    cycles: int = None
+    tasks: list = field(default_factory=list)
+    order: list = field(default_factory=list)
+    switches: list = field(default_factory=list)
+
+
+def place(programs, align=PLACE_ALIGN):
+    """Byte addresses that put ``programs`` one after another in system memory, each at a
+    multiple of ``align``; a :class:`CompileError` naming every program's size when they do
+    not fit the memory together."""
+    bases, end = [], 0
+    for p in programs:
+        base = -(-end // align) * align
+        bases.append(base)
+        end = base + len(p.memory)
+    size = programs[0].memory_bytes
+    if end > size:
+        sizes = ", ".join(f"program {k}: {len(p.memory)}" for k, p in enumerate(programs))
+        raise CompileError(f"the programs need {end} bytes of system memory together "
+                           f"({sizes} bytes, each from a multiple of {align}); the NPU has "
+                           f"{size} (mem_kib {programs[0].config.mem_kib}; compile with a "
+                           f"larger --mem-kib)")
+    return bases
+
+
+def _check_jobs(jobs):
+    from npu_spec.program import check_config
+    if not jobs:
+        raise CompileError("run_jobs needs at least one job")
+    config = jobs[0].program.config
+    if len(jobs) > config.task_queues:
+        raise CompileError(f"{len(jobs)} programs but the NPU has {config.task_queues} task "
+                           f"queues")
+    for k, job in enumerate(jobs):
+        if len(job.program.queues) != 1:
+            raise CompileError(f"program {k} uses {len(job.program.queues)} queues; each "
+                               f"program of a shared run must use one")
+        if not 0 <= job.priority <= 15:
+            raise CompileError(f"program {k}: priority {job.priority} is outside 0-15")
+        if job.after < 0:
+            raise CompileError(f"program {k}: 'after' must be 0 or more tasks, not "
+                               f"{job.after}")
+        try:
+            check_config(job.program, config)
+        except ValueError as e:
+            raise CompileError(f"program {k} was built for another configuration than "
+                               f"program 0: {e}") from None
+        if _batch(job.program, job.inputs) != 1:
+            raise CompileError(f"program {k}: several programs run one item each; give "
+                               f"inputs of batch 1")
+    for k, job in enumerate(jobs):
+        before = sum(j.program.queues[0].tasks for j in jobs if j.after < job.after)
+        if job.after > before:
+            raise CompileError(f"program {k} is to be pushed after {job.after} tasks, but "
+                               f"the programs there before it have {before}")
+
+
+def combined(jobs):
+    """``(program, parts)``: one program running every job's program (inputs written) on
+    queue ``k`` with its priority, placed by :func:`place`; ``parts`` the relocated
+    programs, whose tensors are where the combined run leaves them."""
+    from npu_model.builder import BuildError, combine, relocate
+    _check_jobs(jobs)
+    prepared = [prepare(j.program, j.inputs) for j in jobs]
+    bases = place(prepared)
+    try:
+        parts = [relocate(p, base, queue=k, priority=j.priority)
+                 for k, (p, base, j) in enumerate(zip(prepared, bases, jobs))]
+        return combine(parts), parts
+    except BuildError as e:
+        raise CompileError(str(e)) from None
+
+
+def run_jobs(jobs, backend="golden", *, latency=4, progress=None):
+    """Run several :class:`Job` on one NPU, program ``k`` on queue ``k``: the queue of
+    highest priority with work runs, and a program pushed later (``after``) with a higher
+    priority takes the NPU at the running program's next switch point (the compiler's
+    task-switch flags); the preempted one resumes where it stopped. Returns a
+    :class:`JobsResult`; an engine error or a retired queue is a ``RuntimeError``."""
+    program, parts = combined(jobs)
+    late = {k: j.after for k, j in enumerate(jobs) if j.after}
+    if backend == "golden":
+        res = run_program(program, arrivals=late)
+        _raise_retired(res.queues)
+        memory, cycles, tasks = res.memory, None, []
+        order = _golden_order(res)
+        switches = list(res.switches)
+    elif backend == "rtl":
+        from npu_fpga.toolenv import apply_tool_env
+        from npu_sim.system import rtl_run
+        apply_tool_env()
+        res = rtl_run(program, backend="verilator", latency=latency, progress=progress,
+                      dump_bytes=program.memory_bytes, late=late)
+        memory, cycles = res["memory"], res["cycles"]
+        tasks = _trace_tasks(res["trace"])
+        order = _trace_order(res["trace"])
+        switches = _switches(res["trace"])
+    else:
+        raise CompileError(f"several programs run on golden or rtl, not {backend!r}")
+    results = [RunResult(_outputs(part, memory), memory, backend,
+                         tasks=[t for t in tasks if t[5] == k],
+                         order=[o for o in order if o[0] == k])
+               for k, part in enumerate(parts)]
+    return JobsResult(results, backend, cycles, tasks, order, switches)
+
+
+def _golden_order(res):
+    return [(t.queue, t.task_id, Engine(t.engine).name) for t in res.tasks]
+
+
+def _trace_order(trace):
+    return [(q, t, Engine(e).name) for t, e, end, _, q, _ in trace if not end]
+
+
+def _raise_retired(queues):
+    for q in queues:
+        if q.retired:
+            raise RuntimeError(f"the program stopped: queue {q.index} retired "
+                               f"({q.cause.name}, engine {q.engine}, code {q.code})")
+
+
+def _switches(trace):
+    """``[(queue left, its last task started, queue taken)]`` from an RTL trace: the starts
+    of a task of another queue than the previous start's where the queue left starts tasks
+    again later (it was preempted; a queue that ends its list hands over without a
+    switch)."""
+    starts = [(queue, task_id) for task_id, _, end, _, queue, _ in trace if not end]
+    out = []
+    for k in range(1, len(starts)):
+        (q0, t0), (q1, _) = starts[k - 1], starts[k]
+        if q1 != q0 and any(q == q0 for q, _ in starts[k:]):
+            out.append((q0, t0, q1))
+    return out
 
 
 def session(model):
