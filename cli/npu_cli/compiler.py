@@ -56,7 +56,8 @@ def _compile(path, args, shapes, say):
                              fallback=args.fallback, calibration=args.calibration,
                              evaluator=session, schedule=args.schedule,
                              palette=args.palette, prune=args.prune,
-                             switch_points=args.switch_points)
+                             switch_points=args.switch_points, cores=args.cores,
+                             chain=not args.no_chain)
     except CompileError as e:
         raise CLIError(str(e), status=2) from None
 
@@ -69,7 +70,10 @@ def _plan_lines(plan):
         kern = (f" kernels {r['kernel_encoding']} {r.get('kernel_raw_bytes', 0)} -> "
                 f"{r['kernel_bytes']} B" if r["kernel_bytes"] else "")
         buf = f"  buffer {r['buffer_peak']}" if r.get("buffer_peak") is not None else ""
-        how = f"  [{r['how']}]" if r.get("how") else ""
+        hows = [r["how"]] if r.get("how") else []
+        if r.get("cores", 1) > 1:
+            hows.append(f"{r['cores']} cores")
+        how = f"  [{'; '.join(hows)}]" if hows else ""
         lines.append(f"{i:3d} {r['op']:<18} {ins} -> {outs}  {r['engine']:<3} "
                      f"tasks {r['tasks']}{kern}{buf}{how}  ({r['node']})")
     return lines
@@ -442,6 +446,12 @@ def _compile_options(p, *, for_onnx=""):
                    help="system memory of the build (default: the preset's)")
     p.add_argument("--shape", type=_shape_arg, action="append",
                    help="NAME=1x3x48x192: the shape of an input with dynamic dimensions")
+    p.add_argument("--cores", type=positive, metavar="N",
+                   help="split each layer's output channels over N of the preset's neural "
+                        "engine cores (default: all of them)")
+    p.add_argument("--no-chain", action="store_true",
+                   help="store every conv's output to memory instead of streaming it into the "
+                        "pool, ReLU or add that reads it (fp16, mixed)")
     from npu_compiler.depthfirst import SCHEDULES
     p.add_argument("--schedule", default=SCHEDULES[0], choices=SCHEDULES,
                    help="chains of layers that do not fit the buffer: depth-first bands "

@@ -9,6 +9,7 @@ import numpy as np
 from npu_model.builder import BuildError
 
 from .compress import Compression
+from .cores import check_cores
 from .frontend import load_graph
 from .graph import CompileError
 from .lower import lower
@@ -49,7 +50,8 @@ def _plain(row):
 
 def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_one="auto",
                   fallback=None, calibration=None, evaluator=None, schedule="depth-first",
-                  palette=None, prune=None, raw_kernels=False, switch_points="safe"):
+                  palette=None, prune=None, raw_kernels=False, switch_points="safe",
+                  cores=None, chain=True):
     """Compile an ONNX model (path, bytes or ``ModelProto``) for ``config``.
 
     ``shapes`` gives concrete shapes for inputs with dynamic dimensions; ``batch_one``
@@ -81,6 +83,12 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     ``docs/compiler.md``, "Task-switch flags"); ``"layers"`` also makes every int8 layer's end
     such a point by storing and reloading the activations that stay in the buffer;
     ``"none"`` places none. The program's ``metadata.compiler.switch_points`` lists them.
+
+    ``cores``: how many of the configuration's neural-engine cores a layer's output channels
+    are split over (None: all; :mod:`npu_compiler.cores`). ``chain``: a conv and the planar
+    layer that reads its output (pool, ReLU, add) run as a pair through the buffer, the
+    planar engine reading while the neural engine writes (:mod:`npu_compiler.chain`;
+    binary16 activations).
     """
     if switch_points not in SWITCH_POINTS:
         raise CompileError(f"switch_points must be one of {', '.join(SWITCH_POINTS)}, not "
@@ -89,6 +97,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
                            f"{', '.join(FORMATS)})")
     t0 = time.perf_counter()
+    check_cores(config, cores)
     compression = Compression(palette=palette, prune=prune, raw=raw_kernels)
     if fallback not in (None, "host"):
         raise CompileError(f"fallback must be 'host' or none, not {fallback!r}")
@@ -107,11 +116,11 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
             raise CompileError("--fallback host is not supported with --format int8")
         graph = load_graph(prepare(model), shapes, batch_one, keep=("DequantizeLinear",),
                            foreign=FOREIGN_OPS)
-        return _compile_qdq(graph, config, name, t0, switch_points)
+        return _compile_qdq(graph, config, name, t0, switch_points, cores)
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":
         return _compile_int8(source, graph, config, calibration, name, fallback, t0,
-                             evaluator, compression, switch_points)
+                             evaluator, compression, switch_points, cores, chain)
     if calibration is not None:
         raise CompileError("--calibration is for --format int8")
     graph_outputs = list(graph.outputs)
@@ -122,7 +131,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
         host = split_host(graph, set(LOWER))
     try:
         lw = lower(graph, config, name=name or graph.name, schedule=schedule, fmt=fmt,
-                   compression=compression)
+                   compression=compression, cores=cores, chain=chain)
         points = lw.b.place_switch_points() if switch_points != "none" else []
         program = lw.b.build(name or graph.name or "")
     except BuildError as e:
@@ -162,7 +171,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
 
 
 def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator,
-                  compression, switch_points):
+                  compression, switch_points, cores=None, chain=True):
     from .frontend import read_model
     from .int8 import calibrate, calibration_samples, lower_int8
     if fallback:
@@ -179,7 +188,8 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
         samples = calibration_samples(calibration, graph.inputs)
     scales = calibrate(read_model(source), graph, samples, evaluator)
     b, plan, io = lower_int8(graph, config, scales, name=name or graph.name,
-                             compression=compression, spill=switch_points == "layers")
+                             compression=compression, spill=switch_points == "layers",
+                             cores=cores, chain=chain)
 
     def entry(n, t, scale):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
@@ -213,11 +223,11 @@ def _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points, **meta_ex
     return Compiled(program, [_plain(r) for r in plan], graph, time.perf_counter() - t0)
 
 
-def _compile_qdq(graph, config, name, t0, switch_points):
+def _compile_qdq(graph, config, name, t0, switch_points, cores=None):
     """A quantized model (:mod:`npu_compiler.qdq`): the model's scales and zero points."""
     from .qdq import lower_qdq
     b, plan, io = lower_qdq(graph, config, name=name or graph.name,
-                            spill=switch_points == "layers")
+                            spill=switch_points == "layers", cores=cores)
 
     def entry(n, t, spec):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),

@@ -27,6 +27,8 @@ from npu_spec.engine import Engine
 from npu_spec.mac import MacFormat
 
 from .compress import Compression, encode_kernels, prune
+from .cores import check_cores, core_blobs
+from .cores import place as place_on_cores
 from .graph import CompileError
 from .quant import Calibrator, quantize_conv
 
@@ -171,9 +173,13 @@ def _shape3(shape):
 
 
 class _Int8:
-    def __init__(self, graph, config, scales, name, compression=None):
+    def __init__(self, graph, config, scales, name, compression=None, cores=None,
+                 chain=True):
         if "int8" not in config.formats:
             raise CompileError(f"preset {config.name!r} has no int8 datapath")
+        self.cores = check_cores(config, cores)
+        self.chain = chain      # conv -> planar pairs through a flow-controlled ring
+        self.chained = None     # the node reading the last conv's ring
         self.compression = compression or Compression()
         self.g = graph
         self.cfg = config
@@ -229,12 +235,42 @@ class _Int8:
         except ValueError as e:
             self.fail(str(e))
         blob = self.kernels(q, groups, lossy.palette)
-        place = self.b.dma_kernels(0, blob)
-        dst = self.b.conv(src, place, stride=stride, pad=pad, dilation=dilation,
-                          **q.conv_args())
+        slots = self._ring_slots(out, blob)
+        dst = self.b.conv(src, self.place(blob, 1 if slots else None), stride=stride, pad=pad,
+                          dilation=dilation, slots=slots, **q.conv_args())
         self._check_layer(src, blob, dst, stride, pad, dilation, groups)
-        self.row["kernel_bytes"] += 4 * blob.words
         self.ds[out], self.scale[out] = dst, s_out
+
+    def _ring_slots(self, out, blob):
+        """Slots of a flow-controlled ring for conv output ``out`` when the next node alone
+        reads it first, on the planar engine (``MaxPool``, ``Relu``, ``Add`` with it as
+        first operand; :mod:`npu_compiler.chain`), it is no graph output and the layer runs
+        on one core; else 0. The ring holds the whole tensor (the same buffer as without)."""
+        if (not self.chain or self.spill or blob.conv_groups != 1
+                or len(core_blobs(blob, self.cores)) > 1):
+            return 0
+        g = self.g
+        i = g.nodes.index(self.node)
+        nxt = g.nodes[i + 1] if i + 1 < len(g.nodes) else None
+        if (nxt is None or out in g.outputs or g.consumers(out) != [nxt]
+                or nxt.op not in ("MaxPool", "Relu", "Add")
+                or (nxt.op == "Add" and (nxt.inputs[0] != out or out in nxt.inputs[1:]))):
+            return 0
+        slots = -(-blob.weight_shape[0] // self.cfg.acc_slots)
+        self.row["how"] = (f"chained: output streams into {nxt.name} through a ring of "
+                           f"{slots} slot{'s' if slots > 1 else ''}")
+        self.chained = (nxt.name, self.node.name)
+        return slots
+
+    def place(self, blob, cores=None):
+        """Load ``blob`` split over the cores, or ``cores`` of them
+        (:mod:`npu_compiler.cores`); the placements for
+        :meth:`~npu_model.builder.ProgramBuilder.conv`. The plan row gets the bytes and the
+        cores."""
+        parts = core_blobs(blob, cores or self.cores)
+        self.row["kernel_bytes"] += 4 * sum(part.words for part in parts)
+        self.row["cores"] = max(self.row["cores"], len(parts))
+        return place_on_cores(self.b, parts)
 
     def kernels(self, q, groups, palette=None):
         """The kernel blob of a :class:`~npu_compiler.quant.QuantizedConv` in its smallest
@@ -276,6 +312,10 @@ class _Int8:
             self.row = {"node": node.name, "op": node.op, "tasks": 0,
                         "first_task": len(self.b.tasks), "kernel_bytes": 0,
                         "kernel_raw_bytes": 0, "kernel_encoding": "", "engine": "-",
+                        "cores": 1, "how": (f"chained: reads {self.chained[1]}'s output "
+                                            f"from the buffer while it runs"
+                                            if self.chained and self.chained[0] == node.name
+                                            else ""),
                         "in": [list(g.shapes.get(x, ())) for x in node.inputs
                                if x and x not in g.consts],
                         "out": [list(g.shapes.get(o, ())) for o in node.outputs if o]}
@@ -456,12 +496,15 @@ class _Int8:
     op_Flatten = op_Reshape = op_Squeeze = op_Unsqueeze = op_Identity = _alias
 
 
-def lower_int8(graph, config, scales, name="", compression=None, spill=False):
+def lower_int8(graph, config, scales, name="", compression=None, spill=False, cores=None,
+               chain=True):
     """``(builder, plan, io)``: the int8 program's builder, the per-layer plan rows and the
     scales ``{"inputs": {name: scale}, "outputs": {name: scale}}``; ``compression`` a
     :class:`npu_compiler.compress.Compression`; ``spill``: every layer's end a safe switch
-    point (:meth:`_Int8._spill`)."""
-    lw = _Int8(graph, config, scales, name, compression)
+    point (:meth:`_Int8._spill`); ``cores`` the cores a layer is split over (None: all,
+    :mod:`npu_compiler.cores`); ``chain``: a conv streams into the pool, ReLU or add after it
+    through a flow-controlled ring (not with ``spill``)."""
+    lw = _Int8(graph, config, scales, name, compression, cores, chain)
     lw.spill = spill
     lw.run()
     io = {"inputs": {n: lw.scale[n] for n in graph.inputs},

@@ -33,6 +33,7 @@ from npu_spec.mac import MacFormat
 from npu_spec.program import Tensor, dense_strides
 
 from .compress import Compression, encode_kernels, prune
+from .cores import check_cores, core_blobs
 from .depthfirst import BAND_SHARE, SCHEDULES
 from .graph import CompileError
 
@@ -168,7 +169,7 @@ class Lowering:
     """Lowers ``graph`` for ``config``; :meth:`run` returns the builder with every task."""
 
     def __init__(self, graph, config, *, name="", schedule="depth-first", fmt="fp16",
-                 compression=None):
+                 compression=None, cores=None, chain=True):
         for needed in ("fp16", fmt):
             if needed not in config.formats:
                 raise CompileError(f"preset {config.name!r} has no {needed} datapath; "
@@ -199,6 +200,9 @@ class Lowering:
         self._defer = None          # node name -> where its band function goes (depth first)
         self._rings = {}            # tensor -> rows of its ring (depth first)
         self._placed = {}           # kernel blob key -> KernelPlacement
+        self.cores = check_cores(config, cores)     # cores a layer may be split over
+        self.chain = chain          # conv -> planar pairs through the buffer (npu_compiler.chain)
+        self._parts = {}            # id(blob) -> its parts, one per core (npu_compiler.cores)
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -335,7 +339,8 @@ class Lowering:
                      "out": [list(self.g.shapes.get(o, ())) for o in node.outputs if o],
                      "kernel_bytes": 0, "kernel_raw_bytes": 0, "kernel_encoding": "",
                      "dma_elements": 0,
-                     "macs": 0, "how": what or "", "buffer_peak": 0, "_from": None}
+                     "macs": 0, "how": what or "", "buffer_peak": 0, "_from": None,
+                     "cores": 1}
         self._mark = len(self.b.tasks)
 
     def _count(self, engine, dma_elements=0):
@@ -430,29 +435,39 @@ class Lowering:
         return self._blobs[key]
 
     def conv_task(self, src, w, bias, scale, groups, dst, stride=1, pad=0, dilation=1,
-                  act=None):
-        """One neural-engine task (its kernels loaded first); ``dst`` a dataset."""
+                  act=None, cores=None):
+        """One neural-engine task (its kernels loaded first); ``dst`` a dataset. The output
+        channels are split over :attr:`cores` cores, or ``cores`` when given (1 for a
+        flow-controlled output)."""
         blob, raw_bytes, choice = self._kernels(w, bias, scale, groups)
-        if blob.words > self.kmem_words:
+        key = (id(blob), cores or self.cores)
+        if key not in self._parts:
+            self._parts[key] = core_blobs(blob, cores or self.cores)
+        parts = self._parts[key]
+        if max(part.words for part in parts) > self.kmem_words:
             raise _TooBig()
         if self._row is not None:
             row = self._row
-            row["kernel_bytes"] += 4 * blob.words
+            row["kernel_bytes"] += 4 * sum(part.words for part in parts)
+            row["cores"] = max(row["cores"], len(parts))
             row["kernel_raw_bytes"] += raw_bytes
             names = set(filter(None, row["kernel_encoding"].split(", ")))
             row["kernel_encoding"] = ", ".join(sorted(names | {choice.name(self.mac_fmt)}))
             row["macs"] += int(np.prod(w.shape)) * dst.shape[1] * dst.shape[2]
-        place = self._placed.get(id(blob))
-        if place is None or not self.b.resident(place):
-            # Loaded once while it stays in kernel memory (the bands of a layer).
-            place = self.b.dma_kernels(0, blob, share_image=True)
-            self._placed[id(blob)] = place
-            self._count("dma", blob.words)
+        places = []
+        for core, part in enumerate(parts):
+            place = self._placed.get(id(part))
+            if place is None or not self.b.resident(place):
+                # Loaded once while it stays in kernel memory (the bands of a layer).
+                place = self.b.dma_kernels(core, part, share_image=True)
+                self._placed[id(part)] = place
+                self._count("dma", part.words)
+            places.append(place)
         act = dict(act or {})
         kind = act.pop("act", "none")
         try:
-            r = self.b.conv(src, place, dst, stride=stride, pad=pad, dilation=dilation,
-                            act=kind, **act)
+            r = self.b.conv(src, places if len(places) > 1 else places[0], dst, stride=stride,
+                            pad=pad, dilation=dilation, act=kind, **act)
         except BuildError as e:
             raise CompileError(f"{self._step}: {e}") from None
         layer_err = self._layer_error(src, blob, dst, stride, pad, dilation, groups)
@@ -499,18 +514,30 @@ class Lowering:
                                    f"float inputs")
             t = self.b.input(name, np.zeros(tuple(shape) or (1,), np.uint16), FP16)
             self.views[name] = MView.dense(t)
-        from . import depthfirst, ops
+        from . import chain, depthfirst, ops
         for name, shape in self.g.shapes.items():
             if 0 in tuple(shape) and (name in self.g.inputs or name in self.g.outputs):
                 raise CompileError(f"tensor {name!r} is empty (shape {tuple(shape)}); the NPU "
                                    f"needs at least one element")
         segments = depthfirst.segments(self) if self.schedule == "depth-first" else {}
         self.segments = list({id(s): s for s in segments.values()}.values())
+        pairs = chain.chains(self, segments) if self.chain else {}
+        done = set()
         for index, node in enumerate(self.g.nodes):
             seg = segments.get(index)
             if seg is not None:
                 if node is seg.nodes[-1]:
                     depthfirst.emit(self, seg)
+                continue
+            if index in done:
+                continue
+            how = chain.plan(self, node, self.g.nodes[pairs[index]]) if index in pairs else None
+            if how is not None:
+                try:
+                    chain.emit(self, node, self.g.nodes[pairs[index]], how)
+                except BuildError as e:
+                    raise CompileError(f"{node}: {e}") from None
+                done.add(pairs[index])
                 continue
             fn = ops.LOWER.get(node.op)
             if fn is None:
@@ -580,13 +607,17 @@ def mixed_weights(w, bias, scale):
     return codes.astype(np.int8), np.asarray(bias, np.float64) / s, np.asarray(scale) * s
 
 
-def lower(graph, config, name="", schedule="depth-first", fmt="fp16", compression=None):
+def lower(graph, config, name="", schedule="depth-first", fmt="fp16", compression=None,
+          cores=None, chain=True):
     """The :class:`Lowering` of ``graph`` after :meth:`Lowering.run` (its builder ``b`` holds
     the tasks, ``plan`` the per-layer rows); ``schedule`` (:data:`SCHEDULES`) runs chains of
     layers that do not fit the buffer depth first or layer by layer; ``fmt`` ``fp16`` or
-    ``mixed`` (int8 weights), ``compression`` a :class:`npu_compiler.compress.Compression`."""
+    ``mixed`` (int8 weights), ``compression`` a :class:`npu_compiler.compress.Compression`;
+    ``cores`` how many of the configuration's neural-engine cores a layer is split over
+    (None: all, :mod:`npu_compiler.cores`); ``chain``: a conv and the planar layer reading
+    its output run as a pair through the buffer (:mod:`npu_compiler.chain`)."""
     lw = Lowering(graph, config, name=name, schedule=schedule, fmt=fmt,
-                  compression=compression)
+                  compression=compression, cores=cores, chain=chain)
     lw.run()
     return lw
 

@@ -124,8 +124,8 @@ class Pending:
 class _QDQ(_Int8):
     OPS = QDQ_OPS
 
-    def __init__(self, graph, config, name):
-        super().__init__(graph, config, {}, name)
+    def __init__(self, graph, config, name, cores=None):
+        super().__init__(graph, config, {}, name, cores=cores, chain=False)
         self.zp = {}        # tensor -> int8-domain zero point
         self.qconst = {}    # DequantizeLinear output of a constant -> (q, scale, zp, axis)
         self.pend = {}      # tensor -> Pending
@@ -260,12 +260,11 @@ class _QDQ(_Int8):
         if p.z_x != 0 and pad:
             src, pad = self._padded(src, pad, p.z_x), 0
         blob = self.kernels(q, p.groups)
-        dst = self.b.conv(src, self.b.dma_kernels(0, blob), stride=p.stride, pad=pad,
+        dst = self.b.conv(src, self.place(blob), stride=p.stride, pad=pad,
                           dilation=p.dilation, **q.conv_args())
         self._check_layer(src, blob, dst, p.stride, pad, p.dilation, p.groups)
         if src is not self.ds[p.x]:
             self.b.release(src)
-        self.row["kernel_bytes"] += 4 * blob.words
         self.ds[out], self.scale[out], self.zp[out] = dst, float(s_y), int(z_y)
 
     def _padded(self, src, pad, z):
@@ -665,11 +664,12 @@ class _QDQ(_Int8):
     op_Flatten = op_Reshape = op_Squeeze = op_Unsqueeze = op_Identity = _alias
 
 
-def lower_qdq(graph, config, name="", spill=False):
+def lower_qdq(graph, config, name="", spill=False, cores=None):
     """``(builder, plan, io)`` of a quantized model: ``io`` maps ``"inputs"`` and
     ``"outputs"`` to ``{name: {"scale", "zero_point", "dtype"}}`` (``zero_point`` in the
-    int8 domain the buffer holds; ``dtype`` the ONNX tensor's type)."""
-    lw = _QDQ(graph, config, name)
+    int8 domain the buffer holds; ``dtype`` the ONNX tensor's type); ``cores`` as
+    :func:`npu_compiler.int8.lower_int8`."""
+    lw = _QDQ(graph, config, name, cores)
     lw.spill = spill
     lw.run()
 

@@ -162,6 +162,7 @@ class Task:
     dep: int = 0
     label: str = ""
     flow_from: int = None       # a flow-control consumer: the producer task it overlaps
+    flow_whole: bool = False    # ... reading every plane of the producer's output
     buffer: int = 0
 
 
@@ -444,19 +445,22 @@ class ProgramBuilder:
 
     # ---- tasks -----------------------------------------------------------------------
 
-    def _task(self, engine, writes, reads, writes_to, flags, label, flow_from=None):
+    def _task(self, engine, writes, reads, writes_to, flags, label, flow_from=None,
+              flow_whole=False):
         unknown = set(flags) - set(FLAGS)
         if unknown:
             raise BuildError(f"unknown task flags {', '.join(sorted(unknown))}; flags: "
                              f"{', '.join(FLAGS)}")
         task = Task(int(engine), list(writes), list(reads), list(writes_to), dict(flags),
-                    len(self.tasks), label=label, flow_from=flow_from, buffer=self._buf.high)
+                    len(self.tasks), label=label, flow_from=flow_from, flow_whole=flow_whole,
+                    buffer=self._buf.high)
         task.dep = self._dependency(task)
         prev = self._last.get(task.engine)
         reach = dict(self._reach[prev]) if prev is not None else {}
         if task.dep:
             t = task.task_id - task.dep
             reach[self.tasks[t].engine] = max(reach.get(self.tasks[t].engine, -1), t)
+        reach = self._flow_reach(task, reach)
         self.tasks.append(task)
         self._reach.append(reach)
         self._last[task.engine] = task.task_id
@@ -516,6 +520,15 @@ class ProgramBuilder:
                              f"{MAX_DEP}")
         return n - producer
 
+    def _flow_reach(self, task, reach):
+        """``reach`` with the producer of a flow-control consumer ``task`` that reads every
+        plane of the ring: the producer's last unit is complete only when its task has ended
+        (``docs/system.md``, "Flow control"), so the consumer ends after it."""
+        if task.flow_from is not None and task.flow_whole:
+            f = self.tasks[task.flow_from].engine
+            reach[f] = max(reach.get(f, -1), task.flow_from)
+        return reach
+
     def _reach_of(self, i):
         """``{engine: newest task of that engine}`` that task ``i`` or an earlier task of its
         engine waits for directly (its dependency distance)."""
@@ -527,7 +540,7 @@ class ProgramBuilder:
             t = i - task.dep
             f = self.tasks[t].engine
             reach[f] = max(reach.get(f, -1), t)
-        return reach
+        return self._flow_reach(task, reach)
 
     def _closure(self, j):
         """Tasks certainly complete when task ``j`` has completed, per engine the newest one
@@ -824,7 +837,8 @@ class ProgramBuilder:
             reads.append(FLOW_STATE)
             _no_barrier(a, flags or {}, "consumer")
         self._task(Engine.PLANAR, writes, reads, out.footprint(), flags or {},
-                   f"planar {planar_spec.Mode(task['mode']).name.lower()}", flow_from)
+                   f"planar {planar_spec.Mode(task['mode']).name.lower()}", flow_from,
+                   flow_whole=bool(a.slots) and task["channels"] >= a.shape[0])
         return out
 
     def _flow_producer(self, ds):
