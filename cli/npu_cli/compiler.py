@@ -154,6 +154,11 @@ def cmd_run(args):
     summary = {"backend": backends[-1], "outputs": {n: {"shape": list(v.shape)}
                                                     for n, v in main.outputs.items()},
                "cycles": main.cycles, "layers": _layers(plan, main, prog.config.macs)}
+    if main.cycles:
+        total = sum(r.get("macs") or 0 for r in plan)
+        summary["mac_utilization"] = round(total / (main.cycles * prog.config.macs), 4)
+    if main.trace_overflow:
+        summary["trace_overflow"] = True
     status = 0
     if len(backends) > 1:
         same = all(np.array_equal(results[backends[0]].outputs[n].view(np.uint32),
@@ -190,7 +195,10 @@ def cmd_run(args):
                             if k in o)
             print(f"{name}: shape {'x'.join(map(str, o['shape']))}{extra}")
         if main.cycles is not None:
-            print(f"cycles: {main.cycles}")
+            _print_layers(summary["layers"])
+            print(f"cycles: {main.cycles}, MAC utilization {summary['mac_utilization']:.2%}")
+        if main.trace_overflow:
+            print("trace: the NPU's trace buffer overflowed; per-layer cycles are incomplete")
         if "first_departure" in summary:
             d = summary["first_departure"]
             print(f"first departure from onnxruntime: node {d['node']} ({d['op']}), tensor "
@@ -247,6 +255,15 @@ def _layers(plan, result, macs):
                 row["utilization"] = round(r["macs"] / (ne * macs), 4)
         layers.append(row)
     return layers
+
+
+def _print_layers(layers):
+    """The per-layer table of a run with a trace."""
+    print(f"{'layer':>5}  {'op':<20} {'engine':<7} {'cycles':>10} {'MAC util':>8}")
+    for k, row in enumerate(layers):
+        cycles = "-" if row["cycles"] is None else f"{row['cycles']:,}"
+        util = "" if row["utilization"] is None else f"{row['utilization']:.1%}"
+        print(f"{k:>5}  {row['op']:<20} {row['engine']:<7} {cycles:>10} {util:>8}")
 
 
 def _timeout_arg(text):
