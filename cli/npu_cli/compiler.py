@@ -154,8 +154,8 @@ def cmd_run(args):
     summary = {"backend": backends[-1], "outputs": {n: {"shape": list(v.shape)}
                                                     for n, v in main.outputs.items()},
                "cycles": main.cycles, "layers": _layers(plan, main, prog.config.macs)}
-    if main.cycles:
-        total = sum(r.get("macs") or 0 for r in plan)
+    total = sum(r.get("macs") or 0 for r in plan)
+    if main.cycles and total:
         summary["mac_utilization"] = round(total / (main.cycles * prog.config.macs), 4)
     if main.trace_overflow:
         summary["trace_overflow"] = True
@@ -165,7 +165,12 @@ def cmd_run(args):
                                   r.outputs[n].view(np.uint32))
                    for r in results.values() for n in r.outputs)
         summary["bit_exact"] = bool(same)
-        if not same:
+        # The final system memory too, over the extent every backend read back.
+        n = min(len(r.memory) for r in results.values())
+        first = results[backends[0]].memory[:n]
+        summary["memory_bit_exact"] = all(r.memory[:n] == first for r in results.values())
+        summary["memory_bytes_compared"] = n
+        if not (same and summary["memory_bit_exact"]):
             status = 1
     if args.check:
         try:
@@ -196,7 +201,9 @@ def cmd_run(args):
             print(f"{name}: shape {'x'.join(map(str, o['shape']))}{extra}")
         if main.cycles is not None:
             _print_layers(summary["layers"])
-            print(f"cycles: {main.cycles}, MAC utilization {summary['mac_utilization']:.2%}")
+            util = summary.get("mac_utilization")
+            print(f"cycles: {main.cycles}" + ("" if util is None else
+                                               f", MAC utilization {util:.2%}"))
         if main.trace_overflow:
             print("trace: the NPU's trace buffer overflowed; per-layer cycles are incomplete")
         if "first_departure" in summary:
@@ -205,7 +212,9 @@ def cmd_run(args):
                   f"{d['tensor']}, rel_err {d['rel_err']:.4g}")
         if "bit_exact" in summary:
             print(f"{' and '.join(backends)} agree bit for bit: "
-                  f"{'yes' if summary['bit_exact'] else 'NO'}")
+                  f"{'yes' if summary['bit_exact'] else 'NO'} (outputs), "
+                  f"{'yes' if summary['memory_bit_exact'] else 'NO'} (memory, "
+                  f"{summary['memory_bytes_compared']:,} bytes)")
     return status
 
 
