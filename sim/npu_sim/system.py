@@ -353,7 +353,17 @@ class SystemCommands:
         tag_mask = (1 << tag.width) - 1
         records = []
         answers = iter(self._answers)
-        pending = None          # (kind, n, label, words so far)
+
+        def take():
+            """The next answer that needs beats, ``[kind, n, label, words]``; answers of no
+            beats (a MEM_READ of 0 words) are complete at once."""
+            for kind, n, label in answers:
+                if n:
+                    return (kind, n, label, [])
+                records.append((kind, label, []))
+            return None
+
+        pending = take()
         for r in responses:
             r = int(r)
             value = r >> shift
@@ -361,17 +371,14 @@ class SystemCommands:
                 records.append(("trace", None, (value & 0xFFFF_FFFF, value >> 32 & 0xFFFF_FFFF)))
                 continue
             if pending is None:
-                kind, n, label = next(answers, (None, 0, None))
-                if kind is None:
-                    raise RuntimeError(f"the bench answered more than {self.expected} beats")
-                pending = (kind, n, label, [])
-            pending[3].append(value)
+                raise RuntimeError(f"the bench answered more than {self.expected} beats")
             kind, n, label, words = pending
+            words.append(value)
             if len(words) == n:
                 records.append((kind, label, words if kind == "mem" else words[0]))
-                pending = None
-        answered = sum(1 for r in records if r[0] != "trace")
-        if pending is not None or answered != len(self._answers):
+                pending = take()
+        if pending is not None:
+            answered = sum(1 for r in records if r[0] != "trace")
             raise RuntimeError(f"the bench answered {answered} of {len(self._answers)} "
                                f"commands")
         return records

@@ -7,12 +7,13 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 
 from npu_cli.main import main
 from npu_compiler.compile import compile_model
 from npu_model.system import run_program
 from npu_runtime.runtime import prepare
-from npu_sim.system import compare, rtl_run
+from npu_sim.system import SystemCommands, Tag, compare, response_layout, rtl_run
 from npu_spec.config import PRESETS
 
 from ..compiler.models import activation_chain
@@ -60,3 +61,25 @@ def test_npu_run_reports_every_layer(tmp_path, capsys):
     assert len(layers) == LAYERS
     assert all(layer["cycles"] and layer["cycles"] > 0 for layer in layers), layers
     assert all(layer["cycles"] < summary["cycles"] for layer in layers)
+
+
+def test_answers_are_parsed_around_trace_beats():
+    """TRACE beats come between any answers and are not counted; a MEM_READ of no words is
+    an empty answer; a missing beat is an error."""
+    cmds = SystemCommands(32)
+    cmds.read(1, "a").mem_read(0, 0, "empty").drain(2, 1, 1, "idle").mem_read(0, 2, "m")
+    assert cmds.expected == 4
+    layout = response_layout(32)
+
+    def beat(tag, value):
+        return layout.const({"tag": tag, "data": value}).as_value().value
+
+    beats = [beat(Tag.WORD, 7), beat(Tag.TRACE, 0x1234 | 5 << 32), beat(Tag.TRACE, 9),
+             beat(Tag.WORD, 99), beat(Tag.DATA, 1), beat(Tag.DATA, 2)]
+    assert cmds.parse(beats) == [("read", "a", 7), ("mem", "empty", []),
+                                 ("trace", None, (0x1234, 5)), ("trace", None, (9, 0)),
+                                 ("poll", "idle", 99), ("mem", "m", [1, 2])]
+    with pytest.raises(RuntimeError, match="answered 3 of 4 commands"):
+        cmds.parse(beats[:-1])
+    with pytest.raises(RuntimeError, match="more than 4 beats"):
+        cmds.parse(beats + [beat(Tag.WORD, 0)])
