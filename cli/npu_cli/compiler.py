@@ -172,13 +172,23 @@ def cmd_run(args):
     summary = {"backend": backends[-1], "outputs": {n: {"shape": list(v.shape)}
                                                     for n, v in main.outputs.items()},
                "cycles": main.cycles, "layers": _layers(plan, main, prog.config.macs)}
+    total = sum(r.get("macs") or 0 for r in plan)
+    if main.cycles and total:
+        summary["mac_utilization"] = round(total / (main.cycles * prog.config.macs), 4)
+    if main.trace_overflow:
+        summary["trace_overflow"] = True
     status = 0
     if len(backends) > 1:
         same = all(np.array_equal(results[backends[0]].outputs[n].view(np.uint32),
                                   r.outputs[n].view(np.uint32))
                    for r in results.values() for n in r.outputs)
         summary["bit_exact"] = bool(same)
-        if not same:
+        # The final system memory too, over the extent every backend read back.
+        n = min(len(r.memory) for r in results.values())
+        first = results[backends[0]].memory[:n]
+        summary["memory_bit_exact"] = all(r.memory[:n] == first for r in results.values())
+        summary["memory_bytes_compared"] = n
+        if not (same and summary["memory_bit_exact"]):
             status = 1
     if args.check:
         try:
@@ -210,14 +220,21 @@ def cmd_run(args):
                             if k in o)
             print(f"{name}: shape {'x'.join(map(str, o['shape']))}{extra}")
         if main.cycles is not None:
-            print(f"cycles: {main.cycles}")
+            _print_layers(summary["layers"])
+            util = summary.get("mac_utilization")
+            print(f"cycles: {main.cycles}" + ("" if util is None else
+                                               f", MAC utilization {util:.2%}"))
+        if main.trace_overflow:
+            print("trace: the NPU's trace buffer overflowed; per-layer cycles are incomplete")
         if "first_departure" in summary:
             d = summary["first_departure"]
             print(f"first departure from onnxruntime: node {d['node']} ({d['op']}), tensor "
                   f"{d['tensor']}, rel_err {d['rel_err']:.4g}")
         if "bit_exact" in summary:
             print(f"{' and '.join(backends)} agree bit for bit: "
-                  f"{'yes' if summary['bit_exact'] else 'NO'}")
+                  f"{'yes' if summary['bit_exact'] else 'NO'} (outputs), "
+                  f"{'yes' if summary['memory_bit_exact'] else 'NO'} (memory, "
+                  f"{summary['memory_bytes_compared']:,} bytes)")
     return status
 
 
@@ -406,6 +423,15 @@ def _layers(plan, result, macs):
                 row["utilization"] = round(r["macs"] / (ne * macs), 4)
         layers.append(row)
     return layers
+
+
+def _print_layers(layers):
+    """The per-layer table of a run with a trace."""
+    print(f"{'layer':>5}  {'op':<20} {'engine':<7} {'cycles':>10} {'MAC util':>8}")
+    for k, row in enumerate(layers):
+        cycles = "-" if row["cycles"] is None else f"{row['cycles']:,}"
+        util = "" if row["utilization"] is None else f"{row['utilization']:.1%}"
+        print(f"{k:>5}  {row['op']:<20} {row['engine']:<7} {cycles:>10} {util:>8}")
 
 
 def _timeout_arg(text):

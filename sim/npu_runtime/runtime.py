@@ -27,15 +27,18 @@ BACKENDS = ("golden", "rtl", "board")
 @dataclass
 class RunResult:
     """Outputs by ONNX name (float32 arrays), the raw memory, cycles (RTL only), the
-    per-task trace ``[(task, engine, start cycle, end cycle, error, queue)]`` (RTL only) and
-    ``order``, ``[(queue, task, engine)]`` in the order the tasks started (both backends; on
-    the RTL as far as the trace reaches)."""
+    per-task trace ``[(task, engine, start cycle, end cycle, error, queue)]`` (RTL and board
+    only; drained while the program runs, so it holds every task unless ``trace_overflow``:
+    the NPU's trace buffer was full and dropped entries) and ``order``,
+    ``[(queue, task, engine)]`` in the order the tasks started (both backends; on the RTL as
+    far as the trace reaches)."""
     outputs: dict
     memory: bytes
     backend: str
     cycles: int = None
     tasks: list = field(default_factory=list)
     order: list = field(default_factory=list)
+    trace_overflow: bool = False
 
 
 def _tensor(program, name):
@@ -154,7 +157,7 @@ def run(program, inputs, backend="golden", *, latency=4, progress=None, board=No
         outs = {k: np.concatenate([p.outputs[k] for p in parts]) for k in parts[0].outputs}
         cycles = None if parts[0].cycles is None else sum(p.cycles for p in parts)
         return RunResult(outs, parts[-1].memory, backend, cycles, parts[0].tasks,
-                         parts[0].order)
+                         parts[0].order, any(p.trace_overflow for p in parts))
     return _run_one(program, inputs, backend, latency, progress, **extra)
 
 
@@ -191,7 +194,8 @@ def _run_one(program, inputs, backend, latency, progress, board=None, board_time
                       dump_bytes=prog.config.mem_kib * 1024)
         tasks = _trace_tasks(res["trace"])
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
-                         res["cycles"], tasks, _trace_order(res["trace"]))
+                         res["cycles"], tasks, _trace_order(res["trace"]),
+                         res["trace_overflow"])
     if backend == "board":
         from npu_sim.board_host import run_on_board
         from npu_spec.taskman import Cause, task_manager_map
@@ -206,7 +210,7 @@ def _run_one(program, inputs, backend, latency, progress, board=None, board_time
                                f"{exc['error_code']})")
         tasks = _trace_tasks(res["trace"])
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
-                         res["cycles"], tasks)
+                         res["cycles"], tasks, res["trace_overflow"])
     raise CompileError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
 
 

@@ -10,9 +10,12 @@
 3. write the task manager's setup (:func:`npu_sim.system.setup_writes`), clear the trace
    buffer and the bridge's status, and set ``CTRL.enable``;
 4. poll ``STATUS.idle`` until it is set, for at most ``timeout`` seconds
-   (:class:`BoardRunError`);
+   (:class:`BoardRunError`), draining the trace buffer before each poll so that a program of
+   more tasks than the buffer holds keeps every entry (unless the host falls behind: then
+   ``TRACE_STATUS.overflow`` is set and the result says so);
 5. read ``EXC_STATUS``, ``EXC_ADDR``, ``IRQ_STATUS``, the performance counters, every queue's
-   status, the trace buffer and the memory, and check the bridge's error flags.
+   status, the rest of the trace buffer, ``TRACE_STATUS`` and the memory, and check the
+   bridge's error flags.
 
 Every failure is a :class:`BoardRunError` (or :class:`npu_sim.uart_host.BridgeError` from the
 transport) with a one-line message.
@@ -78,8 +81,8 @@ def run_on_board(client, program, *, timeout=60.0, poll_interval=0.01, trace_dep
     :func:`npu_sim.system.rtl_run`'s: ``memory`` (the loaded extent), ``trace``
     (``[(task_id, engine, end, error, queue, cycle)]``), ``registers`` (``EXC_STATUS``,
     ``EXC_ADDR``, ``IRQ_STATUS`` and the counters by name), ``queues``
-    (``{index: Qi_STATUS}``), ``cycles`` (first task start to last task end in the trace) and
-    ``wall`` (seconds)."""
+    (``{index: Qi_STATUS}``), ``cycles`` (first task start to last task end in the trace),
+    ``trace_overflow`` (the trace buffer dropped entries) and ``wall`` (seconds)."""
     say = progress or (lambda msg: None)
     cfg = program.config
     tm = task_manager_map(cfg.task_queues)
@@ -96,12 +99,14 @@ def run_on_board(client, program, *, timeout=60.0, poll_interval=0.01, trace_dep
     say("board: starting")
     ctrl = tm["CTRL"]
     client.write_reg(tm.base + ctrl.offset, ctrl.pack(enable=1))
-    _wait_idle(client, tm, timeout, poll_interval)
+    trace = _wait_idle(client, tm, timeout, poll_interval, trace_depth)
     regs = {name: client.read_reg(tm.base + tm[name].offset)
             for name in ("EXC_STATUS", "EXC_ADDR", "IRQ_STATUS") + tuple(n for n, _ in COUNTERS)}
     queues = {q.index: client.read_reg(tm.base + tm[f"Q{q.index}_STATUS"].offset)
               for q in program.queues}
-    trace = _read_trace(client, trace_depth)
+    trace += _read_trace(client, trace_depth)
+    status = NPU_INFO["TRACE_STATUS"]
+    overflow = bool(status.unpack(client.read_reg(status.offset), strict=False)["overflow"])
     say(f"board: reading {len(image)} bytes back")
     memory = client.read_mem(0, len(image))
     client.check_status()
@@ -109,19 +114,22 @@ def run_on_board(client, program, *, timeout=60.0, poll_interval=0.01, trace_dep
     ends = [t[5] for t in trace if t[2]]
     cycles = (max(ends) - min(starts)) & 0xFFFF_FFFF if starts and ends else None
     return {"memory": memory, "trace": trace, "registers": regs, "queues": queues,
-            "cycles": cycles, "wall": time.perf_counter() - t0}
+            "cycles": cycles, "trace_overflow": overflow, "wall": time.perf_counter() - t0}
 
 
-def _wait_idle(client, tm, timeout, poll_interval):
+def _wait_idle(client, tm, timeout, poll_interval, trace_depth):
+    """Poll ``STATUS.idle``, draining the trace buffer before each read; the entries."""
     status, idle = tm["STATUS"], tm["STATUS"]["idle"]
     deadline = time.monotonic() + timeout
     seen = 0
+    trace = []
     while True:
+        trace += _read_trace(client, trace_depth)
         if client.read_reg(tm.base + status.offset) & idle.mask:
             # Twice in a row: the first read cannot have come before the work began.
             seen += 1
             if seen == 2:
-                return
+                return trace
             continue
         seen = 0
         if time.monotonic() >= deadline:

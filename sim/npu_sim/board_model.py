@@ -7,6 +7,11 @@ registers, and on ``CTRL.enable`` a run of :func:`npu_model.system.run_program` 
 host loaded, after which ``STATUS.idle``, ``EXC_STATUS``, the queues' status, ``TASKS_RUN``
 and the trace buffer read as the hardware's would. The trace's cycle numbers are task
 ordinals (the golden model has no time): start ``2 k``, end ``2 k + 1`` for the ``k``-th task.
+Like the hardware's, the trace buffer holds ``trace_depth`` entries and the entries arrive
+while the program runs, ``events_per_read`` of them for each register read of the host (the
+model's time); ``STATUS.idle`` is set once all have arrived. An entry that finds the buffer
+full is dropped and sets ``TRACE_STATUS.overflow``: a host that does not drain the buffer
+while it polls loses entries.
 
 :class:`FakeSerial` is a pyserial-compatible port (``write``, ``read`` returning fewer bytes
 after ``timeout`` seconds, ``reset_input_buffer``, ``close``) connected to a
@@ -34,13 +39,18 @@ class GoldenNPURegisters:
     assignment, like a dictionary.
     """
 
-    def __init__(self, config, memory, *, hang=False):
+    def __init__(self, config, memory, *, hang=False, trace_depth=64, events_per_read=0.25):
         self.config = config
         self.memory = memory
         self.hang = hang
         self.tm = task_manager_map(config.task_queues)
         self.written = {}
         self.trace = []
+        self.trace_depth = trace_depth
+        self.events_per_read = events_per_read
+        self.pending = []           # trace entries still to come
+        self.due = 0.0              # entries owed to the buffer by the reads so far
+        self.overflow = False
         self.state = {"EXC_STATUS": 0, "EXC_ADDR": 0, "TASKS_RUN": 0}
         self.queue_status = {}
         self.pushed = {}
@@ -56,6 +66,7 @@ class GoldenNPURegisters:
     # The interface BridgeModel uses.
     def get(self, reg, default=0):
         self.cycle += 1
+        self._advance()
         if reg in self.ro:
             return self.ro[reg]
         name = self.names.get(reg)
@@ -68,6 +79,7 @@ class GoldenNPURegisters:
             f = NPU_INFO["TRACE_CTRL"].unpack(value, strict=False)
             if f["clear"]:
                 self.trace.clear()
+                self.overflow = False
             elif f["pop"] and self.trace:
                 self.trace.pop(0)
             return
@@ -90,19 +102,33 @@ class GoldenNPURegisters:
                 self.pushed.clear()
                 self.done = False
 
+    def _advance(self):
+        """The entries due by now enter the trace buffer, or are dropped when it is full."""
+        self.due += self.events_per_read
+        while self.pending and self.due >= 1:
+            self.due -= 1
+            entry = self.pending.pop(0)
+            if len(self.trace) < self.trace_depth:
+                self.trace.append(entry)
+            else:
+                self.overflow = True
+        if not self.pending:
+            self.due = 0.0
+
     def _read(self, name):
         if name == "CYCLE":
             return self.cycle & 0xFFFF_FFFF
         if name == "SCRATCH":
             return self.written.get("SCRATCH", 0)
         if name == "TRACE_STATUS":
-            return NPU_INFO["TRACE_STATUS"].pack(count=len(self.trace))
+            return NPU_INFO["TRACE_STATUS"].pack(count=len(self.trace),
+                                                 overflow=int(self.overflow))
         if name in ("TRACE_DATA0", "TRACE_DATA1"):
             if not self.trace:
                 return 0
             return self.trace[0][0 if name == "TRACE_DATA0" else 1]
         if name == "STATUS":
-            idle = not self.hang and (self.done or not self.pushed)
+            idle = not self.hang and (self.done and not self.pending or not self.pushed)
             return self.tm["STATUS"].pack(idle=int(idle))
         if name in self.state:
             return self.state[name]
@@ -139,7 +165,7 @@ class GoldenNPURegisters:
             for end in (0, 1):
                 word = d0.pack(task_id=t.task_id, engine=t.engine, end=end,
                                error=error if end else 0, queue=t.queue, valid=1)
-                self.trace.append((word, 2 * k + end))
+                self.pending.append((word, 2 * k + end))
         self.state["TASKS_RUN"] = len(result.tasks)
         retired = [q for q in result.queues if q.retired]
         exc = self.tm["EXC_STATUS"]
@@ -159,9 +185,10 @@ class GoldenBoard(BridgeModel):
     """The bridge's reference model with :class:`GoldenNPURegisters` behind it and the
     configuration's system memory (``config.mem_kib`` KiB)."""
 
-    def __init__(self, config, *, hang=False):
+    def __init__(self, config, *, hang=False, trace_depth=64, events_per_read=0.25):
         super().__init__(config.mem_kib * 1024)
-        self.regs = GoldenNPURegisters(config, self.memory, hang=hang)
+        self.regs = GoldenNPURegisters(config, self.memory, hang=hang, trace_depth=trace_depth,
+                                       events_per_read=events_per_read)
 
 
 class FakeSerial:

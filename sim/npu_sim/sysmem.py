@@ -4,9 +4,18 @@
 end of the NPU's system memory bus (``docs/system.md``, "System memory bus"). It is plain
 gateware (a :class:`~amaranth.lib.memory.Memory`, registers and an LFSR), so the same component
 runs in ``amaranth.sim`` and in a Verilator build with no Python per cycle.
+
+For Verilator the words can live in the C++ bench instead (``storage="dpi"``): the component
+then instantiates :data:`DPI_VERILOG`, whose clocked block calls the C++ functions of
+:data:`DPI_CPP` (a vector that grows as words are written, so its size is set at run time and
+costs nothing to elaborate). An elaborated memory of ``words`` words is exported by Amaranth
+as one initial value per bit, which is what makes a memory of megabytes slow and large to
+build (``docs/system.md``, "System memory of large programs").
 """
 
-from amaranth.hdl import Cat, Module, Signal
+from types import SimpleNamespace
+
+from amaranth.hdl import Cat, ClockSignal, Instance, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -14,7 +23,51 @@ from amaranth.lib.wiring import In, Out
 from npu.lib.pipe import delay
 from npu.lib.wishbone import ADDR_BITS, WishboneSignature
 
-__all__ = ["HostSignature", "SystemMemory"]
+__all__ = ["DPI_CPP", "DPI_VERILOG", "HostSignature", "SystemMemory"]
+
+#: The storage of ``SystemMemory(storage="dpi")``: 32-bit lanes read and written through DPI
+#: calls at the clock edge, reads before writes (a read returns the word before a write of
+#: the same edge, like the non-transparent ports of the gateware storage).
+DPI_VERILOG = """
+module npu_sysmem_dpi #(parameter LANES = 1) (
+    input clk,
+    input [31:0] bus_addr, input [LANES*4-1:0] bus_mask, input [LANES*32-1:0] bus_wdata,
+    output reg [LANES*32-1:0] bus_rdata,
+    input [31:0] host_addr, input host_we, input [LANES*32-1:0] host_wdata, input host_re,
+    output reg [LANES*32-1:0] host_rdata);
+  import "DPI-C" function int npu_sysmem_read(input int index);
+  import "DPI-C" function void npu_sysmem_write(input int index, input int data, input int mask);
+  integer k;
+  always @(posedge clk) begin
+    for (k = 0; k < LANES; k = k + 1) begin
+      bus_rdata[k*32 +: 32] <= npu_sysmem_read(bus_addr * LANES + k);
+      if (host_re) host_rdata[k*32 +: 32] <= npu_sysmem_read(host_addr * LANES + k);
+    end
+    for (k = 0; k < LANES; k = k + 1) begin
+      if (bus_mask[k*4 +: 4] != 4'd0)
+        npu_sysmem_write(bus_addr * LANES + k, bus_wdata[k*32 +: 32], {28'd0, bus_mask[k*4 +: 4]});
+      if (host_we) npu_sysmem_write(host_addr * LANES + k, host_wdata[k*32 +: 32], 15);
+    end
+  end
+endmodule
+"""
+
+#: The C++ side of :data:`DPI_VERILOG`: lanes never written read as zero.
+DPI_CPP = r"""
+#include "Vtop__Dpi.h"
+static std::vector<uint32_t> npu_sysmem;
+int npu_sysmem_read(int index) {
+    uint32_t i = (uint32_t)index;
+    return i < npu_sysmem.size() ? (int)npu_sysmem[i] : 0;
+}
+void npu_sysmem_write(int index, int data, int mask) {
+    uint32_t i = (uint32_t)index;
+    if (i >= npu_sysmem.size()) npu_sysmem.resize((size_t)i + 1 + npu_sysmem.size() / 2);
+    uint32_t bits = 0;
+    for (int b = 0; b < 4; b++) if (mask >> b & 1) bits |= 0xFFu << (8 * b);
+    npu_sysmem[i] = (npu_sysmem[i] & ~bits) | ((uint32_t)data & bits);
+}
+"""
 
 #: Taps of the stall generator's LFSR, x^16 + x^14 + x^13 + x^11 + 1 (maximal length).
 _TAPS = (15, 13, 12, 10)
@@ -84,7 +137,10 @@ class SystemMemory(wiring.Component):
     seed : int
         Start value of the stall LFSR (1 to 65535).
     init : iterable of int
-        Initial contents (missing words are 0).
+        Initial contents (missing words are 0); only with ``storage="gateware"``.
+    storage : str
+        ``"gateware"``: a :class:`~amaranth.lib.memory.Memory` (every simulator);
+        ``"dpi"``: words kept by the Verilator bench (:data:`DPI_VERILOG`, :data:`DPI_CPP`).
 
     Members
     -------
@@ -97,7 +153,7 @@ class SystemMemory(wiring.Component):
     """
 
     def __init__(self, words, data_width=32, latency=1, *, addr_width=ADDR_BITS, seed=1,
-                 init=()):
+                 init=(), storage="gateware"):
         if not isinstance(words, int) or isinstance(words, bool) or words < 1:
             raise ValueError(f"Words must be a positive integer, not {words!r}")
         if not isinstance(latency, int) or isinstance(latency, bool) or latency < 1:
@@ -112,7 +168,12 @@ class SystemMemory(wiring.Component):
         self._data_width = data_width
         self._latency = latency
         self._seed = seed
+        if storage not in ("gateware", "dpi"):
+            raise ValueError(f"Storage must be 'gateware' or 'dpi', not {storage!r}")
         self._init = list(init)
+        if self._init and storage != "gateware":
+            raise ValueError("Init needs storage='gateware'")
+        self._storage = storage
         if len(self._init) > words:
             raise ValueError(f"Init must have at most {words} words, not {len(self._init)}")
         super().__init__({
@@ -133,15 +194,36 @@ class SystemMemory(wiring.Component):
     def latency(self):
         return self._latency
 
+    def _storage_ports(self, m):
+        """The storage's ports: a bus write port (byte lanes), a bus read port, a host write
+        port and a host read port, each with ``addr``, ``data`` and (but the bus read port)
+        ``en``."""
+        width = self._data_width
+        if self._storage == "gateware":
+            m.submodules.mem = mem = Memory(shape=width, depth=self._words, init=self._init)
+            return (mem.write_port(granularity=8), mem.read_port(), mem.write_port(),
+                    mem.read_port())
+
+        def port(name, en_width):
+            p = SimpleNamespace(addr=Signal(32, name=f"{name}_addr"),
+                                data=Signal(width, name=f"{name}_data"))
+            if en_width:
+                p.en = Signal(en_width, name=f"{name}_en")
+            return p
+        bus_w, bus_r = port("bus_w", width // 8), port("bus_r", 0)
+        host_w, host_r = port("host_w", 1), port("host_r", 1)
+        m.submodules.storage = Instance(
+            "npu_sysmem_dpi", p_LANES=width // 32, i_clk=ClockSignal(),
+            i_bus_addr=bus_w.addr, i_bus_mask=bus_w.en, i_bus_wdata=bus_w.data,
+            o_bus_rdata=bus_r.data, i_host_addr=host_w.addr, i_host_we=host_w.en,
+            i_host_wdata=host_w.data, i_host_re=host_r.en, o_host_rdata=host_r.data)
+        return bus_w, bus_r, host_w, host_r
+
     def elaborate(self, platform):
         m = Module()
         width = self._data_width
         lanes = width // 8
-        m.submodules.mem = mem = Memory(shape=width, depth=self._words, init=self._init)
-        bus_w = mem.write_port(granularity=8)
-        bus_r = mem.read_port()
-        host_w = mem.write_port()
-        host_r = mem.read_port()
+        bus_w, bus_r, host_w, host_r = self._storage_ports(m)
 
         # Stalls: the low byte of the LFSR against the probability.
         lfsr = Signal(16, init=self._seed)

@@ -16,13 +16,19 @@ WRITE      host register write: word ``addr`` gets ``data[0:32]``
 READ       host register read of ``addr``; answers a WORD beat
 POLL       read ``addr`` until ``(word & data[0:32]) == data[32:64]`` holds for four reads in a
            row; answers a WORD beat with the bench cycle of the last read
+DRAIN      POLL that also drains the trace buffer: before each read of ``addr`` it reads
+           ``TRACE_DATA0``; while an entry is there it answers a TRACE beat (``TRACE_DATA0`` in
+           ``data[0:32]``, ``TRACE_DATA1`` in ``data[32:64]``) and pops it. The condition
+           counts only on reads that follow an empty buffer, so the trace is empty at the end
 MEM_WRITE  system-memory word ``addr`` (``mem_width`` bits) gets ``data``
 MEM_READ   answers ``data[0:32]`` DATA beats: memory words ``addr``, ``addr + 1``, ...
 STALL      the memory stalls a cycle with probability ``data[0:8] / 256``
 COUNT      answers a WORD beat with bench counter ``addr`` (:class:`Counter`)
 =========  =======================================================================================
 
-Response beats (:func:`response_layout`): ``tag`` (DATA or WORD) and ``data``.
+Response beats (:func:`response_layout`): ``tag`` (:class:`Tag`: DATA, WORD or TRACE) and
+``data``. TRACE beats come at any time during a DRAIN; a run's expected number of answers
+counts the others only (:class:`npu_sim.verilator.StreamBench`'s ``uncounted_bit``).
 """
 
 import enum
@@ -33,10 +39,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu.top import NPUTop
+from npu_spec.registers import NPU_INFO
 
 from .sysmem import SystemMemory
 
-__all__ = ["Counter", "SysOp", "SystemBench", "SystemCommands", "command_layout",
+__all__ = ["Counter", "SysOp", "SystemBench", "SystemCommands", "Tag", "command_layout",
            "response_layout"]
 
 
@@ -49,6 +56,14 @@ class SysOp(enum.IntEnum):
     MEM_READ = 4
     STALL = 5
     COUNT = 6
+    DRAIN = 7
+
+
+class Tag(enum.IntEnum):
+    """Response beat tags."""
+    DATA = 0        # a MEM_READ word
+    WORD = 1        # the answer of READ, POLL, DRAIN and COUNT
+    TRACE = 2       # a trace entry drained by DRAIN (not counted in a run's expected answers)
 
 
 class Counter(enum.IntEnum):
@@ -71,7 +86,7 @@ def command_layout(mem_width):
 
 
 def response_layout(mem_width):
-    return data.StructLayout({"tag": 1, "data": _data_width(mem_width)})
+    return data.StructLayout({"tag": 2, "data": _data_width(mem_width)})
 
 
 class SystemBench(wiring.Component):
@@ -88,6 +103,9 @@ class SystemBench(wiring.Component):
         Library of shared blocks of the NPU (``npu.lib.shared``; Verilator only).
     gate_clocks : bool
         The NPU's engines on gated clocks (``NPUTop(gate_clocks=True)``; Verilator only).
+    storage : str
+        The system memory's storage (:class:`~npu_sim.sysmem.SystemMemory`): ``"gateware"``
+        or ``"dpi"`` (kept by the Verilator bench; Verilator only).
 
     Members
     -------
@@ -97,10 +115,12 @@ class SystemBench(wiring.Component):
         The task manager is busy (counted by the Verilator harness).
     """
 
-    def __init__(self, config, *, latency=1, mem_words=None, shared=None, gate_clocks=False):
+    def __init__(self, config, *, latency=1, mem_words=None, shared=None, gate_clocks=False,
+                 storage="gateware"):
         self.config = config
         self.shared = shared
         self.gate_clocks = gate_clocks
+        self.storage = storage
         self.latency = latency
         self.mem_words = mem_words or config.mem_kib * 1024 * 8 // config.mem_width
         width = config.mem_width
@@ -114,7 +134,8 @@ class SystemBench(wiring.Component):
         m = Module()
         cfg = self.config
         m.submodules.npu = npu = NPUTop(cfg, shared=self.shared, gate_clocks=self.gate_clocks)
-        m.submodules.memory = mem = SystemMemory(self.mem_words, cfg.mem_width, self.latency)
+        m.submodules.memory = mem = SystemMemory(self.mem_words, cfg.mem_width, self.latency,
+                                                 storage=self.storage)
         wiring.connect(m, npu.mem, mem.bus)
         host = npu.bus
         cmd = self.cmd.payload
@@ -160,6 +181,11 @@ class SystemBench(wiring.Component):
                             m.d.comb += host.r_en.eq(1)
                             m.d.sync += stable.eq(0)
                             m.next = "POLL"
+                        with m.Case(SysOp.DRAIN):
+                            m.d.comb += [host.addr.eq(NPU_INFO["TRACE_DATA0"].offset),
+                                         host.r_en.eq(1)]
+                            m.d.sync += stable.eq(0)
+                            m.next = "DRAIN_HEAD"
                         with m.Case(SysOp.MEM_WRITE):
                             m.d.comb += [mem.host.w_en.eq(1), self.cmd.ready.eq(1)]
                         with m.Case(SysOp.MEM_READ):
@@ -172,7 +198,7 @@ class SystemBench(wiring.Component):
                         with m.Case(SysOp.COUNT):
                             with m.If(free):
                                 m.d.comb += self.cmd.ready.eq(1)
-                                m.d.sync += [out_valid.eq(1), out.tag.eq(1)]
+                                m.d.sync += [out_valid.eq(1), out.tag.eq(Tag.WORD)]
                                 with m.Switch(cmd.addr):
                                     with m.Case(Counter.CYCLE):
                                         m.d.sync += out.data.eq(cycle)
@@ -185,7 +211,7 @@ class SystemBench(wiring.Component):
                         with m.Default():
                             m.d.comb += self.cmd.ready.eq(1)
             with m.State("READ"):
-                m.d.sync += [out_valid.eq(1), out.tag.eq(1), out.data.eq(host.r_data)]
+                m.d.sync += [out_valid.eq(1), out.tag.eq(Tag.WORD), out.data.eq(host.r_data)]
                 m.next = "COMMAND"
             with m.State("POLL"):
                 # host.r_data answers the read of the cycle before; read again meanwhile.
@@ -193,13 +219,14 @@ class SystemBench(wiring.Component):
                 with m.If(hold & (stable == POLL_STABLE - 1)):
                     with m.If(free):
                         m.d.comb += self.cmd.ready.eq(1)
-                        m.d.sync += [out_valid.eq(1), out.tag.eq(1), out.data.eq(cycle)]
+                        m.d.sync += [out_valid.eq(1), out.tag.eq(Tag.WORD), out.data.eq(cycle)]
                         m.next = "COMMAND"
                     with m.Else():
                         m.d.comb += host.r_en.eq(1)
                 with m.Else():
                     m.d.comb += host.r_en.eq(1)
                     m.d.sync += stable.eq(hold * (stable + 1))
+            self._drain_states(m, host, cmd, stable, free, out, out_valid, cycle)
             with m.State("MEM_READ"):
                 # One word in flight at a time: read, then send.
                 with m.If(left == 0):
@@ -209,10 +236,59 @@ class SystemBench(wiring.Component):
                     m.next = "MEM_DATA"
             with m.State("MEM_DATA"):
                 m.d.comb += mem.host.addr.eq(word)
-                m.d.sync += [out_valid.eq(1), out.tag.eq(0), out.data.eq(mem.host.r_data),
+                m.d.sync += [out_valid.eq(1), out.tag.eq(Tag.DATA), out.data.eq(mem.host.r_data),
                              word.eq(word + 1), left.eq(left - 1)]
                 m.next = "MEM_READ"
         return m
+
+    def _drain_states(self, m, host, cmd, stable, free, out, out_valid, cycle):
+        """The states of DRAIN: read ``TRACE_DATA0``; an entry is answered and popped, else
+        the polled register is read and counts towards the condition."""
+        d0 = NPU_INFO["TRACE_DATA0"]
+        entry = Signal(64)
+
+        def read(addr):
+            m.d.comb += [host.addr.eq(addr), host.r_en.eq(1)]
+
+        with m.State("DRAIN_HEAD"):
+            # host.r_data is TRACE_DATA0.
+            with m.If(host.r_data[d0["valid"].offset]):
+                m.d.sync += entry[:32].eq(host.r_data)
+                read(NPU_INFO["TRACE_DATA1"].offset)
+                m.next = "DRAIN_CYCLE"
+            with m.Else():
+                read(cmd.addr)
+                m.next = "DRAIN_POLL"
+        with m.State("DRAIN_CYCLE"):
+            m.d.sync += entry[32:].eq(host.r_data)
+            m.next = "DRAIN_SEND"
+        with m.State("DRAIN_SEND"):
+            with m.If(free):
+                m.d.sync += [out_valid.eq(1), out.tag.eq(Tag.TRACE), out.data.eq(entry)]
+                ctrl = NPU_INFO["TRACE_CTRL"]
+                m.d.comb += [host.addr.eq(ctrl.offset), host.w_data.eq(ctrl.pack(pop=1)),
+                             host.w_en.eq(1)]
+                m.next = "DRAIN_POPPED"
+        with m.State("DRAIN_POPPED"):
+            # The pop takes effect a cycle after the write: read the next head a cycle later.
+            m.next = "DRAIN_NEXT"
+        with m.State("DRAIN_NEXT"):
+            read(d0.offset)
+            m.next = "DRAIN_HEAD"
+        with m.State("DRAIN_POLL"):
+            # host.r_data is the polled register, read right after an empty trace.
+            hold = (host.r_data & cmd.data[:32]) == cmd.data[32:64]
+            with m.If(hold & (stable == POLL_STABLE - 1)):
+                with m.If(free):
+                    m.d.comb += self.cmd.ready.eq(1)
+                    m.d.sync += [out_valid.eq(1), out.tag.eq(Tag.WORD), out.data.eq(cycle)]
+                    m.next = "COMMAND"
+                with m.Else():
+                    read(cmd.addr)
+            with m.Else():
+                m.d.sync += stable.eq(hold * (stable + 1))
+                read(d0.offset)
+                m.next = "DRAIN_HEAD"
 
 
 class SystemCommands:
@@ -220,7 +296,8 @@ class SystemCommands:
 
     Each method appends a command and returns ``self``; :meth:`parse` turns the response
     words of a run into one record per answering command, in order: ``("read", word)``,
-    ``("poll", cycle)``, ``("count", value)``, ``("mem", [words])``.
+    ``("poll", cycle)``, ``("count", value)``, ``("mem", [words])``, and a record
+    ``("trace", None, (data0, data1))`` for each trace entry a DRAIN answered, where it came.
     """
 
     def __init__(self, mem_width):
@@ -250,6 +327,11 @@ class SystemCommands:
         self._answers.append(("poll", 1, label))
         return self._cmd(SysOp.POLL, addr, (mask & 0xFFFF_FFFF) | (value & 0xFFFF_FFFF) << 32)
 
+    def drain(self, addr, mask, value, label=None):
+        """POLL that drains the trace buffer meanwhile (TRACE beats, see :meth:`parse`)."""
+        self._answers.append(("poll", 1, label))
+        return self._cmd(SysOp.DRAIN, addr, (mask & 0xFFFF_FFFF) | (value & 0xFFFF_FFFF) << 32)
+
     def mem_write(self, word, value):
         return self._cmd(SysOp.MEM_WRITE, word, value)
 
@@ -266,20 +348,44 @@ class SystemCommands:
 
     @property
     def expected(self):
+        """Answer beats of the commands, TRACE beats not counted."""
         return sum(n for _, n, _ in self._answers)
 
     def parse(self, responses):
         """Records ``(kind, label, value)`` in command order."""
         layout = response_layout(self.mem_width)
-        beats = [layout.from_bits(int(r)) for r in responses]
-        if len(beats) != self.expected:
-            raise RuntimeError(f"the bench answered {len(beats)} of {self.expected} beats")
+        tag, shift = layout["tag"], layout["data"].offset
+        tag_mask = (1 << tag.width) - 1
         records = []
-        k = 0
-        for kind, n, label in self._answers:
-            words = [int(b.data) for b in beats[k:k + n]]
-            k += n
-            records.append((kind, label, words if kind == "mem" else words[0]))
+        answers = iter(self._answers)
+
+        def take():
+            """The next answer that needs beats, ``[kind, n, label, words]``; answers of no
+            beats (a MEM_READ of 0 words) are complete at once."""
+            for kind, n, label in answers:
+                if n:
+                    return (kind, n, label, [])
+                records.append((kind, label, []))
+            return None
+
+        pending = take()
+        for r in responses:
+            r = int(r)
+            value = r >> shift
+            if (r >> tag.offset) & tag_mask == Tag.TRACE:
+                records.append(("trace", None, (value & 0xFFFF_FFFF, value >> 32 & 0xFFFF_FFFF)))
+                continue
+            if pending is None:
+                raise RuntimeError(f"the bench answered more than {self.expected} beats")
+            kind, n, label, words = pending
+            words.append(value)
+            if len(words) == n:
+                records.append((kind, label, words if kind == "mem" else words[0]))
+                pending = take()
+        if pending is not None:
+            answered = sum(1 for r in records if r[0] != "trace")
+            raise RuntimeError(f"the bench answered {answered} of {len(self._answers)} "
+                               f"commands")
         return records
 
 
@@ -336,14 +442,15 @@ def _le_words(image, width):
 def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64, watchdog=WATCHDOG,
                   late=None):
     """The commands of one run of ``program``: load memory, set up the queues, start, wait
-    until the task manager is idle, read the trace, the status and the memory back.
+    until the task manager is idle while draining the trace buffer (DRAIN: no entry is lost to
+    a full buffer however many tasks run), read what is left of the trace, the status and the
+    memory back.
 
     ``late`` (``{queue: n}``) pushes a queue's tasks only once ``TASKS_RUN`` has reached
     ``n`` (a network arriving while another runs: a task switch).
 
     Returns ``(commands, dump_words)``.
     """
-    from npu_spec.registers import NPU_INFO
     from npu_spec.taskman import COUNTERS, task_manager_map
 
     cfg = program.config
@@ -359,12 +466,12 @@ def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64, watchd
     ctrl = tm["CTRL"]
     cmds.write(tm.base + ctrl.offset, ctrl.pack(enable=1))
     for i, n in sorted(late.items(), key=lambda item: item[1]):
-        cmds.poll(tm.base + tm["TASKS_RUN"].offset, 0xFFFF_FFFF, n, ("late", i))
+        cmds.drain(tm.base + tm["TASKS_RUN"].offset, 0xFFFF_FFFF, n, ("late", i))
         push = tm[f"Q{i}_PUSH"]
         cmds.write(tm.base + push.offset, push.pack(count=program.queue(i).tasks))
     status = tm["STATUS"]
     idle = status["idle"]
-    cmds.poll(tm.base + status.offset, idle.mask, idle.mask, "idle")
+    cmds.drain(tm.base + status.offset, idle.mask, idle.mask, "idle")
     cmds.count(Counter.CYCLE, "end")
     info = NPU_INFO
     pop = info["TRACE_CTRL"].pack(pop=1)
@@ -394,14 +501,16 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
     """Run ``program`` on the RTL system simulation; returns a dict: ``memory`` (bytes, the
     first ``dump_bytes``), ``trace`` (``[(task_id, engine, end, error, queue, cycle)]``),
     ``registers`` (status and counters by name), ``queues`` (``{index: Qi_STATUS}``),
-    ``cycles`` (start to idle), ``bus_bytes``, ``bus_stall``, ``sim_cycles``, ``wall``.
+    ``cycles`` (start to idle), ``bus_bytes``, ``bus_stall``, ``sim_cycles``, ``wall``,
+    ``trace_overflow`` (the trace buffer dropped an entry: ``trace`` is incomplete).
 
     ``gate_clocks`` (Verilator only) builds the NPU with its engines on gated clocks
-    (``NPUTop``); ``None`` takes :func:`gate_clocks_default`."""
+    (``NPUTop``); ``None`` takes :func:`gate_clocks_default`. Under Verilator the system
+    memory is kept by the C++ bench (``storage="dpi"``), so its size costs nothing to build;
+    the Amaranth backend elaborates it."""
     import time
 
     from npu.lib.shared import SharedModules
-    from npu_spec.registers import NPU_INFO
 
     cfg = program.config
     say = progress or (lambda msg: None)
@@ -410,13 +519,18 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
     t0 = time.perf_counter()
     stats = {}
     if backend == "verilator":
+        from .sysmem import DPI_CPP, DPI_VERILOG
         from .verilator import StreamBench
         shared = SharedModules()
         gate = gate_clocks_default() if gate_clocks is None else bool(gate_clocks)
-        bench = SystemBench(cfg, latency=latency, shared=shared, gate_clocks=gate)
+        bench = SystemBench(cfg, latency=latency, shared=shared, gate_clocks=gate,
+                            storage="dpi")
+        tag = response_layout(cfg.mem_width)["tag"]
         sb = StreamBench(bench, in_name="cmd", out_name="res", progress=say,
-                         key=("system", cfg, latency) + (("gated",) if gate else ()),
-                         extra_verilog=shared.verilog)
+                         key=("system", cfg, latency, "dpi") + (("gated",) if gate else ()),
+                         extra_verilog=lambda: shared.verilog() + DPI_VERILOG,
+                         extra_cpp=DPI_CPP,
+                         uncounted_bit=tag.offset + Tag.TRACE.bit_length() - 1)
         responses, stats = sb.run(cmds.beats, cmds.expected, seed=seed,
                                   max_cycles=max_cycles or 50_000_000)
     elif backend == "amaranth":
@@ -429,9 +543,14 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
             for beat in cmds.beats:
                 await stream_put(ctx, bench.cmd, beat)
 
+        tag = response_layout(cfg.mem_width)["tag"]
+
         async def consumer(ctx):
-            for _ in range(cmds.expected):
-                responses.append(await stream_get(ctx, bench.res))
+            counted = 0
+            while counted < cmds.expected:
+                beat = await stream_get(ctx, bench.res)
+                responses.append(beat)
+                counted += (int(beat) >> tag.offset) & ((1 << tag.width) - 1) != Tag.TRACE
 
         async def watchdog(ctx):
             for _ in range(limit):
@@ -447,8 +566,11 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
     trace0, trace1 = {}, {}
     queues = {}
     memory = b""
+    drained = []
     for kind, label, value in records:
-        if isinstance(label, tuple) and label[0] == "trace0":
+        if kind == "trace":
+            drained.append(value)
+        elif isinstance(label, tuple) and label[0] == "trace0":
             trace0[label[1]] = value
         elif isinstance(label, tuple) and label[0] == "trace1":
             trace1[label[1]] = value
@@ -461,16 +583,17 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
             regs[label] = value
     trace = []
     d0 = NPU_INFO["TRACE_DATA0"]
-    for k in sorted(trace0):
-        f = d0.unpack(trace0[k])
+    for word0, word1 in drained + [(trace0[k], trace1[k]) for k in sorted(trace0)]:
+        f = d0.unpack(word0)
         if f["valid"]:
-            trace.append((f["task_id"], f["engine"], f["end"], f["error"], f["queue"],
-                          trace1[k]))
+            trace.append((f["task_id"], f["engine"], f["end"], f["error"], f["queue"], word1))
+    overflow = NPU_INFO["TRACE_STATUS"].unpack(regs["trace_status"])["overflow"]
     return {"memory": memory[:dump_bytes] if dump_bytes is not None else memory,
             "trace": trace, "registers": regs, "queues": queues,
             "cycles": (regs["end"] - regs["start"]) & 0xFFFF_FFFF,
             "bus_bytes": regs["bus_bytes"], "bus_stall": regs["bus_stall"],
-            "sim_cycles": stats.get("cycles"), "wall": wall, "words": words}
+            "sim_cycles": stats.get("cycles"), "wall": wall, "words": words,
+            "trace_overflow": bool(overflow)}
 
 
 def _busy(trace, engine):

@@ -159,6 +159,7 @@ _MAIN = r"""
 #include <vector>
 #include "Vtop.h"
 #include "verilated.h"
+EXTRA_CPP
 
 static uint64_t rng_state;
 static uint32_t next_rand() {  // xorshift64*
@@ -204,7 +205,10 @@ int main(int argc, char **argv) {
         top->eval();
         bool in_fire = top->IN_VALID && top->IN_READY;
         bool out_fire = top->OUT_VALID && top->OUT_READY;
-        if (out_fire) { GET_OUT_PAYLOAD out.insert(out.end(), buf, buf + OUT_WORDS); got++; }
+        if (out_fire) {
+            GET_OUT_PAYLOAD out.insert(out.end(), buf, buf + OUT_WORDS);
+            if (!(UNCOUNTED)) got++;
+        }
         ACTIVE_COUNT
         // The falling edge is evaluated with the next cycle's inputs (nothing acts on it).
         top->clk = 1; top->eval(); top->clk = 0;
@@ -219,8 +223,8 @@ int main(int argc, char **argv) {
     }
     FILE *fout = fopen(argv[2], "wb");
     if (!fout) { perror(argv[2]); return 3; }
-    uint64_t header[4] = {got, cycles, sent, active};
-    fwrite(header, 8, 4, fout);
+    uint64_t header[5] = {got, cycles, sent, active, (uint64_t)(out.size() / OUT_WORDS)};
+    fwrite(header, 8, 5, fout);
     if (!out.empty()) fwrite(out.data(), 4, out.size(), fout);
     fclose(fout);
     delete top;
@@ -244,10 +248,17 @@ class StreamBench:
     extra_verilog : callable or None
         Returns Verilog text of modules the component instantiates by name
         (:class:`npu.lib.shared.SharedModule`), appended to the component's.
+    extra_cpp : str
+        C++ text put before the testbench's ``main`` (e.g. the DPI functions the Verilog
+        calls, :data:`npu_sim.sysmem.DPI_CPP`).
+    uncounted_bit : int or None
+        Output beats with this payload bit set are collected but do not count towards
+        ``expected`` (answers of unknown number, such as drained trace entries).
     """
 
     def __init__(self, component, *, in_name="cmd", out_name="res", active_name=None,
-                 cache_dir=None, progress=None, key=None, extra_verilog=None):
+                 cache_dir=None, progress=None, key=None, extra_verilog=None, extra_cpp="",
+                 uncounted_bit=None):
         os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
         self.component = component
         self.extra_verilog = extra_verilog
@@ -256,11 +267,13 @@ class StreamBench:
         # Verilator escapes "__" in port names as "___05F".
         p = lambda s: f"{in_name}___05F{s}"  # noqa: E731
         q = lambda s: f"{out_name}___05F{s}"  # noqa: E731
-        main = (_MAIN
+        main = (_MAIN.replace("EXTRA_CPP", extra_cpp)
                 .replace("SET_IN_PAYLOAD", _set_port(p("payload"), self.in_width, "w"))
                 .replace("GET_OUT_PAYLOAD", _get_port(q("payload"), self.out_width, "buf"))
                 .replace("IN_VALID", p("valid")).replace("IN_READY", p("ready"))
                 .replace("OUT_VALID", q("valid")).replace("OUT_READY", q("ready"))
+                .replace("UNCOUNTED", "false" if uncounted_bit is None else
+                         f"buf[{uncounted_bit // 32}] >> {uncounted_bit % 32} & 1")
                 .replace("IN_WORDS", str(_words(self.in_width)))
                 .replace("OUT_WORDS", str(_words(self.out_width)))
                 .replace("ACTIVE_COUNT",
@@ -317,7 +330,7 @@ class StreamBench:
         return self.binary
 
     def run(self, in_words, expected, *, stall=0.0, seed=0, max_cycles=None, workdir=None):
-        """Drive ``in_words`` (ints) and collect ``expected`` output beats.
+        """Drive ``in_words`` (ints) and collect ``expected`` output beats (and any uncounted ones).
 
         Returns ``(out_words, stats)`` with ``stats`` = dict(cycles, sent, active).
         """
@@ -354,10 +367,10 @@ class StreamBench:
         finally:
             fin.unlink(missing_ok=True)
         fout.unlink(missing_ok=True)
-        got, cycles, sent, active = struct.unpack_from("<4Q", raw)
-        body = struct.unpack_from(f"<{got * ow}I", raw, 32)
+        got, cycles, sent, active, beats = struct.unpack_from("<5Q", raw)
+        body = struct.unpack_from(f"<{beats * ow}I", raw, 40)
         outs = []
-        for k in range(got):
+        for k in range(beats):
             w = 0
             for i in range(ow):
                 w |= body[k * ow + i] << (32 * i)

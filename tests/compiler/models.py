@@ -119,3 +119,20 @@ def light_model(name, seed=0, size=None, drop_softmax=True):
     del g.value_info[:]
     m.ir_version = max(m.ir_version, 4)   # initializers need not be graph inputs
     return m
+
+
+def activation_chain(layers, shape=(1, 4, 5, 5)):
+    """``layers`` elementwise activations (Relu, Sigmoid, Tanh in turn) one after the other:
+    a cheap model of many tasks (three a layer on ``small``: load, compute, store)."""
+    from onnx import TensorProto, helper
+    nodes = []
+    prev = "x"
+    for k in range(layers):
+        out = "y" if k == layers - 1 else f"t{k}"
+        nodes.append(helper.make_node(("Relu", "Sigmoid", "Tanh")[k % 3], [prev], [out],
+                                      name=f"act{k}"))
+        prev = out
+    g = helper.make_graph(nodes, "chain",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

@@ -40,3 +40,21 @@ def test_squeezenet64_golden_against_onnxruntime(squeezenet64):
     for name, e in errors.items():
         assert out[name].shape == (1, 1000, 1, 1)
         assert e["rel_err"] <= REL_TOL and e["cosine"] >= COS_TOL, (name, e)
+
+
+@pytest.mark.slow
+def test_squeezenet64_rtl_equals_golden(squeezenet64):
+    """The whole network on the Verilator system simulation: outputs and the final system
+    memory (all 8 MiB) equal the golden backend's bit for bit, and the trace, drained while
+    the program runs, has every one of its thousands of tasks (docs/compiler.md)."""
+    _, compiled, x = squeezenet64
+    golden = run_program(compiled.program, {"data_0": x})
+    rtl = run_program(compiled.program, {"data_0": x}, "rtl")
+    for name, value in golden.outputs.items():
+        assert np.array_equal(value.view(np.uint32), rtl.outputs[name].view(np.uint32)), name
+    n = len(rtl.memory)
+    assert n == CFG.mem_kib * 1024
+    assert rtl.memory == golden.memory[:n] + bytes(n - len(golden.memory[:n]))
+    assert not rtl.trace_overflow
+    assert sorted(t[0] for t in rtl.tasks) == list(range(compiled.program.queues[0].tasks))
+    assert rtl.cycles > 0

@@ -15,6 +15,7 @@ from npu_sim.uart_host import BridgeClient, BridgeError
 from npu_spec.config import preset
 from npu_spec.registers import NPU_INFO
 
+from ..compiler.models import activation_chain
 from ..compiler.test_digits import MODEL, load_train_module
 
 
@@ -118,3 +119,36 @@ def test_another_register_interface_is_refused(digits):
     with pytest.raises(BoardConfigError, match=r"has register interface 2.0; this host speaks "
                                                r"1.x"):
         run(program, {"input": x_test[:1]}, "board", board=_client(board))
+
+
+@pytest.fixture(scope="module")
+def long_program():
+    """A program of more tasks than the trace buffer holds entries for (32 tasks)."""
+    compiled = compile_model(activation_chain(16), preset("small"))
+    assert compiled.program.queues[0].tasks > 32
+    x = np.random.default_rng(3).standard_normal((1, 4, 5, 5)).astype(np.float32)
+    return compiled.program, {"x": x}
+
+
+def test_the_trace_is_drained_while_polling(long_program):
+    """The board's trace buffer holds 64 entries and the program makes more: the host drains
+    it while it waits, so every task's start and end arrives, in order, with no overflow."""
+    program, x = long_program
+    tasks = program.queues[0].tasks
+    got = run(program, x, "board", board=_client(GoldenBoard(program.config)))
+    assert not got.trace_overflow
+    assert [t[0] for t in got.tasks] == list(range(tasks))
+    assert [(t[2], t[3]) for t in got.tasks] == [(2 * k, 2 * k + 1) for k in range(tasks)]
+
+
+def test_a_trace_overflow_is_reported(long_program):
+    """Entries coming faster than the host drains them: the buffer drops some, and the
+    result says so instead of looking complete."""
+    program, x = long_program
+    board = GoldenBoard(program.config, trace_depth=8, events_per_read=4)
+    got = run(program, x, "board", board=_client(board))
+    assert got.trace_overflow
+    assert len(got.tasks) < program.queues[0].tasks
+    # The outputs do not depend on the trace.
+    golden = run(program, x, "golden")
+    assert got.outputs["y"].tobytes() == golden.outputs["y"].tobytes()

@@ -144,6 +144,16 @@ def test_converts_to_verilog():
     assert "module sysmem" in text
 
 
+def test_dpi_storage_does_not_grow_with_the_memory():
+    """With the words in the Verilator bench (``storage="dpi"``) the exported design of an
+    8 MiB memory is as small as that of a 16-word one (an elaborated memory is exported as one
+    initial value per bit: about 4 KB of build memory a word, docs/system.md)."""
+    small = verilog.convert(SystemMemory(16, 32, 4, storage="dpi"), name="sysmem")
+    large = verilog.convert(SystemMemory(1 << 21, 32, 4, storage="dpi"), name="sysmem")
+    assert "npu_sysmem_dpi" in large
+    assert abs(len(large) - len(small)) < 200
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"words": 0}, "Words must be a positive integer"),
     ({"words": 8, "latency": 0}, "Latency must be a positive integer"),
@@ -151,6 +161,8 @@ def test_converts_to_verilog():
     ({"words": 8, "data_width": 48}, "Data width must be one of"),
     ({"words": 300, "addr_width": 8}, "Words must be at most 2\\*\\*addr_width"),
     ({"words": 2, "init": [1, 2, 3]}, "Init must have at most 2 words"),
+    ({"words": 8, "storage": "sram"}, "Storage must be 'gateware' or 'dpi'"),
+    ({"words": 2, "init": [1], "storage": "dpi"}, "Init needs storage='gateware'"),
 ])
 def test_bad_parameters(kwargs, message):
     with pytest.raises(ValueError, match=message):
