@@ -192,8 +192,8 @@ def test_float_formats_rejected():
         with pytest.raises(ValueError, match=r"The iCE40 MAC array \(mac_impl='ice40'\) computes "
                                              r"int8 only; .* asks for formats .*fp16"):
             mac_array(cfg)
-    with pytest.raises(ValueError, match=r"NPUConfig.mac_impl must be one of generic, ice40, "
-                                         r"ecp5, not 'xilinx'"):
+    with pytest.raises(ValueError, match=r"NPUConfig.mac_impl must be one of generic, ice40, ecp5, "
+                                         r"ecp5_shared, not 'xilinx'"):
         NPUConfig(mac_impl="xilinx")
     with pytest.raises(TypeError, match="NPUConfig"):
         Ice40MacArray("ice40")
