@@ -157,7 +157,8 @@ def run(program, inputs, backend="golden", *, latency=4, progress=None, board=No
         outs = {k: np.concatenate([p.outputs[k] for p in parts]) for k in parts[0].outputs}
         cycles = None if parts[0].cycles is None else sum(p.cycles for p in parts)
         return RunResult(outs, parts[-1].memory, backend, cycles, parts[0].tasks,
-                         parts[0].order, any(p.trace_overflow for p in parts))
+                         parts[0].order,
+                         trace_overflow=any(p.trace_overflow for p in parts))
     return _run_one(program, inputs, backend, latency, progress, **extra)
 
 
@@ -195,7 +196,7 @@ def _run_one(program, inputs, backend, latency, progress, board=None, board_time
         tasks = _trace_tasks(res["trace"])
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
                          res["cycles"], tasks, _trace_order(res["trace"]),
-                         res["trace_overflow"])
+                         trace_overflow=res["trace_overflow"])
     if backend == "board":
         from npu_sim.board_host import run_on_board
         from npu_spec.taskman import Cause, task_manager_map
@@ -210,7 +211,8 @@ def _run_one(program, inputs, backend, latency, progress, board=None, board_time
                                f"{exc['error_code']})")
         tasks = _trace_tasks(res["trace"])
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
-                         res["cycles"], tasks, res["trace_overflow"])
+                         res["cycles"], tasks, _trace_order(res["trace"]),
+                         trace_overflow=res["trace_overflow"])
     raise CompileError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
 
 
