@@ -44,7 +44,7 @@ from .mac import (
 )
 
 __all__ = ["MacLaneECP5", "MacArrayECP5", "ecp5_stages", "queue_depth_or_default",
-           "credit_queue"]
+           "credit_queue", "registered_product"]
 
 
 def ecp5_stages():
@@ -102,6 +102,39 @@ def credit_queue(m, array, out_ctl, results, *, write, accept, credit):
     m.d.comb += next_reserved.eq(reserved + take - pop)
     m.d.sync += [reserved.eq(next_reserved),
                  credit.eq(next_reserved < array.queue_depth)]
+
+
+def registered_product(m, a0, b0, a_is_int, b_is_int, *, primitive):
+    """Stages S1 and S2 of an ECP5 float lane: decode the registered operands ``a0`` and
+    ``b0`` (int8 where ``a_is_int`` / ``b_is_int``), their significands into the input
+    registers of a ``MULT18X18D`` (submodule ``mult``), and the product's class registered
+    beside its output register. Returns the product in S2 as ``(sig, exp, sign, inf, nan)``."""
+    dec_a = decode_operand(m, a0, a_is_int, name="dec_a")
+    dec_b = decode_operand(m, b0, b_is_int, name="dec_b")
+    m.submodules.mult = mult = Mult18x18D(primitive=primitive)
+    m.d.comb += [mult.a.eq(dec_a.sig), mult.b.eq(dec_b.sig)]
+    da = Signal(Operand)
+    db = Signal(Operand)
+    a_zero1 = Signal()
+    b_zero1 = Signal()
+    m.d.sync += [
+        da.eq(dec_a), db.eq(dec_b),
+        a_zero1.eq(~dec_a.inf & ~dec_a.nan & (dec_a.sig == 0)),
+        b_zero1.eq(~dec_b.inf & ~dec_b.nan & (dec_b.sig == 0)),
+    ]
+
+    # S2: the product leaves the multiplier's output register; its class beside it.
+    pexp = Signal(signed(7))
+    psign = Signal()
+    pinf = Signal()
+    pnan = Signal()
+    m.d.sync += [
+        pexp.eq(da.exp + db.exp),
+        psign.eq(da.sign ^ db.sign),
+        pinf.eq(da.inf | db.inf),
+        pnan.eq(da.nan | db.nan | (da.inf & b_zero1) | (db.inf & a_zero1)),
+    ]
+    return mult.p[:22], pexp, psign, pinf, pnan
 
 
 def _control_layout(slots):
@@ -213,32 +246,8 @@ class MacLaneECP5(wiring.Component):
             a_is_int = b_is_int = fmt0 == MacFormat.INT8
         if not cfg.has_int8:
             a_is_int = b_is_int = 0
-        dec_a = decode_operand(m, a0, a_is_int, name="dec_a")
-        dec_b = decode_operand(m, b0, b_is_int, name="dec_b")
-        m.submodules.mult = mult = Mult18x18D(primitive=self._primitive)
-        m.d.comb += [mult.a.eq(dec_a.sig), mult.b.eq(dec_b.sig)]
-        da = Signal(Operand)
-        db = Signal(Operand)
-        a_zero1 = Signal()
-        b_zero1 = Signal()
-        m.d.sync += [
-            da.eq(dec_a), db.eq(dec_b),
-            a_zero1.eq(~dec_a.inf & ~dec_a.nan & (dec_a.sig == 0)),
-            b_zero1.eq(~dec_b.inf & ~dec_b.nan & (dec_b.sig == 0)),
-        ]
-
-        # S2: the product leaves the multiplier's output register; its class beside it.
-        psig = mult.p[:22]
-        pexp = Signal(signed(7))
-        psign = Signal()
-        pinf = Signal()
-        pnan = Signal()
-        m.d.sync += [
-            pexp.eq(da.exp + db.exp),
-            psign.eq(da.sign ^ db.sign),
-            pinf.eq(da.inf | db.inf),
-            pnan.eq(da.nan | db.nan | (da.inf & b_zero1) | (db.inf & a_zero1)),
-        ]
+        psig, pexp, psign, pinf, pnan = registered_product(m, a0, b0, a_is_int, b_is_int,
+                                                           primitive=self._primitive)
 
         # S3: the product's leading-zero count and its int32 value.
         psig3 = Signal(22)

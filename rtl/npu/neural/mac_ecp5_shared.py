@@ -22,7 +22,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..lib.ecp5_dsp import Mult18x18D
-from ..lib.fp32 import Operand, count_leading_zeros, decode_operand, product_to_f32
+from ..lib.fp32 import count_leading_zeros, product_to_f32
 from ..lib.fp32_deep import FP32AddDeep
 from .layouts import MacFormat, MacOp, slot_shape
 from .mac import (
@@ -35,7 +35,7 @@ from .mac import (
     slot_window,
     sticky_error,
 )
-from .mac_ecp5 import credit_queue, queue_depth_or_default
+from .mac_ecp5 import credit_queue, queue_depth_or_default, registered_product
 
 __all__ = ["FloatUnitECP5", "IntLaneECP5", "MacArrayECP5Shared", "shared_stages"]
 
@@ -115,28 +115,9 @@ class FloatUnitECP5(wiring.Component):
         # S1: decode both operands; the significands go into the multiplier's input registers.
         a_is_int = (fmt0 == MacFormat.I8F16) if self._mixed else Const(0)
         b_is_int = (fmt0 == MacFormat.F16I8) if self._mixed else Const(0)
-        dec_a = decode_operand(m, a0, a_is_int, name="dec_a")
-        dec_b = decode_operand(m, b0, b_is_int, name="dec_b")
-        m.submodules.mult = mult = Mult18x18D(primitive=self._primitive)
-        m.d.comb += [mult.a.eq(dec_a.sig), mult.b.eq(dec_b.sig)]
-        da, db = Signal(Operand), Signal(Operand)
-        a_zero1, b_zero1 = Signal(), Signal()
-        m.d.sync += [
-            da.eq(dec_a), db.eq(dec_b),
-            a_zero1.eq(~dec_a.inf & ~dec_a.nan & (dec_a.sig == 0)),
-            b_zero1.eq(~dec_b.inf & ~dec_b.nan & (dec_b.sig == 0)),
-        ]
-
         # S2: the product leaves the multiplier's output register; its class beside it.
-        psig = mult.p[:22]
-        pexp = Signal(signed(7))
-        psign, pinf, pnan = Signal(), Signal(), Signal()
-        m.d.sync += [
-            pexp.eq(da.exp + db.exp),
-            psign.eq(da.sign ^ db.sign),
-            pinf.eq(da.inf | db.inf),
-            pnan.eq(da.nan | db.nan | (da.inf & b_zero1) | (db.inf & a_zero1)),
-        ]
+        psig, pexp, psign, pinf, pnan = registered_product(m, a0, b0, a_is_int, b_is_int,
+                                                           primitive=self._primitive)
 
         # S3: the product's leading-zero count.
         psig3, lz3 = Signal(22), Signal(5)

@@ -128,6 +128,25 @@ def test_credits_hold_only_result_commands():
     check_credits_hold(dut, prog, depth=depth, wait=60)
 
 
+def run_noting_error(dut, prog, beats):
+    """Run ``prog`` until ``beats`` results have arrived; the decoded results and the value of
+    ``error`` as each one was taken."""
+    words = command_words(dut.cmd.payload.shape(), prog)
+    got, errors = [], []
+
+    async def producer(ctx):
+        for w in words:
+            await stream_put(ctx, dut.cmd, w)
+
+    async def consumer(ctx):
+        while len(got) < beats:
+            got.append(await stream_get(ctx, dut.res))
+            errors.append(ctx.get(dut.error))
+
+    run_simulation(dut, [producer, consumer])
+    return results_from_words(dut.res.payload.shape(), got), errors
+
+
 def test_hazard_and_unsupported_format_ecp5():
     cfg = NPUConfig(macs=2, acc_slots=2, formats=("fp16",), mac_impl="ecp5")
     prog = empty_program(8, cfg.macs)
@@ -138,20 +157,7 @@ def test_hazard_and_unsupported_format_ecp5():
     prog["data"][:] = 0x3C00
     prog["coef"][:, :] = 0x3C00
     dut = MacArrayECP5(cfg, primitive=False)
-    words = command_words(dut.cmd.payload.shape(), prog)
-    got, errors = [], []
-
-    async def producer(ctx):
-        for w in words:
-            await stream_put(ctx, dut.cmd, w)
-
-    async def consumer(ctx):
-        while len(got) < 2:
-            got.append(await stream_get(ctx, dut.res))
-            errors.append(ctx.get(dut.error))
-
-    run_simulation(dut, [producer, consumer])
-    values = results_from_words(dut.res.payload.shape(), got)
+    values, errors = run_noting_error(dut, prog, 2)
     expected, _ = run_mac_program(prog, cfg.macs, cfg.acc_slots, cfg.formats)
     assert not compare_results(expected, values)
     assert list(values[0][2]) == [0, 0] and int(values[1][2][0]) == 0x40E0_0000  # 7.0

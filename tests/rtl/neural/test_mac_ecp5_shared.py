@@ -21,7 +21,7 @@ from npu_spec.config import NPUConfig, preset
 
 from . import test_mac as generic
 from .test_mac import check
-from .test_mac_ecp5 import check_credits_hold
+from .test_mac_ecp5 import check_credits_hold, run_noting_error
 
 ULX3S = preset("ulx3s")
 EIGHT = ULX3S.replace(macs=8)                   # two float units of 4 lanes
@@ -144,20 +144,7 @@ def test_unsupported_format_shared(formats, bad_fmt):
     prog["data"][:] = one
     prog["coef"][:, :] = one
     dut = MacArrayECP5Shared(cfg, primitive=False)
-    words = command_words(dut.cmd.payload.shape(), prog)
-    got, errors = [], []
-
-    async def producer(ctx):
-        for w in words:
-            await stream_put(ctx, dut.cmd, w)
-
-    async def consumer(ctx):
-        while len(got) < 2:
-            got.append(await stream_get(ctx, dut.res))
-            errors.append(ctx.get(dut.error))
-
-    run_simulation(dut, [producer, consumer])
-    values = results_from_words(dut.res.payload.shape(), got)
+    values, errors = run_noting_error(dut, prog, 2)
     expected, _ = run_mac_program(prog, cfg.macs, cfg.acc_slots, cfg.formats)
     assert not compare_results(expected, values)
     assert list(values[0][2]) == [0] * cfg.macs
