@@ -11,7 +11,7 @@ import numpy as np
 from npu_model.mac import FMT, OP, empty_program, program_beats
 
 __all__ = ["FORMAT_CHOICES", "random_program", "command_words", "results_from_words",
-           "run_amaranth", "compare_results"]
+           "run_amaranth", "run_timed", "compare_results"]
 
 #: ``--format`` choices of ``npu sim mac`` and the command formats each one draws from.
 FORMAT_CHOICES = {
@@ -199,6 +199,47 @@ def run_amaranth(config, program, *, seed=0, stall=0.3, vcd=None):
 
     run_simulation(dut, [producer, consumer, clock_count], vcd=vcd)
     return results_from_words(res_layout, got), sim_cycles[0]
+
+
+def run_timed(dut, program, results_wanted):
+    """Offer ``program``'s commands to the MAC array ``dut`` back to back (no gaps) with the
+    consumer always ready, until ``results_wanted`` results have arrived.
+
+    Returns ``(accepted, results, got)``: the cycle of every command handshake, the cycle of
+    every result beat, and the decoded results (:func:`results_from_words`).
+    """
+    from .streams import run_simulation
+
+    words = command_words(dut.cmd.payload.shape(), program)
+    accepted, results, beats = [], [], []
+
+    async def producer(ctx):
+        cycle = 0
+        for w in words:
+            ctx.set(dut.cmd.valid, 1)
+            ctx.set(dut.cmd.payload.as_value(), w)
+            while True:
+                _, _, ready = await ctx.tick().sample(dut.cmd.ready)
+                if ready:
+                    accepted.append(cycle)
+                cycle += 1
+                if ready:
+                    break
+        ctx.set(dut.cmd.valid, 0)
+
+    async def consumer(ctx):
+        ctx.set(dut.res.ready, 1)
+        cycle = 0
+        while len(results) < results_wanted:
+            _, _, valid, word = await ctx.tick().sample(dut.res.valid,
+                                                        dut.res.payload.as_value())
+            if valid:
+                results.append(cycle)
+                beats.append(word)
+            cycle += 1
+
+    run_simulation(dut, [producer, consumer])
+    return accepted, results, results_from_words(dut.res.payload.shape(), beats)
 
 
 def compare_results(expected, actual, limit=10):

@@ -306,15 +306,18 @@ def decode_operand(m, bits, is_int8, name):
     return op
 
 
-def product_to_f32(m, sign, sig, exp, inf, nan, name):
+def product_to_f32(m, sign, sig, exp, inf, nan, name, *, lz=None):
     """Combinational binary32 bits of the exact product ``(-1)**sign * sig * 2**exp``.
 
     ``sig`` is the 22-bit product of two 11-bit significands and ``exp`` the sum of their
     exponents; every such value is a normal binary32 number (or zero), so no rounding occurs.
     ``nan`` and ``inf`` are the product's class (``inf * 0`` already folded into ``nan``).
+    ``lz`` is ``sig``'s leading-zero count if computed (and registered) earlier; by default
+    it is counted here.
     """
     out = Signal(32, name=name)
-    lz = count_leading_zeros(m, sig, name=f"{name}_lz")
+    if lz is None:
+        lz = count_leading_zeros(m, sig, name=f"{name}_lz")
     norm = Signal(22)
     m.d.comb += norm.eq(sig << lz)
     biased = Signal(signed(10))

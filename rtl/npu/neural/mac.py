@@ -18,7 +18,8 @@ from ..lib.fp32 import FP32AddPipe, Operand, decode_operand, product_to_f32
 from ..lib.shared import SharedModule
 from .layouts import MacFormat, MacOp, mac_command_layout, mac_result_layout, slot_shape
 
-__all__ = ["MacUnit", "MacArray", "mac_array_signature", "format_supported", "pipeline_stages"]
+__all__ = ["MacUnit", "MacArray", "mac_array_signature", "format_supported", "pipeline_stages",
+           "check_array_config", "lane_operands", "sticky_error", "slot_window", "slot_hazard"]
 
 
 def _control_layout(slots):
@@ -291,6 +292,66 @@ def mac_array_signature(config):
     })
 
 
+# Pieces every MAC array implementation builds the same way (``docs/mac.md``).
+
+def check_array_config(config):
+    """Raise ``TypeError`` unless ``config`` is an :class:`NPUConfig`."""
+    if not isinstance(config, NPUConfig):
+        raise TypeError(f"config must be an NPUConfig, not {config!r}")
+
+
+def lane_operands(cmd, i):
+    """Lane ``i``'s data and coefficient operands of the command payload ``cmd``: the
+    broadcast coefficient, or in dual-kernel mode the even/odd pairing (lanes 2j and 2j+1 take
+    ``data[j]`` with ``coef[0]`` and ``coef[1]``)."""
+    return (Mux(cmd.dual, cmd.data[i // 2], cmd.data[i]),
+            Mux(cmd.dual & (i % 2 == 1), cmd.coef[1], cmd.coef[0]))
+
+
+def sticky_error(m, array, accept, supported):
+    """Drive ``array.error``: set by an accepted command of a format the build leaves out,
+    cleared by ``array.error_clear``."""
+    with m.If(array.error_clear):
+        m.d.sync += array.error.eq(0)
+    with m.If(accept & ~supported):
+        m.d.sync += array.error.eq(1)
+
+
+def _sync_when(m, en, statements):
+    """``statements`` into the sync domain, under ``en`` unless it is ``None``."""
+    if en is None:
+        m.d.sync += statements
+    else:
+        with m.If(en):
+            m.d.sync += statements
+
+
+def slot_window(m, valid, slot, count, slots, *, en=None):
+    """``[(valid, slot)]`` followed by ``count`` ``(valid, slot)`` registers shadowing it
+    stage by stage (advancing while ``en``, or in every cycle if ``en`` is ``None``)."""
+    window = [(valid, slot)]
+    for i in range(count):
+        next_valid = Signal(name=f"hz_valid{i}")
+        next_slot = Signal(slot_shape(slots), name=f"hz_slot{i}")
+        _sync_when(m, en, [next_valid.eq(valid), next_slot.eq(slot)])
+        window.append((next_valid, next_slot))
+        valid, slot = next_valid, next_slot
+    return window
+
+
+def slot_hazard(m, cmd, window, slots, *, en=None):
+    """The read-after-write interlock: a registered per-slot ``busy`` mask of the slots written
+    by the ``(valid, slot)`` pairs of ``window`` (updated while ``en``, or in every cycle if
+    ``en`` is ``None``); returns the condition under which the command ``cmd`` must wait
+    (it reads a busy slot; a command seeding from the bias reads nothing)."""
+    busy = Signal(slots)
+    next_busy = 0
+    for valid, slot in window:
+        next_busy = next_busy | Mux(valid, 1 << slot, 0)
+    _sync_when(m, en, busy.eq(next_busy))
+    return busy.bit_select(cmd.slot, 1) & ~cmd.first
+
+
 class MacArray(wiring.Component):
     """``config.macs`` MAC units on one command stream, with broadcast coefficients.
 
@@ -327,8 +388,7 @@ class MacArray(wiring.Component):
     """
 
     def __init__(self, config, *, unit=None):
-        if not isinstance(config, NPUConfig):
-            raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        check_array_config(config)
         if unit is not None and not (isinstance(unit, SharedModule)
                                      and isinstance(unit.component, MacUnit)
                                      and unit.component.config == config):
@@ -377,15 +437,9 @@ class MacArray(wiring.Component):
             # A command entering S0 and those in S0..S<hazard-2> are the window next cycle.
             # (A killed command marks its slot too: harmless, and it keeps the format decode
             # out of this loop.)
-            window = [(units[0].valid, units[0].slot)]
-            window += self._early_control(m, units[0], hazard_stages - 1)
-            busy = Signal(cfg.acc_slots)
-            next_busy = 0
-            for valid, slot in window:
-                next_busy = next_busy | Mux(valid, 1 << slot, 0)
-            with m.If(en):
-                m.d.sync += busy.eq(next_busy)
-            m.d.comb += hazard.eq(busy.bit_select(cmd.slot, 1) & ~cmd.first)
+            window = slot_window(m, units[0].valid, units[0].slot, hazard_stages - 1,
+                                 cfg.acc_slots, en=units[0].en)
+            m.d.comb += hazard.eq(slot_hazard(m, cmd, window, cfg.acc_slots, en=en))
 
         supported = format_supported(m, cfg, cmd.fmt)
 
@@ -395,13 +449,11 @@ class MacArray(wiring.Component):
             accept.eq(self.cmd.valid & self.cmd.ready),
             self.active.eq(accept),
         ]
-        with m.If(self.error_clear):
-            m.d.sync += self.error.eq(0)
-        with m.If(accept & ~supported):
-            m.d.sync += self.error.eq(1)
+        sticky_error(m, self, accept, supported)
 
         # Operand routing: broadcast coefficient, or the even/odd dual-kernel pairing.
         for i, unit in enumerate(units):
+            a, b = lane_operands(cmd, i)
             m.d.comb += [
                 unit.flush.eq(self.flush),
                 unit.en.eq(en),
@@ -413,8 +465,8 @@ class MacArray(wiring.Component):
                 unit.first.eq(cmd.first),
                 unit.last.eq(cmd.last),
                 unit.bias.eq(cmd.bias),
-                unit.a.eq(Mux(cmd.dual, cmd.data[i // 2], cmd.data[i])),
-                unit.b.eq(Mux(cmd.dual & (i % 2 == 1), cmd.coef[1], cmd.coef[0])),
+                unit.a.eq(a),
+                unit.b.eq(b),
                 self.res.payload.acc[i].eq(unit.result),
             ]
         m.d.comb += [
@@ -424,17 +476,3 @@ class MacArray(wiring.Component):
         # Instances of a shared unit are outside the reach of a ResetInserter: the units get
         # the flush on their port, everything here through the inserter.
         return ResetInserter(self.flush)(m)
-
-    def _early_control(self, m, unit, count):
-        """``(valid, slot)`` registers shadowing the first ``count`` stages of ``unit``."""
-        shadows = []
-        prev_valid, prev_slot = unit.valid, unit.slot
-        for i in range(count):
-            valid = Signal(name=f"hz_valid{i}")
-            slot = Signal(slot_shape(self._config.acc_slots), name=f"hz_slot{i}")
-            with m.If(unit.en):
-                m.d.sync += [valid.eq(prev_valid), slot.eq(prev_slot)]
-            shadows.append((valid, slot))
-            prev_valid, prev_slot = valid, slot
-        return shadows
-

@@ -21,21 +21,30 @@ bit for bit the same results; ``docs/mac.md``), built differently:
 everything else is the same circuit.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
-from npu_spec.formats import F32_NEG_INF, F32_POS_INF, F32_QNAN
 
 from ..lib.ecp5_dsp import Mult18x18D
-from ..lib.fp32 import Operand, count_leading_zeros, decode_operand
+from ..lib.fp32 import Operand, count_leading_zeros, decode_operand, product_to_f32
 from ..lib.fp32_deep import FP32AddDeep
 from .layouts import MacFormat, MacOp, mac_result_layout, slot_shape
-from .mac import MacUnit, format_supported, mac_array_signature
+from .mac import (
+    MacUnit,
+    check_array_config,
+    format_supported,
+    lane_operands,
+    mac_array_signature,
+    slot_hazard,
+    slot_window,
+    sticky_error,
+)
 
-__all__ = ["MacLaneECP5", "MacArrayECP5", "ecp5_stages"]
+__all__ = ["MacLaneECP5", "MacArrayECP5", "ecp5_stages", "queue_depth_or_default",
+           "credit_queue", "registered_product"]
 
 
 def ecp5_stages():
@@ -47,6 +56,85 @@ def ecp5_stages():
     stages (8 interleaved slots run at one command per cycle)."""
     read_stage, write_stage = 4, 6 + FP32AddDeep.LATENCY
     return read_stage, write_stage, write_stage - read_stage - 1
+
+
+def queue_depth_or_default(queue_depth, latency):
+    """The result queue depth of an ECP5 array: ``queue_depth``, or by default ``latency + 1``
+    rounded up to a power of two; ``ValueError`` unless a positive integer."""
+    if queue_depth is None:
+        queue_depth = 1 << latency.bit_length()
+    if not isinstance(queue_depth, int) or queue_depth < 1:
+        raise ValueError(f"queue_depth must be a positive integer, not {queue_depth!r}")
+    return queue_depth
+
+
+def credit_queue(m, array, out_ctl, results, *, write, accept, credit):
+    """The result queue of an ECP5 array and its credits.
+
+    The queue (``array.queue_depth`` entries) takes ``results`` (one per lane) with the format
+    and slot of ``out_ctl`` when ``write`` is high, and feeds ``array.res``. Entries are
+    reserved by accepted (``accept``) commands with ``last`` until their result leaves the
+    queue; the register ``credit`` (a free entry exists) is driven here, so ``ready`` stays
+    short."""
+    cfg = array.config
+    res_layout = mac_result_layout(cfg.macs, cfg.acc_slots)
+    m.submodules.queue = queue = fifo.SyncFIFO(width=res_layout.size,
+                                               depth=array.queue_depth)
+    entry = Signal(res_layout)
+    m.d.comb += [
+        entry.fmt.eq(out_ctl.fmt),
+        entry.slot.eq(out_ctl.slot),
+        queue.w_data.eq(entry),
+        queue.w_en.eq(write),
+        array.res.valid.eq(queue.r_rdy),
+        array.res.payload.eq(queue.r_data),
+        queue.r_en.eq(array.res.ready),
+    ]
+    for i, result in enumerate(results):
+        m.d.comb += entry.acc[i].eq(result)
+
+    reserved = Signal(range(array.queue_depth + 1))
+    take = Signal()
+    pop = Signal()
+    m.d.comb += [take.eq(accept & array.cmd.payload.last),
+                 pop.eq(array.res.valid & array.res.ready)]
+    next_reserved = Signal.like(reserved)
+    m.d.comb += next_reserved.eq(reserved + take - pop)
+    m.d.sync += [reserved.eq(next_reserved),
+                 credit.eq(next_reserved < array.queue_depth)]
+
+
+def registered_product(m, a0, b0, a_is_int, b_is_int, *, primitive):
+    """Stages S1 and S2 of an ECP5 float lane: decode the registered operands ``a0`` and
+    ``b0`` (int8 where ``a_is_int`` / ``b_is_int``), their significands into the input
+    registers of a ``MULT18X18D`` (submodule ``mult``), and the product's class registered
+    beside its output register. Returns the product in S2 as ``(sig, exp, sign, inf, nan)``."""
+    dec_a = decode_operand(m, a0, a_is_int, name="dec_a")
+    dec_b = decode_operand(m, b0, b_is_int, name="dec_b")
+    m.submodules.mult = mult = Mult18x18D(primitive=primitive)
+    m.d.comb += [mult.a.eq(dec_a.sig), mult.b.eq(dec_b.sig)]
+    da = Signal(Operand)
+    db = Signal(Operand)
+    a_zero1 = Signal()
+    b_zero1 = Signal()
+    m.d.sync += [
+        da.eq(dec_a), db.eq(dec_b),
+        a_zero1.eq(~dec_a.inf & ~dec_a.nan & (dec_a.sig == 0)),
+        b_zero1.eq(~dec_b.inf & ~dec_b.nan & (dec_b.sig == 0)),
+    ]
+
+    # S2: the product leaves the multiplier's output register; its class beside it.
+    pexp = Signal(signed(7))
+    psign = Signal()
+    pinf = Signal()
+    pnan = Signal()
+    m.d.sync += [
+        pexp.eq(da.exp + db.exp),
+        psign.eq(da.sign ^ db.sign),
+        pinf.eq(da.inf | db.inf),
+        pnan.eq(da.nan | db.nan | (da.inf & b_zero1) | (db.inf & a_zero1)),
+    ]
+    return mult.p[:22], pexp, psign, pinf, pnan
 
 
 def _control_layout(slots):
@@ -158,32 +246,8 @@ class MacLaneECP5(wiring.Component):
             a_is_int = b_is_int = fmt0 == MacFormat.INT8
         if not cfg.has_int8:
             a_is_int = b_is_int = 0
-        dec_a = decode_operand(m, a0, a_is_int, name="dec_a")
-        dec_b = decode_operand(m, b0, b_is_int, name="dec_b")
-        m.submodules.mult = mult = Mult18x18D(primitive=self._primitive)
-        m.d.comb += [mult.a.eq(dec_a.sig), mult.b.eq(dec_b.sig)]
-        da = Signal(Operand)
-        db = Signal(Operand)
-        a_zero1 = Signal()
-        b_zero1 = Signal()
-        m.d.sync += [
-            da.eq(dec_a), db.eq(dec_b),
-            a_zero1.eq(~dec_a.inf & ~dec_a.nan & (dec_a.sig == 0)),
-            b_zero1.eq(~dec_b.inf & ~dec_b.nan & (dec_b.sig == 0)),
-        ]
-
-        # S2: the product leaves the multiplier's output register; its class beside it.
-        psig = mult.p[:22]
-        pexp = Signal(signed(7))
-        psign = Signal()
-        pinf = Signal()
-        pnan = Signal()
-        m.d.sync += [
-            pexp.eq(da.exp + db.exp),
-            psign.eq(da.sign ^ db.sign),
-            pinf.eq(da.inf | db.inf),
-            pnan.eq(da.nan | db.nan | (da.inf & b_zero1) | (db.inf & a_zero1)),
-        ]
+        psig, pexp, psign, pinf, pnan = registered_product(m, a0, b0, a_is_int, b_is_int,
+                                                           primitive=self._primitive)
 
         # S3: the product's leading-zero count and its int32 value.
         psig3 = Signal(22)
@@ -201,18 +265,7 @@ class MacLaneECP5(wiring.Component):
 
         # S4: the exact product as binary32 bits (normalising shift and exponent; every
         # product is a normal number or zero, so nothing rounds), or the int32 value.
-        norm = Signal(22)
-        biased = Signal(signed(10))
-        m.d.comb += [norm.eq(psig3 << lz3), biased.eq(pexp3 - lz3 + (21 + 127))]
-        pf32 = Signal(32)
-        with m.If(pnan3):
-            m.d.comb += pf32.eq(F32_QNAN)
-        with m.Elif(pinf3):
-            m.d.comb += pf32.eq(Mux(psign3, F32_NEG_INF, F32_POS_INF))
-        with m.Elif(psig3 == 0):
-            m.d.comb += pf32.eq(psign3 << 31)
-        with m.Else():
-            m.d.comb += pf32.eq(Cat(Const(0, 2), norm[:21], biased[:8], psign3))
+        pf32 = product_to_f32(m, psign3, psig3, pexp3, pinf3, pnan3, "pf32", lz=lz3)
         p3 = Signal(32)
         m.d.sync += p3.eq(Mux(ctl[read_stage - 1].fmt == MacFormat.INT8, pint3, pf32))
 
@@ -260,18 +313,13 @@ class MacArrayECP5(wiring.Component):
     """
 
     def __init__(self, config, *, primitive=True, queue_depth=None):
-        if not isinstance(config, NPUConfig):
-            raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        check_array_config(config)
         if not config.has_float:
             raise ValueError(f"the ECP5 MAC array needs a float format; the int8-only build "
                              f"{config.formats!r} uses the generic MAC array")
         self._config = config
         self._primitive = primitive
-        if queue_depth is None:
-            queue_depth = 1 << self.latency.bit_length()
-        if not isinstance(queue_depth, int) or queue_depth < 1:
-            raise ValueError(f"queue_depth must be a positive integer, not {queue_depth!r}")
-        self._queue_depth = queue_depth
+        self._queue_depth = queue_depth_or_default(queue_depth, self.latency)
         super().__init__(mac_array_signature(config))
 
     @property
@@ -297,55 +345,19 @@ class MacArrayECP5(wiring.Component):
         for i, lane in enumerate(lanes):
             m.submodules[f"mac{i}"] = lane
 
-        # Result queue: written as a command with `last` leaves the lanes.
-        res_layout = mac_result_layout(cfg.macs, cfg.acc_slots)
-        m.submodules.queue = queue = fifo.SyncFIFO(width=res_layout.size,
-                                                   depth=self._queue_depth)
+        # Result queue: written as a command with `last` leaves the lanes; its credits.
         out_ctl = lanes[0].out
-        entry = Signal(res_layout)
-        m.d.comb += [
-            entry.fmt.eq(out_ctl.fmt),
-            entry.slot.eq(out_ctl.slot),
-            queue.w_data.eq(entry),
-            queue.w_en.eq(out_ctl.valid & out_ctl.last),
-            self.res.valid.eq(queue.r_rdy),
-            self.res.payload.eq(queue.r_data),
-            queue.r_en.eq(self.res.ready),
-        ]
-        for i, lane in enumerate(lanes):
-            m.d.comb += entry.acc[i].eq(lane.result)
-
-        # Credits: entries reserved by accepted commands with `last` until their result leaves
-        # the queue. `credit` (a free entry exists) is a register, so `ready` stays short.
-        reserved = Signal(range(self._queue_depth + 1))
         credit = Signal(init=1)
         accept = Signal()
-        take = Signal()
-        pop = Signal()
-        m.d.comb += [take.eq(accept & cmd.last), pop.eq(self.res.valid & self.res.ready)]
-        next_reserved = Signal.like(reserved)
-        m.d.comb += next_reserved.eq(reserved + take - pop)
-        m.d.sync += [reserved.eq(next_reserved),
-                     credit.eq(next_reserved < self._queue_depth)]
+        credit_queue(m, self, out_ctl, [lane.result for lane in lanes],
+                     write=out_ctl.valid & out_ctl.last, accept=accept, credit=credit)
 
         # Read-after-write interlock, as in the generic array: a registered per-slot `busy`
         # mask of the slots written by commands in the first `hazard` stages.
         hazard = Signal()
         if hazard_stages:
-            window = [(accept, cmd.slot)]
-            prev_valid, prev_slot = accept, cmd.slot
-            for i in range(hazard_stages - 1):
-                valid = Signal(name=f"hz_valid{i}")
-                slot = Signal(slot_shape(cfg.acc_slots), name=f"hz_slot{i}")
-                m.d.sync += [valid.eq(prev_valid), slot.eq(prev_slot)]
-                window.append((valid, slot))
-                prev_valid, prev_slot = valid, slot
-            busy = Signal(cfg.acc_slots)
-            next_busy = 0
-            for valid, slot in window:
-                next_busy = next_busy | Mux(valid, 1 << slot, 0)
-            m.d.sync += busy.eq(next_busy)
-            m.d.comb += hazard.eq(busy.bit_select(cmd.slot, 1) & ~cmd.first)
+            window = slot_window(m, accept, cmd.slot, hazard_stages - 1, cfg.acc_slots)
+            m.d.comb += hazard.eq(slot_hazard(m, cmd, window, cfg.acc_slots))
 
         supported = format_supported(m, cfg, cmd.fmt)
         m.d.comb += [
@@ -353,13 +365,11 @@ class MacArrayECP5(wiring.Component):
             accept.eq(self.cmd.valid & self.cmd.ready),
             self.active.eq(accept),
         ]
-        with m.If(self.error_clear):
-            m.d.sync += self.error.eq(0)
-        with m.If(accept & ~supported):
-            m.d.sync += self.error.eq(1)
+        sticky_error(m, self, accept, supported)
 
         # Operand routing: broadcast coefficient, or the even/odd dual-kernel pairing.
         for i, lane in enumerate(lanes):
+            a, b = lane_operands(cmd, i)
             m.d.comb += [
                 lane.valid.eq(accept),
                 lane.kill.eq(~supported),
@@ -369,7 +379,7 @@ class MacArrayECP5(wiring.Component):
                 lane.first.eq(cmd.first),
                 lane.last.eq(cmd.last),
                 lane.bias.eq(cmd.bias),
-                lane.a.eq(Mux(cmd.dual, cmd.data[i // 2], cmd.data[i])),
-                lane.b.eq(Mux(cmd.dual & (i % 2 == 1), cmd.coef[1], cmd.coef[0])),
+                lane.a.eq(a),
+                lane.b.eq(b),
             ]
         return ResetInserter(self.flush)(m)

@@ -16,19 +16,26 @@ int8 command or a float sub-beat) takes the same stages, so slots are written an
 leave in command order.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed
-from amaranth.lib import data, fifo, wiring
+from amaranth.hdl import Const, Module, Mux, ResetInserter, Signal, signed
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from npu_spec.config import NPUConfig
-from npu_spec.formats import F32_NEG_INF, F32_POS_INF, F32_QNAN
-
 from ..lib.ecp5_dsp import Mult18x18D
-from ..lib.fp32 import Operand, count_leading_zeros, decode_operand
+from ..lib.fp32 import count_leading_zeros, product_to_f32
 from ..lib.fp32_deep import FP32AddDeep
-from .layouts import MacFormat, MacOp, mac_result_layout, slot_shape
-from .mac import MacUnit, format_supported, mac_array_signature
+from .layouts import MacFormat, MacOp, slot_shape
+from .mac import (
+    MacUnit,
+    check_array_config,
+    format_supported,
+    lane_operands,
+    mac_array_signature,
+    slot_hazard,
+    slot_window,
+    sticky_error,
+)
+from .mac_ecp5 import credit_queue, queue_depth_or_default, registered_product
 
 __all__ = ["FloatUnitECP5", "IntLaneECP5", "MacArrayECP5Shared", "shared_stages"]
 
@@ -108,28 +115,9 @@ class FloatUnitECP5(wiring.Component):
         # S1: decode both operands; the significands go into the multiplier's input registers.
         a_is_int = (fmt0 == MacFormat.I8F16) if self._mixed else Const(0)
         b_is_int = (fmt0 == MacFormat.F16I8) if self._mixed else Const(0)
-        dec_a = decode_operand(m, a0, a_is_int, name="dec_a")
-        dec_b = decode_operand(m, b0, b_is_int, name="dec_b")
-        m.submodules.mult = mult = Mult18x18D(primitive=self._primitive)
-        m.d.comb += [mult.a.eq(dec_a.sig), mult.b.eq(dec_b.sig)]
-        da, db = Signal(Operand), Signal(Operand)
-        a_zero1, b_zero1 = Signal(), Signal()
-        m.d.sync += [
-            da.eq(dec_a), db.eq(dec_b),
-            a_zero1.eq(~dec_a.inf & ~dec_a.nan & (dec_a.sig == 0)),
-            b_zero1.eq(~dec_b.inf & ~dec_b.nan & (dec_b.sig == 0)),
-        ]
-
         # S2: the product leaves the multiplier's output register; its class beside it.
-        psig = mult.p[:22]
-        pexp = Signal(signed(7))
-        psign, pinf, pnan = Signal(), Signal(), Signal()
-        m.d.sync += [
-            pexp.eq(da.exp + db.exp),
-            psign.eq(da.sign ^ db.sign),
-            pinf.eq(da.inf | db.inf),
-            pnan.eq(da.nan | db.nan | (da.inf & b_zero1) | (db.inf & a_zero1)),
-        ]
+        psig, pexp, psign, pinf, pnan = registered_product(m, a0, b0, a_is_int, b_is_int,
+                                                           primitive=self._primitive)
 
         # S3: the product's leading-zero count.
         psig3, lz3 = Signal(22), Signal(5)
@@ -142,18 +130,7 @@ class FloatUnitECP5(wiring.Component):
 
         # S4: the exact product as binary32 bits (every product is normal or zero, nothing
         # rounds) and the accumulator input.
-        norm = Signal(22)
-        biased = Signal(signed(10))
-        m.d.comb += [norm.eq(psig3 << lz3), biased.eq(pexp3 - lz3 + (21 + 127))]
-        pf32 = Signal(32)
-        with m.If(pnan3):
-            m.d.comb += pf32.eq(F32_QNAN)
-        with m.Elif(pinf3):
-            m.d.comb += pf32.eq(Mux(psign3, F32_NEG_INF, F32_POS_INF))
-        with m.Elif(psig3 == 0):
-            m.d.comb += pf32.eq(psign3 << 31)
-        with m.Else():
-            m.d.comb += pf32.eq(Cat(Const(0, 2), norm[:21], biased[:8], psign3))
+        pf32 = product_to_f32(m, psign3, psig3, pexp3, pinf3, pnan3, "pf32", lz=lz3)
         p4, addend4 = Signal(32), Signal(32)
         m.d.sync += [p4.eq(pf32), addend4.eq(self.addend)]
 
@@ -283,15 +260,10 @@ class MacArrayECP5Shared(wiring.Component):
     """
 
     def __init__(self, config, *, primitive=None, queue_depth=None):
-        if not isinstance(config, NPUConfig):
-            raise TypeError(f"config must be an NPUConfig, not {config!r}")
+        check_array_config(config)
         self._config = config
         self._primitive = primitive
-        if queue_depth is None:
-            queue_depth = 1 << self.latency.bit_length()
-        if not isinstance(queue_depth, int) or queue_depth < 1:
-            raise ValueError(f"queue_depth must be a positive integer, not {queue_depth!r}")
-        self._queue_depth = queue_depth
+        self._queue_depth = queue_depth_or_default(queue_depth, self.latency)
         super().__init__(mac_array_signature(config))
 
     @property
@@ -345,10 +317,7 @@ class MacArrayECP5Shared(wiring.Component):
         with m.If(issue & multi):
             m.d.sync += sub.eq(Mux(final, 0, sub + 1))
 
-        with m.If(self.error_clear):
-            m.d.sync += self.error.eq(0)
-        with m.If(accept & ~supported):
-            m.d.sync += self.error.eq(1)
+        sticky_error(m, self, accept, supported)
 
         # Control travels down one shared pipeline; every register advances in every cycle.
         ctl = [Signal(layout, name=f"ctl{i}") for i in range(RESULT + 1)]
@@ -364,8 +333,15 @@ class MacArrayECP5Shared(wiring.Component):
         m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, INT_READ)]
 
         lanes = self._lanes(m, ctl, bias, sub, share)
-        self._queue_and_credits(m, lanes, ctl[RESULT], accept, credit)
-        self._interlock(m, issue, hazard)
+        out_ctl = ctl[RESULT]
+        credit_queue(m, self, out_ctl, [lane.result for lane in lanes],
+                     write=out_ctl.valid & out_ctl.last & out_ctl.final, accept=accept,
+                     credit=credit)
+        # The interlock: a reader waits before its first entry while a writer of its slot is
+        # in one of the first `hazard` stages.
+        _, _, hazard_stages = shared_stages()
+        window = slot_window(m, issue, cmd.slot, hazard_stages - 1, cfg.acc_slots)
+        m.d.comb += hazard.eq(slot_hazard(m, cmd, window, cfg.acc_slots))
         return ResetInserter(self.flush)(m)
 
     def _lanes(self, m, ctl, bias, sub, share):
@@ -388,10 +364,9 @@ class MacArrayECP5Shared(wiring.Component):
             ]
         c8 = ctl[INT_READ - 1]
         for i, lane in enumerate(lanes):
-            lo = Mux(cmd.dual, cmd.data[i // 2], cmd.data[i])[:8]
-            co = Mux(cmd.dual & (i % 2 == 1), cmd.coef[1], cmd.coef[0])[:8]
+            lo, co = lane_operands(cmd, i)
             m.d.comb += [
-                lane.a.eq(lo), lane.b.eq(co),
+                lane.a.eq(lo[:8]), lane.b.eq(co[:8]),
                 lane.rd_slot.eq(c8.slot), lane.rd_first.eq(c8.first), lane.bias.eq(bias[-1]),
                 lane.op.eq(c10.op), lane.load.eq(load[i % share]),
                 lane.use_float.eq(c10.float), lane.kill.eq(c10.kill),
@@ -408,12 +383,9 @@ class MacArrayECP5Shared(wiring.Component):
             a_sel, b_sel, f_data = Signal(16), Signal(16), Signal(32)
             with m.Switch(sub):
                 for k in range(share):
-                    i = g * share + k
+                    a_k, b_k = lane_operands(cmd, g * share + k)
                     with m.Case(k):
-                        m.d.comb += [
-                            a_sel.eq(Mux(cmd.dual, cmd.data[i // 2], cmd.data[i])),
-                            b_sel.eq(Mux(cmd.dual & (i % 2 == 1), cmd.coef[1], cmd.coef[0])),
-                        ]
+                        m.d.comb += [a_sel.eq(a_k), b_sel.eq(b_k)]
             with m.Switch(c3.sub):
                 for k in range(share):
                     with m.Case(k):
@@ -425,53 +397,3 @@ class MacArrayECP5Shared(wiring.Component):
             for k in range(share):
                 m.d.comb += lanes[g * share + k].f_result.eq(unit.result)
         return lanes
-
-    def _queue_and_credits(self, m, lanes, out_ctl, accept, credit):
-        """The result queue, written as a command's last entry leaves S11, and the credits:
-        entries reserved by accepted commands with ``last`` until their result leaves."""
-        cfg = self._config
-        res_layout = mac_result_layout(cfg.macs, cfg.acc_slots)
-        m.submodules.queue = queue = fifo.SyncFIFO(width=res_layout.size,
-                                                   depth=self._queue_depth)
-        entry = Signal(res_layout)
-        m.d.comb += [
-            entry.fmt.eq(out_ctl.fmt),
-            entry.slot.eq(out_ctl.slot),
-            queue.w_data.eq(entry),
-            queue.w_en.eq(out_ctl.valid & out_ctl.last & out_ctl.final),
-            self.res.valid.eq(queue.r_rdy),
-            self.res.payload.eq(queue.r_data),
-            queue.r_en.eq(self.res.ready),
-        ]
-        for i, lane in enumerate(lanes):
-            m.d.comb += entry.acc[i].eq(lane.result)
-
-        reserved = Signal(range(self._queue_depth + 1))
-        take, pop = Signal(), Signal()
-        m.d.comb += [take.eq(accept & self.cmd.payload.last),
-                     pop.eq(self.res.valid & self.res.ready)]
-        next_reserved = Signal.like(reserved)
-        m.d.comb += next_reserved.eq(reserved + take - pop)
-        m.d.sync += [reserved.eq(next_reserved),
-                     credit.eq(next_reserved < self._queue_depth)]
-
-    def _interlock(self, m, issue, hazard):
-        """A registered per-slot ``busy`` mask of the slots written by the entries in the first
-        ``hazard`` stages; a command reading a busy slot waits before its first entry."""
-        cfg = self._config
-        cmd = self.cmd.payload
-        _, _, hazard_stages = shared_stages()
-        window = [(issue, cmd.slot)]
-        prev_valid, prev_slot = issue, cmd.slot
-        for i in range(hazard_stages - 1):
-            valid = Signal(name=f"hz_valid{i}")
-            slot = Signal(slot_shape(cfg.acc_slots), name=f"hz_slot{i}")
-            m.d.sync += [valid.eq(prev_valid), slot.eq(prev_slot)]
-            window.append((valid, slot))
-            prev_valid, prev_slot = valid, slot
-        busy = Signal(cfg.acc_slots)
-        next_busy = 0
-        for valid, slot in window:
-            next_busy = next_busy | Mux(valid, 1 << slot, 0)
-        m.d.sync += busy.eq(next_busy)
-        m.d.comb += hazard.eq(busy.bit_select(cmd.slot, 1) & ~cmd.first)

@@ -40,10 +40,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from npu_spec.config import NPUConfig
-
 from .layouts import MacFormat, MacOp, slot_shape
-from .mac import mac_array_signature
+from .mac import check_array_config, mac_array_signature, slot_hazard, sticky_error
 
 __all__ = ["AccSlots", "DualMul8", "Ice40MacArray", "check_config", "ice40_pipeline_stages",
            "is_ice40_platform"]
@@ -212,8 +210,7 @@ def ice40_pipeline_stages(config):
 def check_config(config):
     """Raise if :class:`Ice40MacArray` cannot be built for ``config`` (it must be an
     :class:`NPUConfig` with only the int8 format)."""
-    if not isinstance(config, NPUConfig):
-        raise TypeError(f"config must be an NPUConfig, not {config!r}")
+    check_array_config(config)
     if config.formats != ("int8",):
         raise ValueError(f"The iCE40 MAC array (mac_impl='ice40') computes int8 only; "
                          f"configuration {config.name!r} asks for formats "
@@ -283,15 +280,9 @@ class Ice40MacArray(wiring.Component):
         accept = Signal()
         hazard = Signal()
         if hazard_stages:
-            busy = Signal(cfg.acc_slots)
             window = [(accept, cmd.slot)]
             window += [(ctl[i].valid, slot[i]) for i in range(hazard_stages - 1)]
-            next_busy = 0
-            for valid, index in window:
-                next_busy = next_busy | Mux(valid, 1 << index, 0)
-            with m.If(en):
-                m.d.sync += busy.eq(next_busy)
-            m.d.comb += hazard.eq(busy.bit_select(cmd.slot, 1) & ~cmd.first)
+            m.d.comb += hazard.eq(slot_hazard(m, cmd, window, cfg.acc_slots, en=en))
 
         supported = Signal()
         m.d.comb += [
@@ -300,10 +291,7 @@ class Ice40MacArray(wiring.Component):
             accept.eq(self.cmd.valid & self.cmd.ready),
             self.active.eq(accept),
         ]
-        with m.If(self.error_clear):
-            m.d.sync += self.error.eq(0)
-        with m.If(accept & ~supported):
-            m.d.sync += self.error.eq(1)
+        sticky_error(m, self, accept, supported)
 
         with m.If(en):
             m.d.sync += [

@@ -7,7 +7,7 @@ import pytest
 from npu.neural.mac import MacArray, pipeline_stages
 from npu_model import fp
 from npu_model.mac import FMT, OP, empty_program, run_mac_program
-from npu_sim.mac import command_words, compare_results, random_program, run_amaranth
+from npu_sim.mac import command_words, compare_results, random_program, run_amaranth, run_timed
 from npu_sim.streams import run_simulation, stream_get, stream_put
 from npu_spec.config import NPUConfig, preset
 
@@ -143,33 +143,7 @@ def test_full_rate_and_latency(name, fmt):
     prog["data"][:] = 0x3C00 if fmt == "fp16" else 1
     prog["coef"][:, :] = 0x3C00 if fmt == "fp16" else 1
     dut = MacArray(cfg)
-    words = command_words(dut.cmd.payload.shape(), prog)
-    accepted, results = [], []
-
-    async def producer(ctx):
-        cycle = 0
-        for w in words:
-            ctx.set(dut.cmd.valid, 1)
-            ctx.set(dut.cmd.payload.as_value(), w)
-            while True:
-                _, _, ready = await ctx.tick().sample(dut.cmd.ready)
-                if ready:
-                    accepted.append(cycle)
-                cycle += 1
-                if ready:
-                    break
-        ctx.set(dut.cmd.valid, 0)
-
-    async def consumer(ctx):
-        ctx.set(dut.res.ready, 1)
-        cycle = 0
-        while len(results) < cfg.acc_slots:
-            _, _, valid = await ctx.tick().sample(dut.res.valid)
-            if valid:
-                results.append(cycle)
-            cycle += 1
-
-    run_simulation(dut, [producer, consumer])
+    accepted, results, _ = run_timed(dut, prog, cfg.acc_slots)
     assert accepted == list(range(accepted[0], accepted[0] + n)), "array stalled"
     assert hazard < cfg.acc_slots
     # The handshake cycle plus `latency` cycles later the result is valid.

@@ -8,7 +8,13 @@ import pytest
 from npu.neural.mac_ecp5 import MacArrayECP5, MacLaneECP5, ecp5_stages
 from npu.neural.mac_select import mac_array
 from npu_model.mac import FMT, empty_program, run_mac_program
-from npu_sim.mac import command_words, compare_results, random_program, results_from_words
+from npu_sim.mac import (
+    command_words,
+    compare_results,
+    random_program,
+    results_from_words,
+    run_timed,
+)
 from npu_sim.streams import run_simulation, stream_get, stream_put
 from npu_spec.config import NPUConfig, preset
 
@@ -73,48 +79,17 @@ def test_full_rate_and_latency_ecp5():
     dut = MacArrayECP5(cfg, primitive=False)
     read_stage, write_stage, hazard = ecp5_stages()
     assert dut.latency == write_stage + 1 == 13 and hazard + 1 == cfg.acc_slots
-    words = command_words(dut.cmd.payload.shape(), prog)
-    accepted, results = [], []
-
-    async def producer(ctx):
-        cycle = 0
-        for w in words:
-            ctx.set(dut.cmd.valid, 1)
-            ctx.set(dut.cmd.payload.as_value(), w)
-            while True:
-                _, _, ready = await ctx.tick().sample(dut.cmd.ready)
-                if ready:
-                    accepted.append(cycle)
-                cycle += 1
-                if ready:
-                    break
-        ctx.set(dut.cmd.valid, 0)
-
-    async def consumer(ctx):
-        ctx.set(dut.res.ready, 1)
-        cycle = 0
-        while len(results) < 2 * cfg.acc_slots:
-            _, _, valid = await ctx.tick().sample(dut.res.valid)
-            if valid:
-                results.append(cycle)
-            cycle += 1
-
-    run_simulation(dut, [producer, consumer])
+    accepted, results, _ = run_timed(dut, prog, 2 * cfg.acc_slots)
     assert accepted == list(range(accepted[0], accepted[0] + n)), "array stalled"
     first_last = n - 2 * cfg.acc_slots
     assert results == [accepted[first_last + k] + dut.latency for k in range(2 * cfg.acc_slots)]
 
 
-def test_credits_hold_only_result_commands():
-    """With the consumer stopped, the array takes `queue_depth` commands with `last` and then
-    refuses further ones (but still takes commands without `last`); every result arrives once
-    the consumer resumes, bit for bit equal to the golden model's."""
-    cfg = ECP5.replace(acc_slots=4)
-    depth = 4
-    dut = MacArrayECP5(cfg, primitive=False, queue_depth=depth)
-    n = 24
-    prog = _rotating_program(cfg, n, 0)          # every command has `last`
-    prog["last"][:] = np.arange(n) % 2 == 0       # ... every other one
+def check_credits_hold(dut, prog, *, depth, wait):
+    """Run ``prog`` with the consumer stopped for ``wait`` cycles: by then exactly ``depth``
+    commands with `last` (every other command has it) and the ones without `last` between them
+    are taken; afterwards every result arrives, bit for bit the golden model's."""
+    cfg = dut.config
     words = command_words(dut.cmd.payload.shape(), prog)
     expected, _ = run_mac_program(prog, cfg.macs, cfg.acc_slots, cfg.formats)
     got = []
@@ -127,7 +102,7 @@ def test_credits_hold_only_result_commands():
 
     async def consumer(ctx):
         ctx.set(dut.res.ready, 0)
-        await ctx.tick().repeat(60)
+        await ctx.tick().repeat(wait)
         # Blocked: exactly `depth` result commands and the ones without `last` between them.
         assert len(sent) == 2 * depth
         assert ctx.get(dut.res.valid)
@@ -135,9 +110,41 @@ def test_credits_hold_only_result_commands():
             got.append(await stream_get(ctx, dut.res))
 
     run_simulation(dut, [producer, consumer])
-    assert len(sent) == n
+    assert len(sent) == len(words)
     bad = compare_results(expected, results_from_words(dut.res.payload.shape(), got))
     assert not bad, "\n".join(bad)
+
+
+def test_credits_hold_only_result_commands():
+    """With the consumer stopped, the array takes `queue_depth` commands with `last` and then
+    refuses further ones (but still takes commands without `last`); every result arrives once
+    the consumer resumes, bit for bit equal to the golden model's."""
+    cfg = ECP5.replace(acc_slots=4)
+    depth = 4
+    dut = MacArrayECP5(cfg, primitive=False, queue_depth=depth)
+    n = 24
+    prog = _rotating_program(cfg, n, 0)          # every command has `last`
+    prog["last"][:] = np.arange(n) % 2 == 0       # ... every other one
+    check_credits_hold(dut, prog, depth=depth, wait=60)
+
+
+def run_noting_error(dut, prog, beats):
+    """Run ``prog`` until ``beats`` results have arrived; the decoded results and the value of
+    ``error`` as each one was taken."""
+    words = command_words(dut.cmd.payload.shape(), prog)
+    got, errors = [], []
+
+    async def producer(ctx):
+        for w in words:
+            await stream_put(ctx, dut.cmd, w)
+
+    async def consumer(ctx):
+        while len(got) < beats:
+            got.append(await stream_get(ctx, dut.res))
+            errors.append(ctx.get(dut.error))
+
+    run_simulation(dut, [producer, consumer])
+    return results_from_words(dut.res.payload.shape(), got), errors
 
 
 def test_hazard_and_unsupported_format_ecp5():
@@ -150,20 +157,7 @@ def test_hazard_and_unsupported_format_ecp5():
     prog["data"][:] = 0x3C00
     prog["coef"][:, :] = 0x3C00
     dut = MacArrayECP5(cfg, primitive=False)
-    words = command_words(dut.cmd.payload.shape(), prog)
-    got, errors = [], []
-
-    async def producer(ctx):
-        for w in words:
-            await stream_put(ctx, dut.cmd, w)
-
-    async def consumer(ctx):
-        while len(got) < 2:
-            got.append(await stream_get(ctx, dut.res))
-            errors.append(ctx.get(dut.error))
-
-    run_simulation(dut, [producer, consumer])
-    values = results_from_words(dut.res.payload.shape(), got)
+    values, errors = run_noting_error(dut, prog, 2)
     expected, _ = run_mac_program(prog, cfg.macs, cfg.acc_slots, cfg.formats)
     assert not compare_results(expected, values)
     assert list(values[0][2]) == [0, 0] and int(values[1][2][0]) == 0x40E0_0000  # 7.0

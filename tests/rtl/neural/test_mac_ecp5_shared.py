@@ -9,12 +9,19 @@ import pytest
 from npu.neural.mac_ecp5_shared import MacArrayECP5Shared, shared_stages
 from npu.neural.mac_select import mac_array
 from npu_model.mac import FMT, empty_program, run_mac_program
-from npu_sim.mac import command_words, compare_results, random_program, results_from_words
+from npu_sim.mac import (
+    command_words,
+    compare_results,
+    random_program,
+    results_from_words,
+    run_timed,
+)
 from npu_sim.streams import run_simulation, stream_get, stream_put
 from npu_spec.config import NPUConfig, preset
 
 from . import test_mac as generic
 from .test_mac import check
+from .test_mac_ecp5 import check_credits_hold, run_noting_error
 
 ULX3S = preset("ulx3s")
 EIGHT = ULX3S.replace(macs=8)                   # two float units of 4 lanes
@@ -88,40 +95,6 @@ def _rotating_program(cfg, n, last_from, fmt):
     return prog
 
 
-def _timed_run(dut, prog, results_wanted):
-    """Cycles of each command's handshake and each result's, consumer always ready."""
-    words = command_words(dut.cmd.payload.shape(), prog)
-    accepted, results, beats = [], [], []
-
-    async def producer(ctx):
-        cycle = 0
-        for w in words:
-            ctx.set(dut.cmd.valid, 1)
-            ctx.set(dut.cmd.payload.as_value(), w)
-            while True:
-                _, _, ready = await ctx.tick().sample(dut.cmd.ready)
-                if ready:
-                    accepted.append(cycle)
-                cycle += 1
-                if ready:
-                    break
-        ctx.set(dut.cmd.valid, 0)
-
-    async def consumer(ctx):
-        ctx.set(dut.res.ready, 1)
-        cycle = 0
-        while len(results) < results_wanted:
-            _, _, valid, word = await ctx.tick().sample(dut.res.valid,
-                                                        dut.res.payload.as_value())
-            if valid:
-                results.append(cycle)
-                beats.append(word)
-            cycle += 1
-
-    run_simulation(dut, [producer, consumer])
-    return accepted, results, results_from_words(dut.res.payload.shape(), beats)
-
-
 @pytest.mark.parametrize("fmt", ["int8", "fp16"])
 def test_rate_and_latency_shared(fmt):
     """Rotating over 8 slots: int8 commands one a cycle, float commands one every `fp_share`
@@ -132,7 +105,7 @@ def test_rate_and_latency_shared(fmt):
     dut = MacArrayECP5Shared(cfg, primitive=False)
     _, write_stage, hazard = shared_stages()
     assert write_stage == 11 and dut.latency == 13 and hazard + 1 == cfg.acc_slots
-    accepted, results, got = _timed_run(dut, prog, 2 * cfg.acc_slots)
+    accepted, results, got = run_timed(dut, prog, 2 * cfg.acc_slots)
     step = cfg.fp_share if fmt == "fp16" else 1
     assert accepted == [accepted[0] + step * k for k in range(n)], accepted
     first_last = n - 2 * cfg.acc_slots
@@ -152,27 +125,7 @@ def test_credits_hold_only_result_commands_shared():
     n = 24
     prog = _rotating_program(cfg, n, 0, "fp16")
     prog["last"][:] = np.arange(n) % 2 == 0
-    words = command_words(dut.cmd.payload.shape(), prog)
-    expected, _ = run_mac_program(prog, cfg.macs, cfg.acc_slots, cfg.formats)
-    got, sent = [], []
-
-    async def producer(ctx):
-        for w in words:
-            await stream_put(ctx, dut.cmd, w)
-            sent.append(w)
-
-    async def consumer(ctx):
-        ctx.set(dut.res.ready, 0)
-        await ctx.tick().repeat(100)
-        assert len(sent) == 2 * depth
-        assert ctx.get(dut.res.valid)
-        while len(got) < len(expected):
-            got.append(await stream_get(ctx, dut.res))
-
-    run_simulation(dut, [producer, consumer])
-    assert len(sent) == n
-    bad = compare_results(expected, results_from_words(dut.res.payload.shape(), got))
-    assert not bad, "\n".join(bad)
+    check_credits_hold(dut, prog, depth=depth, wait=100)
 
 
 @pytest.mark.parametrize("formats, bad_fmt", [(("fp16",), "int8"), (("int8",), "fp16")])
@@ -191,20 +144,7 @@ def test_unsupported_format_shared(formats, bad_fmt):
     prog["data"][:] = one
     prog["coef"][:, :] = one
     dut = MacArrayECP5Shared(cfg, primitive=False)
-    words = command_words(dut.cmd.payload.shape(), prog)
-    got, errors = [], []
-
-    async def producer(ctx):
-        for w in words:
-            await stream_put(ctx, dut.cmd, w)
-
-    async def consumer(ctx):
-        while len(got) < 2:
-            got.append(await stream_get(ctx, dut.res))
-            errors.append(ctx.get(dut.error))
-
-    run_simulation(dut, [producer, consumer])
-    values = results_from_words(dut.res.payload.shape(), got)
+    values, errors = run_noting_error(dut, prog, 2)
     expected, _ = run_mac_program(prog, cfg.macs, cfg.acc_slots, cfg.formats)
     assert not compare_results(expected, values)
     assert list(values[0][2]) == [0] * cfg.macs

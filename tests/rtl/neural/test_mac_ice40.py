@@ -18,7 +18,7 @@ from npu.neural.mac_ice40 import DualMul8, Ice40MacArray, ice40_pipeline_stages
 from npu.neural.mac_select import mac_array
 from npu_model.mac import FMT, OP, empty_program, run_mac_program
 from npu_sim.cocotb_runner import run_cocotb
-from npu_sim.mac import command_words, compare_results, random_program, run_amaranth
+from npu_sim.mac import command_words, compare_results, random_program, run_amaranth, run_timed
 from npu_sim.streams import run_simulation, stream_get, stream_put
 from npu_spec.config import NPUConfig, preset
 
@@ -106,34 +106,7 @@ def test_dual_kernel_mode():
 def _timed_run(cfg, prog):
     # Commands offered back to back, results always taken: the cycles of every handshake.
     dut = mac_array(cfg)
-    words = command_words(dut.cmd.payload.shape(), prog)
-    accepted, results = [], []
-    expected = int(np.count_nonzero(prog["last"]))
-
-    async def producer(ctx):
-        cycle = 0
-        for w in words:
-            ctx.set(dut.cmd.valid, 1)
-            ctx.set(dut.cmd.payload.as_value(), w)
-            while True:
-                _, _, ready = await ctx.tick().sample(dut.cmd.ready)
-                if ready:
-                    accepted.append(cycle)
-                cycle += 1
-                if ready:
-                    break
-        ctx.set(dut.cmd.valid, 0)
-
-    async def consumer(ctx):
-        ctx.set(dut.res.ready, 1)
-        cycle = 0
-        while len(results) < expected:
-            _, _, valid = await ctx.tick().sample(dut.res.valid)
-            if valid:
-                results.append(cycle)
-            cycle += 1
-
-    run_simulation(dut, [producer, consumer])
+    accepted, results, _ = run_timed(dut, prog, int(np.count_nonzero(prog["last"])))
     return dut, accepted, results
 
 
