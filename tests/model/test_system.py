@@ -298,13 +298,30 @@ def test_ten_layers_in_under_two_seconds(capsys):
     assert seconds < 4.0
 
 
+def _run_variants(x, lean, variants, task):
+    """Run ``task(builder, loaded x, arg)`` for each ``(name, config, arg)`` of ``variants``
+    on the golden system model; the last variant is built for its own config but run on
+    ``lean`` (a task the lean build does not compute). ``{name: (result, y)}``."""
+    import dataclasses
+
+    outs = {}
+    for i, (name, config, arg) in enumerate(variants):
+        b = ProgramBuilder(config)
+        y = task(b, b.load(b.input("x", x)), arg)
+        b.store(y, b.output("y", y.shape))
+        program = b.build()
+        if i == len(variants) - 1:
+            program = dataclasses.replace(program, config=lean)
+        res = run_program(program)
+        outs[name] = (res, read_tensor(res.memory, program.tensor("y")))
+    return outs
+
+
 def test_integer_planar_engine_build():
     """With ``planar_impl="int8"`` the builder refuses planar tasks outside the integer
     build's subset (``npu_spec.planar.int8_supported``), max pooling and ReLU run as on the
     binary32 build, and an average pooling (built for the binary32 engine) ends with the
     engine error UNSUPPORTED on the golden model, the queue retired."""
-    import dataclasses
-
     from npu_spec.planar import PlanarError
 
     lean = preset("icebreaker")
@@ -318,18 +335,9 @@ def test_integer_planar_engine_build():
         b = ProgramBuilder(lean)
         with pytest.raises(BuildError, match="does not compute this task .* UNSUPPORTED"):
             b.planar(b.load(b.input("x", x)), **fields)
-    outs = {}
-    for name, config, op in (("full", full, "max"), ("lean", lean, "max"),
-                             ("avg", full, "avg")):
-        b = ProgramBuilder(config)
-        xd = b.load(b.input("x", x))
-        y = b.planar(b.relu(xd), **pool, op=op)
-        b.store(y, b.output("y", y.shape))
-        program = b.build()
-        if name == "avg":
-            program = dataclasses.replace(program, config=lean)
-        res = run_program(program)
-        outs[name] = (res, read_tensor(res.memory, program.tensor("y")))
+    outs = _run_variants(x, lean, (("full", full, "max"), ("lean", lean, "max"),
+                                   ("avg", full, "avg")),
+                         lambda b, xd, op: b.planar(b.relu(xd), **pool, op=op))
     np.testing.assert_array_equal(outs["full"][1], outs["lean"][1])
     assert not outs["lean"][0].queues[0].retired
     q = outs["avg"][0].queues[0]
@@ -341,8 +349,6 @@ def test_dense_int8_extractor_build():
     """With ``kernel_extract="dense_int8"`` the builder refuses other kernel encodings, dense
     int8 layers run as on the full build, and a sparse layer (built for the full extractor)
     ends with the engine error EXTRACT on the golden model."""
-    import dataclasses
-
     from npu_spec.neural import NeuralError
 
     ice40 = preset("ice40")
@@ -356,19 +362,10 @@ def test_dense_int8_extractor_build():
         ProgramBuilder(dense).kernels(w, sparse=True)
     with pytest.raises(BuildError, match="dense_int8"):
         ProgramBuilder(dense).kernels(w, palette_bits=4)
-    outs = {}
-    for name, config, sparse in (("full", ice40, False), ("dense", dense, False),
-                                 ("sparse", ice40, True)):
-        b = ProgramBuilder(config)
-        xd = b.load(b.input("x", x))
-        k = b.dma_kernels(0, b.kernels(w, bias=bias, scale=scale, shift=shift, sparse=sparse))
-        y = b.conv(xd, k, pad=1)
-        b.store(y, b.output("y", y.shape))
-        program = b.build()
-        if name == "sparse":
-            program = dataclasses.replace(program, config=dense)
-        res = run_program(program)
-        outs[name] = (res, read_tensor(res.memory, program.tensor("y")))
+    outs = _run_variants(x, dense, (("full", ice40, False), ("dense", dense, False),
+                                    ("sparse", ice40, True)),
+                         lambda b, xd, sparse: b.conv(xd, b.dma_kernels(0, b.kernels(
+                             w, bias=bias, scale=scale, shift=shift, sparse=sparse)), pad=1))
     np.testing.assert_array_equal(outs["full"][1], outs["dense"][1])
     assert not outs["dense"][0].queues[0].retired
     q = outs["sparse"][0].queues[0]
