@@ -130,6 +130,12 @@ class NPUConfig:
         ``SCALE`` 0 or 1 and an integer ``BIAS``, integer sums, max and min reductions; any
         other task is refused with ``PlanarError.UNSUPPORTED``, the rule of
         ``npu_spec.planar.int8_supported``; needs ``formats == ("int8",)``). ``docs/planar.md``.
+    planar_fp_share : int
+        Lanes of the binary32 planar engine served by one lane's units (an add/max/min pipe, a
+        multiplier and an adder): a power of two dividing ``planar_lanes ** 2``; the lane
+        pipeline then takes a beat every ``planar_fp_share`` cycles (results unchanged).
+        1 (the default) for a datapath per lane; must be 1 with ``planar_impl="int8"``.
+        ``docs/planar.md``, "Shared lane units".
     target : str
         What the preset is sized for (documentation only).
     """
@@ -157,6 +163,7 @@ class NPUConfig:
     ne_out_channels: int = 0
     ne_kernel_queue: int = 0
     planar_impl: str = "float"
+    planar_fp_share: int = 1
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -228,6 +235,15 @@ class NPUConfig:
         if self.planar_impl == "int8" and set(self.formats) != {"int8"}:
             raise ValueError(f"NPUConfig.planar_impl 'int8' is int8 only: formats must be "
                              f"('int8',), not {tuple(self.formats)!r}")
+        lanes = self.planar_lanes ** 2
+        share = self.planar_fp_share
+        if share < 1 or share & (share - 1) or lanes % share:
+            raise ValueError(f"NPUConfig.planar_fp_share must be a power of two dividing "
+                             f"planar_lanes ** 2 ({lanes}), not {share!r}")
+        if share != 1 and self.planar_impl != "float":
+            raise ValueError(f"NPUConfig.planar_fp_share {share!r} needs planar_impl 'float' "
+                             f"(the integer build has no binary32 units), "
+                             f"not {self.planar_impl!r}")
         # Canonical order, so equal configurations compare and hash equal.
         object.__setattr__(self, "formats", tuple(f for f in FORMATS if f in self.formats))
 
@@ -282,7 +298,7 @@ PRESETS = {
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
-        kernel_kib=8, mac_impl="ecp5_shared", fp_share=4,
+        kernel_kib=8, mac_impl="ecp5_shared", fp_share=4, planar_fp_share=4,
         target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory"),
     "ane": NPUConfig(
         name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),

@@ -121,7 +121,8 @@ class PlanarEngine(wiring.Component):
         word = g.word if g.integer else None
         convs = {name: ToInt(L, g.word) if g.integer else ToF32(L) for name in ("a", "b", "c")}
         shared = self._shared
-        lanes = LanePipeline(L, shared=shared, word=word)
+        lanes = LanePipeline(L, shared=shared, word=word,
+                             share=self._config.planar_fp_share)
         lbuf = LineBuffer(g)
         hf = HFilter(g, shared=shared)
         ring = HRing(g)
@@ -151,8 +152,11 @@ class PlanarEngine(wiring.Component):
             m.d.comb += unit.sizes.eq(seq.sizes)
         for unit in (hf, vf, acc, red):
             m.d.comb += unit.clear.eq(seq.clear)
-        for unit in (lanes, queue, acc, red):
-            m.d.comb += unit.en.eq(outs.lane_en)
+        # The lane pipeline advances on `lane_en`; the beats move on its `step` (every
+        # `planar_fp_share` advancing cycles).
+        m.d.comb += lanes.en.eq(outs.lane_en)
+        for unit in (queue, acc, red):
+            m.d.comb += unit.en.eq(lanes.step)
 
         # Operand streams through the first format converter to the control unit.
         for name, conv in convs.items():
@@ -171,7 +175,7 @@ class PlanarEngine(wiring.Component):
                          lanes.scalar.eq(seq.task.scalar)]
         m.d.comb += [
             lanes.i.eq(seq.lane_in),
-            seq.lane_en.eq(outs.lane_en), seq.lane_idle.eq(outs.idle),
+            seq.lane_en.eq(lanes.step), seq.lane_idle.eq(outs.idle),
             lbuf.load_start.eq(seq.load_start), lbuf.load_shape.eq(seq.load_shape),
             seq.load_done.eq(lbuf.load_done), seq.all_loaded.eq(lbuf.all_loaded),
             lbuf.read.eq(seq.read), seq.step_read.eq(hf.read),
@@ -204,7 +208,7 @@ class PlanarEngine(wiring.Component):
         # Results: the reduction's and the lane pipeline's, to the output stream.
         m.d.comb += [
             red.lane.eq(lanes.o), red.busy.eq(seq.busy),
-            outs.lane.eq(lanes.o), outs.entering.eq(seq.lane_in.valid),
+            outs.lane.eq(lanes.o), outs.entering.eq(seq.lane_in.valid & lanes.step),
             outs.accumulating.eq(acc.accumulating), outs.hazard.eq(acc.hazard),
         ]
         wiring.connect(m, red.result, outs.tree)

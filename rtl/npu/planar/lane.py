@@ -14,7 +14,7 @@ output register (:data:`INT_LANE_LATENCY` cycles): it computes the operations of
 accumulator's output pass: the multiplier is 1 in every task the build runs) passes A.
 """
 
-from amaranth.hdl import Module, Mux, ResetInserter, Signal, signed
+from amaranth.hdl import Array, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -197,10 +197,17 @@ class IntLane(wiring.Component):
 
 
 class LanePipeline(wiring.Component):
-    """The input register and ``lanes`` :class:`Lane` s.
+    """The input register and ``lanes // share`` :class:`Lane` s.
 
     Operand B of a lane is ``i.b``, or the line buffer's read data ``vector`` (one cycle after
     the beat enters, when ``i.vector``), or ``scalar`` (when ``i.scalar``).
+
+    With ``share`` > 1 each lane's units serve ``share`` lanes of the beat: a beat stays in the
+    input register for ``share`` ``en``-cycles (phases), and in phase ``p`` unit ``k`` takes
+    lane ``p * lanes // share + k``. The results are gathered in one register per phase; the
+    whole beat is on ``o`` in the ``en``-cycle of ``step``, when the next beat is taken.
+    Everything that follows the beats (control, queue, accumulator, reduction) advances on
+    ``step`` instead of ``en``.
 
     Parameters
     ----------
@@ -212,6 +219,9 @@ class LanePipeline(wiring.Component):
     word : int or None
         None: binary32 lanes (:class:`Lane`); else integer lanes of this width
         (:class:`IntLane`, the integer build).
+    share : int
+        Lanes of the beat served by one :class:`Lane` (a power of two dividing ``lanes``;
+        binary32 lanes only): a beat every ``share`` cycles.
 
     Members
     -------
@@ -220,24 +230,35 @@ class LanePipeline(wiring.Component):
         reaches the lanes also when they are instances of a shared module).
     en : In(1)
         Advance the whole pipeline, input register included.
+    step : Out(1)
+        Combinational: the beat on ``i`` is taken in this cycle and the beat on ``o`` leaves
+        (``en`` in the last phase; ``en`` itself when ``share`` is 1).
     i : In(lane_input_layout(lanes))
-        The beat entering (taken when ``en``).
+        The beat entering (taken on ``step``).
     vector : In(ArrayLayout(32, lanes))
-        Line-buffer read data for a beat in the input register.
+        Line-buffer read data for a beat in the input register (held until the next ``step``).
     scale, bias, scalar : In(32)
         ``SCALE``, ``BIAS`` and ``SCALAR`` (binary32).
     o : Out(lane_output_layout(lanes))
-        The beat leaving, :data:`LANE_LATENCY` advancing cycles after the input register.
+        The beat leaving, :attr:`latency` steps after the input register (``o.valid`` only in
+        a ``step`` cycle).
     """
 
-    def __init__(self, lanes, *, shared=None, word=None):
+    def __init__(self, lanes, *, shared=None, word=None, share=1):
+        if share < 1 or share & (share - 1) or lanes % share:
+            raise ValueError(f"share must be a power of two dividing lanes ({lanes}), "
+                             f"not {share!r}")
+        if share > 1 and word is not None:
+            raise ValueError(f"share must be 1 for integer lanes, not {share!r}")
         self._lanes = lanes
         self._shared = shared
         self._word = word
+        self._share = share
         w = word or 32
         super().__init__({
             "flush":  In(1),
             "en":     In(1),
+            "step":   Out(1),
             "i":      In(lane_input_layout(lanes, w)),
             "vector": In(data.ArrayLayout(w, lanes)),
             "scale":  In(w),
@@ -251,33 +272,79 @@ class LanePipeline(wiring.Component):
         return self._lanes
 
     @property
-    def latency(self):
-        """Cycles from the input register to the output register."""
+    def share(self):
+        return self._share
+
+    @property
+    def unit_latency(self):
+        """``en``-cycles from a lane's operands to its result register."""
         return LANE_LATENCY if self._word is None else INT_LANE_LATENCY
+
+    @property
+    def pad(self):
+        """Registers after each lane's result, so that the last phase's result reaches its
+        phase register just before a ``step``."""
+        return (self._share - 1 - self.unit_latency) % self._share
+
+    @property
+    def latency(self):
+        """Steps from the input register to the output register."""
+        if self._share == 1:
+            return self.unit_latency
+        return (self.unit_latency + self.pad + 1) // self._share
 
     def elaborate(self, platform):
         m = Module()
         w = self._word or 32
+        S = self._share
+        units = self._lanes // S
         beat = Signal(lane_input_layout(self._lanes, w))   # the input register
-        with m.If(self.en):
+        phase = Signal(range(S), name="phase")              # en-cycles of the beat in it
+        m.d.comb += self.step.eq(self.en & (phase == S - 1))
+        with m.If(self.step):
             m.d.sync += beat.eq(self.i)
+        if S > 1:
+            with m.If(self.en):
+                m.d.sync += phase.eq(phase + 1)   # S is a power of two: wraps
 
+        # Valid and mask, from the input register's first phase to the output.
         m.submodules.flags = flags = DelayLine(
-            data.StructLayout({"valid": 1, "mask": self._lanes}), self.latency, enable=True)
+            data.StructLayout({"valid": 1, "mask": self._lanes}),
+            self.unit_latency if S == 1 else S + self.unit_latency + self.pad, enable=True)
         m.d.comb += [flags.en.eq(self.en), flags.i.valid.eq(beat.valid),
                      flags.i.mask.eq(beat.mask),
-                     self.o.valid.eq(flags.o.valid), self.o.mask.eq(flags.o.mask)]
-        for k in range(self._lanes):
+                     self.o.valid.eq(flags.o.valid & (phase == S - 1)),
+                     self.o.mask.eq(flags.o.mask)]
+
+        # Unit k takes lane `p * units + k` in phase p.
+        def pick(values, k):
+            return values[k] if S == 1 else Array(values[p * units + k] for p in range(S))[phase]
+
+        results = []
+        for k in range(units):
             if self._word is None:
                 lane = place(m, f"lane{k}", self._shared, LANE_MODULE, Lane, reset=self.flush)
             else:
                 lane = place(m, f"lane{k}", self._shared, f"{LANE_MODULE}_int{w}",
                              lambda: IntLane(w), reset=self.flush)
             m.d.comb += [
-                lane.en.eq(self.en), lane.op.eq(beat.op), lane.a.eq(beat.a[k]),
-                lane.b.eq(Mux(beat.vector, self.vector[k],
-                              Mux(beat.scalar, self.scalar, beat.b[k]))),
-                lane.c.eq(beat.c[k]), lane.scale.eq(self.scale), lane.bias.eq(self.bias),
-                self.o.value[k].eq(lane.result),
+                lane.en.eq(self.en), lane.op.eq(beat.op), lane.a.eq(pick(beat.a, k)),
+                lane.b.eq(Mux(beat.vector, pick(self.vector, k),
+                              Mux(beat.scalar, self.scalar, pick(beat.b, k)))),
+                lane.c.eq(pick(beat.c, k)), lane.scale.eq(self.scale), lane.bias.eq(self.bias),
             ]
+            results.append(lane.result)
+        if S == 1:
+            m.d.comb += [self.o.value[k].eq(results[k]) for k in range(units)]
+            return ResetInserter(self.flush)(m)
+
+        # Phase registers: a result of phase p (after the pad) arrives when `phase` is p - 1.
+        for k in range(units):
+            result = (delay(m, results[k], self.pad, en=self.en, name=f"pad{k}")[-1]
+                      if self.pad else results[k])
+            for p in range(S):
+                held = Signal(w, name=f"held{p * units + k}")
+                with m.If(self.en & (phase == (p - 1) % S)):
+                    m.d.sync += held.eq(result)
+                m.d.comb += self.o.value[p * units + k].eq(held)
         return ResetInserter(self.flush)(m)

@@ -244,6 +244,41 @@ def test_reduce_across_channels():
     assert got.shape == (3, 5)
 
 
+@pytest.mark.parametrize("share", [2, 4])
+def test_shared_lane_units(share):
+    """``planar_fp_share``: four lanes on two or one lane's binary32 units (the ``ulx3s``
+    build), bit for bit with random stalls: every elementwise op with every broadcast kind,
+    average and max pooling, reductions over planes and the tensor with every pre- and
+    post-operation, reductions across channels (planes of fewer than five beats too), and a
+    beat rate of one every ``share`` cycles."""
+    cfg = NPUConfig(planar_lanes=2, planar_fp_share=share)
+    rng = np.random.default_rng(60 + share)
+    jobs = []
+    for op in range(14):
+        t = ps.random_task(rng, cfg, "eltwise", max_dim=6)
+        t["op"] = op
+        t["bcast"] = int(rng.integers(0, 5)) if op >= 6 else 0
+        jobs.append((t, *ps.random_operands(rng, t)))
+    for op in range(3):
+        t = ps.make_task(mode=1, op=op, in_fmt=op % 2, out_fmt=1, channels=2, height=7,
+                         width=9, kh=3, kw=3, sy=1 + op % 2, sx=1 + op % 2, py=1, px=1)
+        jobs.append((t, *ps.random_operands(rng, t)))
+    for k in range(10):
+        t = ps.make_task(mode=2, axis=k % 3, op=k % 3, pre=k % 5, post=k % 4, in_fmt=k % 2,
+                         out_fmt=1, channels=2 + k % 3, height=1 + k % 4, width=3 + k,
+                         scale=int(np.float32([1.0, 0.25, -3.0][k % 3]).view(np.uint32)))
+        if ps.task_error(t, cfg):
+            t["post"] = 0
+        assert ps.task_error(t, cfg) == 0, t
+        jobs.append((t, *ps.random_operands(rng, t)))
+    res = sweep(cfg, jobs, seed=share, stall=0.3)
+    # An unstalled 8 x 16 elementwise task: 32 beats, one every `share` cycles.
+    t = ps.make_task(mode=0, op=6, in_fmt=1, out_fmt=1, channels=1, height=8, width=16)
+    fast = ps.run_tasks(cfg, [(t, *ps.random_operands(rng, t))], seed=0, stall=0)
+    assert 32 * share <= fast[0][1] <= 32 * share + 40, fast[0][1]
+    assert res
+
+
 @pytest.mark.slow
 def test_reduce_across_channels_full_plane():
     """The largest accumulator plane (HD = 256 beats on four lanes: 16 rows of 64) at heavy
