@@ -129,7 +129,7 @@ class PlanarEngine(wiring.Component):
         vf = VFilter(g, shared=shared)
         queue = ResultQueue(g)
         acc = ChannelAcc(g)
-        red = Reduction(L, shared=shared, word=word)
+        red = Reduction(L, shared=shared, word=word, share=self._config.planar_fp_share)
         outs = OutputStage(L, word=word)
         units = {"control": seq, **{f"convert_{n}": u for n, u in convs.items()},
                  "lane_pipeline": lanes, "line_buffer": lbuf, "hfilter": hf, "h_ring": ring,

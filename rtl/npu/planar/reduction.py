@@ -8,6 +8,11 @@ When the group's beats are in, the registers are combined as ``op(op(r0, r1), r2
 result is multiplied by ``SCALE`` (:class:`FP32Mul`) and passed through the post-processor
 (:class:`PostProcessor`); it leaves on ``result``.
 
+When the lane pipeline's units are shared by ``share >= 4`` lanes (``planar_fp_share``),
+beats enter the tree at least four cycles apart, and the tree's last node and the retention
+pipe are one pipe: a beat's last node op is three cycles before its retention op, so the two
+never want the pipe in the same cycle. The order of operations is the same.
+
 In the integer build the tree and the retention registers are :data:`RED_WORD`-bit integer
 pipes (the sums its rules allow fit) and there is no multiplier or post-processor (its tasks
 have ``SCALE`` 1 and no post function): the combined value is the result, sign-extended.
@@ -46,6 +51,9 @@ class Reduction(wiring.Component):
         are instances of one converted ``FP32AddPipe``.
     word : int or None
         None: binary32; else the lanes' integer width (the integer build).
+    share : int
+        Lanes served by one lane's units (``planar_fp_share``): beats arrive at least
+        ``share`` cycles apart; with 4 or more the last tree node is the retention pipe.
 
     Members
     -------
@@ -68,10 +76,13 @@ class Reduction(wiring.Component):
         Combinational: ``result`` is taken in this cycle.
     """
 
-    def __init__(self, lanes, *, shared=None, word=None):
+    def __init__(self, lanes, *, shared=None, word=None, share=1):
         if lanes < 1 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two, not {lanes!r}")
+        if share < 1 or lanes % share:
+            raise ValueError(f"share must divide lanes ({lanes}), not {share!r}")
         self._lanes = lanes
+        self._share = share
         self._shared = shared
         self._word = word
         super().__init__({
@@ -99,8 +110,10 @@ class Reduction(wiring.Component):
         values = [lane.value[i].as_signed() if integer else lane.value[i]
                   for i in range(self._lanes)]
         level = [Mux(lane.mask[i], values[i], identity) for i in range(self._lanes)]
+        # The last node is the retention pipe when beats come at least 4 cycles apart.
+        merged = self._share >= 4 and self._lanes > 1
         depth = 0
-        while len(level) > 1:
+        while len(level) > (2 if merged else 1):
             nodes = []
             for k in range(len(level) // 2):
                 node = add_pipe(m, f"tree{depth}_{k}", self._shared, tree_word,
@@ -110,14 +123,19 @@ class Reduction(wiring.Component):
                 nodes.append(node.result)
             level = nodes
             depth += 1
-        tree_out = level[0]
         tree_in = lane.valid & active & self.en
-        tree_valid = (delay(m, tree_in, FP32AddPipe.LATENCY * depth, name="tree")[-1]
-                      if depth else tree_in)
+        at_level = (delay(m, tree_in, FP32AddPipe.LATENCY * depth, name="tree")[-1]
+                    if depth else tree_in)
 
         # Retention registers: tree output k into register k mod RETAIN (`index`); a result
         # that reaches the register it was read from is forwarded.
         m.submodules.retention = retention = IntAddPipe(RED_WORD) if integer else FP32AddPipe()
+        if merged:
+            # The last node's op goes through the retention pipe, ahead of the FSM's ops.
+            tree_out = retention.result
+            tree_valid = delay(m, at_level, FP32AddPipe.LATENCY, name="last_node")[-1]
+        else:
+            tree_out, tree_valid = level[0], at_level
         registers = Array(Signal(tree_word or 32, name=f"retained{j}") for j in range(RETAIN))
         index = Signal(range(RETAIN))
         count = Signal(COUNT_BITS)
@@ -129,6 +147,8 @@ class Reduction(wiring.Component):
         folded = folds[-1]
         forward = folded.valid & (folded.index == index)
         m.d.comb += [retention.en.eq(1), retention.op.eq(red_op)]
+        node_a = Signal.like(retention.a)
+        node_b = Signal.like(retention.b)
         with m.If(folded.valid):
             m.d.sync += registers[folded.index].eq(retention.result)
 
@@ -146,8 +166,8 @@ class Reduction(wiring.Component):
         with m.FSM(name="reduce"):
             with m.State("COLLECT"):
                 m.d.comb += [issue.eq(active),
-                             retention.a.eq(Mux(forward, retention.result, registers[index])),
-                             retention.b.eq(tree_out)]
+                             node_a.eq(Mux(forward, retention.result, registers[index])),
+                             node_b.eq(tree_out)]
                 with m.If(tree_valid & active):
                     m.d.sync += [index.eq(Mux(index == RETAIN - 1, 0, index + 1)),
                                  count.eq(count + 1)]
@@ -158,7 +178,7 @@ class Reduction(wiring.Component):
                     m.d.sync += wait.eq(0)
                     m.next = "COMBINE1"
             with m.State("COMBINE1"):
-                m.d.comb += [retention.a.eq(registers[0]), retention.b.eq(registers[1])]
+                m.d.comb += [node_a.eq(registers[0]), node_b.eq(registers[1])]
                 m.next = "WAIT1"
             with m.State("WAIT1"):
                 m.d.sync += wait.eq(wait + 1)
@@ -166,7 +186,7 @@ class Reduction(wiring.Component):
                     m.d.sync += wait.eq(0)
                     m.next = "COMBINE2"
             with m.State("COMBINE2"):
-                m.d.comb += [retention.a.eq(retention.result), retention.b.eq(registers[2])]
+                m.d.comb += [node_a.eq(retention.result), node_b.eq(registers[2])]
                 m.next = "WAIT2"
             with m.State("WAIT2"):
                 m.d.sync += wait.eq(wait + 1)
@@ -192,6 +212,11 @@ class Reduction(wiring.Component):
                     m.d.sync += [index.eq(0), count.eq(0)]
                     m.d.sync += [registers[j].eq(identity) for j in range(RETAIN)]
                     m.next = "COLLECT"
+        if merged:
+            m.d.comb += [retention.a.eq(Mux(at_level, level[0], node_a)),
+                         retention.b.eq(Mux(at_level, level[1], node_b))]
+        else:
+            m.d.comb += [retention.a.eq(node_a), retention.b.eq(node_b)]
         with m.If(self.clear):
             m.d.sync += [index.eq(0), count.eq(0)]
             m.d.sync += [registers[j].eq(identity) for j in range(RETAIN)]

@@ -22,14 +22,17 @@ def masked(values, mask, op):
                     dtype=np.uint32)
 
 
-@pytest.mark.parametrize("lanes,op,post,seed", [
-    (1, RedOp.SUM, PostFn.NONE, 1), (4, RedOp.MAX, PostFn.SQRT, 2),
-    (4, RedOp.SUM, PostFn.RSQRT, 3), (8, RedOp.MIN, PostFn.RECIP, 4),
-    (2, RedOp.SUM, PostFn.NONE, 5),
+@pytest.mark.parametrize("lanes,op,post,seed,share", [
+    (1, RedOp.SUM, PostFn.NONE, 1, 1), (4, RedOp.MAX, PostFn.SQRT, 2, 1),
+    (4, RedOp.SUM, PostFn.RSQRT, 3, 1), (8, RedOp.MIN, PostFn.RECIP, 4, 1),
+    (2, RedOp.SUM, PostFn.NONE, 5, 1),
+    (4, RedOp.SUM, PostFn.NONE, 6, 4), (4, RedOp.MIN, PostFn.RSQRT, 7, 4),
+    (8, RedOp.SUM, PostFn.SQRT, 8, 4), (8, RedOp.MAX, PostFn.NONE, 9, 8),
 ])
-def test_reduction(lanes, op, post, seed):
+def test_reduction(lanes, op, post, seed, share):
     """Groups of 1 to 9 beats (fewer and more than the retention registers), partial masks,
-    the lane pipeline's output arriving with gaps and results taken with back-pressure."""
+    the lane pipeline's output arriving with gaps (at least ``share`` cycles apart: with 4 or
+    more the last tree node is the retention pipe) and results taken with back-pressure."""
     rng = np.random.default_rng(seed)
     groups = [int(n) for n in rng.integers(1, 10, 4)]
     scale = int(fp.f32_bits(np.float32(0.75)))
@@ -37,7 +40,7 @@ def test_reduction(lanes, op, post, seed):
     beats = [[(int(rng.integers(1, 1 << lanes)),
                fp.f32_bits((rng.standard_normal(lanes) * 10 + 20).astype(np.float32)))
               for _ in range(n)] for n in groups]
-    dut = Reduction(lanes)
+    dut = Reduction(lanes, share=share)
     got = []
 
     async def feed(ctx):
@@ -59,6 +62,9 @@ def test_reduction(lanes, op, post, seed):
                     await ctx.tick()
                     if en:
                         break
+                ctx.set(dut.en, 0)
+                for _ in range(share - 1):
+                    await ctx.tick()
             ctx.set(dut.lane.valid, 0)
             while True:     # the result, taken with back-pressure
                 ctx.set(dut.result.ready, int(rng.random() < 0.5))
@@ -76,14 +82,16 @@ def test_reduction(lanes, op, post, seed):
         assert result == int(expected), (group, f"{result:08x} {int(expected):08x}")
 
 
-def test_tree_order():
+@pytest.mark.parametrize("share", [1, 4])
+def test_tree_order(share):
     """The tree combines lane 2i with 2i + 1, level by level: on binary16-like values whose
-    sum depends on the order, one beat's group result is the model's tree of it."""
+    sum depends on the order, one beat's group result is the model's tree of it (also with
+    the last node in the retention pipe)."""
     lanes = 8
     values = fp.f32_bits(np.array([2.0 ** 24, 1.0, -(2.0 ** 24), 1.0, 3.0, 2.0 ** -30, 0.5,
                                    -3.0], dtype=np.float32))
     tree = int(pl.reduce_tree(values, RedOp.SUM))
-    dut = Reduction(lanes)
+    dut = Reduction(lanes, share=share)
     got = []
 
     async def tb(ctx):
@@ -108,3 +116,8 @@ def test_tree_order():
     # One beat: r0 = tree, r1 = r2 = -0, so the group result is the tree's value.
     assert got == [tree] and tree != int(fp.f32_bits(np.float32(np.sum(
         values.view(np.float32).astype(np.float64)))))
+
+
+def test_rejects_bad_share():
+    with pytest.raises(ValueError, match="share must divide lanes"):
+        Reduction(4, share=8)
