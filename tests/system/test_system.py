@@ -268,6 +268,32 @@ def test_two_cores_on_one_layer():
 
 
 @pytest.mark.slow
+def test_ulx3s_shared_planar_float_units():
+    """The ``ulx3s`` preset (its planar engine's four lanes on one lane's binary32 units,
+    ``planar_fp_share=4``): a convolution with ReLU, an average pooling, a mean over each
+    plane, a mean across channels, an elementwise product in binary16 and a reciprocal square
+    root of a sum of squares, byte for byte with the golden system model."""
+    cfg = PRESETS["ulx3s"]
+    assert cfg.planar_fp_share == 4
+    rng = np.random.default_rng(15)
+    x = _int8(rng, (4, 9, 11))
+    b = ProgramBuilder(cfg)
+    xd = b.load(b.input("x", x))
+    k = b.dma_kernels(0, b.kernels(_int8(rng, (4, 4, 3, 3)), **_params(rng, 4, 36)))
+    h = b.conv(xd, k, pad=1, act="relu")
+    avg = b.planar(h, mode="pool", op="avg", kh=3, kw=3, sy=2, sx=2, py=1, px=1, out_fmt="fp16")
+    means = b.planar(avg, mode="reduce", op="sum", scale=1 / 30)
+    across = b.planar(h, mode="reduce", axis="channel", op="sum", scale=0.25, out_fmt="fp16")
+    prod = b.planar(avg, avg, mode="eltwise", op="mul")
+    rnorm = b.planar(h, mode="reduce", axis="tensor", op="sum", pre="square", post="rsqrt",
+                     out_fmt="fp16")
+    for name, ds in (("means", means), ("across", across), ("prod", prod), ("rnorm", rnorm)):
+        b.store(ds, b.output(name, ds.shape, ds.fmt))
+    summary, golden, _ = check(b.build(), stall=0.1, seed=15)
+    assert summary["pe_busy_cycles"] > 0 and not golden.queues[0].retired
+
+
+@pytest.mark.slow
 def test_amaranth_backend():
     """The same bench on the Amaranth simulator (small cases): a load and a store."""
     config = CFG.replace(mem_kib=16)

@@ -9,9 +9,11 @@ result is multiplied by ``SCALE`` (:class:`FP32Mul`) and passed through the post
 (:class:`PostProcessor`); it leaves on ``result``.
 
 When the lane pipeline's units are shared by ``share >= 4`` lanes (``planar_fp_share``),
-beats enter the tree at least four cycles apart, and the tree's last node and the retention
-pipe are one pipe: a beat's last node op is three cycles before its retention op, so the two
-never want the pipe in the same cycle. The order of operations is the same.
+beats enter the tree at least four cycles apart: the tree's last node and the retention pipe
+are one pipe (a beat's last node op is three cycles before its retention op, so the two never
+want the pipe in the same cycle), and the first level's nodes share pipes in pairs (node
+``2k + 1`` one cycle after node ``2k``). Four lanes then need two add pipes instead of four.
+The order of operations is the same.
 
 In the integer build the tree and the retention registers are :data:`RED_WORD`-bit integer
 pipes (the sums its rules allow fit) and there is no multiplier or post-processor (its tasks
@@ -110,9 +112,15 @@ class Reduction(wiring.Component):
         values = [lane.value[i].as_signed() if integer else lane.value[i]
                   for i in range(self._lanes)]
         level = [Mux(lane.mask[i], values[i], identity) for i in range(self._lanes)]
-        # The last node is the retention pipe when beats come at least 4 cycles apart.
+        tree_in = lane.valid & active & self.en
+        # When beats come at least 4 cycles apart, the last node is the retention pipe and
+        # the first level's nodes share pipes in pairs.
         merged = self._share >= 4 and self._lanes > 1
         depth = 0
+        stagger = 0
+        if self._share >= 4 and self._lanes >= 4:
+            level = self._paired_level(m, level, tree_in, red_op, tree_word)
+            depth, stagger = 1, 1
         while len(level) > (2 if merged else 1):
             nodes = []
             for k in range(len(level) // 2):
@@ -123,9 +131,8 @@ class Reduction(wiring.Component):
                 nodes.append(node.result)
             level = nodes
             depth += 1
-        tree_in = lane.valid & active & self.en
-        at_level = (delay(m, tree_in, FP32AddPipe.LATENCY * depth, name="tree")[-1]
-                    if depth else tree_in)
+        latency = FP32AddPipe.LATENCY * depth + stagger
+        at_level = delay(m, tree_in, latency, name="tree")[-1] if latency else tree_in
 
         # Retention registers: tree output k into register k mod RETAIN (`index`); a result
         # that reaches the register it was read from is forwarded.
@@ -221,3 +228,20 @@ class Reduction(wiring.Component):
             m.d.sync += [index.eq(0), count.eq(0)]
             m.d.sync += [registers[j].eq(identity) for j in range(RETAIN)]
         return ResetInserter(self.flush)(m)
+
+    def _paired_level(self, m, level, tree_in, red_op, tree_word):
+        """The tree's first level on one pipe per two nodes: node ``2k`` in the beat's cycle,
+        node ``2k + 1`` one cycle later from registered operands; both results together four
+        cycles after the beat (the first one held a cycle)."""
+        nodes = []
+        for k in range(len(level) // 4):
+            late = [Signal.like(level[4 * k + j], name=f"tree0_late{k}_{j}") for j in (2, 3)]
+            m.d.sync += [late[0].eq(level[4 * k + 2]), late[1].eq(level[4 * k + 3])]
+            node = add_pipe(m, f"tree0_{k}", self._shared, tree_word, reset=self.flush)
+            m.d.comb += [node.en.eq(1), node.op.eq(red_op),
+                         node.a.eq(Mux(tree_in, level[4 * k], late[0])),
+                         node.b.eq(Mux(tree_in, level[4 * k + 1], late[1]))]
+            early = Signal.like(node.result, name=f"tree0_early{k}")
+            m.d.sync += early.eq(node.result)
+            nodes += [early, node.result]
+        return nodes
