@@ -15,7 +15,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..lib.fp32 import F32_QNAN, count_leading_zeros, decode_operand, product_to_f32
+from ..lib.fp32 import F32_QNAN, count_leading_zeros, decode_operand
 from .layouts import Fmt, beat_layout
 
 __all__ = ["ToF32", "f32_round_pack", "from_f32", "to_f32"]
@@ -57,11 +57,26 @@ class ToF32(wiring.Component):
 
 
 def to_f32(m, raw, is_fp16, name):
-    """Binary32 bits of a 16-bit element (INT8 in the low byte, or binary16)."""
+    """Binary32 bits of a 16-bit element (INT8 in the low byte, or binary16).
+
+    The element is ``(-1)**sign * sig * 2**exp`` with an 11-bit ``sig``; it is normalised with
+    an 11-bit leading-zero count and shift (every such value is a normal binary32 number)."""
     op = decode_operand(m, raw, ~Value.cast(is_fp16).bool(), f"{name}_dec")
-    sig = Signal(22, name=f"{name}_sig")
-    m.d.comb += sig.eq(op.sig)
-    return product_to_f32(m, op.sign, sig, op.exp, op.inf, op.nan, name)
+    lz = count_leading_zeros(m, op.sig, name=f"{name}_lz")
+    norm = Signal(11, name=f"{name}_norm")
+    m.d.comb += norm.eq(op.sig << lz)
+    biased = Signal(signed(10), name=f"{name}_exp")
+    m.d.comb += biased.eq(op.exp - lz + (10 + 127))
+    out = Signal(32, name=name)
+    with m.If(op.nan):
+        m.d.comb += out.eq(F32_QNAN)
+    with m.Elif(op.inf):
+        m.d.comb += out.eq(Cat(Const(0xFF << 23, 31), op.sign))
+    with m.Elif(op.sig == 0):
+        m.d.comb += out.eq(op.sign << 31)
+    with m.Else():
+        m.d.comb += out.eq(Cat(Const(0, 13), norm[:10], biased[:8], op.sign))
+    return out
 
 
 def _round_shift(m, sig, rsh, name):
