@@ -1,4 +1,4 @@
-"""The lane pipeline: one binary32 datapath per lane, shared by every mode.
+"""The lane pipeline: a binary32 datapath per lane (or per ``share`` lanes), shared by every mode.
 
 Each lane computes ``y = op1(x1, x2) * m2 + a2`` with a binary32 add/max/min/compare pipe
 (:class:`FP32AddPipe`), a multiplier (:class:`FP32Mul`) and an adder, then an output register
@@ -6,7 +6,9 @@ Each lane computes ``y = op1(x1, x2) * m2 + a2`` with a binary32 add/max/min/com
 ``m2`` and ``a2`` for each elementwise operation (``docs/planar.md``, "Modes and registers"),
 so that unused stages get identities (``* 1.0``, ``+ (-0.0)``). Pooling results enter as
 ``MUL`` by the average's divisor, a reduction's beats as its pre-operation, the channel
-accumulator's output pass as ``MUL`` by ``SCALE``.
+accumulator's output pass as ``MUL`` by ``SCALE``. With ``share`` > 1
+(``NPUConfig.planar_fp_share``) each :class:`Lane` serves ``share`` lanes of the beat, one per
+cycle, and a beat takes ``share`` cycles (:class:`LanePipeline`).
 
 The integer build's lane (:class:`IntLane`) has one :class:`~.intpath.IntAddPipe` and the
 output register (:data:`INT_LANE_LATENCY` cycles): it computes the operations of
