@@ -201,7 +201,7 @@ class Lowering:
         self._rings = {}            # tensor -> rows of its ring (depth first)
         self._placed = {}           # kernel blob key -> KernelPlacement
         self.cores = check_cores(config, cores)     # cores a layer may be split over
-        self.chain = chain          # conv -> planar pairs through the buffer (npu_compiler.chain)
+        self.chain = chain          # layer chains through the buffer (npu_compiler.chain)
         self._parts = {}            # id(blob) -> its parts, one per core (npu_compiler.cores)
 
     # ---- memory --------------------------------------------------------------------------
@@ -521,7 +521,6 @@ class Lowering:
                                    f"needs at least one element")
         segments = depthfirst.segments(self) if self.schedule == "depth-first" else {}
         self.segments = list({id(s): s for s in segments.values()}.values())
-        pairs = chain.chains(self, segments) if self.chain else {}
         done = set()
         for index, node in enumerate(self.g.nodes):
             seg = segments.get(index)
@@ -531,13 +530,14 @@ class Lowering:
                 continue
             if index in done:
                 continue
-            how = chain.plan(self, node, self.g.nodes[pairs[index]]) if index in pairs else None
+            run = chain.candidate(self, index, segments) if self.chain else []
+            how = chain.plan(self, [self.g.nodes[i] for i in run]) if run else None
             if how is not None:
                 try:
-                    chain.emit(self, node, self.g.nodes[pairs[index]], how)
+                    chain.emit(self, how)
                 except BuildError as e:
                     raise CompileError(f"{node}: {e}") from None
-                done.add(pairs[index])
+                done.update(range(index, index + sum(len(s["nodes"]) for s in how)))
                 continue
             fn = ops.LOWER.get(node.op)
             if fn is None:
