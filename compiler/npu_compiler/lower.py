@@ -614,8 +614,8 @@ def lower(graph, config, name="", schedule="depth-first", fmt="fp16", compressio
     layers that do not fit the buffer depth first or layer by layer; ``fmt`` ``fp16`` or
     ``mixed`` (int8 weights), ``compression`` a :class:`npu_compiler.compress.Compression`;
     ``cores`` how many of the configuration's neural-engine cores a layer is split over
-    (None: all, :mod:`npu_compiler.cores`); ``chain``: a conv and the planar layer reading
-    its output run as a pair through the buffer (:mod:`npu_compiler.chain`)."""
+    (None: all, :mod:`npu_compiler.cores`); ``chain``: runs of convs and planar layers
+    keep their intermediates in the buffer (:mod:`npu_compiler.chain`)."""
     lw = Lowering(graph, config, name=name, schedule=schedule, fmt=fmt,
                   compression=compression, cores=cores, chain=chain)
     lw.run()
