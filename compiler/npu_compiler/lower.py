@@ -203,6 +203,7 @@ class Lowering:
         self.cores = check_cores(config, cores)     # cores a layer may be split over
         self.chain = chain          # layer chains through the buffer (npu_compiler.chain)
         self._parts = {}            # id(blob) -> its parts, one per core (npu_compiler.cores)
+        self.unchained = set()      # node indices no chain may start at (see lower())
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -530,13 +531,14 @@ class Lowering:
                 continue
             if index in done:
                 continue
-            run = chain.candidate(self, index, segments) if self.chain else []
+            run = (chain.candidate(self, index, segments) if self.chain
+                   and index not in self.unchained else [])
             how = chain.plan(self, [self.g.nodes[i] for i in run]) if run else None
             if how is not None:
                 try:
                     chain.emit(self, how)
-                except BuildError as e:
-                    raise CompileError(f"{node}: {e}") from None
+                except (BuildError, CompileError) as e:
+                    raise _ChainFailed(index, str(e)) from None
                 done.update(range(index, index + sum(len(s["nodes"]) for s in how)))
                 continue
             fn = ops.LOWER.get(node.op)
@@ -579,6 +581,15 @@ class _TooBig(Exception):
     """A kernel blob larger than the kernel memory: the caller splits the layer."""
 
 
+class _ChainFailed(Exception):
+    """The builder refused a chain's tasks (e.g. a planar task that would have to wait
+    for tasks of two other engines): :func:`lower` lowers again without that chain."""
+
+    def __init__(self, index, why):
+        super().__init__(why)
+        self.index = index
+
+
 def _dense_elements(shape):
     strides, acc = [], 1
     for n in reversed(shape):
@@ -616,8 +627,17 @@ def lower(graph, config, name="", schedule="depth-first", fmt="fp16", compressio
     ``cores`` how many of the configuration's neural-engine cores a layer is split over
     (None: all, :mod:`npu_compiler.cores`); ``chain``: runs of convs and planar layers
     keep their intermediates in the buffer (:mod:`npu_compiler.chain`)."""
-    lw = Lowering(graph, config, name=name, schedule=schedule, fmt=fmt,
-                  compression=compression, cores=cores, chain=chain)
-    lw.run()
-    return lw
+    unchained = set()
+    while True:
+        lw = Lowering(graph, config, name=name, schedule=schedule, fmt=fmt,
+                      compression=compression, cores=cores, chain=chain)
+        lw.unchained = set(unchained)
+        try:
+            lw.run()
+        except _ChainFailed as e:
+            # The chain's dependencies do not fit the descriptors' one wait: lower again,
+            # those layers one by one (each failure removes a chain start, so this ends).
+            unchained.add(e.index)
+            continue
+        return lw
 
