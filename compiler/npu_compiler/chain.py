@@ -193,19 +193,22 @@ class _Real:
 
 
 def _allocate(buf, step, held):
-    """A step's datasets, in one order for :func:`plan` and :func:`emit`: the ``Add``
-    operand, the input (unless ``held``, the previous step's result), the conv's output
-    (a ring when ``slots``), the planar result."""
+    """A step's datasets, in one order for :func:`plan` and :func:`emit`: the planar
+    result, the conv's output (a ring when ``slots``), the ``Add`` operand, the input
+    (unless ``held``, the previous step's result). The result first: it takes the lowest
+    free space, so what the step frees (its input, the ring) lies above it, where the next
+    step's datasets go (results of consecutive steps alternate around the held one rather
+    than climbing)."""
     ds = {"in": held}
+    if step["pp"] is not None:
+        ds["res"] = buf.buffer(step["pp"]["out"])
+    if step["cp"] is not None:
+        y = step["cp"]["y"]
+        ds["y"] = buf.ring(y, step["slots"]) if step["slots"] else buf.buffer(y)
     if step["pp"] is not None and step["pp"]["b"] is not None:
         ds["b"] = buf.buffer(step["pp"]["out"])
     if held is None:
         ds["in"] = buf.buffer(step["cp"]["x"] if step["cp"] else step["pp"]["x"])
-    if step["cp"] is not None:
-        y = step["cp"]["y"]
-        ds["y"] = buf.ring(y, step["slots"]) if step["slots"] else buf.buffer(y)
-    if step["pp"] is not None:
-        ds["res"] = buf.buffer(step["pp"]["out"])
     return ds
 
 

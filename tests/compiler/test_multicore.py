@@ -294,14 +294,13 @@ def _conv_pool_twice(seed=0, size=16):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("kib, chained", [(11, 2), (14, 4)])
+@pytest.mark.parametrize("kib, chained", [(11, 2), (12, 4)])
 def test_chain_stops_where_the_buffer_is_full(kib, chained):
-    """16x16 planes: the first conv and pool need 1,024 (input) + 2,048 (a ring of one slot)
-    + 2,048 (pooled) elements, laid out first fit from 0; the second pair then holds the
-    pooled 2,048 at 3,072 and needs a ring of 2,048 (at 0) and its result of 2,048, which
-    first fit puts above the pooled tensor: 7,168 elements. A buffer of 5,632 elements
-    (11 KiB) chains the first pair only (the second alone would need 6,144); 7,168 (14 KiB)
-    all four layers."""
+    """16x16 planes: the first conv and pool need 2,048 (pooled) + 2,048 (a ring of one
+    slot) + 1,024 (input) elements, the second pair 2,048 (held) + 2,048 + 2,048. A buffer
+    of 5,632 elements (11 KiB) chains the first pair only (the second alone would need
+    6,144 as well); 6,144 (12 KiB) all four layers, the second pair's datasets in the space
+    the first one freed (each step's result is placed first, below what it frees)."""
     model = _conv_pool_twice()
     x = _input(5, (1, 4, 16, 16))
     config = SMALL.replace(buffer_kib=kib)
