@@ -476,8 +476,9 @@ def _compile_options(p, *, for_onnx=""):
                    help="split each layer's output channels over N of the preset's neural "
                         "engine cores (default: all of them)")
     p.add_argument("--no-chain", action="store_true",
-                   help="store every conv's output to memory instead of streaming it into the "
-                        "pool, ReLU or add that reads it (fp16, mixed)")
+                   help="store every layer's output to memory instead of keeping runs of "
+                        "conv, pool, ReLU and add layers in the buffer, each conv streaming "
+                        "into the planar layer after it (fp16, mixed)")
     from npu_compiler.depthfirst import SCHEDULES
     p.add_argument("--schedule", default=SCHEDULES[0], choices=SCHEDULES,
                    help="chains of layers that do not fit the buffer: depth-first bands "

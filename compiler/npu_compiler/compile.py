@@ -85,10 +85,10 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     ``"none"`` places none. The program's ``metadata.compiler.switch_points`` lists them.
 
     ``cores``: how many of the configuration's neural-engine cores a layer's output channels
-    are split over (None: all; :mod:`npu_compiler.cores`). ``chain``: a conv and the planar
-    layer that reads its output (pool, ReLU, add) run as a pair through the buffer, the
-    planar engine reading while the neural engine writes (:mod:`npu_compiler.chain`;
-    binary16 activations).
+    are split over (None: all; :mod:`npu_compiler.cores`). ``chain``: runs of convs and
+    planar layers (pool, ReLU, add), each read by the next alone, keep their intermediates
+    in the buffer, the planar engine reading a conv's output while the neural engine writes
+    it (:mod:`npu_compiler.chain`; binary16 activations).
     """
     if switch_points not in SWITCH_POINTS:
         raise CompileError(f"switch_points must be one of {', '.join(SWITCH_POINTS)}, not "

@@ -201,8 +201,9 @@ class Lowering:
         self._rings = {}            # tensor -> rows of its ring (depth first)
         self._placed = {}           # kernel blob key -> KernelPlacement
         self.cores = check_cores(config, cores)     # cores a layer may be split over
-        self.chain = chain          # conv -> planar pairs through the buffer (npu_compiler.chain)
+        self.chain = chain          # layer chains through the buffer (npu_compiler.chain)
         self._parts = {}            # id(blob) -> its parts, one per core (npu_compiler.cores)
+        self.unchained = set()      # node indices no chain may start at (see lower())
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -521,7 +522,6 @@ class Lowering:
                                    f"needs at least one element")
         segments = depthfirst.segments(self) if self.schedule == "depth-first" else {}
         self.segments = list({id(s): s for s in segments.values()}.values())
-        pairs = chain.chains(self, segments) if self.chain else {}
         done = set()
         for index, node in enumerate(self.g.nodes):
             seg = segments.get(index)
@@ -531,13 +531,15 @@ class Lowering:
                 continue
             if index in done:
                 continue
-            how = chain.plan(self, node, self.g.nodes[pairs[index]]) if index in pairs else None
+            run = (chain.candidate(self, index, segments) if self.chain
+                   and index not in self.unchained else [])
+            how = chain.plan(self, [self.g.nodes[i] for i in run]) if run else None
             if how is not None:
                 try:
-                    chain.emit(self, node, self.g.nodes[pairs[index]], how)
-                except BuildError as e:
-                    raise CompileError(f"{node}: {e}") from None
-                done.add(pairs[index])
+                    chain.emit(self, how)
+                except (BuildError, CompileError) as e:
+                    raise _ChainFailed(index, str(e)) from None
+                done.update(range(index, index + sum(len(s["nodes"]) for s in how)))
                 continue
             fn = ops.LOWER.get(node.op)
             if fn is None:
@@ -579,6 +581,15 @@ class _TooBig(Exception):
     """A kernel blob larger than the kernel memory: the caller splits the layer."""
 
 
+class _ChainFailed(Exception):
+    """The builder refused a chain's tasks (e.g. a planar task that would have to wait
+    for tasks of two other engines): :func:`lower` lowers again without that chain."""
+
+    def __init__(self, index, why):
+        super().__init__(why)
+        self.index = index
+
+
 def _dense_elements(shape):
     strides, acc = [], 1
     for n in reversed(shape):
@@ -614,10 +625,19 @@ def lower(graph, config, name="", schedule="depth-first", fmt="fp16", compressio
     layers that do not fit the buffer depth first or layer by layer; ``fmt`` ``fp16`` or
     ``mixed`` (int8 weights), ``compression`` a :class:`npu_compiler.compress.Compression`;
     ``cores`` how many of the configuration's neural-engine cores a layer is split over
-    (None: all, :mod:`npu_compiler.cores`); ``chain``: a conv and the planar layer reading
-    its output run as a pair through the buffer (:mod:`npu_compiler.chain`)."""
-    lw = Lowering(graph, config, name=name, schedule=schedule, fmt=fmt,
-                  compression=compression, cores=cores, chain=chain)
-    lw.run()
-    return lw
+    (None: all, :mod:`npu_compiler.cores`); ``chain``: runs of convs and planar layers
+    keep their intermediates in the buffer (:mod:`npu_compiler.chain`)."""
+    unchained = set()
+    while True:
+        lw = Lowering(graph, config, name=name, schedule=schedule, fmt=fmt,
+                      compression=compression, cores=cores, chain=chain)
+        lw.unchained = set(unchained)
+        try:
+            lw.run()
+        except _ChainFailed as e:
+            # The chain's dependencies do not fit the descriptors' one wait: lower again,
+            # those layers one by one (each failure removes a chain start, so this ends).
+            unchained.add(e.index)
+            continue
+        return lw
 

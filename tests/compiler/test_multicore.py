@@ -216,6 +216,182 @@ def test_digits_int8_chain_equals_layer_by_layer(split):
     np.testing.assert_array_equal(_bits(outs[0]), _bits(outs[1]))
 
 
+def long_chain(seed=0, c=4, size=12, first="Conv"):
+    """``first`` (a 3x3 conv ``c -> 16`` with a fused ReLU, or a 2x2 max pool), then a 2x2
+    max pool, a 3x3 conv ``-> 24``, a 2x2 average pool, an add of a second input (the
+    pooled size), a ReLU on the planar engine: six layers, each read by the next alone."""
+    rng = np.random.default_rng(seed)
+    k1 = 16 if first == "Conv" else c
+    inits = [_init(rng, "w1", (16, c, 3, 3)), _init(rng, "b1", (16,)),
+             _init(rng, "w2", (24, k1, 3, 3)), _init(rng, "b2", (24,))]
+    n = helper.make_node
+    side = size // 4
+    nodes = ([n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"])]
+             if first == "Conv" else [n("MaxPool", ["x"], ["r1"], kernel_shape=[1, 1])])
+    nodes += [n("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+              n("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+              n("AveragePool", ["c2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
+              n("Add", ["s", "p2"], ["a"]),
+              n("Relu", ["a"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "long_chain",
+        [helper.make_tensor_value_info("x", 1, [1, c, size, size]),
+         helper.make_tensor_value_info("s", 1, [1, 24, side, side])],
+        [helper.make_tensor_value_info("out", 1, [1, 24, side, side])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _run2(model, config, xs, backend="golden", **kw):
+    compiled = compile_model(model, config, **kw)
+    return compiled, run(compiled.program, xs, backend)
+
+
+def _long_inputs(seed, c=4, size=12):
+    return {"x": _input(seed, (1, c, size, size)), "s": _input(seed + 1, (1, 24, size // 4,
+                                                                          size // 4))}
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "mixed"])
+def test_chain_of_six_layers(fmt):
+    """conv -> pool -> conv -> pool -> add -> ReLU as one chain: two rings (each conv into
+    its pool), the rest plain buffer datasets; only the last output is stored."""
+    model = long_chain()
+    xs = _long_inputs(3)
+    chained, a = _run2(model, SMALL, xs, fmt=fmt)
+    plain, b = _run2(model, SMALL, xs, fmt=fmt, chain=False)
+    np.testing.assert_array_equal(_bits(a.outputs["out"]), _bits(b.outputs["out"]))
+    hows = [r["how"] for r in chained.plan]
+    assert len(hows) == 6 and all(h.startswith("chained: ") for h in hows), hows
+    assert sum("through a ring of" in h for h in hows) == 2
+    assert "reads MaxPool_2's output from the buffer; output streams into" in hows[2]
+    # Only the last layer's output is in system memory.
+    names = {t.name for t in chained.program.tensors}
+    assert "out" in names and not names & {"r1", "p1", "c2", "p2", "a"}
+    assert chained.program.queues[0].tasks < plain.program.queues[0].tasks
+
+
+def test_chain_may_start_on_the_planar_engine():
+    model = long_chain(first="MaxPool")
+    xs = _long_inputs(4)
+    chained, a = _run2(model, SMALL, xs)
+    _, b = _run2(model, SMALL, xs, chain=False)
+    np.testing.assert_array_equal(_bits(a.outputs["out"]), _bits(b.outputs["out"]))
+    assert all(r["how"].startswith("chained: ") for r in chained.plan)
+
+
+def _conv_pool_twice(seed=0, size=16):
+    """A 3x3 conv 4 -> 8, a 1x1 max pool (same size), a 1x1 conv 8 -> 32, a 2x2 max pool."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (8, 4, 3, 3)), _init(rng, "w2", (32, 8, 1, 1))]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             n("MaxPool", ["c1"], ["p1"], kernel_shape=[1, 1]),
+             n("Conv", ["p1", "w2"], ["c2"]),
+             n("MaxPool", ["c2"], ["out"], kernel_shape=[2, 2], strides=[2, 2])]
+    graph = helper.make_graph(
+        nodes, "conv_pool_twice", [helper.make_tensor_value_info("x", 1, [1, 4, size, size])],
+        [helper.make_tensor_value_info("out", 1, [1, 32, size // 2, size // 2])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("kib, chained", [(11, 2), (12, 4)])
+def test_chain_stops_where_the_buffer_is_full(kib, chained):
+    """16x16 planes: the first conv and pool need 2,048 (pooled) + 2,048 (a ring of one
+    slot) + 1,024 (input) elements, the second pair 2,048 (held) + 2,048 + 2,048. A buffer
+    of 5,632 elements (11 KiB) chains the first pair only (the second alone would need
+    6,144 as well); 6,144 (12 KiB) all four layers, the second pair's datasets in the space
+    the first one freed (each step's result is placed first, below what it frees)."""
+    model = _conv_pool_twice()
+    x = _input(5, (1, 4, 16, 16))
+    config = SMALL.replace(buffer_kib=kib)
+    compiled, a = _run(model, config, x, schedule="layer")
+    _, b = _run(model, config, x, chain=False, schedule="layer")
+    np.testing.assert_array_equal(_bits(a.outputs["out"]), _bits(b.outputs["out"]))
+    hows = [r["how"] for r in compiled.plan]
+    assert [h.startswith("chained: ") for h in hows] == [True] * chained + [False] * (
+        4 - chained), hows
+    names = {t.name for t in compiled.program.tensors}
+    assert ("p1" in names) == ("c2" in names) == (chained == 2)
+
+
+def random_run(seed):
+    """A random run of 3 to 6 chainable layers on a random input (convs 1x1 or 3x3 with
+    stride 1 or 2, max and average pools, ReLUs, adds of an extra input), each read by the
+    next alone; ``(model, inputs)``."""
+    rng = np.random.default_rng(seed)
+    c, size = int(rng.integers(1, 9)), int(rng.integers(6, 17))
+    shape = [1, c, size, size]
+    n = helper.make_node
+    nodes, inits, ins, feeds = [], [], [], {}
+    x = "x"
+    ins.append(helper.make_tensor_value_info("x", 1, list(shape)))
+    feeds["x"] = _input(seed, tuple(shape))
+    for i in range(int(rng.integers(3, 7))):
+        y = f"t{i}"
+        op = rng.choice(["Conv", "Conv", "MaxPool", "AveragePool", "Relu", "Add"])
+        if op == "Conv":
+            k, kk = int(rng.integers(1, 25)), int(rng.choice([1, 3]))
+            stride = int(rng.choice([1, 2]))
+            inits += [_init(rng, f"w{i}", (k, shape[1], kk, kk)), _init(rng, f"b{i}", (k,))]
+            nodes.append(n("Conv", [x, f"w{i}", f"b{i}"], [y], pads=[kk // 2] * 4,
+                           strides=[stride, stride]))
+            side = (shape[2] + 2 * (kk // 2) - kk) // stride + 1
+            shape = [1, k, side, side]
+        elif op in ("MaxPool", "AveragePool") and shape[2] >= 2:
+            nodes.append(n(op, [x], [y], kernel_shape=[2, 2], strides=[2, 2]))
+            shape = [1, shape[1], shape[2] // 2, shape[3] // 2]
+        elif op == "Add":
+            ins.append(helper.make_tensor_value_info(f"s{i}", 1, list(shape)))
+            feeds[f"s{i}"] = _input(seed + i + 1, tuple(shape))
+            nodes.append(n("Add", [x, f"s{i}"] if rng.random() < 0.5 else [f"s{i}", x], [y]))
+        else:
+            nodes.append(n("Relu", [x], [y]))
+        x = y
+    graph = helper.make_graph(nodes, f"run{seed}", ins,
+                              [helper.make_tensor_value_info(x, 1, list(shape))], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), feeds
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_runs_chain_bit_exact(seed):
+    """Random runs of layers, on a random buffer size (some runs stop early), give the same
+    bits chained as layer by layer."""
+    model, feeds = random_run(seed)
+    kib = int(np.random.default_rng(seed).choice([4, 8, 16, 64]))
+    config = SMALL.replace(buffer_kib=kib)
+    compiled, a = _run2(model, config, feeds, schedule="layer")
+    _, b = _run2(model, config, feeds, schedule="layer", chain=False)
+    out = model.graph.output[0].name
+    np.testing.assert_array_equal(_bits(a.outputs[out]), _bits(b.outputs[out]))
+
+
+def test_a_chain_the_builder_refuses_is_lowered_without_it():
+    """Random run 236 (conv, average pool, conv, conv, add): chained from its first or its
+    second layer, the add (a ring's consumer) would have to wait for tasks of two other
+    engines, which one dependency distance cannot express; ``lower`` lowers again with no
+    chain starting there, and the last three layers still chain."""
+    model, feeds = random_run(236)
+    config = SMALL.replace(buffer_kib=16)
+    compiled, a = _run2(model, config, feeds, schedule="layer")
+    _, b = _run2(model, config, feeds, schedule="layer", chain=False)
+    out = model.graph.output[0].name
+    np.testing.assert_array_equal(_bits(a.outputs[out]), _bits(b.outputs[out]))
+    chained = [r["how"].startswith("chained: ") for r in compiled.plan]
+    assert chained == [False, False, True, True, True], compiled.plan
+
+
+def test_chain_on_two_cores():
+    """A conv split over two cores keeps its output in a plain dataset for the pool; the
+    rest of the chain is the same."""
+    model = long_chain()
+    xs = _long_inputs(6)
+    chained, a = _run2(model, ECP5, xs)
+    _, b = _run2(model, ECP5, xs, cores=1, chain=False)
+    np.testing.assert_array_equal(_bits(a.outputs["out"]), _bits(b.outputs["out"]))
+    rows = [r for r in chained.plan if r["op"] == "Conv"]
+    assert all(r["cores"] == 2 and "kept in the buffer" in r["how"] for r in rows)
+
+
 # ---- on the RTL ------------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -262,6 +438,20 @@ def test_chain_rtl_equals_golden_and_is_faster(op):
         c = compile_model(model, SMALL, chain=chain)
         golden = run(c.program, {"x": x}, "golden").outputs["out"]
         rtl = run(c.program, {"x": x}, "rtl")
+        np.testing.assert_array_equal(_bits(golden), _bits(rtl.outputs["out"]))
+        cycles.append(rtl.cycles)
+    assert cycles[0] < cycles[1]
+
+
+@pytest.mark.slow
+def test_long_chain_rtl_equals_golden_and_is_faster():
+    model = long_chain(size=16)
+    xs = _long_inputs(9, size=16)
+    cycles = []
+    for chain in (True, False):
+        c = compile_model(model, SMALL, chain=chain)
+        golden = run(c.program, xs, "golden").outputs["out"]
+        rtl = run(c.program, xs, "rtl")
         np.testing.assert_array_equal(_bits(golden), _bits(rtl.outputs["out"]))
         cycles.append(rtl.cycles)
     assert cycles[0] < cycles[1]
