@@ -5,14 +5,14 @@ configuration, a scratch register, bus-error interrupt status, the cycle counter
 trace). :class:`NPUTop` is the whole NPU.
 """
 
-from amaranth.hdl import Cat, DomainRenamer, Module, Mux, Signal
+from amaranth.hdl import Cat, DomainRenamer, Module, Mux, ResetInserter, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
 from npu_spec.dataproc import DATA_PROCESSOR
 from npu_spec.dma import DMA
-from npu_spec.engine import Engine
+from npu_spec.engine import ERROR_BITS, Engine
 from npu_spec.neural import CORE_STRIDE, NEURAL_ENGINE, core_base
 from npu_spec.planar import PLANAR_ENGINE
 from npu_spec.registers import ADDRESS_WINDOWS, NPU_INFO, npu_info_values
@@ -23,6 +23,7 @@ from .dma.engine import DMAEngine
 from .lib.csr import CSRDecoder, CSRSignature, RegisterFile
 from .lib.engine import WriteLayout
 from .lib.gate import gated_domain
+from .lib.pipe import SkidBuffer
 from .lib.wishbone import Arbiter, WishboneSignature, WordReader
 from .neural.cluster import CoreCluster
 from .neural.engine import NeuralEngine
@@ -245,7 +246,7 @@ class NPUTop(wiring.Component):
         for i, core in enumerate(cores):
             wiring.connect(m, cluster.core[i], core.task)
         m.d.comb += cluster.mask.eq(dp.ne_cores)
-        wiring.connect(m, tm.pe, pe.task)
+        boundary = _planar_boundary(m, tm.pe, pe, "pe" if gate else "sync")
         wiring.connect(m, tm.dma, dma.task)
 
         # Writes to a running engine's datasets wait for its task's end.
@@ -255,12 +256,13 @@ class NPUTop(wiring.Component):
             m.d.comb += dp.ne_busy[i].eq(ne_running[i])
         m.d.comb += dp.pe_busy.eq(pe_running)
         if gate:
-            _gate_engines(m, decoder, tm, cluster, pe, pe_running, cores, ne_running)
+            _gate_engines(m, decoder, tm, cluster, pe, pe_running, cores, ne_running,
+                          boundary.activity)
 
         # Data: every engine's ports on the data processor.
         for i, core in enumerate(cores):
             dp.connect_core(m, core, i)
-        dp.connect_planar(m, pe, task=False)
+        dp.connect_planar(m, boundary, task=False)
         m.d.comb += [dp.pe_start.eq(tm.pe.start.valid & tm.pe.start.ready),
                      dp.pe_done.eq(tm.pe.done | tm.pe.abort)]
         wiring.connect(m, dma.buf_read, dp.dma_read)
@@ -292,14 +294,14 @@ class NPUTop(wiring.Component):
         return m
 
 
-def _gate_engines(m, decoder, tm, cluster, pe, pe_running, cores, ne_running):
+def _gate_engines(m, decoder, tm, cluster, pe, pe_running, cores, ne_running, pe_boundary):
     """The gated clocks of the planar engine (domain ``pe``) and of the cores (``ne0``, ...):
     each runs while its engine may change state (``docs/system.md``, "Gated clocks in the
     system simulation"): its task runs or is offered or aborted, a register write or a host
     access reaches it, a stream beat is offered to it or by it, a kernel memory read is
     answered; after a host write to its registers (a start by ``CTRL.start`` is not seen on the
     dispatch port) it never stops again."""
-    def activity(name, window, task, running, signals):
+    def activity(name, window, task, running, signals, **kwargs):
         csr = decoder.target(window)
         touched = Signal(name=f"{name}_host_written")
         with m.If(csr.w_en):
@@ -307,14 +309,74 @@ def _gate_engines(m, decoder, tm, cluster, pe, pe_running, cores, ne_running):
         act = Signal(name=f"{name}_activity")
         m.d.comb += act.eq(Cat(running, task.start.valid, task.abort, csr.r_en, csr.w_en,
                                touched, *signals).any())
-        gated_domain(m, name, act)
+        gated_domain(m, name, act, **kwargs)
 
+    # The planar engine's domain has no reset (it only sees registers at its boundary,
+    # ``_planar_boundary``, so none of its logic is evaluated on ``sync`` edges).
     activity("pe", "PLANAR_ENGINE", tm.pe, pe_running,
-             [port.valid for port in (pe.writes, pe.a, pe.b, pe.c, pe.out)])
+             [port.valid for port in (pe.writes, pe.a, pe.b, pe.c, pe.out)] + pe_boundary,
+             power_on=True)
     for i, core in enumerate(cores):
         activity(f"ne{i}", f"NE{i}", cluster.core[i], ne_running[i],
                  [port.valid for port in (core.writes, core.row_data, core.row_req, core.out)]
                  + [core.kmem.en])
+
+
+class _PlanarBoundary:
+    """The data processor's view of the planar engine (``a``, ``b``, ``c``, ``out``: the
+    outer ends of the boundary registers) and the signals that must run its clock."""
+
+    def __init__(self, slices, activity):
+        for name, port in slices.items():
+            setattr(self, name, port)
+        self.activity = activity
+
+
+def _planar_boundary(m, task, pe, domain):
+    """Registers between the planar engine and the rest of the NPU, in the engine's clock
+    domain ``domain`` (``docs/system.md``, "The planar engine's boundary registers"): a
+    :class:`~npu.lib.pipe.SkidBuffer` on each operand stream and on the result stream, and
+    the task manager's ``abort`` one cycle late. Every input of the engine's datapath is then
+    a register of its own domain. The engine's ``done`` reaches task port ``task`` once the
+    result slice is empty (the task's output is in the data buffer); the operand slices are
+    emptied at the task's end, as the data processor's readers are."""
+    aborted = Signal(name="pe_abort_late")
+    m.d[domain] += aborted.eq(task.abort)
+    aborting = task.abort | aborted
+    ended = task.done | task.abort
+    slices = {}
+    for name in ("a", "b", "c", "out"):
+        skid = SkidBuffer(getattr(pe, name).payload.shape())
+        flush = aborting if name == "out" else ended
+        block = ResetInserter(flush)(skid)
+        if domain != "sync":
+            block = DomainRenamer(domain)(block)
+        m.submodules[f"pe_{name}_slice"] = block
+        slices[name] = skid
+    for name in ("a", "b", "c"):
+        wiring.connect(m, slices[name].o, getattr(pe, name))
+    wiring.connect(m, pe.out, slices["out"].i)
+
+    # Start and done_mem pass; abort is late; done waits for the result slice to empty.
+    wiring.connect(m, task.start, pe.task.start)
+    m.d.comb += [pe.task.done_mem.eq(task.done_mem), pe.task.abort.eq(aborted)]
+    pending = Signal(name="pe_done_pending")
+    pending_error = Signal(ERROR_BITS, name="pe_done_error")
+    out = slices["out"]
+    draining = out.i.valid | out.o.valid
+    # (The task manager's abort already waits for a done of the same cycle: not masked here.)
+    finished = (pe.task.done | pending) & ~aborted
+    release = finished & ~draining
+    error = Mux(pending, pending_error, pe.task.error)
+    m.d.comb += [task.done.eq(release), task.error.eq(Mux(release, error, 0))]
+    with m.If(aborting | release):
+        m.d.sync += pending.eq(0)
+    with m.Elif(pe.task.done):
+        m.d.sync += [pending.eq(1), pending_error.eq(pe.task.error)]
+    activity = ([slices[name].i.valid for name in ("a", "b", "c")]
+                + [out.o.valid, pending, task.done, aborted])
+    return _PlanarBoundary({"a": slices["a"].i, "b": slices["b"].i, "c": slices["c"].i,
+                            "out": out.o}, activity)
 
 
 def _running(m, port, name):

@@ -17,10 +17,17 @@ __all__ = ["GATE_TAIL", "gated_domain"]
 GATE_TAIL = 64
 
 
-def gated_domain(m, name, activity, *, tail=GATE_TAIL):
+def gated_domain(m, name, activity, *, tail=GATE_TAIL, power_on=False):
     """Add to module ``m`` the local clock domain ``name``: the ``sync`` clock, running in the
     cycles in which ``activity`` is high, in the first ``tail`` cycles after such a cycle, and
     during the reset; stopped otherwise. Its reset is the ``sync`` reset.
+
+    With ``power_on`` the domain's reset is never asserted and its clock stays stopped during
+    the ``sync`` reset instead: its registers keep their initial values, which is what a
+    reset gives them when the ``sync`` reset is a power-on reset (high only until the first
+    clock edge, as :class:`npu_sim.verilator.PowerOnReset` makes it). No register of the
+    domain then depends on the ``sync`` reset, which would make Verilator evaluate its
+    next-state logic on every ``sync`` edge.
 
     The enable is taken while the ``sync`` clock is low (a register on the falling edge, the
     form of a latch-based clock gate): it settles after the rising edge and the inputs of the
@@ -33,17 +40,20 @@ def gated_domain(m, name, activity, *, tail=GATE_TAIL):
     with m.Elif(left != 0):
         m.d.sync += left.eq(left - 1)
     enable = Signal(name=f"{name}_enable")
-    m.d.comb += enable.eq(activity | (left != 0) | ResetSignal("sync"))
+    if power_on:
+        m.d.comb += enable.eq(activity | (left != 0))
+    else:
+        m.d.comb += enable.eq(activity | (left != 0) | ResetSignal("sync"))
 
     latch = f"{name}_gate"
     m.domains += ClockDomain(latch, clk_edge="neg", reset_less=True, local=True)
-    held = Signal(init=1, name=f"{name}_enable_held")
+    held = Signal(init=not power_on, name=f"{name}_enable_held")
     m.d[latch] += held.eq(enable)
     domain = ClockDomain(name, local=True)
     m.domains += domain
     m.d.comb += [
         ClockSignal(latch).eq(ClockSignal("sync")),
         domain.clk.eq(ClockSignal("sync") & held),
-        domain.rst.eq(ResetSignal("sync")),
+        domain.rst.eq(0 if power_on else ResetSignal("sync")),
     ]
     return held

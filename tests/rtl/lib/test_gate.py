@@ -24,35 +24,38 @@ class GatedCounter(wiring.Component):
     sampled: Out(8)
     seen: Out(16)
 
-    def __init__(self, tail):
+    def __init__(self, tail, power_on=False):
         self._tail = tail
+        self._power_on = power_on
         super().__init__()
 
     def elaborate(self, platform):
         m = Module()
-        gated_domain(m, "g", self.activity, tail=self._tail)
+        gated_domain(m, "g", self.activity, tail=self._tail, power_on=self._power_on)
         m.d.g += [self.count.eq(self.count + 1), self.sampled.eq(self.x)]
         m.d.sync += self.seen.eq(self.count)
         return m
 
 
+@pytest.mark.parametrize("power_on", [False, True])
 @pytest.mark.parametrize("tail", [1, 3, 8])
-def test_ticks_on_activity_and_tail(tail):
-    dut = GatedCounter(tail)
+def test_ticks_on_activity_and_tail(tail, power_on):
+    dut = GatedCounter(tail, power_on)
     rng = random.Random(tail)
-    pattern = [rng.random() < 0.15 for _ in range(300)]
+    pattern = [k == 0 or rng.random() < 0.15 for k in range(300)]   # activity on the first edge
 
     async def tb(ctx):
         count = sampled = 0
         left = 0
         seen = 0
-        # The enable starts high: the first edge (the reset's, in a design) ticks the domain.
+        # The enable starts high: the first edge (the reset's, in a design) ticks the domain;
+        # with ``power_on`` it starts low: the first edge never ticks it.
         for k, act in enumerate(pattern):
             x = rng.randrange(256)
             ctx.set(dut.activity, act)
             ctx.set(dut.x, x)
             await ctx.delay(1e-9)
-            enabled = act or left > 0 or k == 0
+            enabled = (act or left > 0) and k > 0 if power_on else act or left > 0 or k == 0
             await ctx.tick()
             assert ctx.get(dut.seen) == seen, k
             if enabled:
