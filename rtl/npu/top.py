@@ -151,6 +151,14 @@ class NPUTop(wiring.Component):
         simulation"): the planar engine and each neural engine core run on a clock of their
         own that stops while they are idle (:func:`npu.lib.gate.gated_domain`), so that a
         Verilator model skips their logic. Same cycles and results; never for synthesis.
+        Needs ``planar_boundary``.
+    planar_boundary : bool or None
+        Registers between the planar engine and the rest of the NPU (``docs/system.md``, "The
+        planar engine's boundary registers"): they let the gated planar clock stop, and cost a
+        few cycles per planar task and about two flip-flops per bit of the engine's streams.
+        ``None`` (the default) means ``gate_clocks``: the system simulation has them in both
+        of its builds (:class:`npu_sim.system.SystemSim` passes ``True``), synthesis and the
+        board tops do not.
 
     Members
     -------
@@ -162,7 +170,8 @@ class NPUTop(wiring.Component):
         System-memory master.
     """
 
-    def __init__(self, config, *, trace_depth=64, shared=None, gate_clocks=False):
+    def __init__(self, config, *, trace_depth=64, shared=None, gate_clocks=False,
+                 planar_boundary=None):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         if config.cores > 32:
@@ -171,6 +180,10 @@ class NPUTop(wiring.Component):
         self._trace_depth = trace_depth
         self._shared = shared
         self._gate_clocks = bool(gate_clocks)
+        self._planar_boundary = self._gate_clocks if planar_boundary is None else bool(
+            planar_boundary)
+        if self._gate_clocks and not self._planar_boundary:
+            raise ValueError("gated clocks need the planar engine's boundary registers")
         super().__init__({
             "bus": In(CSRSignature(HOST_ADDR_BITS)),
             "irq": Out(1),
@@ -246,7 +259,10 @@ class NPUTop(wiring.Component):
         for i, core in enumerate(cores):
             wiring.connect(m, cluster.core[i], core.task)
         m.d.comb += cluster.mask.eq(dp.ne_cores)
-        boundary = _planar_boundary(m, tm.pe, pe, "pe" if gate else "sync")
+        if self._planar_boundary:
+            boundary = _planar_boundary(m, tm.pe, pe, "pe" if gate else "sync")
+        else:
+            boundary = _planar_direct(m, tm.pe, pe)
         wiring.connect(m, tm.dma, dma.task)
 
         # Writes to a running engine's datasets wait for its task's end.
@@ -377,6 +393,13 @@ def _planar_boundary(m, task, pe, domain):
                 + [out.o.valid, pending, task.done, aborted])
     return _PlanarBoundary({"a": slices["a"].i, "b": slices["b"].i, "c": slices["c"].i,
                             "out": out.o}, activity)
+
+
+def _planar_direct(m, task, pe):
+    """The planar engine on the task port ``task`` without boundary registers (synthesis);
+    its streams are its own."""
+    wiring.connect(m, task, pe.task)
+    return _PlanarBoundary({"a": pe.a, "b": pe.b, "c": pe.c, "out": pe.out}, [])
 
 
 def _running(m, port, name):

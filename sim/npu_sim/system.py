@@ -103,6 +103,7 @@ class SystemBench(wiring.Component):
         Library of shared blocks of the NPU (``npu.lib.shared``; Verilator only).
     gate_clocks : bool
         The NPU's engines on gated clocks (``NPUTop(gate_clocks=True)``; Verilator only).
+        Both builds have the planar engine's boundary registers (``planar_boundary``).
     storage : str
         The system memory's storage (:class:`~npu_sim.sysmem.SystemMemory`): ``"gateware"``
         or ``"dpi"`` (kept by the Verilator bench; Verilator only).
@@ -133,7 +134,10 @@ class SystemBench(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        m.submodules.npu = npu = NPUTop(cfg, shared=self.shared, gate_clocks=self.gate_clocks)
+        # The planar engine's boundary registers in both builds, so that gated and
+        # free-running runs take the same cycles (board tops and synthesis have none).
+        m.submodules.npu = npu = NPUTop(cfg, shared=self.shared, gate_clocks=self.gate_clocks,
+                                        planar_boundary=True)
         m.submodules.memory = mem = SystemMemory(self.mem_words, cfg.mem_width, self.latency,
                                                  storage=self.storage)
         wiring.connect(m, npu.mem, mem.bus)
