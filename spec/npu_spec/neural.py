@@ -32,6 +32,7 @@ __all__ = [
     "NeuralError",
     "best_log2w",
     "out_channel_limit",
+    "out_size_limit",
     "core_base",
     "engine_geometry",
     "halo_width",
@@ -60,7 +61,8 @@ class NeuralError(enum.IntEnum):
     #: The layer's MAC format is not built in.
     FORMAT = 1
     #: A zero-sized loop: groups, channels, input or output size, kernel size, stride or
-    #: dilation 0; or more output channels than the build counts (``out_channel_limit``).
+    #: dilation 0; or more output channels than the build counts (``out_channel_limit``), or
+    #: more output rows or columns (``out_size_limit``).
     SHAPE = 2
     #: Kernel larger than 16x16, or a work-unit width the build does not offer.
     KERNEL = 3
@@ -210,6 +212,14 @@ def out_channel_limit(config):
     return config.ne_out_channels or 4095 * 4095
 
 
+def out_size_limit(config):
+    """The most output rows and the most output columns (``out_h``, ``out_w``) a core of
+    ``config`` takes in one layer: ``config.ne_out_size``, or what the registers can express
+    (4095). The core's work-unit counters and output row and column positions are
+    ``out_size_limit(config).bit_length()`` bits wide."""
+    return config.ne_out_size or 4095
+
+
 def work_unit(macs, log2w):
     """``(W, H)`` of the work-unit shape ``log2w``: ``W = 2**log2w`` columns, ``H = macs / W``
     rows; lane ``i`` is row ``i // W``, column ``i % W``."""
@@ -270,7 +280,8 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
     (``TIMEOUT``); ``NONE`` if it runs.
 
     The checks, in the order the core applies them: ``FORMAT`` (the MAC format is not built),
-    ``SHAPE`` (a zero-sized loop, or more output channels than ``out_channel_limit``),
+    ``SHAPE`` (a zero-sized loop, more output channels than ``out_channel_limit`` or more
+    output rows or columns than ``out_size_limit``),
     ``KERNEL`` (a kernel side above :data:`MAX_KERNEL`, or a
     work-unit width the build does not offer), ``HALO`` (a halo row wider than
     ``row_values``), then for each output-channel group before its header is decoded
@@ -289,6 +300,8 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
                                 "kh", "kw", "stride", "dilation")):
         return NeuralError.SHAPE
     if layer["groups"] * layer["ocpg"] > out_channel_limit(config):
+        return NeuralError.SHAPE
+    if max(layer["out_h"], layer["out_w"]) > out_size_limit(config):
         return NeuralError.SHAPE
     log2w = layer["log2w"]
     if (layer["kh"] > MAX_KERNEL or layer["kw"] > MAX_KERNEL or log2w > _log2(n)

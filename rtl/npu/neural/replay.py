@@ -34,6 +34,10 @@ class ParamReplay(wiring.Component):
         Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
         (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
         start.
+    tile_bits : int
+        Width of the work-unit counters (tile row and column):
+        ``out_size_limit(config).bit_length()`` (``npu_spec.neural``; 12 by default). Layers
+        with more output rows or columns are refused at the start.
 
     Members
     -------
@@ -52,8 +56,9 @@ class ParamReplay(wiring.Component):
         order, ``group_last`` on the last one; ``bias`` is 0 (the MAC array adds the bias).
     """
 
-    def __init__(self, macs, slots, *, channel_bits=24):
+    def __init__(self, macs, slots, *, channel_bits=24, tile_bits=12):
         self._channel_bits = channel_bits
+        self._tile_bits = tile_bits
         self._slots = slots
         super().__init__({
             "start":    In(1),
@@ -71,7 +76,7 @@ class ParamReplay(wiring.Component):
 
         ocg = Signal(range(slots + 1))      # channels of the current group
         m.submodules.loop = loop = LoopNest([("base", self._channel_bits, slots),
-                                             ("ty", 12), ("tx", 12),
+                                             ("ty", self._tile_bits), ("tx", self._tile_bits),
                                              ("slot", range(slots + 1))])
         m.d.comb += [loop.limit.base.eq(geo.out_channels), loop.limit.ty.eq(geo.tiles_y),
                      loop.limit.tx.eq(geo.tiles_x), loop.limit.slot.eq(ocg)]

@@ -25,7 +25,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.formats import F16_NEG_INF, F16_ONE
-from npu_spec.neural import out_channel_limit
+from npu_spec.neural import out_channel_limit, out_size_limit
 
 from ..lib.arith import narrow_mul
 from ..lib.loop import LoopNest
@@ -152,8 +152,9 @@ class Sequencer(wiring.Component):
 
         m.submodules.walker = walker = GroupWalker(slots)
         channel_bits = out_channel_limit(self._config).bit_length()
-        m.submodules.tiles = tiles = LoopNest([("base", channel_bits, slots), ("ty", 12),
-                                               ("tx", 12)])
+        tile_bits = out_size_limit(self._config).bit_length()
+        m.submodules.tiles = tiles = LoopNest([("base", channel_bits, slots),
+                                               ("ty", tile_bits), ("tx", tile_bits)])
         m.d.comb += [
             walker.ocpg.eq(layer.ocpg), walker.icpg.eq(layer.icpg),
             walker.remaining.eq(geo.out_channels - tiles.index.base),
