@@ -107,10 +107,13 @@ class NPUConfig:
         the rescale multiply in four steps on one 16 x 16 multiplier, parameter banks in block
         RAM; needs ``formats == ("int8",)``). ``docs/postproc.md``.
     result_queue : int
-        Entries of each neural engine core's result queue (between the MAC array and the
-        post-processor); 0 (the default) means one per accumulator slot (``acc_slots``), so
-        that a work unit's results never stall the MAC array. A lean build takes fewer: the
-        MAC array then waits while the post-processor works (``docs/neural_engine.md``).
+        Results that may wait for a neural engine core's post-processor: the MAC array's
+        output register, which holds a result until it is taken, and ``result_queue - 1``
+        entries of a queue between them (with 1, no queue: the MAC array feeds the
+        post-processor directly). 0 (the default) means a queue of one entry per accumulator
+        slot (``acc_slots``), so that a work unit's results never stall the MAC array. A lean
+        build takes fewer: the MAC array then waits while the post-processor works
+        (``docs/neural_engine.md``).
     ne_row_values : int
         Inputs in each halo row of a core's input buffer (a power of two); 0 (the default)
         means the rule of ``npu_spec.neural.engine_geometry`` (``min(2 macs, 64)``). A layer

@@ -179,9 +179,13 @@ class NeuralEngine(wiring.Component):
         # The slots of a work unit finish on consecutive commands and the post-processor takes
         # macs / post_lanes cycles per result: a queue of one result per slot (the default of
         # `result_queue`) absorbs the burst, so the MAC array never waits for the
-        # post-processor; a lean build keeps fewer and lets the MAC array wait.
-        dp.submodules.results = results = Queue(mac_result_layout(n, slots),
-                                                cfg.result_queue or slots)
+        # post-processor; a lean build keeps fewer and lets the MAC array wait. The MAC array
+        # holds its last result until it is taken, so `result_queue` results wait with
+        # `result_queue - 1` queue entries, and with 1 the array feeds the post-processor
+        # directly.
+        entries = cfg.result_queue - 1 if cfg.result_queue else slots
+        if entries:
+            dp.submodules.results = results = Queue(mac_result_layout(n, slots), entries)
         dp.submodules.replay = replay = ParamReplay(n, slots, channel_bits=ch, tile_bits=tb)
         dp.submodules.post = post = post_processor(cfg, lanes_per_cycle=self.post_lanes)
         dp.submodules.writer = writer = Writer(n, slots, self.max_rows, channel_bits=ch,
@@ -238,8 +242,11 @@ class NeuralEngine(wiring.Component):
         # Results: MAC array, result queue, post-processor (with the replayed parameters),
         # writer.
         wiring.connect(dp, seq.cmd, mac.cmd)
-        wiring.connect(dp, mac.res, results.w)
-        wiring.connect(dp, results.r, post.res)
+        if entries:
+            wiring.connect(dp, mac.res, results.w)
+            wiring.connect(dp, results.r, post.res)
+        else:
+            wiring.connect(dp, mac.res, post.res)
         wiring.connect(dp, replay.params, post.params)
         wiring.connect(dp, post.out, writer.res)
         wiring.connect(dp, writer.out, wiring.flipped(self.out))
