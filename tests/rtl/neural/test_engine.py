@@ -466,7 +466,8 @@ def test_icebreaker_core_refuses_what_its_buffer_cannot_hold():
         assert int(layer_error(fields, preset("ice40"))) == EngineError.NONE.value
     runs = [dict(case=c) for c, _ in cases]
     runs.insert(2, dict(case=good, overrides={"OCPG": dict(ocpg=1025)}))
-    runs.insert(3, dict(case=good, overrides={"OUT_SIZE": dict(out_h=layer_fields(good)["out_h"], out_w=256)}))
+    out_h = layer_fields(good)["out_h"]
+    runs.insert(3, dict(case=good, overrides={"OUT_SIZE": dict(out_h=out_h, out_w=256)}))
     results = run_rtl_many(runs, ICEBREAKER, backend="amaranth", stall=0.2, seed=4)
     assert [stats["error_code"] for _, stats in results] == [
         EngineError.HALO.value, EngineError.BUFFER.value, EngineError.SHAPE.value,
