@@ -40,6 +40,7 @@ from .kernel_extract import kernel_extractor
 from .layer import EngineError, LayerSetup
 from .layouts import (
     KernelReadSignature,
+    group_bits,
     layer_layout,
     mac_result_layout,
     row_data_layout,
@@ -186,7 +187,8 @@ class NeuralEngine(wiring.Component):
         entries = cfg.result_queue - 1 if cfg.result_queue else slots
         if entries:
             dp.submodules.results = results = Queue(mac_result_layout(n, slots), entries)
-        dp.submodules.replay = replay = ParamReplay(n, slots, channel_bits=ch, tile_bits=tb)
+        dp.submodules.replay = replay = ParamReplay(n, slots, channel_bits=ch, tile_bits=tb,
+                                                    group_bits=group_bits(cfg))
         dp.submodules.post = post = post_processor(cfg, lanes_per_cycle=self.post_lanes)
         dp.submodules.writer = writer = Writer(n, slots, self.max_rows, channel_bits=ch,
                                                tile_bits=tb)

@@ -38,6 +38,9 @@ class ParamReplay(wiring.Component):
         Width of the work-unit counters (tile row and column):
         ``out_size_limit(config).bit_length()`` (``npu_spec.neural``; 12 by default). Layers
         with more output rows or columns are refused at the start.
+    group_bits : int
+        Width of the group counters (``npu.neural.layouts.group_bits(config)``; 16 by
+        default).
 
     Members
     -------
@@ -47,16 +50,16 @@ class ParamReplay(wiring.Component):
         Output channels and tiles of the layer.
     store : In(param_store_layout(slots))
         Writes into the tables (from the sequencer, as it decodes headers).
-    headers : In(16)
+    headers : In(group_bits)
         Headers decoded so far: the replayer starts group ``g`` once ``headers > g``.
-    group : Out(16)
+    group : Out(group_bits)
         The group the replayer is on.
     params : Out(stream.Signature(param_beat_layout(slots)))
         Parameter beats for the post-processor: for every work unit the group's slots in
         order, ``group_last`` on the last one; ``bias`` is 0 (the MAC array adds the bias).
     """
 
-    def __init__(self, macs, slots, *, channel_bits=24, tile_bits=12):
+    def __init__(self, macs, slots, *, channel_bits=24, tile_bits=12, group_bits=16):
         self._channel_bits = channel_bits
         self._tile_bits = tile_bits
         self._slots = slots
@@ -64,8 +67,8 @@ class ParamReplay(wiring.Component):
             "start":    In(1),
             "geometry": In(geometry_layout(macs)),
             "store":    In(param_store_layout(slots)),
-            "headers":  In(16),
-            "group":    Out(16),
+            "headers":  In(group_bits),
+            "group":    Out(group_bits),
             "params":   Out(stream.Signature(param_beat_layout(slots))),
         })
 

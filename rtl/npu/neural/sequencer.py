@@ -35,6 +35,7 @@ from .layouts import (
     MacOp,
     coef_beat_layout,
     geometry_layout,
+    group_bits,
     kernel_config_layout,
     layer_layout,
     mac_command_layout,
@@ -75,11 +76,12 @@ class Sequencer(wiring.Component):
         Parameter beats, taken while a header is decoded.
     store : Out(param_store_layout(slots))
         Each parameter beat's scale and shift, for the replayer.
-    headers : Out(16)
+    headers : Out(group_bits)
         Headers decoded in this layer.
-    group : Out(16)
-        The group the sequencer is on.
-    replay_group : In(16)
+    group : Out(group_bits)
+        The group the sequencer is on. Group counters are ``group_bits(config)`` bits wide
+        (``npu.neural.layouts``): as many as the build's output-channel groups need.
+    replay_group : In(group_bits)
         The group the replayer is on: a header is decoded only once the replayer has left the
         group whose parameter table it overwrites.
     full : In(2)
@@ -113,6 +115,7 @@ class Sequencer(wiring.Component):
         self._row_values = row_values
         self._buffer_rows = buffer_rows
         n, slots = config.macs, config.acc_slots
+        gb = group_bits(config)
         super().__init__({
             "go":           In(1),
             "check":        In(EngineError),
@@ -126,9 +129,9 @@ class Sequencer(wiring.Component):
             "coefs":        In(stream.Signature(coef_beat_layout(slots))),
             "params":       In(stream.Signature(param_beat_layout(slots))),
             "store":        Out(param_store_layout(slots)),
-            "headers":      Out(16),
-            "group":        Out(16),
-            "replay_group": In(16),
+            "headers":      Out(gb),
+            "group":        Out(gb),
+            "replay_group": In(gb),
             "full":         In(2),
             "release":      Out(2),
             "read_addr":    Out(range(2 * buffer_rows)),
