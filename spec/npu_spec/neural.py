@@ -27,6 +27,7 @@ __all__ = [
     "CORE_STRIDE",
     "LAYER_FIELDS",
     "LAYER_REGISTERS",
+    "LEAN_UNSTORED",
     "MAX_KERNEL",
     "NEURAL_ENGINE",
     "NeuralError",
@@ -34,6 +35,7 @@ __all__ = [
     "out_channel_limit",
     "out_size_limit",
     "core_base",
+    "core_register_map",
     "engine_geometry",
     "halo_width",
     "layer_error",
@@ -153,6 +155,38 @@ LAYER_REGISTERS = tuple(reg for reg in NEURAL_ENGINE.registers if reg.offset >= 
 
 #: The fields of a layer, in register order (field names are unique across the registers).
 LAYER_FIELDS = tuple(f.name for reg in LAYER_REGISTERS for f in reg.fields)
+
+
+#: Layer-register fields a core with the lean layer control (``ne_control="lean"``) and the
+#: sequential int8 post-processor never reads, with the bits of each it keeps: stochastic
+#: rounding and its seed (binary16 outputs only), the leaky-ReLU slope (not in that
+#: post-processor's activations) and the clamp bounds above their int8 bits.
+LEAN_UNSTORED = {"stochastic": 0, "alpha": 0, "seed": 0, "lo": 8, "hi": 8}
+
+
+def core_register_map(config):
+    """The register map a core of ``config`` builds: :data:`NEURAL_ENGINE`, except in a core
+    with the lean layer control and the sequential post-processor, which stores only the bits
+    of :data:`LEAN_UNSTORED` it reads (the others read as 0 and ignore writes; the layer
+    behaves the same, since the core never reads them). Offsets, names and the documented map
+    are :data:`NEURAL_ENGINE`'s."""
+    if config.ne_control != "lean" or config.postproc_impl != "sequential":
+        return NEURAL_ENGINE
+    registers = []
+    for reg in NEURAL_ENGINE.registers:
+        fields = []
+        for f in reg.fields:
+            keep = LEAN_UNSTORED.get(f.name)
+            if keep is None:
+                fields.append(f)
+            elif keep:
+                fields.append(Field(f.name, keep, offset=f.offset, access=f.access,
+                                    enum=f.enum, doc=f.doc))
+            else:
+                fields.append(Field(f.name, f.width, offset=f.offset, access="ro", doc=f.doc))
+        registers.append(Register(reg.name, fields, offset=reg.offset, doc=reg.doc))
+    return RegisterMap(NEURAL_ENGINE.name, registers, base=NEURAL_ENGINE.base,
+                       doc=NEURAL_ENGINE.doc)
 
 
 def make_layer(**fields):

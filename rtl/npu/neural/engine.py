@@ -24,8 +24,8 @@ from npu_spec.config import NPUConfig
 from npu_spec.engine import TASK_OFFSET
 from npu_spec.neural import (
     LAYER_REGISTERS,
-    NEURAL_ENGINE,
     core_base,
+    core_register_map,
     engine_geometry,
     out_channel_limit,
     out_size_limit,
@@ -120,7 +120,7 @@ class NeuralEngine(wiring.Component):
         # post-processing a quarter of the lanes per cycle keeps up with 4 or more taps and
         # needs a quarter of the multipliers.
         self.post_lanes = post_lanes or max(1, n // 4)
-        self._control = EngineControl(NEURAL_ENGINE, base=core_base(core))
+        self._control = EngineControl(core_register_map(config), base=core_base(core))
         self.tag_layout = row_tag_layout(self.max_rows, self.buffer_rows)
         super().__init__({
             "writes":   In(stream.Signature(WriteLayout)),

@@ -402,11 +402,13 @@ def test_lean_control_refuses_host_writes_while_busy():
     """The lean layer control (``ne_control="lean"``, the ``icebreaker`` preset's) reads the
     register file itself: a host write to a layer register while a layer runs is refused with
     the CSR error strobe and changes nothing, so the running layer is bit-exact; the host may
-    still write the control registers (no error). amaranth.sim."""
+    still write the control registers (no error). The layer clamps, so its int8 bounds come
+    from the 8 bits of ``POST_LO`` and ``POST_HI`` the lean register file keeps
+    (``npu_spec.neural.core_register_map``). amaranth.sim."""
     from npu_sim.conv import parse_run
 
     case = random_case(ICEBREAKER, ConvLayer(2, 5, 6, 3, 3, 3, pad=1, fmt="int8"), seed=61,
-                       activation="relu")
+                       activation="clamp")
     other = dict(layer_fields(case), ocpg=2, out_h=1, kh=1, kw=2, zero_point=5, lo=3)
     base = core_base(0)
     pokes = [(addr - base, value ^ 0x5A5) for addr, value in layer_writes(other)]
