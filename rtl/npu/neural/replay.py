@@ -9,10 +9,10 @@ post-processor's two parameter banks allow (``docs/neural_engine.md``).
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..lib.loop import LoopNest
+from .block_ram import block_memory, registered_read
 from .layouts import geometry_layout, param_beat_layout, param_store_layout
 
 __all__ = ["ParamReplay", "param_entry_layout"]
@@ -93,20 +93,18 @@ class ParamReplay(wiring.Component):
         # a header overwrites) and the replayer offers a group only from the cycle after its
         # header count has risen, so no read meets a write of the same entry.
         slot_bits = max(1, (slots - 1).bit_length())
-        m.submodules.tables = tables = Memory(shape=param_entry_layout(), depth=2 << slot_bits,
-                                              init=[])
+        m.submodules.tables = tables = block_memory(param_entry_layout(), 2 << slot_bits)
         wp = tables.write_port()
-        rp = tables.read_port()
         advance = Signal()
         m.d.comb += [
             wp.en.eq(self.store.en),
             wp.addr.eq(Cat(self.store.slot[:slot_bits], self.store.bank)),
             wp.data.scale.eq(self.store.scale),
             wp.data.shift.eq(self.store.shift),
-            rp.addr.eq(Cat(Mux(advance, loop.next.slot, loop.index.slot)[:slot_bits],
-                           self.group[0])),
         ]
-        entry = rp.data
+        entry = registered_read(
+            m, tables, Cat(Mux(advance, loop.next.slot, loop.index.slot)[:slot_bits],
+                           self.group[0]), 1, name="entry")
         slot = loop.index.slot
         p = self.params.payload
         m.d.comb += [

@@ -21,7 +21,6 @@ errors, the watchdog), when it also clears the datapath (``fail``).
 
 from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.formats import F16_NEG_INF, F16_ONE
@@ -29,6 +28,7 @@ from npu_spec.neural import out_channel_limit, out_size_limit
 
 from ..lib.arith import narrow_mul
 from ..lib.loop import LoopNest
+from .block_ram import block_memory, registered_read
 from .group_walker import GroupWalker
 from .layer import EngineError
 from .layouts import (
@@ -178,7 +178,7 @@ class Sequencer(wiring.Component):
         slot_base = Signal(data.ArrayLayout(addr_bits, slots))
         # The bias table: a memory written by the parameter beats and read in S0 for the beat
         # entering S1 (`_issue`).
-        m.submodules.bias = bias = Memory(shape=32, depth=slots, init=[])
+        m.submodules.bias = bias = block_memory(32, slots)
         issuing = Signal()          # a body is decoded: take coefficient beats
         in_flight, pipe_empty = self._issue(m, bank, slot_base, bias, issuing)
 
@@ -319,8 +319,7 @@ class Sequencer(wiring.Component):
         s1_valid = Signal()
         # The bias of the beat entering S1, read as it moves (the table is written only while
         # the pipeline is empty, before a group's first beat).
-        bias_read = bias.read_port()
-        m.d.comb += [bias_read.addr.eq(s0.slot), bias_read.en.eq(advance)]
+        bias_read = registered_read(m, bias, s0.slot, advance, name="bias_read")
         with m.If(advance):
             m.d.sync += [
                 s0.eq(beat), s0_valid.eq(self.coefs.valid & issuing), s0_bank.eq(bank),
@@ -344,7 +343,7 @@ class Sequencer(wiring.Component):
                 cmd.first.eq(s1.first),
                 cmd.last.eq(s1.last),
                 cmd.dual.eq(0),
-                cmd.bias.eq(bias_read.data),
+                cmd.bias.eq(bias_read),
                 cmd.coef[0].eq(Mux(s1.hold, Mux(is_int, 0, hold_coef), s1.coef)),
                 cmd.coef[1].eq(0),
             ]
