@@ -2,9 +2,10 @@
 """Blocks of a board build beside the neural engine core, placed out of context on one target.
 
 Usage: ``python scripts/board_budget.py [--preset icebreaker] [--target ice40-up5k]
-[--block data_processor dma bridge] [--keep DIR]``. Each block is synthesised with
-``npu_fpga.synth.synthesize`` (Yosys, then nextpnr, seed 1, the target's default router) in the
-out-of-context harness; a block that does not fit stops at placement, and its figures are then
+[--block data_processor dma bridge] [--synth-opts "-dsp -spram"] [--keep DIR]``. Each block is
+synthesised with ``npu_fpga.synth.synthesize`` (Yosys, then nextpnr, seed 1, the target's
+default router; Yosys options the target's default unless ``--synth-opts`` is given, e.g. with
+``-spram`` as ``npu build`` passes on the iCE40) in the out-of-context harness; a block that does not fit stops at placement, and its figures are then
 the utilisation nextpnr printed before it stopped (the log is kept for that). Prints one row a
 block: logic cells (LUT4 on ECP5), EBR, DSP, SPRAM, the harness's own flip-flops, and how the
 run ended. ``bridge`` is the board system without the NPU (``npu_fpga.boards.BoardSystem`` with
@@ -91,14 +92,14 @@ def _utilisation(log_text):
     return used
 
 
-def measure(name, config, target, directory):
+def measure(name, config, target, directory, synth_opts=None):
     """``(used cells by type, harness flip-flops, how the run ended)`` of one block."""
     block = BLOCKS[name](config)
     harness_ffs = OutOfContextHarness(block).ffs
     build = Path(directory) / name
     try:
         report = synthesize(block, target, name=name, build_dir=build, keep_files=True,
-                            progress=None)
+                            progress=None, synth_opts=synth_opts)
     except SynthError as error:
         log = build / f"{name}.nextpnr.log"
         if not log.exists():
@@ -113,6 +114,7 @@ def main(argv=None):
     parser.add_argument("--preset", default="icebreaker")
     parser.add_argument("--target", default="ice40-up5k", choices=sorted(TARGETS))
     parser.add_argument("--block", nargs="+", default=list(BLOCKS), choices=list(BLOCKS))
+    parser.add_argument("--synth-opts", help="Yosys synthesis options (default: the target's)")
     parser.add_argument("--keep", help="directory for the tool files")
     args = parser.parse_args(argv)
     try:
@@ -125,7 +127,8 @@ def main(argv=None):
     print(f"| block | {' | '.join(c or '-' for c in columns)} | harness FF | run |")
     print("|---|" + "---|" * (len(columns) + 2))
     for name in args.block:
-        used, harness_ffs, how = measure(name, config, args.target, directory)
+        used, harness_ffs, how = measure(name, config, args.target, directory,
+                                         args.synth_opts)
         cells = " | ".join(f"{used.get(c, 0):,}" if c else "-" for c in columns)
         print(f"| {name} | {cells} | {harness_ffs:,} | {how} |", flush=True)
     print(f"(tool files in {directory})")
