@@ -5,8 +5,9 @@ Usage: ``python scripts/board_budget.py [--preset icebreaker] [--target ice40-up
 [--block data_processor dma bridge] [--synth-opts "-dsp -spram"] [--keep DIR]``. Each block is
 synthesised with ``npu_fpga.synth.synthesize`` (Yosys, then nextpnr, seed 1, the target's
 default router; Yosys options the target's default unless ``--synth-opts`` is given, e.g. with
-``-spram`` as ``npu build`` passes on the iCE40) in the out-of-context harness; a block that does not fit stops at placement, and its figures are then
-the utilisation nextpnr printed before it stopped (the log is kept for that). Prints one row a
+``-spram`` as ``npu build`` passes on the iCE40) in the out-of-context harness; a block that
+does not fit stops at placement, and its figures are then the utilisation nextpnr printed
+before it stopped (the log is kept for that). Prints one row a
 block: logic cells (LUT4 on ECP5), EBR, DSP, SPRAM, the harness's own flip-flops, and how the
 run ended. ``bridge`` is the board system without the NPU (``npu_fpga.boards.BoardSystem`` with
 an empty NPU whose register bus and memory master are ports): the UART bridge, the memory
