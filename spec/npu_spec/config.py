@@ -6,8 +6,8 @@ the RTL can all read the same configuration.
 
 from dataclasses import dataclass, field, fields, replace
 
-__all__ = ["FORMATS", "KERNEL_EXTRACTS", "MAC_IMPLS", "NPUConfig", "PLANAR_IMPLS", "POSTPROC_IMPLS",
-           "PRESETS", "preset"]
+__all__ = ["FORMATS", "KERNEL_EXTRACTS", "MAC_IMPLS", "NE_CONTROLS", "NPUConfig", "PLANAR_IMPLS",
+           "POSTPROC_IMPLS", "PRESETS", "preset"]
 
 
 #: MAC datapaths (``NPUConfig.mac_impl``): the generic one, and the ones built from a device's
@@ -37,6 +37,12 @@ POSTPROC_IMPLS = ("pipelined", "sequential")
 #: whose golden binary32 result it can give exactly with integers and refuses the rest
 #: (``npu_spec.planar.int8_supported``, error ``UNSUPPORTED``; ``docs/planar.md``).
 PLANAR_IMPLS = ("float", "int8")
+
+#: Builds of a neural engine core's layer control (``NPUConfig.ne_control``): the full one (a
+#: copy of the layer registers taken at the start, the output-channel product by a
+#: multiplier), or the lean one for FPGAs short of logic (``docs/neural_engine.md``, "Lean
+#: builds").
+NE_CONTROLS = ("full", "lean")
 
 
 @dataclass(frozen=True)
@@ -101,10 +107,13 @@ class NPUConfig:
         the rescale multiply in four steps on one 16 x 16 multiplier, parameter banks in block
         RAM; needs ``formats == ("int8",)``). ``docs/postproc.md``.
     result_queue : int
-        Entries of each neural engine core's result queue (between the MAC array and the
-        post-processor); 0 (the default) means one per accumulator slot (``acc_slots``), so
-        that a work unit's results never stall the MAC array. A lean build takes fewer: the
-        MAC array then waits while the post-processor works (``docs/neural_engine.md``).
+        Results that may wait for a neural engine core's post-processor: the MAC array's
+        output register, which holds a result until it is taken, and ``result_queue - 1``
+        entries of a queue between them (with 1, no queue: the MAC array feeds the
+        post-processor directly). 0 (the default) means a queue of one entry per accumulator
+        slot (``acc_slots``), so that a work unit's results never stall the MAC array. A lean
+        build takes fewer: the MAC array then waits while the post-processor works
+        (``docs/neural_engine.md``).
     ne_row_values : int
         Inputs in each halo row of a core's input buffer (a power of two); 0 (the default)
         means the rule of ``npu_spec.neural.engine_geometry`` (``min(2 macs, 64)``). A layer
@@ -123,6 +132,19 @@ class NPUConfig:
         means what the registers can express (4095 x 4095). A core counts output channels in
         ``ne_out_channels.bit_length()`` bits (24 by default); a layer with more ends with
         ``SHAPE`` (``npu_spec.neural.layer_error``), never wraps.
+    ne_out_size : int
+        Most output rows and most output columns (``out_h``, ``out_w``) a core's layer may
+        have; 0 (the default) means what the registers can express (4095). A core counts work
+        units and output rows and columns only as wide as this needs; a layer with more ends
+        with ``SHAPE`` (``npu_spec.neural.layer_error``).
+    ne_control : str
+        A core's layer control, one of :data:`NE_CONTROLS`: ``"full"`` (the core copies its
+        layer registers when a layer starts, so the host may write the next layer's registers
+        while one runs; ``groups x ocpg`` by a multiplier) or ``"lean"`` (the sub-units read
+        the register file itself, and a host write to a layer register while the core is busy
+        is refused with the CSR error strobe and changes nothing; ``groups x ocpg`` by shifts
+        and adds over up to 12 cycles at the start, no multiplier). The task manager's writes
+        wait for the core's end in both builds.
     planar_impl : str
         Planar engine build, one of :data:`PLANAR_IMPLS`: ``"float"`` (binary32 lanes, every
         operation and format) or ``"int8"`` (16-bit integer lanes without binary32 units: max
@@ -162,6 +184,8 @@ class NPUConfig:
     ne_buffer_rows: int = 0
     ne_out_channels: int = 0
     ne_kernel_queue: int = 0
+    ne_out_size: int = 0
+    ne_control: str = "full"
     planar_impl: str = "float"
     planar_fp_share: int = 1
     target: str = field(default="", compare=False)
@@ -180,7 +204,7 @@ class NPUConfig:
                              ("kernel_kib", 1, 1 << 10), ("result_queue", 0, 64),
                              ("ne_buffer_rows", 0, 4096),
                              ("ne_out_channels", 0, 4095 * 4095),
-                             ("ne_kernel_queue", 0, 64)):
+                             ("ne_kernel_queue", 0, 64), ("ne_out_size", 0, 4095)):
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"NPUConfig.{name} must be in [{lo}, {hi}], not {value!r}")
@@ -202,7 +226,8 @@ class NPUConfig:
                              f"not {self.mac_impl!r}")
         for name, choices in (("kernel_extract", KERNEL_EXTRACTS),
                               ("postproc_impl", POSTPROC_IMPLS),
-                              ("planar_impl", PLANAR_IMPLS)):
+                              ("planar_impl", PLANAR_IMPLS),
+                              ("ne_control", NE_CONTROLS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"NPUConfig.{name} must be one of {', '.join(choices)}, "
                                  f"not {getattr(self, name)!r}")
@@ -290,11 +315,12 @@ PRESETS = {
         mem_kib=64, kernel_kib=4, mac_impl="ice40", kernel_extract="dense_int8",
         postproc_impl="sequential", planar_impl="int8", result_queue=1, ne_row_values=8,
         ne_buffer_rows=128, ne_out_channels=1024,
-        ne_kernel_queue=3,
+        ne_kernel_queue=3, ne_out_size=255, ne_control="lean",
         target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues, 64 KiB system memory, "
                "dense int8 kernels, sequential post-processor, integer planar engine, a "
                "one-entry result queue, input-buffer rows of 8 values, 128 rows a bank, at "
-               "most 1024 output channels a layer, a 3-word kernel queue"),
+               "most 1024 output channels a layer, a 3-word kernel queue, outputs of at most "
+               "255 x 255, the lean layer control"),
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,

@@ -27,12 +27,15 @@ __all__ = [
     "CORE_STRIDE",
     "LAYER_FIELDS",
     "LAYER_REGISTERS",
+    "LEAN_UNSTORED",
     "MAX_KERNEL",
     "NEURAL_ENGINE",
     "NeuralError",
     "best_log2w",
     "out_channel_limit",
+    "out_size_limit",
     "core_base",
+    "core_register_map",
     "engine_geometry",
     "halo_width",
     "layer_error",
@@ -60,7 +63,8 @@ class NeuralError(enum.IntEnum):
     #: The layer's MAC format is not built in.
     FORMAT = 1
     #: A zero-sized loop: groups, channels, input or output size, kernel size, stride or
-    #: dilation 0; or more output channels than the build counts (``out_channel_limit``).
+    #: dilation 0; or more output channels than the build counts (``out_channel_limit``), or
+    #: more output rows or columns (``out_size_limit``).
     SHAPE = 2
     #: Kernel larger than 16x16, or a work-unit width the build does not offer.
     KERNEL = 3
@@ -153,6 +157,38 @@ LAYER_REGISTERS = tuple(reg for reg in NEURAL_ENGINE.registers if reg.offset >= 
 LAYER_FIELDS = tuple(f.name for reg in LAYER_REGISTERS for f in reg.fields)
 
 
+#: Layer-register fields a core with the lean layer control (``ne_control="lean"``) and the
+#: sequential int8 post-processor never reads, with the bits of each it keeps: stochastic
+#: rounding and its seed (binary16 outputs only), the leaky-ReLU slope (not in that
+#: post-processor's activations) and the clamp bounds above their int8 bits.
+LEAN_UNSTORED = {"stochastic": 0, "alpha": 0, "seed": 0, "lo": 8, "hi": 8}
+
+
+def core_register_map(config):
+    """The register map a core of ``config`` builds: :data:`NEURAL_ENGINE`, except in a core
+    with the lean layer control and the sequential post-processor, which stores only the bits
+    of :data:`LEAN_UNSTORED` it reads (the others read as 0 and ignore writes; the layer
+    behaves the same, since the core never reads them). Offsets, names and the documented map
+    are :data:`NEURAL_ENGINE`'s."""
+    if config.ne_control != "lean" or config.postproc_impl != "sequential":
+        return NEURAL_ENGINE
+    registers = []
+    for reg in NEURAL_ENGINE.registers:
+        fields = []
+        for f in reg.fields:
+            keep = LEAN_UNSTORED.get(f.name)
+            if keep is None:
+                fields.append(f)
+            elif keep:
+                fields.append(Field(f.name, keep, offset=f.offset, access=f.access,
+                                    enum=f.enum, doc=f.doc))
+            else:
+                fields.append(Field(f.name, f.width, offset=f.offset, access="ro", doc=f.doc))
+        registers.append(Register(reg.name, fields, offset=reg.offset, doc=reg.doc))
+    return RegisterMap(NEURAL_ENGINE.name, registers, base=NEURAL_ENGINE.base,
+                       doc=NEURAL_ENGINE.doc)
+
+
 def make_layer(**fields):
     """A layer dict: every field at its register's reset value, then ``fields``."""
     layer = {f.name: f.reset or 0 for reg in LAYER_REGISTERS for f in reg.fields}
@@ -208,6 +244,14 @@ def out_channel_limit(config):
     ``config.ne_out_channels``, or what the registers can express (4095 x 4095). The core's
     output-channel counters are ``out_channel_limit(config).bit_length()`` bits wide."""
     return config.ne_out_channels or 4095 * 4095
+
+
+def out_size_limit(config):
+    """The most output rows and the most output columns (``out_h``, ``out_w``) a core of
+    ``config`` takes in one layer: ``config.ne_out_size``, or what the registers can express
+    (4095). The core's work-unit counters and output row and column positions are
+    ``out_size_limit(config).bit_length()`` bits wide."""
+    return config.ne_out_size or 4095
 
 
 def work_unit(macs, log2w):
@@ -270,7 +314,8 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
     (``TIMEOUT``); ``NONE`` if it runs.
 
     The checks, in the order the core applies them: ``FORMAT`` (the MAC format is not built),
-    ``SHAPE`` (a zero-sized loop, or more output channels than ``out_channel_limit``),
+    ``SHAPE`` (a zero-sized loop, more output channels than ``out_channel_limit`` or more
+    output rows or columns than ``out_size_limit``),
     ``KERNEL`` (a kernel side above :data:`MAX_KERNEL`, or a
     work-unit width the build does not offer), ``HALO`` (a halo row wider than
     ``row_values``), then for each output-channel group before its header is decoded
@@ -289,6 +334,8 @@ def layer_error(layer, config, row_values=None, buffer_rows=None):
                                 "kh", "kw", "stride", "dilation")):
         return NeuralError.SHAPE
     if layer["groups"] * layer["ocpg"] > out_channel_limit(config):
+        return NeuralError.SHAPE
+    if max(layer["out_h"], layer["out_w"]) > out_size_limit(config):
         return NeuralError.SHAPE
     log2w = layer["log2w"]
     if (layer["kh"] > MAX_KERNEL or layer["kw"] > MAX_KERNEL or log2w > _log2(n)

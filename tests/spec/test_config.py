@@ -10,6 +10,7 @@ from npu_spec.neural import (
     layer_error,
     make_layer,
     out_channel_limit,
+    out_size_limit,
 )
 
 
@@ -18,8 +19,10 @@ def test_defaults_keep_the_presets_geometry():
         if name == "icebreaker":
             continue
         assert (config.result_queue, config.ne_row_values, config.ne_buffer_rows,
-                config.ne_out_channels, config.ne_kernel_queue) == (0, 0, 0, 0, 0)
+                config.ne_out_channels, config.ne_kernel_queue, config.ne_out_size,
+                config.ne_control) == (0, 0, 0, 0, 0, 0, "full")
         assert out_channel_limit(config).bit_length() == 24
+        assert out_size_limit(config) == 4095
         n = config.macs
         assert engine_geometry(config)[1:] == (min(2 * n, 64), 256 if n <= 64 else 1024)
 
@@ -34,7 +37,8 @@ def test_icebreaker_geometry():
 @pytest.mark.parametrize("field, value", [
     ("result_queue", -1), ("result_queue", 65), ("ne_row_values", 12), ("ne_row_values", 2048),
     ("ne_buffer_rows", -1), ("ne_buffer_rows", 4097), ("ne_out_channels", -1),
-    ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65)])
+    ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65),
+    ("ne_out_size", -1), ("ne_out_size", 4096), ("ne_control", "small")])
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"NPUConfig.{field}"):
         preset("small").replace(**{field: value})
@@ -67,3 +71,44 @@ def test_layer_rules_follow_the_channel_limit():
     assert layer_error(dict(layer, ocpg=257), lean) == NeuralError.SHAPE
     assert layer_error(dict(layer, ocpg=257), preset("ice40")) == NeuralError.NONE
     assert layer_error(dict(layer, ocpg=257, fmt=1), lean) == NeuralError.FORMAT
+
+
+def test_layer_rules_follow_the_output_size_limit():
+    """More output rows or columns than ``ne_out_size`` is ``SHAPE``, after ``FORMAT``."""
+    lean = preset("icebreaker")
+    assert out_size_limit(lean) == 255
+    layer = make_layer(fmt=0, log2w=2, groups=1, icpg=1, ocpg=2, in_h=255, in_w=255,
+                       out_h=255, out_w=255, kh=1, kw=1, stride=1, dilation=1, pad=0)
+    assert layer_error(layer, lean) == NeuralError.NONE
+    for field in ("out_h", "out_w"):
+        assert layer_error(dict(layer, **{field: 256}), lean) == NeuralError.SHAPE
+        assert layer_error(dict(layer, **{field: 256}), preset("ice40")) == NeuralError.NONE
+        assert layer_error(dict(layer, **{field: 256}, fmt=1), lean) == NeuralError.FORMAT
+
+
+def test_lean_core_register_map():
+    """The lean layer control with the sequential post-processor (``icebreaker``) builds the
+    core's register map with the same registers and field places, storing only the bits its
+    core reads (``LEAN_UNSTORED``: the clamp bounds' int8 bits, no stochastic rounding, slope
+    or seed); every other build builds ``NEURAL_ENGINE`` itself."""
+    from npu_spec.neural import LEAN_UNSTORED, NEURAL_ENGINE, core_register_map
+
+    for name in ("small", "ice40", "ulx3s"):
+        assert core_register_map(preset(name)) is NEURAL_ENGINE
+    assert core_register_map(preset("icebreaker").replace(ne_control="full")) is NEURAL_ENGINE
+    lean = core_register_map(preset("icebreaker"))
+    assert [(r.name, r.offset) for r in lean.registers] == [
+        (r.name, r.offset) for r in NEURAL_ENGINE.registers]
+    stored = 0
+    for full_reg, lean_reg in zip(NEURAL_ENGINE.registers, lean.registers):
+        for f, g in zip(full_reg.fields, lean_reg.fields, strict=True):
+            assert (f.name, f.offset) == (g.name, g.offset)
+            if f.name not in LEAN_UNSTORED:
+                assert (g.width, g.access) == (f.width, f.access)
+            elif LEAN_UNSTORED[f.name]:
+                assert (g.width, g.access) == (LEAN_UNSTORED[f.name], "rw")
+            else:
+                assert g.access == "ro"
+            stored += g.width if g.access == "rw" else 0
+    assert stored == sum(f.width for r in NEURAL_ENGINE.registers for f in r.fields
+                         if f.access == "rw") - 1 - 24 - 24 - 32 - 32

@@ -21,12 +21,14 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
+from npu_spec.engine import TASK_OFFSET
 from npu_spec.neural import (
     LAYER_REGISTERS,
-    NEURAL_ENGINE,
     core_base,
+    core_register_map,
     engine_geometry,
     out_channel_limit,
+    out_size_limit,
 )
 
 from ..lib.csr import CSRSignature
@@ -38,6 +40,7 @@ from .kernel_extract import kernel_extractor
 from .layer import EngineError, LayerSetup
 from .layouts import (
     KernelReadSignature,
+    group_bits,
     layer_layout,
     mac_result_layout,
     row_data_layout,
@@ -117,7 +120,7 @@ class NeuralEngine(wiring.Component):
         # post-processing a quarter of the lanes per cycle keeps up with 4 or more taps and
         # needs a quarter of the multipliers.
         self.post_lanes = post_lanes or max(1, n // 4)
-        self._control = EngineControl(NEURAL_ENGINE, base=core_base(core))
+        self._control = EngineControl(core_register_map(config), base=core_base(core))
         self.tag_layout = row_tag_layout(self.max_rows, self.buffer_rows)
         super().__init__({
             "writes":   In(stream.Signature(WriteLayout)),
@@ -147,22 +150,10 @@ class NeuralEngine(wiring.Component):
         cfg = self._config
         n, slots = cfg.macs, cfg.acc_slots
         m.submodules.control = control = self._control
-        for name in ("writes", "csr", "task"):
+        lean = cfg.ne_control == "lean"
+        for name in ("writes", "task") if lean else ("writes", "csr", "task"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(control, name))
-
-        # The layer registers, as the sub-units read them: the register file in the cycle of
-        # `go`, then the copy taken at `go` until the next start. Writes that land while a layer
-        # runs (the task manager programs an engine's next task while it runs another) only
-        # change the next layer.
-        live = Signal(layer_layout())
-        for reg in LAYER_REGISTERS:
-            port = control.regs.port(reg.name)
-            m.d.comb += [getattr(live, f.name).eq(getattr(port, f.name)) for f in reg.fields]
-        held = Signal(layer_layout())
-        with m.If(control.go):
-            m.d.sync += held.eq(live)
-        layer = Signal(layer_layout())
-        m.d.comb += layer.eq(Mux(control.go, live, held))
+        layer = self._layer_registers(m, control, lean)
 
         # The datapath: everything but the register file and the counters, cleared after an
         # error (the sequencer's `fail`) and by an abort.
@@ -172,12 +163,15 @@ class NeuralEngine(wiring.Component):
 
         dp.submodules.setup = setup = LayerSetup(cfg, self.max_rows)
         ch = out_channel_limit(cfg).bit_length()
-        dp.submodules.dma = dma = KernelDMA(slots, channel_bits=ch,
+        # Work units down and across the output are at most its rows and columns.
+        tb = out_size_limit(cfg).bit_length()
+        dp.submodules.dma = dma = KernelDMA(slots, channel_bits=ch, tile_bits=tb,
                                             queue_depth=cfg.ne_kernel_queue or 8)
         dp.submodules.extract = ext = kernel_extractor(cfg)
         bits = value_bits(cfg)
         dp.submodules.loader = loader = Loader(n, slots, self.max_rows, self.row_values,
-                                               self.buffer_rows, bits, channel_bits=ch)
+                                               self.buffer_rows, bits, channel_bits=ch,
+                                               tile_bits=tb)
         dp.submodules.buffer = buffer = InputBuffer(self.max_rows, self.row_values,
                                                     self.buffer_rows, bits)
         dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values, bits)
@@ -186,21 +180,28 @@ class NeuralEngine(wiring.Component):
         # The slots of a work unit finish on consecutive commands and the post-processor takes
         # macs / post_lanes cycles per result: a queue of one result per slot (the default of
         # `result_queue`) absorbs the burst, so the MAC array never waits for the
-        # post-processor; a lean build keeps fewer and lets the MAC array wait.
-        dp.submodules.results = results = Queue(mac_result_layout(n, slots),
-                                                cfg.result_queue or slots)
-        dp.submodules.replay = replay = ParamReplay(n, slots, channel_bits=ch)
+        # post-processor; a lean build keeps fewer and lets the MAC array wait. The MAC array
+        # holds its last result until it is taken, so `result_queue` results wait with
+        # `result_queue - 1` queue entries, and with 1 the array feeds the post-processor
+        # directly.
+        entries = cfg.result_queue - 1 if cfg.result_queue else slots
+        if entries:
+            dp.submodules.results = results = Queue(mac_result_layout(n, slots), entries)
+        dp.submodules.replay = replay = ParamReplay(n, slots, channel_bits=ch, tile_bits=tb,
+                                                    group_bits=group_bits(cfg))
         dp.submodules.post = post = post_processor(cfg, lanes_per_cycle=self.post_lanes)
-        dp.submodules.writer = writer = Writer(n, slots, self.max_rows, channel_bits=ch)
+        dp.submodules.writer = writer = Writer(n, slots, self.max_rows, channel_bits=ch,
+                                               tile_bits=tb)
         dp.submodules.watchdog = watchdog = Watchdog(self.timeout)
 
-        # Start: every process begins its loops if the start check passed.
+        # Start: every process begins its loops once the layer's geometry is known (`ready`),
+        # if the start check passed.
         geo = setup.geometry
         begin = Signal()
         dp.d.comb += [
             setup.layer.eq(layer), setup.go.eq(control.go),
-            begin.eq(control.go & (setup.check == EngineError.NONE)),
-            seq.go.eq(control.go), seq.check.eq(setup.check),
+            begin.eq(setup.ready & (setup.check == EngineError.NONE)),
+            seq.go.eq(setup.ready), seq.check.eq(setup.check),
             dma.start.eq(begin), loader.start.eq(begin), replay.start.eq(begin),
             writer.start.eq(begin),
             post.error_clear.eq(control.go), post.lfsr_load.eq(control.go),
@@ -243,8 +244,11 @@ class NeuralEngine(wiring.Component):
         # Results: MAC array, result queue, post-processor (with the replayed parameters),
         # writer.
         wiring.connect(dp, seq.cmd, mac.cmd)
-        wiring.connect(dp, mac.res, results.w)
-        wiring.connect(dp, results.r, post.res)
+        if entries:
+            wiring.connect(dp, mac.res, results.w)
+            wiring.connect(dp, results.r, post.res)
+        else:
+            wiring.connect(dp, mac.res, post.res)
         wiring.connect(dp, replay.params, post.params)
         wiring.connect(dp, post.out, writer.res)
         wiring.connect(dp, writer.out, wiring.flipped(self.out))
@@ -280,3 +284,35 @@ class NeuralEngine(wiring.Component):
             m.d.sync += mac_active.eq(mac_active + mac.active)
         m.d.comb += control.regs.mac_active.count.eq(mac_active)
         return m
+
+    def _layer_registers(self, m, control, lean):
+        """The layer registers as the sub-units read them (``layer_layout()``).
+
+        Full build: the register file in the cycle of `go`, then a copy taken at `go` until
+        the next start, so that writes landing while a layer runs (the host's; the task
+        manager's wait in ``EngineControl``) only change the next layer. Lean build
+        (``ne_control="lean"``): the register file itself; the host's writes to the layer
+        registers are refused while the core is busy (and in the cycle it starts), with the
+        CSR error strobe in the next cycle, like an access to an unmapped address."""
+        live = Signal(layer_layout())
+        for reg in LAYER_REGISTERS:
+            port = control.regs.port(reg.name)
+            m.d.comb += [getattr(live, f.name).eq(getattr(port, f.name)) for f in reg.fields]
+        if lean:
+            host, inner = self.csr, control.csr
+            refused = Signal()
+            refused_last = Signal()
+            m.d.comb += [
+                refused.eq(host.w_en & (host.addr >= TASK_OFFSET) & (control.busy | control.go)),
+                inner.addr.eq(host.addr), inner.w_data.eq(host.w_data),
+                inner.r_en.eq(host.r_en), inner.w_en.eq(host.w_en & ~refused),
+                host.r_data.eq(inner.r_data), host.error.eq(inner.error | refused_last),
+            ]
+            m.d.sync += refused_last.eq(refused)
+            return live
+        held = Signal(layer_layout())
+        with m.If(control.go):
+            m.d.sync += held.eq(live)
+        layer = Signal(layer_layout())
+        m.d.comb += layer.eq(Mux(control.go, live, held))
+        return layer

@@ -39,20 +39,26 @@ class GroupWalker(wiring.Component):
         Channels walked.
     walking : Out(1)
         Combinational: ``index < ocg``.
-    slot_base : Out(24)
+    slot_base : Out(base_bits)
         Combinational: input-channel offset of channel ``index``'s convolution group from the
         group's first one (``(g - g0) * icpg``).
-    in_base : Out(24)
-        Combinational: the first input channel the group reads (``g0 * icpg``).
-    in_count : Out(24)
+    in_base : Out(base_bits)
+        Combinational: the first input channel the group reads (``g0 * icpg``), modulo
+        ``2**base_bits`` (row requests carry its low 12 bits).
+    in_count : Out(base_bits)
         Combinational, once every channel has been walked: input channels the group reads
         (``(g_last - g0 + 1) * icpg``).
+
+    The offsets are kept in ``base_bits = max(12, (slots * 4095).bit_length())`` bits: the
+    group spans at most ``slots`` convolution groups, so ``slot_base`` and ``in_count`` are
+    below ``slots * 4095`` and their differences of offsets modulo ``2**base_bits`` are exact.
     """
 
     def __init__(self, slots):
         if not isinstance(slots, int) or slots < 1:
             raise ValueError(f"slots must be a positive integer, not {slots!r}")
         self._slots = slots
+        bits = max(12, (slots * 4095).bit_length())
         super().__init__({
             "ocpg":      In(12),
             "icpg":      In(12),
@@ -63,9 +69,9 @@ class GroupWalker(wiring.Component):
             "ocg":       Out(range(slots + 1)),
             "index":     Out(range(slots + 1)),
             "walking":   Out(1),
-            "slot_base": Out(24),
-            "in_base":   Out(24),
-            "in_count":  Out(24),
+            "slot_base": Out(bits),
+            "in_base":   Out(bits),
+            "in_count":  Out(bits),
         })
 
     def elaborate(self, platform):
@@ -76,9 +82,10 @@ class GroupWalker(wiring.Component):
         # so the walker has no multiplier: `group_base = g * icpg` for channel `index`'s
         # convolution group `g`; `first_base` and `last_base` the same for the group's first
         # channel and the last one walked.
-        group_base = Signal(24)
-        first_base = Signal(24)
-        last_base = Signal(24)
+        bits = len(self.in_base)
+        group_base = Signal(bits)
+        first_base = Signal(bits)
+        last_base = Signal(bits)
         with m.If(self.restart):
             m.d.sync += [within.eq(0), group_base.eq(0)]
         with m.If(self.begin):

@@ -8,8 +8,9 @@ all written, the sequencer clears it when the bank's last read has been made.
 
 from amaranth.hdl import Module
 from amaranth.lib import data, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+
+from .block_ram import block_memory, registered_read
 
 __all__ = ["BufferWriteSignature", "InputBuffer"]
 
@@ -85,18 +86,18 @@ class InputBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.d.sync += self.full.eq((self.full | self.fill) & ~self.release)
+        # The loader writes one bank while the sequencer reads the other: no read meets a
+        # write of the same row.
         for r in range(self._max_rows):
-            mem = Memory(shape=data.ArrayLayout(self._bits, self._row_values),
-                         depth=2 * self._buffer_rows, init=[])
+            mem = block_memory(data.ArrayLayout(self._bits, self._row_values),
+                               2 * self._buffer_rows)
             m.submodules[f"row{r}"] = mem
             wp = mem.write_port()
-            rp = mem.read_port()
             m.d.comb += [
                 wp.addr.eq(self.write.addr),
                 wp.data.eq(self.write.values),
                 wp.en.eq(self.write.en & (self.write.row == r)),
-                rp.addr.eq(self.read_addr),
-                rp.en.eq(self.read_en),
-                self.rows[r].eq(rp.data),
+                self.rows[r].eq(registered_read(m, mem, self.read_addr, self.read_en,
+                                                name=f"row{r}_data")),
             ]
         return m

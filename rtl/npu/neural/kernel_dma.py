@@ -53,6 +53,10 @@ class KernelDMA(wiring.Component):
         Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
         (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
         start.
+    tile_bits : int
+        Width of the work-unit counters (tile row and column):
+        ``out_size_limit(config).bit_length()`` (``npu_spec.neural``; 12 by default). Layers
+        with more output rows or columns are refused at the start.
     queue_depth : int
         Words of the queue in front of the extractor (:data:`QUEUE_DEPTH` by default, at
         least 2). Reads are issued only while the queue has room for every read in flight,
@@ -76,8 +80,9 @@ class KernelDMA(wiring.Component):
         A read was issued or a word entered the queue in this cycle (for the watchdog).
     """
 
-    def __init__(self, slots, *, channel_bits=24, queue_depth=QUEUE_DEPTH):
+    def __init__(self, slots, *, channel_bits=24, tile_bits=12, queue_depth=QUEUE_DEPTH):
         self._channel_bits = channel_bits
+        self._tile_bits = tile_bits
         if not isinstance(queue_depth, int) or queue_depth < 2:
             raise ValueError(f"queue_depth must be an integer of at least 2, "
                              f"not {queue_depth!r}")
@@ -102,7 +107,7 @@ class KernelDMA(wiring.Component):
         depth = self._depth
         m.submodules.queue = queue = Queue(queue_entry_layout(), depth)
         m.submodules.loop = loop = LoopNest([("base", self._channel_bits, self._slots),
-                                             ("ty", 12), ("tx", 12)])
+                                             ("ty", self._tile_bits), ("tx", self._tile_bits)])
         m.d.comb += [loop.limit.base.eq(self.out_channels), loop.limit.ty.eq(self.tiles_y),
                      loop.limit.tx.eq(self.tiles_x)]
 

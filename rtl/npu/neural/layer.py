@@ -1,7 +1,7 @@
 """Layer setup: the values every sub-unit derives from the layer registers, and the checks
 made when a layer starts (``docs/neural_engine.md``, "Errors")."""
 
-from amaranth.hdl import Const, Module, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -35,12 +35,18 @@ class LayerSetup(wiring.Component):
         The layer registers.
     go : In(1)
         A layer starts: the registered members of ``geometry`` take the layer's values.
+    ready : Out(1)
+        ``geometry`` and ``check`` hold the layer's values in this cycle (one cycle): the
+        cycle of ``go`` in the full build; in the lean layer control (``ne_control="lean"``)
+        once ``groups x ocpg`` has been summed by shifts and adds, up to 13 cycles later (the
+        layer registers must hold meanwhile).
     geometry : Out(geometry_layout(macs))
         Work-unit shape, output channels, operand formats (registered at ``go``), tile counts
         and halo width (combinational, from the registered shape and the layer registers).
     check : Out(EngineError)
-        Combinational: ``FORMAT`` (the MAC format is not built), ``SHAPE`` (a zero-sized loop,
-        or more output channels than ``out_channel_limit(config)``)
+        Combinational, valid with ``ready``: ``FORMAT`` (the MAC format is not built),
+        ``SHAPE`` (a zero-sized loop, more output channels than ``out_channel_limit(config)``
+        or more output rows or columns than ``out_size_limit(config)``)
         or ``KERNEL`` (a kernel side above 16, or a work-unit shape the build does not offer),
         in that order of precedence; ``NONE`` otherwise. The halo and buffer checks need the
         registered shape and are made by the sequencer.
@@ -54,6 +60,7 @@ class LayerSetup(wiring.Component):
         super().__init__({
             "layer":    In(layer_layout()),
             "go":       In(1),
+            "ready":    Out(1),
             "geometry": Out(geometry_layout(config.macs)),
             "check":    Out(EngineError),
         })
@@ -65,19 +72,16 @@ class LayerSetup(wiring.Component):
         layer = self.layer
         geo = self.geometry
 
-        # Output channels: one product, registered at the start and checked against the
-        # build's limit (its output-channel counters are no wider than the limit needs).
+        # Output channels, checked against the build's limit (its output-channel counters are
+        # no wider than the limit needs).
         limit = neural_spec.out_channel_limit(self._config)
-        out_channels = Signal(24)
-        m.d.comb += out_channels.eq(layer.groups * layer.ocpg)
-
+        over = self._out_channels(m, limit)
         # Registered at the start: the work-unit shape and the operand formats.
         with m.If(self.go):
             m.d.sync += [
                 geo.unit_w.eq(Const(1, 1) << layer.log2w),
                 geo.unit_h.eq(Const(n, n.bit_length() + 1) >> layer.log2w),
                 geo.log2h.eq(log2n - layer.log2w),
-                geo.out_channels.eq(out_channels[:limit.bit_length()]),
                 geo.fp_data.eq((layer.fmt == MacFormat.FP16) | (layer.fmt == MacFormat.F16I8)),
                 geo.fp_coef.eq((layer.fmt == MacFormat.FP16) | (layer.fmt == MacFormat.I8F16)),
                 geo.is_int.eq(layer.fmt == MacFormat.INT8),
@@ -92,11 +96,13 @@ class LayerSetup(wiring.Component):
         ]
 
         # The checks that need only the registers.
+        size_limit = neural_spec.out_size_limit(self._config)
         supported = format_supported(m, self._config, layer.fmt)
         zero_loop = ((layer.groups == 0) | (layer.icpg == 0) | (layer.ocpg == 0)
                      | (layer.out_h == 0) | (layer.out_w == 0) | (layer.in_h == 0)
                      | (layer.in_w == 0) | (layer.kh == 0) | (layer.kw == 0)
-                     | (layer.stride == 0) | (layer.dilation == 0) | (out_channels > limit))
+                     | (layer.stride == 0) | (layer.dilation == 0) | over
+                     | (layer.out_h > size_limit) | (layer.out_w > size_limit))
         shape_built = Signal()
         m.d.comb += shape_built.eq((layer.log2w <= log2n)
                                    & (log2n - layer.log2w <= exact_log2(self._max_rows)))
@@ -107,3 +113,36 @@ class LayerSetup(wiring.Component):
         with m.Elif((layer.kh > MAX_KERNEL) | (layer.kw > MAX_KERNEL) | ~shape_built):
             m.d.comb += self.check.eq(EngineError.KERNEL)
         return m
+
+    def _out_channels(self, m, limit):
+        """``K = groups x ocpg`` into ``geometry.out_channels``, and ``ready``; returns ``K >
+        limit``, valid with ``ready``."""
+        layer, geo = self.layer, self.geometry
+        bits = limit.bit_length()
+        if self._config.ne_control != "lean":
+            product = Signal(24)
+            m.d.comb += [product.eq(layer.groups * layer.ocpg), self.ready.eq(self.go)]
+            with m.If(self.go):
+                m.d.sync += geo.out_channels.eq(product[:bits])
+            return product > limit
+        # Lean: one shift-and-add step a cycle over the bits of `ocpg`, sums held at
+        # 2**bits (any value there is above the limit), so no adder is wider than bits + 1.
+        top = 1 << bits
+        acc = Signal(range(top + 1))
+        addend = Signal(range(top + 1))
+        rest = Signal(len(layer.ocpg))
+        running = Signal()
+        total = Signal(range(2 * top + 1))
+        doubled = Signal(range(2 * top + 1))
+        m.d.comb += [total.eq(acc + Mux(rest[0], addend, 0)), doubled.eq(addend << 1)]
+        with m.If(self.go):
+            m.d.sync += [acc.eq(0), addend.eq(Mux(layer.groups >= top, top, layer.groups)),
+                         rest.eq(layer.ocpg), running.eq(1)]
+        with m.Elif(running):
+            summed = Mux(total >= top, top, total)
+            m.d.sync += [acc.eq(summed), geo.out_channels.eq(summed[:bits]),
+                         addend.eq(Mux(doubled >= top, top, doubled)), rest.eq(rest >> 1)]
+            with m.If(rest == 0):
+                m.d.sync += running.eq(0)
+        m.d.comb += self.ready.eq(running & (rest == 0))
+        return acc > limit

@@ -21,13 +21,14 @@ from amaranth.utils import ceil_log2
 from npu_spec import kernel as kernel_spec
 from npu_spec import mac as mac_spec
 from npu_spec.kernel import MAX_KERNEL
-from npu_spec.neural import LAYER_REGISTERS
+from npu_spec.neural import LAYER_REGISTERS, out_channel_limit
 
 from ..lib.enums import hw_enum
 
 __all__ = [
     "KERNEL_WORD", "MAX_KERNEL", "KernelReadSignature", "MacFormat", "MacOp",
-    "coef_beat_layout", "geometry_layout", "kernel_config_layout", "kernel_extractor_signature",
+    "coef_beat_layout", "geometry_layout", "group_bits", "kernel_config_layout",
+    "kernel_extractor_signature",
     "layer_layout",
     "mac_command_layout", "mac_result_layout", "param_beat_layout", "param_store_layout",
     "postproc_out_layout",
@@ -84,6 +85,14 @@ def geometry_layout(macs):
         "tiles_x":      12,
         "halo_w":       16,
     })
+
+
+def group_bits(config):
+    """Width of a core's output-channel group counters (the sequencer's and the replayer's
+    group and header counts): enough for every group of ``out_channel_limit(config)``
+    channels, at most 16 (the default build's)."""
+    groups = -(-out_channel_limit(config) // config.acc_slots)
+    return min(16, groups.bit_length())
 
 
 def row_tag_layout(max_rows, buffer_rows):

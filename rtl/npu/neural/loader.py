@@ -42,6 +42,10 @@ class Loader(wiring.Component):
         Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
         (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
         start.
+    tile_bits : int
+        Width of the work-unit counters (tile row and column):
+        ``out_size_limit(config).bit_length()`` (``npu_spec.neural``; 12 by default). Layers
+        with more output rows or columns are refused at the start.
 
     Members
     -------
@@ -65,8 +69,9 @@ class Loader(wiring.Component):
     """
 
     def __init__(self, macs, slots, max_rows, row_values, buffer_rows, bits=16, *,
-                 channel_bits=24):
+                 channel_bits=24, tile_bits=12):
         self._channel_bits = channel_bits
+        self._tile_bits = tile_bits
         self._macs = macs
         self._slots = slots
         self._max_rows = max_rows
@@ -91,7 +96,7 @@ class Loader(wiring.Component):
 
         m.submodules.walker = walker = GroupWalker(self._slots)
         m.submodules.tiles = tiles = LoopNest([("base", self._channel_bits, self._slots),
-                                               ("ty", 12), ("tx", 12)])
+                                               ("ty", self._tile_bits), ("tx", self._tile_bits)])
         # Counters only as wide as a layer that passes the sequencer's buffer check needs
         # (channels x kernel rows at most `buffer_rows`); a group beyond it ends the layer with
         # BUFFER before its rows are used. The first channel is kept as wide as the request's.

@@ -9,10 +9,10 @@ post-processor's two parameter banks allow (``docs/neural_engine.md``).
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..lib.loop import LoopNest
+from .block_ram import block_memory, registered_read
 from .layouts import geometry_layout, param_beat_layout, param_store_layout
 
 __all__ = ["ParamReplay", "param_entry_layout"]
@@ -34,6 +34,13 @@ class ParamReplay(wiring.Component):
         Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
         (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
         start.
+    tile_bits : int
+        Width of the work-unit counters (tile row and column):
+        ``out_size_limit(config).bit_length()`` (``npu_spec.neural``; 12 by default). Layers
+        with more output rows or columns are refused at the start.
+    group_bits : int
+        Width of the group counters (``npu.neural.layouts.group_bits(config)``; 16 by
+        default).
 
     Members
     -------
@@ -43,24 +50,25 @@ class ParamReplay(wiring.Component):
         Output channels and tiles of the layer.
     store : In(param_store_layout(slots))
         Writes into the tables (from the sequencer, as it decodes headers).
-    headers : In(16)
+    headers : In(group_bits)
         Headers decoded so far: the replayer starts group ``g`` once ``headers > g``.
-    group : Out(16)
+    group : Out(group_bits)
         The group the replayer is on.
     params : Out(stream.Signature(param_beat_layout(slots)))
         Parameter beats for the post-processor: for every work unit the group's slots in
         order, ``group_last`` on the last one; ``bias`` is 0 (the MAC array adds the bias).
     """
 
-    def __init__(self, macs, slots, *, channel_bits=24):
+    def __init__(self, macs, slots, *, channel_bits=24, tile_bits=12, group_bits=16):
         self._channel_bits = channel_bits
+        self._tile_bits = tile_bits
         self._slots = slots
         super().__init__({
             "start":    In(1),
             "geometry": In(geometry_layout(macs)),
             "store":    In(param_store_layout(slots)),
-            "headers":  In(16),
-            "group":    Out(16),
+            "headers":  In(group_bits),
+            "group":    Out(group_bits),
             "params":   Out(stream.Signature(param_beat_layout(slots))),
         })
 
@@ -71,7 +79,7 @@ class ParamReplay(wiring.Component):
 
         ocg = Signal(range(slots + 1))      # channels of the current group
         m.submodules.loop = loop = LoopNest([("base", self._channel_bits, slots),
-                                             ("ty", 12), ("tx", 12),
+                                             ("ty", self._tile_bits), ("tx", self._tile_bits),
                                              ("slot", range(slots + 1))])
         m.d.comb += [loop.limit.base.eq(geo.out_channels), loop.limit.ty.eq(geo.tiles_y),
                      loop.limit.tx.eq(geo.tiles_x), loop.limit.slot.eq(ocg)]
@@ -85,20 +93,18 @@ class ParamReplay(wiring.Component):
         # a header overwrites) and the replayer offers a group only from the cycle after its
         # header count has risen, so no read meets a write of the same entry.
         slot_bits = max(1, (slots - 1).bit_length())
-        m.submodules.tables = tables = Memory(shape=param_entry_layout(), depth=2 << slot_bits,
-                                              init=[])
+        m.submodules.tables = tables = block_memory(param_entry_layout(), 2 << slot_bits)
         wp = tables.write_port()
-        rp = tables.read_port()
         advance = Signal()
         m.d.comb += [
             wp.en.eq(self.store.en),
             wp.addr.eq(Cat(self.store.slot[:slot_bits], self.store.bank)),
             wp.data.scale.eq(self.store.scale),
             wp.data.shift.eq(self.store.shift),
-            rp.addr.eq(Cat(Mux(advance, loop.next.slot, loop.index.slot)[:slot_bits],
-                           self.group[0])),
         ]
-        entry = rp.data
+        entry = registered_read(
+            m, tables, Cat(Mux(advance, loop.next.slot, loop.index.slot)[:slot_bits],
+                           self.group[0]), 1, name="entry")
         slot = loop.index.slot
         p = self.params.payload
         m.d.comb += [

@@ -21,20 +21,21 @@ errors, the watchdog), when it also clears the datapath (``fail``).
 
 from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.formats import F16_NEG_INF, F16_ONE
-from npu_spec.neural import out_channel_limit
+from npu_spec.neural import out_channel_limit, out_size_limit
 
 from ..lib.arith import narrow_mul
 from ..lib.loop import LoopNest
+from .block_ram import block_memory, registered_read
 from .group_walker import GroupWalker
 from .layer import EngineError
 from .layouts import (
     MacOp,
     coef_beat_layout,
     geometry_layout,
+    group_bits,
     kernel_config_layout,
     layer_layout,
     mac_command_layout,
@@ -75,11 +76,12 @@ class Sequencer(wiring.Component):
         Parameter beats, taken while a header is decoded.
     store : Out(param_store_layout(slots))
         Each parameter beat's scale and shift, for the replayer.
-    headers : Out(16)
+    headers : Out(group_bits)
         Headers decoded in this layer.
-    group : Out(16)
-        The group the sequencer is on.
-    replay_group : In(16)
+    group : Out(group_bits)
+        The group the sequencer is on. Group counters are ``group_bits(config)`` bits wide
+        (``npu.neural.layouts``): as many as the build's output-channel groups need.
+    replay_group : In(group_bits)
         The group the replayer is on: a header is decoded only once the replayer has left the
         group whose parameter table it overwrites.
     full : In(2)
@@ -113,6 +115,7 @@ class Sequencer(wiring.Component):
         self._row_values = row_values
         self._buffer_rows = buffer_rows
         n, slots = config.macs, config.acc_slots
+        gb = group_bits(config)
         super().__init__({
             "go":           In(1),
             "check":        In(EngineError),
@@ -126,9 +129,9 @@ class Sequencer(wiring.Component):
             "coefs":        In(stream.Signature(coef_beat_layout(slots))),
             "params":       In(stream.Signature(param_beat_layout(slots))),
             "store":        Out(param_store_layout(slots)),
-            "headers":      Out(16),
-            "group":        Out(16),
-            "replay_group": In(16),
+            "headers":      Out(gb),
+            "group":        Out(gb),
+            "replay_group": In(gb),
             "full":         In(2),
             "release":      Out(2),
             "read_addr":    Out(range(2 * buffer_rows)),
@@ -152,8 +155,9 @@ class Sequencer(wiring.Component):
 
         m.submodules.walker = walker = GroupWalker(slots)
         channel_bits = out_channel_limit(self._config).bit_length()
-        m.submodules.tiles = tiles = LoopNest([("base", channel_bits, slots), ("ty", 12),
-                                               ("tx", 12)])
+        tile_bits = out_size_limit(self._config).bit_length()
+        m.submodules.tiles = tiles = LoopNest([("base", channel_bits, slots),
+                                               ("ty", tile_bits), ("tx", tile_bits)])
         m.d.comb += [
             walker.ocpg.eq(layer.ocpg), walker.icpg.eq(layer.icpg),
             walker.remaining.eq(geo.out_channels - tiles.index.base),
@@ -174,7 +178,7 @@ class Sequencer(wiring.Component):
         slot_base = Signal(data.ArrayLayout(addr_bits, slots))
         # The bias table: a memory written by the parameter beats and read in S0 for the beat
         # entering S1 (`_issue`).
-        m.submodules.bias = bias = Memory(shape=32, depth=slots, init=[])
+        m.submodules.bias = bias = block_memory(32, slots)
         issuing = Signal()          # a body is decoded: take coefficient beats
         in_flight, pipe_empty = self._issue(m, bank, slot_base, bias, issuing)
 
@@ -315,8 +319,7 @@ class Sequencer(wiring.Component):
         s1_valid = Signal()
         # The bias of the beat entering S1, read as it moves (the table is written only while
         # the pipeline is empty, before a group's first beat).
-        bias_read = bias.read_port()
-        m.d.comb += [bias_read.addr.eq(s0.slot), bias_read.en.eq(advance)]
+        bias_read = registered_read(m, bias, s0.slot, advance, name="bias_read")
         with m.If(advance):
             m.d.sync += [
                 s0.eq(beat), s0_valid.eq(self.coefs.valid & issuing), s0_bank.eq(bank),
@@ -340,7 +343,7 @@ class Sequencer(wiring.Component):
                 cmd.first.eq(s1.first),
                 cmd.last.eq(s1.last),
                 cmd.dual.eq(0),
-                cmd.bias.eq(bias_read.data),
+                cmd.bias.eq(bias_read),
                 cmd.coef[0].eq(Mux(s1.hold, Mux(is_int, 0, hold_coef), s1.coef)),
                 cmd.coef[1].eq(0),
             ]

@@ -29,6 +29,10 @@ class Writer(wiring.Component):
         Width of the output-channel counter: ``out_channel_limit(config).bit_length()``
         (``npu_spec.neural``; 24 by default). Layers with more channels are refused at the
         start.
+    tile_bits : int
+        Width of the work-unit counters (tile row and column):
+        ``out_size_limit(config).bit_length()`` (``npu_spec.neural``; 12 by default). Layers
+        with more output rows or columns are refused at the start.
 
     Members
     -------
@@ -46,8 +50,9 @@ class Writer(wiring.Component):
         The layer ended.
     """
 
-    def __init__(self, macs, slots, max_rows, *, channel_bits=24):
+    def __init__(self, macs, slots, max_rows, *, channel_bits=24, tile_bits=12):
         self._channel_bits = channel_bits
+        self._tile_bits = tile_bits
         self._macs = macs
         self._slots = slots
         self._max_rows = max_rows
@@ -69,7 +74,7 @@ class Writer(wiring.Component):
 
         ocg = Signal(range(slots + 1))      # channels of the current group
         m.submodules.loop = loop = LoopNest([
-            ("base", self._channel_bits, slots), ("ty", 12), ("tx", 12),
+            ("base", self._channel_bits, slots), ("ty", self._tile_bits), ("tx", self._tile_bits),
             ("count", range(slots + 1)), ("y", range(self._max_rows + 1))])
         pos = loop.index
         remaining = Signal(24)

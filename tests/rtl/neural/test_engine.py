@@ -10,9 +10,10 @@ from npu_fpga.toolenv import apply_tool_env
 from npu_model.conv import ConvLayer, fc_as_conv
 from npu_sim.conv import golden_output, layer_fields, random_case, run_rtl, run_rtl_many
 from npu_spec.config import preset
-from npu_spec.neural import NEURAL_ENGINE, layer_error, layer_writes
+from npu_spec.neural import NEURAL_ENGINE, core_base, layer_error, layer_writes
 
 SMALL = preset("small")
+ICEBREAKER = preset("icebreaker")
 
 
 @pytest.fixture(autouse=True)
@@ -315,15 +316,14 @@ def test_consecutive_layers_every_format_pair(kernels):
     _check(cases, run_rtl_overlapped(cases, SMALL, backend="verilator"))
 
 
-def test_writes_while_a_layer_runs_are_for_the_next_layer():
-    """The core samples its layer registers at the start: the next layer's registers written
-    into the register file while a layer runs (here by the host, whose writes never wait) leave
-    the running layer as it was. The layers of a system program that ended with EXTRACT when
-    the core read its registers live: an i8f16 3x3 stride-2 layer, then a sparse f16i8 1x2
-    layer."""
+def _run_with_host_writes(config, cases, pokes):
+    """Run ``cases`` one after the other on ``config``'s core through the engine bench, the
+    host writing ``pokes`` (``(register offset, word)``) into the core's CSR bus from 10
+    cycles after the first start. Returns ``(records of the bench, whether the core was still
+    busy after the writes, the CSR error strobes seen in the cycle after each write)``."""
     from amaranth.hdl import Signal
 
-    from npu_sim.conv import commands, parse_run
+    from npu_sim.conv import commands
     from npu_sim.conv_harness import DATA_WIDTH, ConvDataSide
     from npu_sim.engine_bench import EngineBench
     from npu_sim.streams import run_simulation, stream_get, stream_put
@@ -344,18 +344,12 @@ def test_writes_while_a_layer_runs_are_for_the_next_layer():
                              csr.w_data.eq(self.host_data)]
             return m
 
-    first = random_case(SMALL, ConvLayer(4, 2, 3, 8, 3, 3, stride=2, pad=1, fmt="i8f16"),
-                        seed=41)
-    second = random_case(SMALL, ConvLayer(8, 1, 2, 4, 1, 2, fmt="f16i8"), seed=42,
-                         sparsity=0.5, sparse=True)
-    second.kernel_addr = 700
-    bench = HostBench(NeuralEngine(SMALL))
+    bench = HostBench(NeuralEngine(config))
     engine = bench.engine
-    program, _ = commands(first, SMALL, bench)
-    commands(second, SMALL, bench, program=program)
-    pokes = [(addr - engine.base, value) for addr, value in
-             layer_writes(layer_fields(second), engine.core)]
-    responses, poked = [], []
+    program = None
+    for case in cases:
+        program, _ = commands(case, config, bench, program=program)
+    responses, poked, errors = [], [], []
 
     async def producer(ctx):
         for beat in program.beats:
@@ -374,14 +368,55 @@ def test_writes_while_a_layer_runs_are_for_the_next_layer():
             ctx.set(bench.host_addr, addr)
             ctx.set(bench.host_data, value)
             await ctx.tick()
-        ctx.set(bench.host_en, 0)
+            ctx.set(bench.host_en, 0)
+            errors.append(ctx.get(engine.csr.error))
         poked.append(ctx.get(bench.active))
 
     run_simulation(bench, [producer, consumer, host])
-    records = program.parse([int(r) for r in responses])
-    assert poked == [1], "the first layer ended before the writes"
+    return program.parse([int(r) for r in responses]), poked == [1], errors
+
+
+def test_writes_while_a_layer_runs_are_for_the_next_layer():
+    """The core samples its layer registers at the start: the next layer's registers written
+    into the register file while a layer runs (here by the host, whose writes never wait) leave
+    the running layer as it was. The layers of a system program that ended with EXTRACT when
+    the core read its registers live: an i8f16 3x3 stride-2 layer, then a sparse f16i8 1x2
+    layer."""
+    from npu_sim.conv import parse_run
+
+    first = random_case(SMALL, ConvLayer(4, 2, 3, 8, 3, 3, stride=2, pad=1, fmt="i8f16"),
+                        seed=41)
+    second = random_case(SMALL, ConvLayer(8, 1, 2, 4, 1, 2, fmt="f16i8"), seed=42,
+                         sparsity=0.5, sparse=True)
+    second.kernel_addr = 700
+    base = core_base(0)
+    pokes = [(addr - base, value) for addr, value in layer_writes(layer_fields(second))]
+    records, busy, errors = _run_with_host_writes(SMALL, [first, second], pokes)
+    assert busy, "the first layer ended before the writes"
+    assert errors == [0] * len(pokes)
     results = [parse_run(records[:5], first, SMALL), parse_run(records[5:], second, SMALL)]
     _check([first, second], results)
+
+
+def test_lean_control_refuses_host_writes_while_busy():
+    """The lean layer control (``ne_control="lean"``, the ``icebreaker`` preset's) reads the
+    register file itself: a host write to a layer register while a layer runs is refused with
+    the CSR error strobe and changes nothing, so the running layer is bit-exact; the host may
+    still write the control registers (no error). The layer clamps, so its int8 bounds come
+    from the 8 bits of ``POST_LO`` and ``POST_HI`` the lean register file keeps
+    (``npu_spec.neural.core_register_map``). amaranth.sim."""
+    from npu_sim.conv import parse_run
+
+    case = random_case(ICEBREAKER, ConvLayer(2, 5, 6, 3, 3, 3, pad=1, fmt="int8"), seed=61,
+                       activation="clamp")
+    other = dict(layer_fields(case), ocpg=2, out_h=1, kh=1, kw=2, zero_point=5, lo=3)
+    base = core_base(0)
+    pokes = [(addr - base, value ^ 0x5A5) for addr, value in layer_writes(other)]
+    pokes.append((NEURAL_ENGINE["CTRL"].offset, 0))
+    records, busy, errors = _run_with_host_writes(ICEBREAKER, [case], pokes)
+    assert busy, "the layer ended before the writes"
+    assert errors == [1] * (len(pokes) - 1) + [0]
+    _check([case], [parse_run(records, case, ICEBREAKER)], ICEBREAKER)
 
 
 @pytest.mark.slow
@@ -410,16 +445,14 @@ def test_lean_ice40_build():
     assert [stats["error_code"] for _, stats in results[2:]] == [EngineError.EXTRACT.value] * 2
 
 
-ICEBREAKER = preset("icebreaker")
-
 
 def test_icebreaker_core_refuses_what_its_buffer_cannot_hold():
     """The ``icebreaker`` preset's lean core (8-value halo rows, 128 rows a bank, 8 bits a
-    buffered value, a one-entry result queue, output-channel counters for 1024 channels): a
-    layer whose halo row or whose group's rows exceed its input buffer, or with more output
-    channels than it counts, which the ``ice40`` core runs, ends with ``HALO``, ``BUFFER`` or
-    ``SHAPE`` as ``layer_error`` says; a layer after them is bit-exact. amaranth.sim, small
-    layers."""
+    buffered value, no result queue, output-channel counters for 1024 channels, work-unit
+    counters for outputs of 255 x 255, the lean layer control): a layer whose halo row or
+    whose group's rows exceed its input buffer, or with more output channels or columns than
+    it counts, which the ``ice40`` core runs, ends with ``HALO``, ``BUFFER`` or ``SHAPE`` as
+    ``layer_error`` says; a layer after them is bit-exact. amaranth.sim, small layers."""
     good = random_case(ICEBREAKER, ConvLayer(2, 5, 6, 3, 3, 3, pad=1, fmt="int8"), seed=41,
                        activation="relu")
     wide = random_case(ICEBREAKER, ConvLayer(1, 3, 10, 2, 3, 3, fmt="int8"), seed=42,
@@ -427,16 +460,20 @@ def test_icebreaker_core_refuses_what_its_buffer_cannot_hold():
     deep = random_case(ICEBREAKER, ConvLayer(45, 3, 3, 2, 3, 3, fmt="int8"), seed=43)
     # 45 channels x 3 kernel rows = 135 > 128 rows
     many = dict(layer_fields(good), ocpg=1025)              # 1025 > 1024 output channels
+    large = dict(layer_fields(good), out_w=256)             # 256 > 255 output columns
     cases = [(wide, EngineError.HALO), (deep, EngineError.BUFFER), (good, EngineError.NONE)]
     for fields, code in [(layer_fields(c), code) for c, code in cases] + [
-            (many, EngineError.SHAPE)]:
+            (many, EngineError.SHAPE), (large, EngineError.SHAPE)]:
         assert int(layer_error(fields, ICEBREAKER)) == code.value
         assert int(layer_error(fields, preset("ice40"))) == EngineError.NONE.value
     runs = [dict(case=c) for c, _ in cases]
     runs.insert(2, dict(case=good, overrides={"OCPG": dict(ocpg=1025)}))
+    out_h = layer_fields(good)["out_h"]
+    runs.insert(3, dict(case=good, overrides={"OUT_SIZE": dict(out_h=out_h, out_w=256)}))
     results = run_rtl_many(runs, ICEBREAKER, backend="amaranth", stall=0.2, seed=4)
     assert [stats["error_code"] for _, stats in results] == [
-        EngineError.HALO.value, EngineError.BUFFER.value, EngineError.SHAPE.value, 0]
+        EngineError.HALO.value, EngineError.BUFFER.value, EngineError.SHAPE.value,
+        EngineError.SHAPE.value, 0]
     _check([good], results[-1:], ICEBREAKER)
 
 
