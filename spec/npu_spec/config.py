@@ -123,6 +123,12 @@ class NPUConfig:
         means what the registers can express (4095 x 4095). A core counts output channels in
         ``ne_out_channels.bit_length()`` bits (24 by default); a layer with more ends with
         ``SHAPE`` (``npu_spec.neural.layer_error``), never wraps.
+    ne_post_lanes : int
+        Lanes the pipelined post-processor of each core handles per cycle (it takes
+        ``macs / ne_post_lanes`` cycles per result beat and builds ``ne_post_lanes`` lane
+        datapaths); 0 (the default) means a quarter of the MACs
+        (``npu_spec.neural.post_lanes``). Must divide ``macs``. The sequential post-processor
+        ignores it.
     planar_impl : str
         Planar engine build, one of :data:`PLANAR_IMPLS`: ``"float"`` (binary32 lanes, every
         operation and format) or ``"int8"`` (16-bit integer lanes without binary32 units: max
@@ -156,6 +162,7 @@ class NPUConfig:
     ne_buffer_rows: int = 0
     ne_out_channels: int = 0
     ne_kernel_queue: int = 0
+    ne_post_lanes: int = 0
     planar_impl: str = "float"
     target: str = field(default="", compare=False)
 
@@ -202,6 +209,10 @@ class NPUConfig:
         if self.ne_row_values & (self.ne_row_values - 1) or self.ne_row_values > 1024:
             raise ValueError(f"NPUConfig.ne_row_values must be 0 or a power of two up to 1024, "
                              f"not {self.ne_row_values!r}")
+        if self.ne_post_lanes < 0 or self.ne_post_lanes > self.macs or (
+                self.ne_post_lanes and self.macs % self.ne_post_lanes):
+            raise ValueError(f"NPUConfig.ne_post_lanes must be 0 or divide macs ({self.macs}), "
+                             f"not {self.ne_post_lanes!r}")
         if self.ne_kernel_queue == 1:
             raise ValueError("NPUConfig.ne_kernel_queue must be 0 (8 words) or at least 2, "
                              "not 1")

@@ -32,6 +32,7 @@ __all__ = [
     "NeuralError",
     "best_log2w",
     "out_channel_limit",
+    "post_lanes",
     "core_base",
     "engine_geometry",
     "halo_width",
@@ -208,6 +209,13 @@ def out_channel_limit(config):
     ``config.ne_out_channels``, or what the registers can express (4095 x 4095). The core's
     output-channel counters are ``out_channel_limit(config).bit_length()`` bits wide."""
     return config.ne_out_channels or 4095 * 4095
+
+
+def post_lanes(config):
+    """Lanes a core's pipelined post-processor handles per cycle: ``config.ne_post_lanes``, or
+    a quarter of the MACs (at least 1). A result beat takes ``macs / post_lanes(config)``
+    cycles; the MAC array makes one per slot every ``icpg x kh x kw`` commands."""
+    return config.ne_post_lanes or max(1, config.macs // 4)
 
 
 def work_unit(macs, log2w):

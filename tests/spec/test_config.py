@@ -10,6 +10,7 @@ from npu_spec.neural import (
     layer_error,
     make_layer,
     out_channel_limit,
+    post_lanes,
 )
 
 
@@ -24,6 +25,14 @@ def test_defaults_keep_the_presets_geometry():
         assert engine_geometry(config)[1:] == (min(2 * n, 64), 256 if n <= 64 else 1024)
 
 
+def test_post_lanes():
+    """A quarter of the MACs unless ``ne_post_lanes`` says otherwise; it must divide them."""
+    assert post_lanes(preset("small")) == 4
+    assert post_lanes(preset("small").replace(ne_post_lanes=1)) == 1
+    assert post_lanes(preset("small").replace(ne_post_lanes=16)) == 16
+    assert post_lanes(preset("small").replace(macs=2)) == 1
+
+
 def test_icebreaker_geometry():
     config = preset("icebreaker")
     assert engine_geometry(config) == (2, 8, 128)
@@ -34,7 +43,8 @@ def test_icebreaker_geometry():
 @pytest.mark.parametrize("field, value", [
     ("result_queue", -1), ("result_queue", 65), ("ne_row_values", 12), ("ne_row_values", 2048),
     ("ne_buffer_rows", -1), ("ne_buffer_rows", 4097), ("ne_out_channels", -1),
-    ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65)])
+    ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65),
+    ("ne_post_lanes", -1), ("ne_post_lanes", 3), ("ne_post_lanes", 32)])
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"NPUConfig.{field}"):
         preset("small").replace(**{field: value})
