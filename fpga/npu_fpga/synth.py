@@ -163,7 +163,7 @@ TARGETS = {
         router="router2",
         part="LFE5U-85F",
         capacity={"TRELLIS_COMB": 83640, "TRELLIS_FF": 83640, "MULT18X18D": 156,
-                  "DP16KD": 208},
+                  "DP16KD": 208, "TRELLIS_RAMW": 10455},
     ),
     "ice40-up5k": Target(
         name="ice40-up5k",

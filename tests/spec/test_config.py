@@ -16,7 +16,7 @@ from npu_spec.neural import (
 
 def test_defaults_keep_the_presets_geometry():
     for name, config in PRESETS.items():
-        if name == "icebreaker":
+        if name in ("icebreaker", "ulx3s"):
             continue
         assert (config.result_queue, config.ne_row_values, config.ne_buffer_rows,
                 config.ne_out_channels, config.ne_kernel_queue) == (0, 0, 0, 0, 0)
@@ -31,6 +31,15 @@ def test_post_lanes():
     assert post_lanes(preset("small").replace(ne_post_lanes=1)) == 1
     assert post_lanes(preset("small").replace(ne_post_lanes=16)) == 16
     assert post_lanes(preset("small").replace(macs=2)) == 1
+
+
+def test_ulx3s_geometry():
+    """The ``ulx3s`` core: 32-value halo rows, 13-bit channel counters, 2 post-processor
+    lanes (16 cycles a result beat)."""
+    config = preset("ulx3s")
+    assert engine_geometry(config) == (4, 32, 256)
+    assert out_channel_limit(config).bit_length() == 13
+    assert post_lanes(config) == 2
 
 
 def test_icebreaker_geometry():
