@@ -34,12 +34,12 @@ def test_post_lanes():
 
 
 def test_ulx3s_geometry():
-    """The ``ulx3s`` core: 32-value halo rows, 13-bit channel counters, 2 post-processor
-    lanes (16 cycles a result beat)."""
+    """The ``ulx3s`` core: 32-value halo rows, 13-bit channel counters, one post-processor
+    lane (32 cycles a result beat)."""
     config = preset("ulx3s")
     assert engine_geometry(config) == (4, 32, 256)
     assert out_channel_limit(config).bit_length() == 13
-    assert post_lanes(config) == 2
+    assert post_lanes(config) == 1
 
 
 def test_icebreaker_geometry():

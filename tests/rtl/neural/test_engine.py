@@ -451,7 +451,7 @@ def test_lean_core_fields(name, changes):
     """The lean core's fields (``result_queue``, ``ne_row_values``, ``ne_buffer_rows``; and
     the 8-bit input buffer of int8-only builds) keep every result bit-exact, with stalls;
     ``small`` with a one-entry result queue and a 16-value, 96-row buffer (not a power of two)
-    as well; ``ulx3s`` (32-value rows, 13-bit channel counters, a two-lane post-processor,
+    as well; ``ulx3s`` (32-value rows, 13-bit channel counters, a one-lane post-processor,
     the shared-float MAC array) in every format. Slow: a Verilator build per configuration."""
     config = preset(name).replace(**changes)
     fmts = ["int8"] if not config.has_float else ["int8", "fp16", "f16i8"]
