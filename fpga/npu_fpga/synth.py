@@ -553,7 +553,8 @@ def _tail(path, lines=20):
 
 def _first_error(tail):
     for line in tail.splitlines():
-        if "ERROR" in line or "Error" in line:
+        # "wasm trap: ...": a YoWASP tool ran out of stack or memory.
+        if "ERROR" in line or "Error" in line or "wasm trap" in line:
             return line.strip()
     return ""
 

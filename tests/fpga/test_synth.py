@@ -396,3 +396,11 @@ def test_ice40_mac_array_two_lanes_per_dsp(tmp_path):
     assert report.brams == 2 * cfg.macs
     assert report.logic_cells < 3500
     assert report.fmax_mhz > 30
+
+
+def test_first_error_names_a_wasm_trap():
+    """A YoWASP tool that runs out of stack says so in the one-line error."""
+    from npu_fpga.synth import _first_error
+    tail = "Running ABC command\nCaused by:\n    wasm trap: call stack exhausted\n"
+    assert _first_error(tail) == "wasm trap: call stack exhausted"
+    assert _first_error("all fine\n") == ""
