@@ -12,7 +12,10 @@ flip-flops, CCU2C (two LUT4s each, not in the LUT4 column), MULT18X18D, DP16KD a
 (``TRELLIS_DPR16X4``, 16 x 4 bits each) (ECP5). The LUT4s are Yosys's, before nextpnr packs
 them: nextpnr's ``TRELLIS_COMB`` count is about LUT4 + 2 CCU2C + 2 LUT RAM. ``glue`` is the
 core and datapath modules themselves and the loader (Yosys 0.70 fails an internal assertion,
-``count_id(wire->name) == 0``, when the loader is kept as a module of its own).
+``count_id(wire->name) == 0``, when the loader is kept as a module of its own). On the ECP5,
+Yosys 0.70 stops in ``abc9`` with an internal assertion on the kernel extractor of the
+``ulx3s`` core after about an hour (``docs/synthesis.md``, "ULX3S budget"); its ``yosys.log``
+(``--keep``) still has the ``$lut`` count of every module mapped before.
 """
 
 import argparse
