@@ -79,11 +79,29 @@ def _fp32_add(config):
     return FP32AddPipe()
 
 
+def _dataproc(config):
+    from npu.dataproc.dataproc import DataProcessor
+    return DataProcessor(config)
+
+
+def _dma(config):
+    from npu.dma.engine import DMAEngine
+    return DMAEngine(config)
+
+
+def _bridge(config):
+    # The board tops' bridge: 25 MHz (the ULX3S oscillator), the preset's system memory.
+    from npu.bridge import UARTBridge
+    return UARTBridge(clk_freq=25e6, mem_bytes=config.mem_kib * 1024,
+                      mem_width=config.mem_width)
+
+
 #: Blocks of ``npu generate`` and ``npu synth`` defined here; the command modules add theirs.
 BLOCKS = {"top": _top, "mac_array": _mac_array, "mac_unit": _mac_unit, "fp32_add": _fp32_add,
           "npu_info": _npu_info, "mac_array_ecp5": _mac_array_ecp5,
           "mac_lane_ecp5": _mac_lane_ecp5, "float_unit_ecp5": _float_unit_ecp5,
-          "int_lane_ecp5": _int_lane_ecp5}
+          "int_lane_ecp5": _int_lane_ecp5, "dataproc": _dataproc, "dma": _dma,
+          "bridge": _bridge}
 
 
 def _all_blocks():
@@ -274,7 +292,7 @@ def cmd_synth(args):
         report = synthesize(block, args.target, name=args.block, freq_mhz=args.freq,
                             seed=args.seed, build_dir=args.build_dir,
                             keep_files=args.keep_files, progress=say,
-                            router=args.router, timeout=timeout)
+                            router=args.router, timeout=timeout, place=not args.no_pnr)
     except SynthError as e:
         raise CLIError(str(e).splitlines()[0]) from None
     if args.json:
@@ -358,6 +376,11 @@ def build_parser():
     y.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                    help="stop place and route after this many seconds with an error "
                    "(default 30 minutes; 0 for no limit)")
+    y.add_argument("--no-pnr", action="store_true",
+                   help="Yosys only, no place and route: cell counts of the Yosys netlist and "
+                   "no Fmax, for area estimates of large blocks; the LUT4 count is before "
+                   "nextpnr packing (LUT4 + 2 per carry cell; nextpnr adds LUT-RAM and "
+                   "route-through LUTs)")
     y.add_argument("--build-dir", default=None, help="where to put tool files")
     y.add_argument("--keep-files", action="store_true", help="keep the tool files")
     y.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -26,7 +26,8 @@ def _kernel_extract(config):
 
 def _postproc(config):
     from npu.neural.postproc_seq import post_processor
-    return post_processor(config, lanes_per_cycle=max(1, config.macs // 4))
+    from npu_spec.neural import post_lanes
+    return post_processor(config, lanes_per_cycle=post_lanes(config))
 
 
 def _postproc_sequential(config):

@@ -31,11 +31,31 @@ class Parser(argparse.ArgumentParser):
 
 
 def preset_arg(name):
-    """``type=`` for ``--preset``: the :class:`npu_spec.config.NPUConfig` of a preset name."""
-    from npu_spec.config import preset
+    """``type=`` for ``--preset``: the :class:`npu_spec.config.NPUConfig` of a preset name,
+    optionally with integer or string fields changed: ``NAME:FIELD=VALUE[,FIELD=VALUE...]``
+    (for example ``ulx3s:ne_post_lanes=2``), to measure a variant without a new preset."""
+    import dataclasses
+
+    from npu_spec.config import NPUConfig, preset
+    base, _, overrides = name.partition(":")
     try:
-        return preset(name)
+        config = preset(base)
     except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not overrides:
+        return config
+    types = {f.name: f.type for f in dataclasses.fields(NPUConfig)}
+    changes = {}
+    for item in overrides.split(","):
+        key, eq, text = item.partition("=")
+        if not eq or types.get(key) not in (int, str) or key in ("name", "target"):
+            raise argparse.ArgumentTypeError(
+                f"bad preset change {item!r}: expected FIELD=VALUE with an integer or string "
+                f"field of NPUConfig")
+        changes[key] = _int(text) if types[key] is int else text
+    try:
+        return config.replace(name=name, **changes)
+    except (TypeError, ValueError) as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 

@@ -117,6 +117,9 @@ class Target:
         Device name as Amaranth's vendor platforms spell it (their ``device`` attribute), given
         to the block's ``elaborate`` through :class:`OutOfContextPlatform` so that a block can
         choose the device's primitives.
+    capacity : dict of str to int
+        Cells of the device by nextpnr cell type, for the utilisation of a Yosys-only run
+        (``place=False`` of :func:`synthesize`), which has no nextpnr report.
     """
 
     name: str
@@ -131,6 +134,7 @@ class Target:
     cells: dict
     router: str
     part: str
+    capacity: dict = field(default_factory=dict)
 
 
 #: nextpnr routers that :func:`synthesize` accepts.
@@ -158,6 +162,8 @@ TARGETS = {
                "brams": "DP16KD", "lutram": "TRELLIS_RAMW"},
         router="router2",
         part="LFE5U-85F",
+        capacity={"TRELLIS_COMB": 83640, "TRELLIS_FF": 83640, "MULT18X18D": 156,
+                  "DP16KD": 208, "TRELLIS_RAMW": 10455},
     ),
     "ice40-up5k": Target(
         name="ice40-up5k",
@@ -175,6 +181,8 @@ TARGETS = {
         # router2 can circle for tens of minutes on a nearly full UP5K (docs/synthesis.md).
         router="router1",
         part="iCE40UP5K",
+        capacity={"ICESTORM_LC": 5280, "ICESTORM_DSP": 8, "ICESTORM_RAM": 30,
+                  "ICESTORM_SPRAM": 4},
     ),
 }
 
@@ -444,6 +452,13 @@ class SynthReport:
         The nextpnr router used.
     pnr_seconds : float or None
         Wall time of place and route.
+    placed : bool
+        False for a Yosys-only run (``place=False`` of :func:`synthesize`): no Fmax
+        (``fmax_mhz`` is None), and the resources are the Yosys netlist's, before nextpnr packs
+        it. ECP5: ``luts`` is ``LUT4`` plus two per ``CCU2C`` (nextpnr also adds LUTs for
+        distributed RAM and route-throughs, so its ``TRELLIS_COMB`` is somewhat higher),
+        ``ffs`` ``TRELLIS_FF``, ``lutram`` ``TRELLIS_DPR16X4``; ``utilization`` is against
+        :attr:`Target.capacity`.
     """
 
     target: str
@@ -469,6 +484,7 @@ class SynthReport:
     files: dict = field(default_factory=dict)
     router: str = ""
     pnr_seconds: float | None = None
+    placed: bool = True
 
     def format(self):
         """A short human-readable table."""
@@ -486,14 +502,18 @@ class SynthReport:
             fmax = "n/a"
         else:
             fmax = f"{self.fmax_mhz:.1f} MHz"
-        lines = [
-            f"{self.name} on {self.target}: {self.device}, seed {self.seed}"
-            + (f", {self.router}" if self.router else "")
-            + (f", place and route {self.pnr_seconds:.0f} s"
-               if self.pnr_seconds is not None else ""),
-            f"  {'Fmax':<12} {fmax:>10}   target {self.target_mhz:g} MHz: "
-            f"{'met' if self.met else 'NOT MET'}",
-        ]
+        if not self.placed:
+            lines = [f"{self.name} on {self.target}: {self.device}, Yosys only (no place and "
+                     f"route, no Fmax; cell counts before nextpnr packing)"]
+        else:
+            lines = [
+                f"{self.name} on {self.target}: {self.device}, seed {self.seed}"
+                + (f", {self.router}" if self.router else "")
+                + (f", place and route {self.pnr_seconds:.0f} s"
+                   if self.pnr_seconds is not None else ""),
+                f"  {'Fmax':<12} {fmax:>10}   target {self.target_mhz:g} MHz: "
+                f"{'met' if self.met else 'NOT MET'}",
+            ]
         if self.logic_cells is not None:
             lines.append(f"  {'logic cells':<12} {self.logic_cells:>10}"
                          f"{available('logic_cells')}")
@@ -533,7 +553,8 @@ def _tail(path, lines=20):
 
 def _first_error(tail):
     for line in tail.splitlines():
-        if "ERROR" in line or "Error" in line:
+        # "wasm trap: ...": a YoWASP tool ran out of stack or memory.
+        if "ERROR" in line or "Error" in line or "wasm trap" in line:
             return line.strip()
     return ""
 
@@ -624,7 +645,7 @@ def _constraints(target, harness, freq_mhz):
 
 def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build_dir=None,
                keep_files=False, progress=print, synth_opts=None, ports=None, nextpnr_opts=(),
-               router=None, timeout=DEFAULT_PNR_TIMEOUT):
+               router=None, timeout=DEFAULT_PNR_TIMEOUT, place=True):
     """Synthesise, place and route ``elaboratable`` out of context and report Fmax and resources.
 
     Parameters
@@ -663,6 +684,9 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
         ``None`` or 0 for none). nextpnr's routers have no iteration limit of their own, so a
         run that does not converge is stopped by this limit and :class:`SynthTimeout` is
         raised.
+    place : bool
+        False: Yosys only, no place and route; the report has the netlist's cells and no Fmax
+        (:attr:`SynthReport.placed`). Much faster for a large block's area estimate.
 
     Returns
     -------
@@ -702,7 +726,7 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
     nextpnr_step = f"nextpnr-{tgt.family}"
 
     yosys = find_tool("YOSYS")
-    nextpnr = find_tool(tgt.nextpnr_var)
+    nextpnr = find_tool(tgt.nextpnr_var) if place else None
     harness = OutOfContextHarness(elaboratable, ports=ports)
 
     temporary = build_dir is None
@@ -738,6 +762,14 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
         _run(f"yosys {synth_step}",
              [yosys, "-s", f"{name}.ys"],
              cwd=directory, log_path=files["yosys_log"], progress=progress, keep=keep_files)
+        if not place:
+            report = _netlist_report(tgt, harness, name=name, seed=seed, freq_mhz=freq_mhz,
+                                     files=files)
+            progress(f"synth: finished in {time.monotonic() - start:.1f} s (Yosys only)")
+            if keep_files:
+                report.files = dict(files)
+                progress(f"synth: files kept in {directory}")
+            return report
 
         # nextpnr.
         report_name = f"{name}.report.json"
@@ -797,6 +829,46 @@ def _netlist_luts_ffs(family, counts):
     return luts, ffs
 
 
+def _netlist_report(tgt, harness, *, name, seed, freq_mhz, files):
+    # A Yosys-only run: the netlist's cells, utilisation against the device's capacity.
+    try:
+        with open(files["netlist"]) as file:
+            modules = json.load(file)["modules"]
+        netlist_cells = dict(sorted(_count_cells(modules, name, {}).items()))
+        harness_cells = _harness_cells(modules, name)
+    except (OSError, ValueError, KeyError) as error:
+        raise SynthError(f"cannot read the tool results: {error!r}", step="report") from None
+    harness_luts, harness_ffs = _netlist_luts_ffs(tgt.family, harness_cells)
+    luts, ffs = _netlist_luts_ffs(tgt.family, netlist_cells)
+    if tgt.family == "ice40":
+        netlist_type = {"dsps": "SB_MAC16", "brams": "SB_RAM40_4K", "spram": "SB_SPRAM256KA"}
+        extra = {"spram": netlist_cells.get("SB_SPRAM256KA", 0)}
+    else:
+        netlist_type = {"dsps": "MULT18X18D", "brams": "DP16KD"}
+        extra = {"lutram": netlist_cells.get("TRELLIS_DPR16X4", 0)}
+    used = {"luts": luts, "ffs": ffs, **{kind: netlist_cells.get(cell, 0)
+                                        for kind, cell in netlist_type.items()}}
+    utilization = {tgt.cells[kind]: {"used": n, "available": tgt.capacity[tgt.cells[kind]]}
+                   for kind, n in used.items()
+                   if kind in tgt.cells and tgt.cells[kind] in tgt.capacity}
+    return SynthReport(
+        target=tgt.name, device=tgt.device, name=name, seed=seed,
+        target_mhz=float(freq_mhz), fmax_mhz=None, met=False,
+        luts=luts, ffs=ffs, dsps=used["dsps"], brams=used["brams"], **extra,
+        harness_luts=harness_luts, harness_ffs=harness_ffs,
+        utilization=utilization, netlist_cells=netlist_cells, placed=False)
+
+
+def _harness_cells(modules, name):
+    # The harness is the top module itself; the block is a submodule kept apart.
+    cells = {}
+    for cell in modules[name]["cells"].values():
+        if cell["type"] not in modules or modules[cell["type"]].get("attributes", {}).get(
+                "blackbox"):
+            cells[cell["type"]] = cells.get(cell["type"], 0) + 1
+    return cells
+
+
 def _make_report(tgt, harness, *, name, seed, freq_mhz, files):
     try:
         with open(files["report"]) as file:
@@ -806,12 +878,7 @@ def _make_report(tgt, harness, *, name, seed, freq_mhz, files):
         with open(files["nextpnr_log"], errors="replace") as file:
             log_text = file.read()
         netlist_cells = dict(sorted(_count_cells(modules, name, {}).items()))
-        # The harness is the top module itself; the block is a submodule kept apart.
-        harness_cells = {}
-        for cell in modules[name]["cells"].values():
-            if cell["type"] not in modules or modules[cell["type"]].get("attributes", {}).get(
-                    "blackbox"):
-                harness_cells[cell["type"]] = harness_cells.get(cell["type"], 0) + 1
+        harness_cells = _harness_cells(modules, name)
     except (OSError, ValueError, KeyError) as error:
         raise SynthError(f"cannot read the tool results: {error!r}", step="report") from None
     harness_luts, harness_ffs = _netlist_luts_ffs(tgt.family, harness_cells)

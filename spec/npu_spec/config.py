@@ -145,6 +145,12 @@ class NPUConfig:
         is refused with the CSR error strobe and changes nothing; ``groups x ocpg`` by shifts
         and adds over up to 12 cycles at the start, no multiplier). The task manager's writes
         wait for the core's end in both builds.
+    ne_post_lanes : int
+        Lanes the pipelined post-processor of each core handles per cycle (it takes
+        ``macs / ne_post_lanes`` cycles per result beat and builds ``ne_post_lanes`` lane
+        datapaths); 0 (the default) means a quarter of the MACs
+        (``npu_spec.neural.post_lanes``). Must divide ``macs``. The sequential post-processor
+        ignores it.
     planar_impl : str
         Planar engine build, one of :data:`PLANAR_IMPLS`: ``"float"`` (binary32 lanes, every
         operation and format) or ``"int8"`` (16-bit integer lanes without binary32 units: max
@@ -186,6 +192,7 @@ class NPUConfig:
     ne_kernel_queue: int = 0
     ne_out_size: int = 0
     ne_control: str = "full"
+    ne_post_lanes: int = 0
     planar_impl: str = "float"
     planar_fp_share: int = 1
     target: str = field(default="", compare=False)
@@ -234,6 +241,10 @@ class NPUConfig:
         if self.ne_row_values & (self.ne_row_values - 1) or self.ne_row_values > 1024:
             raise ValueError(f"NPUConfig.ne_row_values must be 0 or a power of two up to 1024, "
                              f"not {self.ne_row_values!r}")
+        if self.ne_post_lanes < 0 or self.ne_post_lanes > self.macs or (
+                self.ne_post_lanes and self.macs % self.ne_post_lanes):
+            raise ValueError(f"NPUConfig.ne_post_lanes must be 0 or divide macs ({self.macs}), "
+                             f"not {self.ne_post_lanes!r}")
         if self.ne_kernel_queue == 1:
             raise ValueError("NPUConfig.ne_kernel_queue must be 0 (8 words) or at least 2, "
                              "not 1")
@@ -325,6 +336,7 @@ PRESETS = {
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
         kernel_kib=8, mac_impl="ecp5_shared", fp_share=4, planar_fp_share=4,
+        ne_post_lanes=1, ne_row_values=32, ne_out_channels=4096,
         target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory"),
     "ane": NPUConfig(
         name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),

@@ -34,6 +34,7 @@ __all__ = [
     "best_log2w",
     "out_channel_limit",
     "out_size_limit",
+    "post_lanes",
     "core_base",
     "core_register_map",
     "engine_geometry",
@@ -252,6 +253,13 @@ def out_size_limit(config):
     (4095). The core's work-unit counters and output row and column positions are
     ``out_size_limit(config).bit_length()`` bits wide."""
     return config.ne_out_size or 4095
+
+
+def post_lanes(config):
+    """Lanes a core's pipelined post-processor handles per cycle: ``config.ne_post_lanes``, or
+    a quarter of the MACs (at least 1). A result beat takes ``macs / post_lanes(config)``
+    cycles; the MAC array makes one per slot every ``icpg x kh x kw`` commands."""
+    return config.ne_post_lanes or max(1, config.macs // 4)
 
 
 def work_unit(macs, log2w):

@@ -65,6 +65,10 @@ def test_sim_mac_json_and_dump_recheck(tmp_path, capsys):
     (["synth", "--target", "xc7"], "invalid choice"),
     (["synth", "--target", "ice40-up5k", "--timeout", "-5"], "number of seconds >= 0"),
     (["synth", "--target", "ice40-up5k", "--router", "router3"], "invalid choice"),
+    (["synth", "--target", "ecp5-85f", "--preset", "ulx3s:ne_post_lanes=3"],
+     "ne_post_lanes must be 0 or divide macs"),
+    (["synth", "--target", "ecp5-85f", "--preset", "ulx3s:formats=int8"], "bad preset change"),
+    (["synth", "--target", "ecp5-85f", "--preset", "ulx3s:nope=1"], "bad preset change"),
     ([], "required"),
 ])
 def test_bad_arguments_one_line(argv, needle, capsys):
@@ -73,3 +77,13 @@ def test_bad_arguments_one_line(argv, needle, capsys):
     assert rc == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_preset_with_changed_fields():
+    """``--preset NAME:FIELD=VALUE,...`` is the preset with those fields changed."""
+    from npu_cli.util import preset_arg
+    from npu_spec.config import preset
+
+    config = preset_arg("ulx3s:ne_post_lanes=2,result_queue=0x3,postproc_impl=pipelined")
+    assert config == preset("ulx3s").replace(name=config.name, ne_post_lanes=2, result_queue=3)
+    assert preset_arg("ulx3s") is preset("ulx3s")

@@ -269,6 +269,31 @@ def test_synth_mac(target, tmp_path):
 
 
 @pytest.mark.synth
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_synth_yosys_only(target):
+    """``place=False``: the Yosys netlist's cells, no nextpnr and no Fmax."""
+    try:
+        find_tool("YOSYS")
+    except SynthError as error:
+        pytest.skip(str(error))
+    lines = []
+    report = synthesize(PipelinedMAC(), target, name="mac", progress=lines.append, place=False)
+    assert not any(line.startswith("synth: nextpnr") for line in lines)
+    assert not report.placed and report.fmax_mhz is None and not report.met
+    assert report.dsps == 1 and report.brams == 0
+    harness = OutOfContextHarness(PipelinedMAC())
+    assert (report.harness_luts, report.harness_ffs) == (harness.luts, harness.ffs)
+    assert report.ffs - report.harness_ffs >= 32 + 16
+    cells = report.netlist_cells
+    if target == "ecp5-85f":
+        assert report.luts == cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
+        assert report.utilization["TRELLIS_COMB"] == {"used": report.luts, "available": 83640}
+    else:
+        assert report.luts == cells["SB_LUT4"] and report.logic_cells is None
+    assert "Yosys only" in report.format() and "MHz" not in report.format()
+
+
+@pytest.mark.synth
 def test_synth_ice40_without_dsp():
     _require_tools("ice40-up5k")
     report = synthesize(PipelinedMAC(), "ice40-up5k", synth_opts="", freq_mhz=20, seed=2,
@@ -371,3 +396,11 @@ def test_ice40_mac_array_two_lanes_per_dsp(tmp_path):
     assert report.brams == 2 * cfg.macs
     assert report.logic_cells < 3500
     assert report.fmax_mhz > 30
+
+
+def test_first_error_names_a_wasm_trap():
+    """A YoWASP tool that runs out of stack says so in the one-line error."""
+    from npu_fpga.synth import _first_error
+    tail = "Running ABC command\nCaused by:\n    wasm trap: call stack exhausted\n"
+    assert _first_error(tail) == "wasm trap: call stack exhausted"
+    assert _first_error("all fine\n") == ""

@@ -11,12 +11,13 @@ from npu_spec.neural import (
     make_layer,
     out_channel_limit,
     out_size_limit,
+    post_lanes,
 )
 
 
 def test_defaults_keep_the_presets_geometry():
     for name, config in PRESETS.items():
-        if name == "icebreaker":
+        if name in ("icebreaker", "ulx3s"):
             continue
         assert (config.result_queue, config.ne_row_values, config.ne_buffer_rows,
                 config.ne_out_channels, config.ne_kernel_queue, config.ne_out_size,
@@ -25,6 +26,23 @@ def test_defaults_keep_the_presets_geometry():
         assert out_size_limit(config) == 4095
         n = config.macs
         assert engine_geometry(config)[1:] == (min(2 * n, 64), 256 if n <= 64 else 1024)
+
+
+def test_post_lanes():
+    """A quarter of the MACs unless ``ne_post_lanes`` says otherwise; it must divide them."""
+    assert post_lanes(preset("small")) == 4
+    assert post_lanes(preset("small").replace(ne_post_lanes=1)) == 1
+    assert post_lanes(preset("small").replace(ne_post_lanes=16)) == 16
+    assert post_lanes(preset("small").replace(macs=2)) == 1
+
+
+def test_ulx3s_geometry():
+    """The ``ulx3s`` core: 32-value halo rows, 13-bit channel counters, one post-processor
+    lane (32 cycles a result beat)."""
+    config = preset("ulx3s")
+    assert engine_geometry(config) == (4, 32, 256)
+    assert out_channel_limit(config).bit_length() == 13
+    assert post_lanes(config) == 1
 
 
 def test_icebreaker_geometry():
@@ -38,7 +56,8 @@ def test_icebreaker_geometry():
     ("result_queue", -1), ("result_queue", 65), ("ne_row_values", 12), ("ne_row_values", 2048),
     ("ne_buffer_rows", -1), ("ne_buffer_rows", 4097), ("ne_out_channels", -1),
     ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65),
-    ("ne_out_size", -1), ("ne_out_size", 4096), ("ne_control", "small")])
+    ("ne_out_size", -1), ("ne_out_size", 4096), ("ne_control", "small"),
+    ("ne_post_lanes", -1), ("ne_post_lanes", 3), ("ne_post_lanes", 32)])
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"NPUConfig.{field}"):
         preset("small").replace(**{field: value})

@@ -30,6 +30,7 @@ from npu_spec.neural import (
     out_channel_limit,
     out_size_limit,
 )
+from npu_spec.neural import post_lanes as spec_post_lanes
 
 from ..lib.csr import CSRSignature
 from ..lib.engine import EngineControl, EngineSignature, WriteLayout
@@ -73,7 +74,8 @@ class NeuralEngine(wiring.Component):
     timeout : int
         Cycles without any stream moving after which a layer ends with ``TIMEOUT``.
     post_lanes : int or None
-        Lanes the post-processor handles per cycle (default a quarter of the MACs).
+        Lanes the post-processor handles per cycle (default ``npu_spec.neural.post_lanes``:
+        ``config.ne_post_lanes``, or a quarter of the MACs).
     shared : SharedModules or None
         Library of shared blocks (``npu.lib.shared``; Verilog output only): the MAC array is
         built from instances of one converted MAC unit.
@@ -117,9 +119,9 @@ class NeuralEngine(wiring.Component):
         self.timeout = timeout
         self._shared = shared
         # A result beat leaves at most once per input channel x kernel taps of its slot;
-        # post-processing a quarter of the lanes per cycle keeps up with 4 or more taps and
-        # needs a quarter of the multipliers.
-        self.post_lanes = post_lanes or max(1, n // 4)
+        # post-processing a quarter of the lanes per cycle (the default) keeps up with 4 or
+        # more taps and needs a quarter of the multipliers.
+        self.post_lanes = post_lanes or spec_post_lanes(config)
         self._control = EngineControl(core_register_map(config), base=core_base(core))
         self.tag_layout = row_tag_layout(self.max_rows, self.buffer_rows)
         super().__init__({

@@ -482,12 +482,14 @@ def test_icebreaker_core_refuses_what_its_buffer_cannot_hold():
     ("icebreaker", {}),
     ("icebreaker", dict(result_queue=2, ne_row_values=16, ne_buffer_rows=64)),
     ("small", dict(result_queue=1, ne_row_values=16, ne_buffer_rows=96)),
-], ids=["icebreaker", "icebreaker-queue2-rows16", "small-queue1"])
+    ("ulx3s", {}),
+], ids=["icebreaker", "icebreaker-queue2-rows16", "small-queue1", "ulx3s"])
 def test_lean_core_fields(name, changes):
     """The lean core's fields (``result_queue``, ``ne_row_values``, ``ne_buffer_rows``; and
     the 8-bit input buffer of int8-only builds) keep every result bit-exact, with stalls;
     ``small`` with a one-entry result queue and a 16-value, 96-row buffer (not a power of two)
-    as well. Slow: a Verilator build per configuration."""
+    as well; ``ulx3s`` (32-value rows, 13-bit channel counters, a one-lane post-processor,
+    the shared-float MAC array) in every format. Slow: a Verilator build per configuration."""
     config = preset(name).replace(**changes)
     fmts = ["int8"] if not config.has_float else ["int8", "fp16", "f16i8"]
     cases = [random_case(config, ConvLayer(3, 7, 9, 10, 3, 3, pad=1, fmt=fmts[0]), seed=51,
