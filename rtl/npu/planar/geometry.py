@@ -3,13 +3,15 @@
 from dataclasses import dataclass
 from functools import lru_cache
 
+from amaranth.hdl import Const
+
 from npu_spec.config import NPUConfig
 from npu_spec.planar import INT8_WORD, h_ring_depth, line_buffer_banks
 
 from ..lib.fp32 import FP32AddPipe
 from ..lib.fp32mul import FP32Mul
 
-__all__ = ["LANE_LATENCY", "QUEUE_DEPTH", "Geometry", "div_params"]
+__all__ = ["LANE_LATENCY", "QUEUE_DEPTH", "Geometry", "const_mul", "div_params"]
 
 #: Entries of the pooling result queue.
 QUEUE_DEPTH = 8
@@ -36,6 +38,35 @@ def div_params(nbits, divisors):
     through a table of ``M``, is a multiplication instead of a divider."""
     s, ms = _div_params(nbits, tuple(sorted(set(divisors))))
     return s, dict(ms)
+
+
+def _signed_digits(constant):
+    """Canonical signed digits of ``constant``: ``[(shift, +1 or -1), ...]`` whose sum of
+    ``digit << shift`` is ``constant`` (no two adjacent non-zero digits)."""
+    digits = []
+    shift = 0
+    while constant:
+        if constant & 1:
+            digit = 2 - (constant & 3)      # +1 if the next bit is 0, else -1
+            digits.append((shift, digit))
+            constant -= digit
+        constant >>= 1
+        shift += 1
+    return digits
+
+
+def const_mul(value, constant):
+    """``value * constant`` (``value`` unsigned, ``constant`` a non-negative integer) as a sum
+    of shifted copies, so that synthesis builds a few adders (no multiplier or DSP block)."""
+    if not isinstance(constant, int) or constant < 0:
+        raise ValueError(f"constant must be a non-negative integer, not {constant!r}")
+    width = len(value) + max(constant, 1).bit_length()
+    plus = [value << k for k, d in _signed_digits(constant) if d > 0]
+    minus = [value << k for k, d in _signed_digits(constant) if d < 0]
+    total = sum(plus, Const(0, 1))
+    if minus:
+        total = (total - sum(minus, Const(0, 1))).as_unsigned()
+    return total[:width]
 
 
 @dataclass(frozen=True)

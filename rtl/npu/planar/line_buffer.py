@@ -8,7 +8,7 @@ written to different banks in one cycle, and the ``FL`` elements of a window ste
 apart) or of a row vector are read from different banks in one cycle.
 
 A read is registered once: the base's bank and word (a multiplication by a constant, see
-:func:`div_params`) are computed from ``read.base`` and registered; in the next cycle each
+:func:`div_params`, built of adders by :func:`const_mul`) are computed from ``read.base`` and registered; in the next cycle each
 lane's bank and word follow from the register and its offset, and the data is there one cycle
 later (two cycles after ``read``).
 """
@@ -18,7 +18,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .geometry import div_params
+from .geometry import const_mul, div_params
 from .layouts import (
     COUNT_BITS,
     SHAPE_BITS,
@@ -158,10 +158,10 @@ class LineBuffer(wiring.Component):
                                 Mux(read.base >= DR, read.base - DR, read.base)))
         nb_s, nb_m = div_params(len(ring), [NB])
         word_next = Signal(range(BD))
-        m.d.comb += word_next.eq((ring * nb_m[NB])[nb_s:])
+        m.d.comb += word_next.eq(const_mul(ring, nb_m[NB])[nb_s:])
         base_word = Signal(range(BD))
         base_bank = Signal(range(NB))
-        m.d.sync += [base_word.eq(word_next), base_bank.eq(ring - word_next * NB)]
+        m.d.sync += [base_word.eq(word_next), base_bank.eq(ring - const_mul(word_next, NB))]
 
         lane_bank = []
         lane_word = []
