@@ -8,9 +8,9 @@ written to different banks in one cycle, and the ``FL`` elements of a window ste
 apart) or of a row vector are read from different banks in one cycle.
 
 A read is registered once: the base's bank and word (a multiplication by a constant, see
-:func:`div_params`, built of adders by :func:`const_mul`) are computed from ``read.base`` and registered; in the next cycle each
-lane's bank and word follow from the register and its offset, and the data is there one cycle
-later (two cycles after ``read``).
+:func:`div_params`, built of adders by :func:`const_mul`) are computed from ``read.base`` and
+registered; in the next cycle each lane's bank and word follow from the register and its
+offset, and the data is there one cycle later (two cycles after ``read``).
 """
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal

@@ -3,7 +3,6 @@
 
 import numpy as np
 import pytest
-
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
