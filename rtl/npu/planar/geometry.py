@@ -6,15 +6,22 @@ from functools import lru_cache
 from amaranth.hdl import Const
 
 from npu_spec.config import NPUConfig
-from npu_spec.planar import INT8_WORD, h_ring_depth, line_buffer_banks
+from npu_spec.planar import INT8_WORD, SHAPE_BITS, h_ring_depth, line_buffer_banks
 
 from ..lib.fp32 import FP32AddPipe
 from ..lib.fp32mul import FP32Mul
 
-__all__ = ["LANE_LATENCY", "QUEUE_DEPTH", "Geometry", "const_mul", "div_params"]
+__all__ = ["LANE_LATENCY", "NO_RW_CHECK", "QUEUE_DEPTH", "Geometry", "const_mul", "div_params"]
 
 #: Entries of the pooling result queue.
 QUEUE_DEPTH = 8
+
+#: Attributes of a memory whose reads never need a word written in the same cycle (the line
+#: buffer, the H ring): Yosys' ``no_rw_check`` leaves the result of such a collision undefined
+#: instead of emulating the read port's old-data semantics with a register and a comparator
+#: on every write port (17 flip-flops and a multiplexer per 16-bit block RAM). The simulation
+#: still returns the old data, which no reader uses.
+NO_RW_CHECK = {"no_rw_check": "1"}
 
 
 #: Cycles from the lane pipeline's input register to its output register.
@@ -146,3 +153,19 @@ class Geometry:
     def h_bits(self):
         """``log2 HD``."""
         return self.h_depth.bit_length() - 1
+
+    @property
+    def count_bits(self):
+        """Width of the pooling walk's element counts (elements loaded into the line buffer,
+        the first element of a row), kept modulo ``2**count_bits``: any two counts that are
+        compared are less than ``DR + 4 * 2**SHAPE_BITS`` apart (the ring and the three rows
+        of a group ahead of the loader), half the modulus (``docs/planar.md``, "Counters")."""
+        return (self.ring_depth + 4 * (1 << SHAPE_BITS)).bit_length() + 1
+
+    @property
+    def hword_bits(self):
+        """Width of the pooling walk's H word indices, kept modulo ``2**hword_bits`` (a
+        multiple of ``HD``): compared indices are less than a plane of H words and a few
+        windows apart, below ``2**(SHAPE_BITS + 1) * HD`` since a valid task's ``owb`` is
+        below ``HD`` (``docs/planar.md``, "Counters")."""
+        return SHAPE_BITS + 1 + self.h_bits + 2

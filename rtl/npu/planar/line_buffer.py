@@ -18,9 +18,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .geometry import const_mul, div_params
+from .geometry import NO_RW_CHECK, const_mul, div_params
 from .layouts import (
-    COUNT_BITS,
     SHAPE_BITS,
     WINDOW_BITS,
     Spread,
@@ -28,6 +27,7 @@ from .layouts import (
     load_shape_layout,
     read_layout,
 )
+from .walk import at_least
 
 __all__ = ["LineBuffer"]
 
@@ -50,16 +50,17 @@ class LineBuffer(wiring.Component):
         Beats of the rows (binary32): each row in ``ceil(length / L)`` beats, the last one's
         extra lanes ignored. ``ready`` while the beat's ring slots are free (see ``keep``) and
         the load is not complete.
-    keep : In(keep_layout())
+    keep : In(keep_layout(count_bits))
         The first element a reader still needs: the ring position ``DR`` elements after it is
         not written.
-    loaded : Out(40)
-        Elements written since the load started.
+    loaded : Out(count_bits)
+        Elements written since the load started (modulo ``2**count_bits``, see
+        :attr:`Geometry.count_bits`).
     all_loaded : Out(1)
         Every beat of the load has been taken.
     load_done : Out(1)
         Combinational: the load's last beat is taken in this cycle.
-    read : In(read_layout())
+    read : In(read_layout(geometry.ring_depth))
         A read (see :class:`Spread`): ``base`` (``-15 <= base < 2 DR``) is taken in every
         cycle; in the next cycle the lanes' offsets follow from ``spread`` and ``stride`` (which
         hold for a task) and the banks are read if ``en``.
@@ -74,11 +75,11 @@ class LineBuffer(wiring.Component):
             "load_start": In(1),
             "load_shape": In(load_shape_layout()),
             "load":       In(stream.Signature(data.ArrayLayout(geometry.word, geometry.lanes))),
-            "keep":       In(keep_layout()),
-            "loaded":     Out(COUNT_BITS),
+            "keep":       In(keep_layout(geometry.count_bits)),
+            "loaded":     Out(geometry.count_bits),
             "all_loaded": Out(1),
             "load_done":  Out(1),
-            "read":       In(read_layout()),
+            "read":       In(read_layout(geometry.ring_depth)),
             "data":       Out(data.ArrayLayout(geometry.word, geometry.filter_lanes)),
         })
 
@@ -86,8 +87,10 @@ class LineBuffer(wiring.Component):
         m = Module()
         g = self._geometry
         banks = []
+        # A read never needs an element written in the same cycle: readers wait for ``loaded``
+        # and the loader does not write what ``keep`` protects (NO_RW_CHECK).
         for b in range(g.banks):
-            bank = Memory(shape=g.word, depth=g.bank_depth, init=[])
+            bank = Memory(shape=g.word, depth=g.bank_depth, init=[], attrs=NO_RW_CHECK)
             m.submodules[f"bank{b}"] = bank
             banks.append(bank)
         self._loader(m, [bank.write_port() for bank in banks])
@@ -110,7 +113,8 @@ class LineBuffer(wiring.Component):
         m.d.comb += n.eq(Mux(left >= L, L, left))
         space = Signal()
         m.d.comb += space.eq(~self.keep.valid
-                             | (self.loaded + n <= self.keep.first + g.ring_depth))
+                             | at_least(self.keep.first + g.ring_depth, self.loaded + n,
+                                        g.count_bits))
         m.d.comb += self.load.ready.eq(space & ~self.all_loaded)
         accept = self.load.valid & self.load.ready
 
