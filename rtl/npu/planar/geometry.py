@@ -1,9 +1,12 @@
-"""Sizes of a planar engine build and division by constants (plain Python, for the gateware)."""
+"""Sizes of a planar engine build, division and multiplication by constants, and the read
+port of the memories whose collisions do not matter."""
 
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 
-from amaranth.hdl import Const
+from amaranth.hdl import Const, Signal, signed, unsigned
+from amaranth.lib.memory import Memory
 
 from npu_spec.config import NPUConfig
 from npu_spec.planar import INT8_WORD, SHAPE_BITS, h_ring_depth, line_buffer_banks
@@ -11,17 +14,39 @@ from npu_spec.planar import INT8_WORD, SHAPE_BITS, h_ring_depth, line_buffer_ban
 from ..lib.fp32 import FP32AddPipe
 from ..lib.fp32mul import FP32Mul
 
-__all__ = ["LANE_LATENCY", "NO_RW_CHECK", "QUEUE_DEPTH", "Geometry", "const_mul", "div_params"]
+__all__ = ["LANE_LATENCY", "QUEUE_DEPTH", "Geometry", "const_mul", "div_params",
+           "unchecked_memory", "unchecked_read_port"]
 
 #: Entries of the pooling result queue.
 QUEUE_DEPTH = 8
 
-#: Attributes of a memory whose reads never need a word written in the same cycle (the line
-#: buffer, the H ring): Yosys' ``no_rw_check`` leaves the result of such a collision undefined
-#: instead of emulating the read port's old-data semantics with a register and a comparator
-#: on every write port (17 flip-flops and a multiplexer per 16-bit block RAM). The simulation
-#: still returns the old data, which no reader uses.
-NO_RW_CHECK = {"no_rw_check": "1"}
+
+
+def unchecked_memory(**kwargs):
+    """A :class:`~amaranth.lib.memory.Memory` whose reads never need a word written in the
+    same cycle (the line buffer, the H ring); read it with :func:`unchecked_read_port`.
+
+    A synchronous read port keeps the old data on a collision, which an iCE40 block RAM does
+    not do: Yosys emulates it with a register of the write address, data and enable and a
+    bypass multiplexer (40 flip-flops and 23 LUTs per 16-bit bank). Yosys' ``no_rw_check``
+    attribute leaves the result of a collision undefined instead; it takes effect when Yosys
+    merges the read register into the port, so the port is combinational and the register
+    is :func:`unchecked_read_port`'s. The simulation still returns the old data, which no
+    reader uses."""
+    return Memory(**kwargs, attrs={"no_rw_check": 1})
+
+
+def unchecked_read_port(m, memory, name):
+    """A read port of ``memory`` (from :func:`unchecked_memory`) with its data registered in
+    the ``sync`` domain: ``addr``, ``en`` (set them), ``data`` (the word whose address was
+    given with ``en`` in the cycle before; held otherwise). The register has no reset, like a
+    memory's own read register."""
+    port = memory.read_port(domain="comb")
+    en = Signal(name=f"{name}_en")
+    data = Signal(memory.shape, name=f"{name}_data", reset_less=True)
+    with m.If(en):
+        m.d.sync += data.eq(port.data)
+    return SimpleNamespace(addr=port.addr, en=en, data=data)
 
 
 #: Cycles from the lane pipeline's input register to its output register.
@@ -118,6 +143,14 @@ class Geometry:
         """Width of a value in the lanes, filters, rings and line buffer: 32 (binary32), or
         :data:`~npu_spec.planar.INT8_WORD` in the integer build."""
         return INT8_WORD if self.integer else 32
+
+    @property
+    def buffer_shape(self):
+        """Shape of an element in the line buffer: ``word`` bits, or in the integer build
+        ``signed(8)``, read back sign-extended to ``word``, since every element loaded there
+        (a pooling plane on A, a broadcast vector on B) comes from the first converter as an
+        INT8 (:class:`~.intpath.ToInt`), which halves the banks' crossbars."""
+        return signed(8) if self.integer else unsigned(self.word)
 
     @property
     def lane_bits(self):

@@ -7,10 +7,9 @@ accumulator's plane instead: the accumulator's writes and reads take the ports.
 
 from amaranth.hdl import Module, Mux
 from amaranth.lib import data, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .geometry import NO_RW_CHECK
+from .geometry import unchecked_memory, unchecked_read_port
 from .layouts import ring_read_layout, ring_write_layout
 
 __all__ = ["HRing"]
@@ -59,10 +58,10 @@ class HRing(wiring.Component):
         g = self._geometry
         # A read never needs the word written in the same cycle: the vertical filter reads
         # words below ``count``, the accumulator waits while its word is in flight (hazard).
-        m.submodules.words = words = Memory(shape=data.ArrayLayout(g.word, g.filter_lanes),
-                                            depth=g.h_depth, init=[], attrs=NO_RW_CHECK)
+        m.submodules.words = words = unchecked_memory(
+            shape=data.ArrayLayout(g.word, g.filter_lanes), depth=g.h_depth, init=[])
         write = words.write_port()
-        read = words.read_port()
+        read = unchecked_read_port(m, words, "read")
         acc_w, filter_w = self.acc_write, self.filter_write
         m.d.comb += [
             write.addr.eq(Mux(acc_w.valid, acc_w.word, filter_w.word[:g.h_bits])),

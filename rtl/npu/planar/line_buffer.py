@@ -15,10 +15,9 @@ offset, and the data is there one cycle later (two cycles after ``read``).
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .geometry import NO_RW_CHECK, const_mul, div_params
+from .geometry import const_mul, div_params, unchecked_memory, unchecked_read_port
 from .layouts import (
     SHAPE_BITS,
     WINDOW_BITS,
@@ -47,9 +46,10 @@ class LineBuffer(wiring.Component):
     load_shape : In(load_shape_layout())
         ``planes`` of ``rows`` rows of ``length`` elements, sampled with ``load_start``.
     load : In(stream.Signature(ArrayLayout(32, L)))
-        Beats of the rows (binary32): each row in ``ceil(length / L)`` beats, the last one's
-        extra lanes ignored. ``ready`` while the beat's ring slots are free (see ``keep``) and
-        the load is not complete.
+        Beats of the rows (binary32; in the integer build INT8 sign-extended, of which the
+        banks keep the low byte, :attr:`Geometry.buffer_shape`): each row in
+        ``ceil(length / L)`` beats, the last one's extra lanes ignored. ``ready`` while the
+        beat's ring slots are free (see ``keep``) and the load is not complete.
     keep : In(keep_layout(count_bits))
         The first element a reader still needs: the ring position ``DR`` elements after it is
         not written.
@@ -88,13 +88,14 @@ class LineBuffer(wiring.Component):
         g = self._geometry
         banks = []
         # A read never needs an element written in the same cycle: readers wait for ``loaded``
-        # and the loader does not write what ``keep`` protects (NO_RW_CHECK).
+        # and the loader does not write what ``keep`` protects (``unchecked_memory``).
         for b in range(g.banks):
-            bank = Memory(shape=g.word, depth=g.bank_depth, init=[], attrs=NO_RW_CHECK)
+            bank = unchecked_memory(shape=g.buffer_shape, depth=g.bank_depth, init=[])
             m.submodules[f"bank{b}"] = bank
             banks.append(bank)
         self._loader(m, [bank.write_port() for bank in banks])
-        self._reader(m, [bank.read_port() for bank in banks])
+        self._reader(m, [unchecked_read_port(m, bank, f"bank{b}_read")
+                         for b, bank in enumerate(banks)])
         return m
 
     def _loader(self, m, wports):
