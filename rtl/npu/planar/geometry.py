@@ -146,10 +146,13 @@ class Geometry:
 
     @property
     def buffer_shape(self):
-        """Shape of an element in the line buffer: ``word`` bits, or in the integer build
-        ``signed(8)``, read back sign-extended to ``word``, since every element loaded there
-        (a pooling plane on A, a broadcast vector on B) comes from the first converter as an
-        INT8 (:class:`~.intpath.ToInt`), which halves the banks' crossbars."""
+        """Shape of an element in the line buffer and of a value in the result queue:
+        ``word`` bits, or in the integer build ``signed(8)``, read back sign-extended to
+        ``word``: every element loaded into the line buffer (a pooling plane on A, a broadcast
+        vector on B) comes from the first converter as an INT8 (:class:`~.intpath.ToInt`), and
+        the integer build pools by max and min only, so a pooling result is one of those
+        inputs (the queue's lanes without a window hold junk, which is never output). Halves
+        the banks' crossbars and the queue's block RAM."""
         return signed(8) if self.integer else unsigned(self.word)
 
     @property

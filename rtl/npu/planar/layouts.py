@@ -177,15 +177,16 @@ def vdesc_layout(hword_bits):
                               "roww": hword_bits})
 
 
-def queue_entry_layout(filter_lanes, word=F32_BITS):
-    """A vertical filter result: ``filter_lanes`` values and the window position of lane 0."""
-    return data.StructLayout({"value": data.ArrayLayout(word, filter_lanes),
+def queue_entry_layout(filter_lanes, value_shape=F32_BITS):
+    """A vertical filter result: ``filter_lanes`` values (of ``value_shape``; the integer
+    build's are INT8, ``Geometry.buffer_shape``) and the window position of lane 0."""
+    return data.StructLayout({"value": data.ArrayLayout(value_shape, filter_lanes),
                               "oyb": signed(14), "gxb": signed(16)})
 
 
-def vresult_layout(filter_lanes, word=F32_BITS):
+def vresult_layout(filter_lanes, value_shape=F32_BITS):
     """What the vertical filter tells the result queue in a cycle: ``start`` a group starts
     (reserve three entries); ``valid`` a result ``entry`` is written; ``empty`` an invalid
     beat of a group ended (release its reservation)."""
     return data.StructLayout({"start": 1, "valid": 1, "empty": 1,
-                              "entry": queue_entry_layout(filter_lanes, word)})
+                              "entry": queue_entry_layout(filter_lanes, value_shape)})

@@ -65,7 +65,7 @@ class ResultQueue(wiring.Component):
         super().__init__({
             "task":  In(config_layout()),
             "sizes": In(sizes_layout()),
-            "push":  In(vresult_layout(geometry.filter_lanes, geometry.word)),
+            "push":  In(vresult_layout(geometry.filter_lanes, geometry.buffer_shape)),
             "room":  Out(1),
             "busy":  Out(1),
             "en":    In(1),
@@ -80,7 +80,8 @@ class ResultQueue(wiring.Component):
         depth = QUEUE_DEPTH
         ptr_bits = (depth - 1).bit_length()
 
-        m.submodules.entries = entries = Memory(shape=queue_entry_layout(g.filter_lanes, g.word),
+        m.submodules.entries = entries = Memory(shape=queue_entry_layout(g.filter_lanes,
+                                                                         g.buffer_shape),
                                                 depth=depth, init=[])
         write = entries.write_port()
         head = entries.read_port(transparent_for=(write,))

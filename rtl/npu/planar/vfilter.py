@@ -84,7 +84,7 @@ class VFilter(wiring.Component):
             "ring_read": Out(ring_read_layout(geometry.h_depth)),
             "ring_data": In(data.ArrayLayout(geometry.word, fl)),
             "keep":      Out(ring_keep_layout(geometry.hword_bits)),
-            "result":    Out(vresult_layout(fl, geometry.word)),
+            "result":    Out(vresult_layout(fl, geometry.buffer_shape)),
             "busy":      Out(1),
         })
 
