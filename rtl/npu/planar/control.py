@@ -1,9 +1,10 @@
 """The planar engine's control: task latch, sizes, task check and the task sequence.
 
 On ``go`` the task registers are latched. The control unit then computes the products of the
-shape fields it and the other units need (one to three cycles), checks the task against the
-rules of :func:`npu_spec.planar.task_error` (a rejected task ends at once and consumes
-nothing) and runs it:
+shape fields it and the other units need (bit-serially, without a multiplier: one cycle for an
+elementwise task, up to :func:`setup_cycles` for the others; ``docs/planar.md``, "Counters
+and sizes"), checks the task against the rules of :func:`npu_spec.planar.task_error` (a
+rejected task ends at once and consumes nothing) and runs it:
 
 * elementwise: the broadcast vector on B into the line buffer, then the beats of A, B, C into
   the lane pipeline;
