@@ -434,7 +434,7 @@ def test_abort_then_next_task():
     operands = [ps.random_operands(rng, t) for t in (first, second)]
     streams = [ps.input_streams(t, *ops, lanes) for t, ops in zip((first, second), operands)]
     dut = PlanarEngine(cfg)
-    state = {"task": 0, "dones": [], "outputs": [[], []], "cycles": None}
+    state = {"task": 0, "dones": [], "outputs": [[], []], "cycles": None, "sent": set()}
 
     def producer(name):
         async def tb(ctx):
@@ -442,6 +442,7 @@ def test_abort_then_next_task():
             # Half of the first task's beats, then (after the abort) all of the second's.
             for word in streams[0][name][:len(streams[0][name]) // 2]:
                 await stream_put(ctx, getattr(dut, name), word, prng, 0.2)
+            state["sent"].add(name)
             while state["task"] == 0:
                 await ctx.tick()
             for word in streams[1][name]:
@@ -463,7 +464,10 @@ def test_abort_then_next_task():
 
     async def control(ctx):
         await program(ctx, dut, first)
-        for _ in range(60):
+        # The abort comes once half of the operands are in (after the task's sizes).
+        while len(state["sent"]) < 3:
+            await ctx.tick()
+        for _ in range(20):
             await ctx.tick()
         data, _ = await csr_read(ctx, dut.csr, PLANAR_ENGINE["STATUS"].offset)
         assert PLANAR_ENGINE.decode(PLANAR_ENGINE.address("STATUS"), data)["busy"] == 1
