@@ -1,9 +1,10 @@
 """The planar engine's control: task latch, sizes, task check and the task sequence.
 
 On ``go`` the task registers are latched. The control unit then computes the products of the
-shape fields it and the other units need (one to three cycles), checks the task against the
-rules of :func:`npu_spec.planar.task_error` (a rejected task ends at once and consumes
-nothing) and runs it:
+shape fields it and the other units need (bit-serially, without a multiplier: one cycle for an
+elementwise task, up to :func:`setup_cycles` for the others; ``docs/planar.md``, "Counters
+and sizes"), checks the task against the rules of :func:`npu_spec.planar.task_error` (a
+rejected task ends at once and consumes nothing) and runs it:
 
 * elementwise: the broadcast vector on B into the line buffer, then the beats of A, B, C into
   the lane pipeline;
@@ -19,7 +20,7 @@ pooling step, or the broadcast vector's element of the next beat). The beat rast
 row, beat) is a :class:`LoopNest`.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -27,7 +28,7 @@ from npu_spec.formats import F32_ONE
 from npu_spec.planar import ELT_ARITY, INT8_CHANNEL_SUM, INT8_ELT_OPS, INT8_SUM_ELEMENTS
 
 from ..lib.loop import LoopNest
-from .geometry import div_params
+from .geometry import const_mul, div_params
 from .intpath import f32_integer
 from .layouts import (
     COUNT_BITS,
@@ -50,7 +51,21 @@ from .layouts import (
     sizes_layout,
 )
 
-__all__ = ["Control"]
+__all__ = ["Control", "owb_bits", "setup_cycles"]
+
+
+def owb_bits(geometry):
+    """Bits of ``owb`` (filter words per output row) the sizes multiply by: a larger ``owb``
+    makes a vertical group longer than the H ring (``BAD_SHAPE``)."""
+    return min(geometry.h_bits + 1, SHAPE_BITS + 1)
+
+
+def setup_cycles(geometry):
+    """Cycles from a task's start (``go``) to its check (``clear``) at most: one, and for a
+    pooling or reduction task without an early error the bit-serial products (``SHAPE_BITS +
+    1`` cycles, then ``owb_bits + 1`` for pooling or ``SHAPE_BITS`` for a reduction over the
+    tensor). A rejected task ends one cycle after its check."""
+    return 1 + (SHAPE_BITS + 1) + max(owb_bits(geometry) + 1, SHAPE_BITS) + 1
 
 
 def _last(codes):
@@ -108,9 +123,9 @@ class Control(wiring.Component):
         The result queue's beat (pooling) and the channel accumulator's (output pass).
     beat_mask : Out(L)
         Lanes of the current beat that hold elements of the row.
-    step_read : In(read_layout())
+    step_read : In(read_layout(geometry.ring_depth))
         The horizontal filter's read.
-    read : Out(read_layout())
+    read : Out(read_layout(geometry.ring_depth))
         The line buffer's read.
     accumulating, acc_done : In(1), In(1)
         The channel accumulator takes the lane pipeline's results; it has every channel.
@@ -153,8 +168,8 @@ class Control(wiring.Component):
             "queue_beat":   In(beat),
             "drain_beat":   In(beat),
             "beat_mask":    Out(L),
-            "step_read":    In(read_layout()),
-            "read":         Out(read_layout()),
+            "step_read":    In(read_layout(geometry.ring_depth)),
+            "read":         Out(read_layout(geometry.ring_depth)),
             "accumulating": In(1),
             "acc_done":     In(1),
             "drain_start":  Out(1),
@@ -169,11 +184,11 @@ class Control(wiring.Component):
         C, H, W = task.channels, task.height, task.width
 
         # The sizes: beats per row at once, the products in the first cycles of the task.
-        size_step = Signal(range(4))
+        phase = Signal(data.StructLayout({"init": 1, "a": 1, "owb": 1, "b": 1, "c": 1}))
         sizes = Signal(sizes_layout())
         m.d.comb += [self.sizes.eq(sizes),
                      self.sizes.wb.eq((W + (g.lanes - 1)) >> g.lane_bits)]
-        *pool_sizes, group = self._sizes(m, sizes, size_step)
+        pool_sizes, group, bit = self._sizes(m, sizes, phase)
 
         # The beat raster: channel, row, beat of the row.
         m.submodules.raster = raster = LoopNest([("c", SHAPE_BITS), ("y", SHAPE_BITS),
@@ -200,54 +215,92 @@ class Control(wiring.Component):
                 m.d.comb += vector.eq(H)
         uses_vector = (task.mode == Mode.ELTWISE) & (arity >= 2) & (task.bcast >= Bcast.CHANNEL)
 
-        error = self._check(m, arity, vector, uses_vector, pool_sizes, group)
+        error, early = self._check(m, arity, vector, uses_vector, pool_sizes, group)
         fire = Signal()     # an elementwise beat enters the lane pipeline
         self._routes(m, raster, fire)
-        self._sequence(m, raster, size_step, fire, arity, vector, uses_vector, error)
+        self._sequence(m, raster, (phase, bit, early), fire, arity, vector, uses_vector, error)
         return m
 
-    def _sizes(self, m, sizes, step):
-        """Registers ``sizes`` (but ``wb``) and the sizes only the check needs: in ``step`` 1,
-        2 and 3 (the last two for pooling only) the products of that step are computed;
-        ``beats_group`` with ``clear``. Returns the pooling sizes of the check and the beats of
-        a reduction group (combinational, for the integer build's check)."""
+    def _sizes(self, m, sizes, phase):
+        """Registers ``sizes`` (but ``wb``) and the sizes only the check needs, bit-serially
+        (one shift and add per product and cycle, no multiplier; see :func:`setup_cycles`):
+
+        * ``phase.init`` (the task's first cycle): the products by constants, ``pool_rows``;
+          the accumulators cleared;
+        * ``phase.a`` (``SHAPE_BITS + 1`` cycles, over the bits of ``H``, most significant
+          first): ``beats_plane = H wb``, ``rows = C H``, and ``(W + 2 px - kw) // sx`` by
+          restoring division;
+        * ``phase.owb`` (pooling, one cycle): ``OW`` and ``owb = ceil(OW / FL)``;
+        * ``phase.b`` (pooling, :func:`owb_bits` cycles, over the bits of ``owb``): its
+          products with ``H``, ``kh``, ``sy``, ``py`` and ``min(H, kh + 2 sy)``;
+        * ``phase.c`` (a reduction over the tensor, ``SHAPE_BITS`` cycles, over the bits of
+          ``C``): the beats of the tensor ``beats_plane C``.
+
+        ``beats_group`` is registered with ``clear``. Returns the pooling sizes of the check,
+        the beats of a reduction group (for the integer build's check) and ``bit`` (the
+        multiplier bit of this cycle: the phase ends when it is 0)."""
         g = self._geometry
         task = self.task
         C, H, W = task.channels, task.height, task.width
         FL = g.filter_lanes
-        ow = Signal(SHAPE_BITS + 1)      # output columns of a pooling task
+        nb = owb_bits(g)
+        bit = Signal(range(SHAPE_BITS + 1))
+        ow_num = Signal(SHAPE_BITS + 1)  # W + 2 px - kw (meaningful for a valid window)
+        m.d.comb += ow_num.eq(W + 2 * task.px - task.kw)
+        quotient = Signal(SHAPE_BITS + 1)    # ow_num // sx, so far
+        remainder = Signal(WINDOW_BITS)
         pool_rows = Signal(24)           # min(C H, 3) W: input rows a horizontal group reads
         pool_hwords = Signal(24)         # min(H, kh + 2 sy) owb: H words a vertical group reads
-        # (W + 2 px - kw) // sx by a table of multipliers (meaningful for a valid window).
-        ow_num = Signal(SHAPE_BITS + 1)
-        m.d.comb += ow_num.eq(W + 2 * task.px - task.kw)
-        sx_s, sx_m = div_params(len(ow_num), range(1, 2 ** WINDOW_BITS))
-        sx_table = Array(Const(sx_m.get(k, 0)) for k in range(2 ** WINDOW_BITS))
-        # ceil(OW / FL) (FL need not be a power of two).
-        owb_s, owb_ms = div_params(len(ow) + 1, [FL])
-        span = Mux(H < task.kh + 2 * task.sy, H, task.kh + 2 * task.sy)
+        owb_over = Signal()              # owb >= 2^nb: a vertical group cannot fit the H ring
+        tensor = Signal(COUNT_BITS)      # beats_plane C
         group = Signal(COUNT_BITS)       # beats of a reduction group (a plane or the tensor)
-        m.d.comb += group.eq(Mux(task.axis == Axis.TENSOR, sizes.beats_plane * C,
-                                 sizes.beats_plane))
-        with m.Switch(step):
-            with m.Case(1):
-                m.d.sync += [
-                    sizes.beats_plane.eq(H * self.sizes.wb), sizes.step_cols.eq(task.sx * FL),
-                    sizes.beat_cols.eq(task.sx << g.lane_bits), sizes.rows.eq(C * H),
-                    pool_rows.eq(Mux(C * H < 3, C * H, 3) * W),
-                    ow.eq((ow_num * sx_table[task.sx])[sx_s:] + 1),
-                ]
-            with m.Case(2):
-                m.d.sync += sizes.owb.eq((ow + (FL - 1)) * owb_ms[FL] >> owb_s)
-            with m.Case(3):
-                m.d.sync += [
-                    pool_hwords.eq(span * sizes.owb), sizes.h_owb.eq(H * sizes.owb),
-                    sizes.kh_owb.eq(task.kh * sizes.owb), sizes.sy_owb.eq(task.sy * sizes.owb),
-                    sizes.py_owb.eq(task.py * sizes.owb),
-                ]
+        m.d.comb += group.eq(Mux(task.axis == Axis.TENSOR, tensor, sizes.beats_plane))
+        span = Mux(H < task.kh + 2 * task.sy, H, task.kh + 2 * task.sy)
+
+        def shift_add(acc, multiplier, multiplicand):
+            """One step of a product, most significant multiplier bit first."""
+            return acc.eq((acc << 1) + Mux(multiplier.bit_select(bit, 1), multiplicand, 0))
+
+        with m.If(phase.init):
+            small = Mux((C == 1) & (H <= 2), H, Mux((H == 1) & (C == 2), 2, 3))
+            m.d.sync += [
+                sizes.step_cols.eq(const_mul(task.sx, FL)),
+                sizes.beat_cols.eq(task.sx << g.lane_bits),
+                pool_rows.eq(Mux(small == 1, W, Mux(small == 2, W << 1, (W << 1) + W))),
+                sizes.beats_plane.eq(0), sizes.rows.eq(0), quotient.eq(0), remainder.eq(0),
+                sizes.h_owb.eq(0), sizes.kh_owb.eq(0), sizes.sy_owb.eq(0), sizes.py_owb.eq(0),
+                pool_hwords.eq(0), tensor.eq(0), bit.eq(SHAPE_BITS),
+            ]
+        with m.If(phase.a):
+            h = Cat(H, Const(0, 1))
+            partial = Cat(ow_num.bit_select(bit, 1), remainder)
+            fits = partial >= task.sx
+            m.d.sync += [
+                shift_add(sizes.beats_plane, h, self.sizes.wb), shift_add(sizes.rows, h, C),
+                quotient.eq(Cat(fits, quotient)),
+                remainder.eq(Mux(fits, partial - task.sx, partial)),
+                bit.eq(Mux(bit == 0, Mux(task.mode == Mode.POOL, nb - 1, SHAPE_BITS - 1),
+                           bit - 1)),
+            ]
+        with m.If(phase.owb):
+            ow = Signal(SHAPE_BITS + 1)
+            m.d.comb += ow.eq(quotient + 1)
+            owb_s, owb_ms = div_params(len(ow) + 1, [FL])
+            owb = Signal(SHAPE_BITS + 1)
+            m.d.comb += owb.eq(const_mul(ow + (FL - 1), owb_ms[FL])[owb_s:])
+            m.d.sync += [sizes.owb.eq(owb), owb_over.eq(owb >> nb != 0)]
+        with m.If(phase.b):
+            owb = sizes.owb
+            m.d.sync += [
+                shift_add(pool_hwords, owb, span), shift_add(sizes.h_owb, owb, H),
+                shift_add(sizes.kh_owb, owb, task.kh), shift_add(sizes.sy_owb, owb, task.sy),
+                shift_add(sizes.py_owb, owb, task.py), bit.eq(bit - 1),
+            ]
+        with m.If(phase.c):
+            m.d.sync += [shift_add(tensor, C, sizes.beats_plane), bit.eq(bit - 1)]
         with m.If(self.clear):
             m.d.sync += sizes.beats_group.eq(group)
-        return pool_rows, pool_hwords, group
+        return (pool_rows, pool_hwords, owb_over), group, bit
 
     def _int8_unsupported(self, m, arity, group):
         """The integer build's rule (:func:`npu_spec.planar.int8_supported`; combinational):
@@ -273,11 +326,14 @@ class Control(wiring.Component):
                    Mux(task.mode == Mode.POOL, ~pool_ok, ~red_ok))
 
     def _check(self, m, arity, vector, uses_vector, pool_sizes, group):
-        """The task's :class:`Error` (combinational; valid in the cycle of ``clear``)."""
+        """The task's :class:`Error` (combinational; valid in the cycle of ``clear``), and
+        whether it is known without the sizes' products (an elementwise task, or an error
+        that does not depend on them: the products then stay 0, the sizes of a task with a
+        zero dimension)."""
         g = self._geometry
         task = self.task
         C, H, W = task.channels, task.height, task.width
-        pool_rows, pool_hwords = pool_sizes
+        pool_rows, pool_hwords, owb_over = pool_sizes
         is_elt = task.mode == Mode.ELTWISE
         is_pool = task.mode == Mode.POOL
         is_red = task.mode == Mode.REDUCE
@@ -301,6 +357,7 @@ class Control(wiring.Component):
                          | (uses_vector & (vector > g.plane_depth))
                          | (is_cred & (self.sizes.beats_plane > g.h_depth))
                          | (is_pool & ~bad_window & ((pool_rows > g.plane_depth)
+                                                     | owb_over
                                                      | (pool_hwords + 2 > g.h_depth)))),
             bad_window.eq(is_pool & (
                 (task.kh == 0) | (task.kw == 0) | (task.kh > MAX_WINDOW)
@@ -319,7 +376,10 @@ class Control(wiring.Component):
             m.d.comb += error.eq(Error.BAD_SHAPE)
         with m.Elif(bad_window):
             m.d.comb += error.eq(Error.BAD_WINDOW)
-        return error
+        early = Signal()
+        m.d.comb += early.eq(is_elt | bad_mode | bad_format | (C == 0) | (H == 0) | (W == 0)
+                             | bad_window)
+        return error, early
 
     def _routes(self, m, raster, fire):
         """What enters the lane pipeline (unless the sequence gives a beat), what the loader
@@ -338,7 +398,7 @@ class Control(wiring.Component):
         # next: the raster's position after this cycle.
         position = Signal(raster.index.shape())
         m.d.comb += position.eq(Mux(fire, raster.next, raster.index))
-        vector_base = Signal(signed(30))
+        vector_base = Signal(self.read.base.shape())
         with m.Switch(task.bcast):
             with m.Case(Bcast.CHANNEL):
                 m.d.comb += vector_base.eq(position.c)
@@ -354,8 +414,9 @@ class Control(wiring.Component):
                                                  Spread.SAME)),
                          self.read.stride.eq(task.sx)]
 
-    def _sequence(self, m, raster, size_step, fire, arity, vector, uses_vector, error):
+    def _sequence(self, m, raster, setup, fire, arity, vector, uses_vector, error):
         """The task sequence (see the module documentation)."""
+        phase, bit, early = setup
         task = self.task
         a, b, c = self.a, self.b, self.c
         is_elt = task.mode == Mode.ELTWISE
@@ -370,18 +431,33 @@ class Control(wiring.Component):
             with m.State("IDLE"), m.If(self.go):
                 m.d.sync += [task.eq(self.task_regs), self.code.eq(Error.NONE)]
                 m.next = "SIZES"
+            # The sizes (``_sizes``), unless the check needs none of their products.
             with m.State("SIZES"):
-                m.d.comb += size_step.eq(1)
-                with m.If(is_pool):
-                    m.next = "SIZES2"
-                with m.Else():
+                m.d.comb += phase.init.eq(1)
+                with m.If(early):
                     m.next = "CHECK"
-            with m.State("SIZES2"):
-                m.d.comb += size_step.eq(2)
-                m.next = "SIZES3"
-            with m.State("SIZES3"):
-                m.d.comb += size_step.eq(3)
-                m.next = "CHECK"
+                with m.Else():
+                    m.next = "SIZES_A"
+            with m.State("SIZES_A"):
+                m.d.comb += phase.a.eq(1)
+                with m.If(bit == 0):
+                    with m.If(is_pool):
+                        m.next = "SIZES_OWB"
+                    with m.Elif(task.axis == Axis.TENSOR):
+                        m.next = "SIZES_C"
+                    with m.Else():
+                        m.next = "CHECK"
+            with m.State("SIZES_OWB"):
+                m.d.comb += phase.owb.eq(1)
+                m.next = "SIZES_B"
+            with m.State("SIZES_B"):
+                m.d.comb += phase.b.eq(1)
+                with m.If(bit == 0):
+                    m.next = "CHECK"
+            with m.State("SIZES_C"):
+                m.d.comb += phase.c.eq(1)
+                with m.If(bit == 0):
+                    m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += [self.clear.eq(1), raster.restart.eq(1)]
                 m.d.sync += fed.eq(0)

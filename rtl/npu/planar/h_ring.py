@@ -7,10 +7,10 @@ accumulator's plane instead: the accumulator's writes and reads take the ports.
 
 from amaranth.hdl import Module, Mux
 from amaranth.lib import data, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .layouts import COUNT_BITS, ring_read_layout, ring_write_layout
+from .geometry import unchecked_memory, unchecked_read_port
+from .layouts import ring_read_layout, ring_write_layout
 
 __all__ = ["HRing"]
 
@@ -25,7 +25,7 @@ class HRing(wiring.Component):
 
     Members
     -------
-    filter_write : In(ring_write_layout(40))
+    filter_write : In(ring_write_layout(hword_bits))
         The horizontal filter's write (word index modulo ``HD``).
     acc_write : In(ring_write_layout(range(HD)))
         The channel accumulator's write (wins over the filter's).
@@ -44,7 +44,7 @@ class HRing(wiring.Component):
         hd = geometry.h_depth
         words = data.ArrayLayout(geometry.word, geometry.filter_lanes)
         super().__init__({
-            "filter_write": In(ring_write_layout(COUNT_BITS)),
+            "filter_write": In(ring_write_layout(geometry.hword_bits)),
             "acc_write":    In(ring_write_layout(range(hd))),
             "data":         In(words),
             "acc_mode":     In(1),
@@ -56,10 +56,12 @@ class HRing(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self._geometry
-        m.submodules.words = words = Memory(shape=data.ArrayLayout(g.word, g.filter_lanes),
-                                            depth=g.h_depth, init=[])
+        # A read never needs the word written in the same cycle: the vertical filter reads
+        # words below ``count``, the accumulator waits while its word is in flight (hazard).
+        m.submodules.words = words = unchecked_memory(
+            shape=data.ArrayLayout(g.word, g.filter_lanes), depth=g.h_depth, init=[])
         write = words.write_port()
-        read = words.read_port()
+        read = unchecked_read_port(m, words, "read")
         acc_w, filter_w = self.acc_write, self.filter_write
         m.d.comb += [
             write.addr.eq(Mux(acc_w.valid, acc_w.word, filter_w.word[:g.h_bits])),

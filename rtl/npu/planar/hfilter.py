@@ -22,7 +22,6 @@ from ..lib.pipe import delay
 from .fold import pooling_fold
 from .intpath import add_pipe
 from .layouts import (
-    COUNT_BITS,
     Mode,
     Spread,
     config_layout,
@@ -34,7 +33,7 @@ from .layouts import (
     ring_write_layout,
     sizes_layout,
 )
-from .walk import next_group
+from .walk import at_least, next_group
 
 __all__ = ["HFilter"]
 
@@ -61,20 +60,21 @@ class HFilter(wiring.Component):
         Start the walk of a pooling task.
     clear : In(1)
         Stop (a new task is being set up).
-    loaded : In(40)
-        Elements in the line buffer since the start of the task.
-    ring_keep : In(ring_keep_layout())
+    loaded : In(count_bits)
+        Elements in the line buffer since the start of the task (the counts here are modulo
+        ``2**count_bits`` and ``2**hword_bits``, see :class:`Geometry`).
+    ring_keep : In(ring_keep_layout(hword_bits))
         The first H word the vertical filter's group still reads.
-    read : Out(read_layout())
+    read : Out(read_layout(geometry.ring_depth))
         The line-buffer read of the step issued in this cycle.
     data : In(ArrayLayout(32, FL))
         Line-buffer data, two cycles after ``read``.
-    keep : Out(keep_layout())
+    keep : Out(keep_layout(count_bits))
         The first input element this filter still reads (the loader's limit).
-    write : Out(ring_write_layout(40))
+    write : Out(ring_write_layout(hword_bits))
         An H beat's result is written to H word ``write.word`` (modulo ``HD``): the result is
         ``fold``.
-    count : Out(40)
+    count : Out(hword_bits)
         H words written since the start of the task.
     busy : Out(1)
         The walk is on or steps are in the pipes.
@@ -95,13 +95,13 @@ class HFilter(wiring.Component):
             "sizes":     In(sizes_layout()),
             "start":     In(1),
             "clear":     In(1),
-            "loaded":    In(COUNT_BITS),
-            "ring_keep": In(ring_keep_layout()),
-            "read":      Out(read_layout()),
+            "loaded":    In(geometry.count_bits),
+            "ring_keep": In(ring_keep_layout(geometry.hword_bits)),
+            "read":      Out(read_layout(geometry.ring_depth)),
             "data":      In(data.ArrayLayout(geometry.word, fl)),
-            "keep":      Out(keep_layout()),
-            "write":     Out(ring_write_layout(COUNT_BITS)),
-            "count":     Out(COUNT_BITS),
+            "keep":      Out(keep_layout(geometry.count_bits)),
+            "write":     Out(ring_write_layout(geometry.hword_bits)),
+            "count":     Out(geometry.hword_bits),
             "busy":      Out(1),
             "borrowed":  In(1),
             "borrow":    In(fold_layout(fl, geometry.word)),
@@ -117,7 +117,7 @@ class HFilter(wiring.Component):
         """The H beat after ``d``: the next ``FL`` columns of the row, or the next row."""
         g = self._geometry
         task = self.task
-        n = Signal(hdesc_layout(g.ring_depth), name=name)
+        n = Signal(hdesc_layout(g.ring_depth, g.count_bits, g.hword_bits), name=name)
         gx = Signal(signed(17), name=f"{name}_gx")
         ring = Signal(range(2 * g.ring_depth), name=f"{name}_ring")
         m.d.comb += [gx.eq(d.gxb + self.sizes.step_cols), ring.eq(d.ring + task.width)]
@@ -137,7 +137,7 @@ class HFilter(wiring.Component):
         g = self._geometry
         FL = g.filter_lanes
         task = self.task
-        layout = hdesc_layout(g.ring_depth)
+        layout = hdesc_layout(g.ring_depth, g.count_bits, g.hword_bits)
         is_pool = task.mode == Mode.POOL
 
         def successor(d, name):
@@ -151,16 +151,17 @@ class HFilter(wiring.Component):
         issue = Signal()
         current = Signal(layout)
         m.d.comb += current.eq(Array(group)[phi])
-        last, following = next_group(m, group, layout, successor, "h")
+        # The next group, or on ``start`` the first (the same chain of successors).
         initial = Signal(layout)
         m.d.comb += [initial.valid.eq(1), initial.row.eq(0), initial.gxb.eq(-task.px),
                      initial.ring.eq(0), initial.row_start.eq(0), initial.hw.eq(0)]
-        initial1 = successor(initial, "initial1")
-        first_group = (initial, initial1, successor(initial1, "initial2"))
+        last, goes_on, following = next_group(m, group, layout, successor, "h",
+                                              restart=lambda _: (self.start, initial))
 
         # A group starts when the rows it reads are loaded and the H words it writes are free.
-        ready = ((self.loaded >= last.row_start + task.width)
-                 & (~self.ring_keep.valid | (last.hw < self.ring_keep.word + g.h_depth)))
+        ready = (at_least(self.loaded, last.row_start + task.width, g.count_bits)
+                 & (~self.ring_keep.valid
+                    | ~at_least(last.hw, self.ring_keep.word + g.h_depth, g.hword_bits)))
         group_start = (kx == 0) & (phi == 0)
         m.d.comb += issue.eq(is_pool & on & (~group_start | ready))
         with m.If(issue):
@@ -168,7 +169,7 @@ class HFilter(wiring.Component):
             with m.If(phi == 2):
                 with m.If(kx == task.kw - 1):
                     m.d.sync += kx.eq(0)
-                    with m.If(following[0].valid):
+                    with m.If(goes_on):
                         m.d.sync += [group[p].eq(following[p]) for p in range(3)]
                     with m.Else():
                         m.d.sync += on.eq(0)
@@ -177,7 +178,7 @@ class HFilter(wiring.Component):
         with m.If(self.clear):
             m.d.sync += on.eq(0)
         with m.If(self.start):
-            m.d.sync += [group[p].eq(first_group[p]) for p in range(3)]
+            m.d.sync += [group[p].eq(following[p]) for p in range(3)]
             m.d.sync += [kx.eq(0), phi.eq(0), on.eq(1)]
 
         # The step's read; lane i's window starts at column gxb + sx i and reads column
@@ -196,7 +197,7 @@ class HFilter(wiring.Component):
         # The loader keeps the rows of the group of this cycle and of the cycle before (a step
         # is read one cycle after its issue).
         on_before = Signal()
-        start_before = Signal(COUNT_BITS)
+        start_before = Signal(g.count_bits)
         m.d.sync += [on_before.eq(on), start_before.eq(group[0].row_start)]
         m.d.comb += [self.keep.valid.eq(is_pool & (on | on_before)),
                      self.keep.first.eq(Mux(on_before, start_before, group[0].row_start))]
@@ -205,14 +206,14 @@ class HFilter(wiring.Component):
         # data is there and enters the pipes. The last step's result leaves the pipe three
         # cycles later.
         step_layout = data.StructLayout({"valid": 1, "first": 1, "last": 1, "cols": FL,
-                                         "beat": 1, "hw": COUNT_BITS})
+                                         "beat": 1, "hw": g.hword_bits})
         step = Signal(step_layout)
         m.d.comb += [step.valid.eq(issue), step.first.eq(kx == 0),
                      step.last.eq(kx == task.kw - 1), step.cols.eq(valid_cols),
                      step.beat.eq(current.valid), step.hw.eq(current.hw)]
         stages = delay(m, step, 2, name="step")
         at_pipe = stages[-1]
-        end_layout = data.StructLayout({"valid": 1, "beat": 1, "hw": COUNT_BITS})
+        end_layout = data.StructLayout({"valid": 1, "beat": 1, "hw": g.hword_bits})
         end = Signal(end_layout)
         m.d.comb += [end.valid.eq(at_pipe.valid & at_pipe.last), end.beat.eq(at_pipe.beat),
                      end.hw.eq(at_pipe.hw)]

@@ -59,7 +59,8 @@ Error = hw_enum(spec.PlanarError)
 
 #: Width of a binary32 value.
 F32_BITS = 32
-#: Width of the element counts and H word indices counted from the start of a task.
+#: Width of the beat counts of a reduction group (up to the tensor's beats). The pooling walk's
+#: counts are narrower, modular (``Geometry.count_bits``, ``Geometry.hword_bits``).
 COUNT_BITS = 40
 
 
@@ -92,7 +93,7 @@ def sizes_layout():
     """
     return data.StructLayout({
         "wb": 13, "beats_plane": 26, "beats_group": COUNT_BITS, "rows": 24,
-        "owb": 12, "h_owb": 24, "kh_owb": 16, "sy_owb": 16, "py_owb": 16,
+        "owb": SHAPE_BITS + 1, "h_owb": 24, "kh_owb": 16, "sy_owb": 16, "py_owb": 16,
         "step_cols": 16, "beat_cols": 16,
     })
 
@@ -120,23 +121,25 @@ def load_shape_layout():
     return data.StructLayout({"planes": SHAPE_BITS, "rows": SHAPE_BITS, "length": SHAPE_BITS})
 
 
-def read_layout():
+def read_layout(ring_depth):
     """A line-buffer read: lane ``i`` reads ring address ``base + offset_i`` (see
-    :class:`Spread`), ``stride`` apart for :attr:`Spread.STEP`."""
-    return data.StructLayout({"en": 1, "base": signed(30), "spread": Spread,
+    :class:`Spread`), ``stride`` apart for :attr:`Spread.STEP`; ``-15 <= base < 2
+    ring_depth``."""
+    return data.StructLayout({"en": 1, "base": signed((2 * ring_depth).bit_length() + 1),
+                              "spread": Spread,
                               "stride": WINDOW_BITS})
 
 
-def keep_layout():
-    """The first element (counted from the start of the task) that a reader of the line buffer
-    still needs; the loader never overwrites it while ``valid``."""
-    return data.StructLayout({"valid": 1, "first": COUNT_BITS})
+def keep_layout(count_bits):
+    """The first element (counted from the start of the task, modulo ``2**count_bits``) that a
+    reader of the line buffer still needs; the loader never overwrites it while ``valid``."""
+    return data.StructLayout({"valid": 1, "first": count_bits})
 
 
-def ring_keep_layout():
-    """The first H word (counted from the start of the task) that the vertical filter still
-    needs; the horizontal filter never overwrites it while ``valid``."""
-    return data.StructLayout({"valid": 1, "word": signed(43)})
+def ring_keep_layout(hword_bits):
+    """The first H word (counted from the start of the task, modulo ``2**hword_bits``) that the
+    vertical filter still needs; the horizontal filter never overwrites it while ``valid``."""
+    return data.StructLayout({"valid": 1, "word": hword_bits})
 
 
 def ring_write_layout(word_shape):
@@ -155,32 +158,35 @@ def fold_layout(lanes, word=F32_BITS):
     return data.StructLayout({"a": f32s, "b": f32s, "op": MacOp})
 
 
-def hdesc_layout(ring_depth):
+def hdesc_layout(ring_depth, count_bits, hword_bits):
     """An H beat of the horizontal filter: global input row ``row`` of the task, first window
     column of lane 0 ``gxb``, ring address ``ring`` and element count ``row_start`` of the
-    row's first element, H word index ``hw``."""
+    row's first element (modulo ``2**count_bits``), H word index ``hw`` (modulo
+    ``2**hword_bits``)."""
     return data.StructLayout({"valid": 1, "row": 24, "gxb": signed(16),
-                              "ring": range(ring_depth), "row_start": COUNT_BITS,
-                              "hw": COUNT_BITS})
+                              "ring": range(ring_depth), "row_start": count_bits,
+                              "hw": hword_bits})
 
 
-def vdesc_layout():
+def vdesc_layout(hword_bits):
     """A V beat (output beat group of the vertical filter): first window row ``oyb``, first
     window column of lane 0 ``gxb``, filter word ``ob`` in the output row, H word index
-    ``roww`` of H row ``oyb``'s first word."""
+    ``roww`` of H row ``oyb``'s first word (modulo ``2**hword_bits``; it is below the plane's
+    first word for a padding row)."""
     return data.StructLayout({"valid": 1, "oyb": signed(14), "gxb": signed(16), "ob": 12,
-                              "roww": signed(42)})
+                              "roww": hword_bits})
 
 
-def queue_entry_layout(filter_lanes, word=F32_BITS):
-    """A vertical filter result: ``filter_lanes`` values and the window position of lane 0."""
-    return data.StructLayout({"value": data.ArrayLayout(word, filter_lanes),
+def queue_entry_layout(filter_lanes, value_shape=F32_BITS):
+    """A vertical filter result: ``filter_lanes`` values (of ``value_shape``; the integer
+    build's are INT8, ``Geometry.buffer_shape``) and the window position of lane 0."""
+    return data.StructLayout({"value": data.ArrayLayout(value_shape, filter_lanes),
                               "oyb": signed(14), "gxb": signed(16)})
 
 
-def vresult_layout(filter_lanes, word=F32_BITS):
+def vresult_layout(filter_lanes, value_shape=F32_BITS):
     """What the vertical filter tells the result queue in a cycle: ``start`` a group starts
     (reserve three entries); ``valid`` a result ``entry`` is written; ``empty`` an invalid
     beat of a group ended (release its reservation)."""
     return data.StructLayout({"start": 1, "valid": 1, "empty": 1,
-                              "entry": queue_entry_layout(filter_lanes, word)})
+                              "entry": queue_entry_layout(filter_lanes, value_shape)})

@@ -8,19 +8,17 @@ written to different banks in one cycle, and the ``FL`` elements of a window ste
 apart) or of a row vector are read from different banks in one cycle.
 
 A read is registered once: the base's bank and word (a multiplication by a constant, see
-:func:`div_params`) are computed from ``read.base`` and registered; in the next cycle each
-lane's bank and word follow from the register and its offset, and the data is there one cycle
-later (two cycles after ``read``).
+:func:`div_params`, built of adders by :func:`const_mul`) are computed from ``read.base`` and
+registered; in the next cycle each lane's bank and word follow from the register and its
+offset, and the data is there one cycle later (two cycles after ``read``).
 """
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .geometry import div_params
+from .geometry import const_mul, div_params, unchecked_memory, unchecked_read_port
 from .layouts import (
-    COUNT_BITS,
     SHAPE_BITS,
     WINDOW_BITS,
     Spread,
@@ -28,6 +26,7 @@ from .layouts import (
     load_shape_layout,
     read_layout,
 )
+from .walk import at_least
 
 __all__ = ["LineBuffer"]
 
@@ -47,19 +46,21 @@ class LineBuffer(wiring.Component):
     load_shape : In(load_shape_layout())
         ``planes`` of ``rows`` rows of ``length`` elements, sampled with ``load_start``.
     load : In(stream.Signature(ArrayLayout(32, L)))
-        Beats of the rows (binary32): each row in ``ceil(length / L)`` beats, the last one's
-        extra lanes ignored. ``ready`` while the beat's ring slots are free (see ``keep``) and
-        the load is not complete.
-    keep : In(keep_layout())
+        Beats of the rows (binary32; in the integer build INT8 sign-extended, of which the
+        banks keep the low byte, :attr:`Geometry.buffer_shape`): each row in
+        ``ceil(length / L)`` beats, the last one's extra lanes ignored. ``ready`` while the
+        beat's ring slots are free (see ``keep``) and the load is not complete.
+    keep : In(keep_layout(count_bits))
         The first element a reader still needs: the ring position ``DR`` elements after it is
         not written.
-    loaded : Out(40)
-        Elements written since the load started.
+    loaded : Out(count_bits)
+        Elements written since the load started (modulo ``2**count_bits``, see
+        :attr:`Geometry.count_bits`).
     all_loaded : Out(1)
         Every beat of the load has been taken.
     load_done : Out(1)
         Combinational: the load's last beat is taken in this cycle.
-    read : In(read_layout())
+    read : In(read_layout(geometry.ring_depth))
         A read (see :class:`Spread`): ``base`` (``-15 <= base < 2 DR``) is taken in every
         cycle; in the next cycle the lanes' offsets follow from ``spread`` and ``stride`` (which
         hold for a task) and the banks are read if ``en``.
@@ -74,11 +75,11 @@ class LineBuffer(wiring.Component):
             "load_start": In(1),
             "load_shape": In(load_shape_layout()),
             "load":       In(stream.Signature(data.ArrayLayout(geometry.word, geometry.lanes))),
-            "keep":       In(keep_layout()),
-            "loaded":     Out(COUNT_BITS),
+            "keep":       In(keep_layout(geometry.count_bits)),
+            "loaded":     Out(geometry.count_bits),
             "all_loaded": Out(1),
             "load_done":  Out(1),
-            "read":       In(read_layout()),
+            "read":       In(read_layout(geometry.ring_depth)),
             "data":       Out(data.ArrayLayout(geometry.word, geometry.filter_lanes)),
         })
 
@@ -86,12 +87,15 @@ class LineBuffer(wiring.Component):
         m = Module()
         g = self._geometry
         banks = []
+        # A read never needs an element written in the same cycle: readers wait for ``loaded``
+        # and the loader does not write what ``keep`` protects (``unchecked_memory``).
         for b in range(g.banks):
-            bank = Memory(shape=g.word, depth=g.bank_depth, init=[])
+            bank = unchecked_memory(shape=g.buffer_shape, depth=g.bank_depth, init=[])
             m.submodules[f"bank{b}"] = bank
             banks.append(bank)
         self._loader(m, [bank.write_port() for bank in banks])
-        self._reader(m, [bank.read_port() for bank in banks])
+        self._reader(m, [unchecked_read_port(m, bank, f"bank{b}_read")
+                         for b, bank in enumerate(banks)])
         return m
 
     def _loader(self, m, wports):
@@ -110,7 +114,8 @@ class LineBuffer(wiring.Component):
         m.d.comb += n.eq(Mux(left >= L, L, left))
         space = Signal()
         m.d.comb += space.eq(~self.keep.valid
-                             | (self.loaded + n <= self.keep.first + g.ring_depth))
+                             | at_least(self.keep.first + g.ring_depth, self.loaded + n,
+                                        g.count_bits))
         m.d.comb += self.load.ready.eq(space & ~self.all_loaded)
         accept = self.load.valid & self.load.ready
 
@@ -158,10 +163,10 @@ class LineBuffer(wiring.Component):
                                 Mux(read.base >= DR, read.base - DR, read.base)))
         nb_s, nb_m = div_params(len(ring), [NB])
         word_next = Signal(range(BD))
-        m.d.comb += word_next.eq((ring * nb_m[NB])[nb_s:])
+        m.d.comb += word_next.eq(const_mul(ring, nb_m[NB])[nb_s:])
         base_word = Signal(range(BD))
         base_bank = Signal(range(NB))
-        m.d.sync += [base_word.eq(word_next), base_bank.eq(ring - word_next * NB)]
+        m.d.sync += [base_word.eq(word_next), base_bank.eq(ring - const_mul(word_next, NB))]
 
         lane_bank = []
         lane_word = []

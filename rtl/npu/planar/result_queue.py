@@ -6,6 +6,10 @@ past the end of the output row are skipped. An output beat enters the lane pipel
 by the average's divisor ``recip(n)`` (``n`` the valid elements of each lane's window) or by
 1.0 (max, min). A group of the vertical filter reserves three entries when it starts, so the
 queue never overflows; output back-pressure reaches the vertical filter only through it.
+
+The entries are a memory with a synchronous read port (block RAM or LUT RAM, not flip-flops):
+it is addressed with the head pointer of the next cycle and is transparent for the write port,
+so its data is the head entry in every cycle, as a combinational read would give it.
 """
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
@@ -61,7 +65,7 @@ class ResultQueue(wiring.Component):
         super().__init__({
             "task":  In(config_layout()),
             "sizes": In(sizes_layout()),
-            "push":  In(vresult_layout(geometry.filter_lanes, geometry.word)),
+            "push":  In(vresult_layout(geometry.filter_lanes, geometry.buffer_shape)),
             "room":  Out(1),
             "busy":  Out(1),
             "en":    In(1),
@@ -76,16 +80,18 @@ class ResultQueue(wiring.Component):
         depth = QUEUE_DEPTH
         ptr_bits = (depth - 1).bit_length()
 
-        m.submodules.entries = entries = Memory(shape=queue_entry_layout(g.filter_lanes, g.word),
+        m.submodules.entries = entries = Memory(shape=queue_entry_layout(g.filter_lanes,
+                                                                         g.buffer_shape),
                                                 depth=depth, init=[])
         write = entries.write_port()
-        head = entries.read_port(domain="comb")
+        head = entries.read_port(transparent_for=(write,))
         wp = Signal(ptr_bits + 1)
         rp = Signal(ptr_bits + 1)
+        rp_next = Signal(ptr_bits + 1)      # the head pointer of the next cycle
         held = Signal(range(depth + 1))     # entries held and reserved
         m.d.comb += [self.room.eq(held <= depth - 3), self.busy.eq(held != 0)]
         m.d.comb += [write.addr.eq(wp[:ptr_bits]), write.en.eq(self.push.valid),
-                     write.data.eq(self.push.entry), head.addr.eq(rp[:ptr_bits])]
+                     write.data.eq(self.push.entry), head.addr.eq(rp_next[:ptr_bits])]
         with m.If(self.push.valid):
             m.d.sync += wp.eq(wp + 1)
 
@@ -105,12 +111,13 @@ class ResultQueue(wiring.Component):
         take = Signal()
         m.d.comb += take.eq((task.mode == Mode.POOL) & any_held & self.en)
         pop = Signal()
-        m.d.comb += pop.eq(take & ~more)
+        m.d.comb += [pop.eq(take & ~more), rp_next.eq(rp + pop)]
+        m.d.sync += rp.eq(rp_next)
         with m.If(take):
             with m.If(more):
                 m.d.sync += [k.eq(k + 1), offset.eq(offset + self.sizes.beat_cols)]
             with m.Else():
-                m.d.sync += [k.eq(0), offset.eq(0), rp.eq(rp + 1)]
+                m.d.sync += [k.eq(0), offset.eq(0)]
         release = Signal(2)
         m.d.comb += release.eq(self.push.empty + pop)
         m.d.sync += held.eq(held + Mux(self.push.start, 3, 0) - release)

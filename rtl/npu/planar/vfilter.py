@@ -8,7 +8,7 @@ the result goes to the result queue. A group starts when the H beats of its rows
 ring and the queue has room for its three results, so the filter never stalls inside a group.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
+from amaranth.hdl import Array, Cat, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,7 +17,6 @@ from ..lib.pipe import delay
 from .fold import pooling_fold
 from .intpath import add_pipe
 from .layouts import (
-    COUNT_BITS,
     SHAPE_BITS,
     Mode,
     config_layout,
@@ -27,7 +26,7 @@ from .layouts import (
     vdesc_layout,
     vresult_layout,
 )
-from .walk import next_group
+from .walk import at_least, next_group
 
 __all__ = ["VFilter"]
 
@@ -54,14 +53,15 @@ class VFilter(wiring.Component):
         Start the walk of a pooling task.
     clear : In(1)
         Stop (a new task is being set up).
-    count : In(40)
-        H words written since the start of the task.
+    count : In(hword_bits)
+        H words written since the start of the task (the H word indices here are modulo
+        ``2**hword_bits``, see :class:`Geometry`).
     room : In(1)
         The result queue has room for a group's three results.
     ring_read : Out(ring_read_layout(HD))
         The H ring read of the step issued in this cycle (data in the next cycle).
     ring_data : In(ArrayLayout(32, FL))
-    keep : Out(ring_keep_layout())
+    keep : Out(ring_keep_layout(hword_bits))
         The first H word this filter's group still reads.
     result : Out(vresult_layout(FL))
         Group starts, results and the ends of invalid beats, for the result queue.
@@ -79,19 +79,19 @@ class VFilter(wiring.Component):
             "sizes":     In(sizes_layout()),
             "start":     In(1),
             "clear":     In(1),
-            "count":     In(COUNT_BITS),
+            "count":     In(geometry.hword_bits),
             "room":      In(1),
             "ring_read": Out(ring_read_layout(geometry.h_depth)),
             "ring_data": In(data.ArrayLayout(geometry.word, fl)),
-            "keep":      Out(ring_keep_layout()),
-            "result":    Out(vresult_layout(fl, geometry.word)),
+            "keep":      Out(ring_keep_layout(geometry.hword_bits)),
+            "result":    Out(vresult_layout(fl, geometry.buffer_shape)),
             "busy":      Out(1),
         })
 
     def _successor(self, m, d, name):
         """The V beat after ``d``: the next ``FL`` outputs of the row, or the next row."""
         task, sizes = self.task, self.sizes
-        n = Signal(vdesc_layout(), name=name)
+        n = Signal(vdesc_layout(self._geometry.hword_bits), name=name)
         oy = Signal(signed(15), name=f"{name}_oy")
         m.d.comb += oy.eq(d.oyb + task.sy)
         with m.If(d.ob + 1 < sizes.owb):
@@ -103,21 +103,21 @@ class VFilter(wiring.Component):
                          n.roww.eq(d.roww + sizes.sy_owb)]
         return n
 
-    def _first_group(self, m, plane_word, name):
-        """The first three V beats of a plane whose first H word is ``plane_word``."""
+    def _plane_start(self, m, plane_word, name):
+        """The first V beat of a plane whose first H word is ``plane_word``."""
         task = self.task
-        first = Signal(vdesc_layout(), name=f"{name}0")
+        first = Signal(vdesc_layout(self._geometry.hword_bits), name=name)
         m.d.comb += [first.valid.eq(1), first.oyb.eq(-task.py), first.gxb.eq(-task.px),
                      first.ob.eq(0), first.roww.eq(plane_word - self.sizes.py_owb)]
-        second = self._successor(m, first, f"{name}1")
-        return first, second, self._successor(m, second, f"{name}2")
+        return first
 
     def elaborate(self, platform):
         m = Module()
         g = self._geometry
         FL = g.filter_lanes
         task, sizes = self.task, self.sizes
-        layout = vdesc_layout()
+        layout = vdesc_layout(g.hword_bits)
+        hb = g.hword_bits
         is_pool = task.mode == Mode.POOL
 
         # The walk: the group, the step ky (and ky * owb), the beat phi of the group, the
@@ -129,24 +129,27 @@ class VFilter(wiring.Component):
         on = Signal()
         issue = Signal()
         plane = Signal(SHAPE_BITS)
-        plane_word = Signal(COUNT_BITS)
+        plane_word = Signal(hb)
         current = Signal(layout)
         m.d.comb += current.eq(Array(group)[phi])
-        last, following = next_group(m, group, layout, lambda d, name:
-                                     self._successor(m, d, name), "v")
-        next_plane = self._first_group(m, plane_word + sizes.h_owb, "next_plane")
-        first_plane = self._first_group(m, Const(0, COUNT_BITS), "first_plane")
+        # The next group: of this plane, or the first of the next plane, or on ``start`` of
+        # the first plane (the same chain of successors).
+        plane_first = self._plane_start(m, Mux(self.start, 0, plane_word + sizes.h_owb),
+                                        "plane_first")
+        last, goes_on, following = next_group(
+            m, group, layout, lambda d, name: self._successor(m, d, name), "v",
+            restart=lambda goes_on: (self.start | ~goes_on, plane_first))
 
         # A group starts when the H words of its rows are written (up to the plane's end) and
         # the queue has room.
-        high = Signal(signed(43))
+        high = Signal(hb)
         m.d.comb += high.eq(last.roww + sizes.kh_owb)
-        plane_end = Signal(COUNT_BITS + 1)
+        plane_end = Signal(hb)
         m.d.comb += plane_end.eq(plane_word + sizes.h_owb)
-        ready = self.count >= Mux(high > plane_end, plane_end, high)
+        ready = at_least(self.count, Mux(at_least(plane_end, high, hb), high, plane_end), hb)
         m.d.comb += [self.keep.valid.eq(on),
-                     self.keep.word.eq(Mux(group[0].roww < plane_word, plane_word,
-                                           group[0].roww))]
+                     self.keep.word.eq(Mux(at_least(group[0].roww, plane_word, hb),
+                                           group[0].roww, plane_word))]
         group_start = (ky == 0) & (phi == 0)
         m.d.comb += issue.eq(is_pool & on & (~group_start | (ready & self.room)))
         with m.If(issue):
@@ -154,24 +157,24 @@ class VFilter(wiring.Component):
             with m.If(phi == 2):
                 with m.If(ky == task.kh - 1):
                     m.d.sync += [ky.eq(0), ky_owb.eq(0)]
-                    with m.If(following[0].valid):
+                    with m.If(goes_on):
                         m.d.sync += [group[p].eq(following[p]) for p in range(3)]
                     with m.Elif(plane == task.channels - 1):
                         m.d.sync += on.eq(0)
                     with m.Else():
                         m.d.sync += [plane.eq(plane + 1), plane_word.eq(plane_word + sizes.h_owb)]
-                        m.d.sync += [group[p].eq(next_plane[p]) for p in range(3)]
+                        m.d.sync += [group[p].eq(following[p]) for p in range(3)]
                 with m.Else():
                     m.d.sync += [ky.eq(ky + 1), ky_owb.eq(ky_owb + sizes.owb)]
         with m.If(self.clear):
             m.d.sync += on.eq(0)
         with m.If(self.start):
-            m.d.sync += [group[p].eq(first_plane[p]) for p in range(3)]
+            m.d.sync += [group[p].eq(following[p]) for p in range(3)]
             m.d.sync += [plane.eq(0), plane_word.eq(0), ky.eq(0), phi.eq(0), ky_owb.eq(0),
                          on.eq(1)]
 
         # The step's H word; its data arrives in the next cycle with the registered step.
-        word = Signal(signed(43))
+        word = Signal(hb)
         m.d.comb += word.eq(current.roww + ky_owb + current.ob)
         m.d.comb += [self.ring_read.en.eq(1), self.ring_read.addr.eq(word[:g.h_bits])]
         iy = Signal(signed(15))

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from amaranth.hdl import Fragment
 
+from npu.planar.control import setup_cycles
 from npu.planar.engine import PlanarEngine
+from npu.planar.geometry import Geometry
 from npu.planar.layouts import config_layout
 from npu_model import planar as pl
 from npu_sim import planar as ps
@@ -43,6 +45,12 @@ def sweep(config, jobs, *, seed, stall, plane_depth=1024):
         assert bad.size == 0, (task, np.asarray(exp).reshape(-1)[bad[:6]],
                                np.asarray(got).reshape(-1)[bad[:6]])
     return results
+
+
+def reject_cycles(config, plane_depth=1024):
+    """The most cycles a rejected task takes from start to done: its sizes and check
+    (:func:`npu.planar.control.setup_cycles`) and the cycle that ends it."""
+    return setup_cycles(Geometry.of(config, plane_depth)) + 1
 
 
 def random_jobs(config, seed, n, modes=(None,), max_dim=9):
@@ -212,7 +220,9 @@ def test_errors_never_hang():
     good = ps.random_task(rng, cfg, "pool")
     jobs.append((good, *ps.random_operands(rng, good)))
     results = sweep(cfg, jobs, seed=3, stall=0.2)
-    assert all(cycles < 10 for _, cycles, _ in results[:-1])
+    assert all(cycles <= reject_cycles(cfg) for _, cycles, _ in results[:-1])
+    # codes, formats and windows are rejected before the sizes' products, as before them
+    assert all(cycles <= 3 for _, cycles, _ in results[:5])
     assert results[-1][2] == 0
 
 
@@ -378,7 +388,7 @@ def test_int8_build(p):
         jobs.append((t, None, None, None))
     jobs.append(jobs[0])
     results = sweep(cfg, jobs, seed=p, stall=0.25)
-    assert all(cycles <= 5 for _, cycles, err in results if err)
+    assert all(cycles <= reject_cycles(cfg) for _, cycles, err in results if err)
 
 
 @pytest.mark.slow
@@ -414,8 +424,8 @@ def broken_task(rng, config):
 def test_errors_match_task_error():
     """Random tasks, valid, with one field broken, and with any field values (codes outside
     their enums, zero and huge sizes, empty windows): the engine's error code is the
-    specification's, a rejected task consumes nothing and ends within five cycles, and the
-    next task runs."""
+    specification's, a rejected task consumes nothing and ends within its check's cycles
+    (``reject_cycles``), and the next task runs."""
     cfg = NPUConfig(planar_lanes=1, formats=("int8",))
     rng = np.random.default_rng(9)
     jobs = []
@@ -429,7 +439,7 @@ def test_errors_match_task_error():
     results = sweep(cfg, jobs, seed=9, stall=0.2)
     # UNSUPPORTED is the integer build's (test_int8_build).
     assert {err for _, _, err in results} == set(PlanarError) - {PlanarError.UNSUPPORTED}
-    assert all(cycles <= 5 for _, cycles, err in results if err)
+    assert all(cycles <= reject_cycles(cfg) for _, cycles, err in results if err)
 
 
 async def program(ctx, dut, task):
@@ -459,7 +469,7 @@ def test_abort_then_next_task():
     operands = [ps.random_operands(rng, t) for t in (first, second)]
     streams = [ps.input_streams(t, *ops, lanes) for t, ops in zip((first, second), operands)]
     dut = PlanarEngine(cfg)
-    state = {"task": 0, "dones": [], "outputs": [[], []], "cycles": None}
+    state = {"task": 0, "dones": [], "outputs": [[], []], "cycles": None, "sent": set()}
 
     def producer(name):
         async def tb(ctx):
@@ -467,6 +477,7 @@ def test_abort_then_next_task():
             # Half of the first task's beats, then (after the abort) all of the second's.
             for word in streams[0][name][:len(streams[0][name]) // 2]:
                 await stream_put(ctx, getattr(dut, name), word, prng, 0.2)
+            state["sent"].add(name)
             while state["task"] == 0:
                 await ctx.tick()
             for word in streams[1][name]:
@@ -488,7 +499,10 @@ def test_abort_then_next_task():
 
     async def control(ctx):
         await program(ctx, dut, first)
-        for _ in range(60):
+        # The abort comes once half of the operands are in (after the task's sizes).
+        while len(state["sent"]) < 3:
+            await ctx.tick()
+        for _ in range(20):
             await ctx.tick()
         data, _ = await csr_read(ctx, dut.csr, PLANAR_ENGINE["STATUS"].offset)
         assert PLANAR_ENGINE.decode(PLANAR_ENGINE.address("STATUS"), data)["busy"] == 1

@@ -3,8 +3,10 @@
 
 import numpy as np
 import pytest
+from amaranth.hdl import Module, Signal
+from amaranth.sim import Simulator
 
-from npu.planar.geometry import Geometry, div_params
+from npu.planar.geometry import Geometry, const_mul, div_params
 from npu_spec.config import NPUConfig, preset
 from npu_spec.planar import h_ring_depth, line_buffer_banks
 
@@ -18,6 +20,32 @@ def test_div_params():
         for d in divisors:
             assert all((x * ms[d]) >> s == x // d for x in xs)
     assert div_params(13, range(1, 16))[0] <= 13 + 4
+
+
+def test_const_mul():
+    """A multiplication by a constant as adders, against Python's product, including the
+    constants the line buffer uses (its bank count and the reciprocal multiplier)."""
+    rng = np.random.default_rng(1)
+    x = Signal(12)
+    s, ms = div_params(11, [17])
+    m = Module()
+    outs = {}
+    for c in [0, 1, 2, 3, 7, 17, 255, 3855, 65535, ms[17]]:
+        outs[c] = Signal(len(const_mul(x, c)), name=f"y{c}")
+        m.d.comb += outs[c].eq(const_mul(x, c))
+    values = [0, 1, 4095, *rng.integers(0, 4096, 60).tolist()]
+
+    async def testbench(ctx):
+        for v in values:
+            ctx.set(x, v)
+            for c, y in outs.items():
+                assert ctx.get(y) == v * c, (v, c)
+
+    sim = Simulator(m)
+    sim.add_testbench(testbench)
+    sim.run()
+    with pytest.raises(ValueError, match="non-negative"):
+        const_mul(x, -3)
 
 
 @pytest.mark.parametrize("p,k,depth", [(1, 1, 1024), (2, 3, 64), (4, 3, 1024), (8, 1, 100)])

@@ -3,6 +3,8 @@
 (:func:`npu_model.planar.pool_rows`): each H word it writes holds ``FL`` output columns of one
 input row."""
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 from amaranth.hdl import Elaboratable, Module
@@ -31,9 +33,10 @@ class FilterWithBuffer(Elaboratable):
         return m
 
 
-def run_filter(g, task, x, *, seed, stall=0.3, ring_limit=None):
+def run_filter(g, task, x, *, seed, stall=0.3, ring_limit=None, record=None):
     """Load ``x`` (binary32 ``(C, H, W)``) and walk the task; returns the H words written
-    ``{word: values}``, the order of the words and the final count."""
+    ``{word: values}``, the order of the words and the final count (and appends each word's
+    values to ``record`` in the order written)."""
     dut = FilterWithBuffer(g)
     lb, hf = dut.buffer, dut.filter
     rng = np.random.default_rng(seed)
@@ -86,6 +89,8 @@ def run_filter(g, task, x, *, seed, stall=0.3, ring_limit=None):
             if valid:
                 words[word] = [int(values[i]) for i in range(g.filter_lanes)]
                 order.append(word)
+                if record is not None:
+                    record.append(words[word])
 
     run(dut, feed, background=[collect])
     return words, order, state["count"]
@@ -125,3 +130,44 @@ def test_hfilter_waits_for_the_ring():
     x = random_x(np.random.default_rng(5), (1, 40, 3))
     words, order, count = run_filter(g, task, x, seed=5, ring_limit=True)
     assert order == list(range(40 * 3)) and count == 120
+
+
+@dataclass(frozen=True)
+class NarrowCounters(Geometry):
+    """A geometry whose walk counters are narrower than the build's, so that a small task
+    wraps them (the bounds of ``Geometry.count_bits`` and ``hword_bits`` still hold for the
+    small shapes of the test)."""
+    narrow: tuple = (9, 9)
+
+    @property
+    def count_bits(self):
+        return self.narrow[0]
+
+    @property
+    def hword_bits(self):
+        return self.narrow[1]
+
+
+def narrow(config, depth, count_bits, hword_bits):
+    g = Geometry.of(config, depth)
+    return NarrowCounters(g.lanes, g.pool_beats, g.plane_depth, g.integer,
+                          (count_bits, hword_bits))
+
+
+def test_hfilter_counters_wrap():
+    """Element counts of 9 bits (512) and H word indices of 8 bits over a task of 560
+    elements and 560 H words (``DR + 4 W`` = 141 stays below half the modulus): the loader's
+    limit and the walk compare them modulo, and every H word is written, in order, with the
+    golden values, at its index modulo 256."""
+    config = NPUConfig(planar_lanes=1, planar_pool_beats=1)
+    g = narrow(config, 64, 9, 8)
+    task = make_task(mode=1, op=0, channels=8, height=5, width=14, kh=2, kw=3, sx=1, px=1)
+    assert pool_fits(task, config, 64)
+    rng = np.random.default_rng(11)
+    x = random_x(rng, (8, 5, 14))
+    dut_words = []
+    words, order, count = run_filter(g, task, x, seed=11, record=dut_words)
+    rows = pl.pool_rows(x, task["op"], task["kw"], task["sx"], task["px"]).reshape(40, -1)
+    total = rows.shape[0] * rows.shape[1]
+    assert order == [n % 256 for n in range(total)] and count == total % 256
+    assert [values[0] for values in dut_words] == rows.reshape(-1).tolist()

@@ -12,8 +12,10 @@ from npu_spec.config import NPUConfig
 from tests.support.planar import run
 
 
-def geometry(p=2, k=3, depth=64):
-    return Geometry.of(NPUConfig(planar_lanes=p, planar_pool_beats=k), depth)
+def geometry(p=2, k=3, depth=64, impl="float"):
+    return Geometry.of(NPUConfig(planar_lanes=p, planar_pool_beats=k, planar_impl=impl,
+                                 formats=("int8",) if impl == "int8" else ("int8", "fp16")),
+                       depth)
 
 
 def row_beats(values, lanes):
@@ -42,18 +44,25 @@ def offsets(spread, stride, lanes):
             for i in range(lanes)]
 
 
-@pytest.mark.parametrize("p,k,depth", [(2, 3, 64), (1, 1, 16), (2, 1, 100)])
-def test_load_and_read(p, k, depth):
+@pytest.mark.parametrize("p,k,depth,impl", [(2, 3, 64, "float"), (1, 1, 16, "float"),
+                                            (2, 1, 100, "float"), (2, 1, 100, "int8"),
+                                            (1, 3, 64, "int8")])
+def test_load_and_read(p, k, depth, impl):
     """Planes of rows (shorter and longer than a beat) fill the ring, wrapping around it;
     every read (a base from -15 to twice the ring, each spread, strides 1 to 15) returns the
     elements at ring address ``base + offset mod DR`` two cycles later (the spread and stride
-    are those of the cycle after the base)."""
-    g = geometry(p, k, depth)
+    are those of the cycle after the base). The integer build's elements are INT8
+    sign-extended to 16 bits (what its converter gives): they come back whole although the
+    banks keep one byte."""
+    g = geometry(p, k, depth, impl)
     L, FL, DR = g.lanes, g.filter_lanes, g.ring_depth
     rng = np.random.default_rng(p * 10 + k)
     planes, rows, length = 3, 5, int(rng.integers(1, 3 * L + 2))
     total = planes * rows * length
-    elements = rng.integers(0, 1 << 32, total, dtype=np.uint64).astype(np.uint32)
+    if impl == "int8":
+        elements = rng.integers(-128, 128, total).astype(np.uint16).astype(np.uint32)
+    else:
+        elements = rng.integers(0, 1 << 32, total, dtype=np.uint64).astype(np.uint32)
     dut = LineBuffer(g)
     seen = {}
 

@@ -13,6 +13,8 @@ from npu.planar.vfilter import VFilter
 from npu_model import fp
 from npu_model import planar as pl
 from npu_spec.config import NPUConfig
+from npu_spec.planar import make_task
+from tests.rtl.planar.test_hfilter import narrow
 from tests.support.planar import pool_sizes, pool_task, run, set_task
 
 
@@ -95,3 +97,51 @@ def test_vfilter(p, k, seed):
             assert values[:len(cols)] == cols.tolist(), (task, ch, oy, ob)
         # Every started group reserved three entries: its results and its empty beats.
         assert 3 * counts["start"] == len(results) + counts["empty"]
+
+
+def test_vfilter_counters_wrap():
+    """H word indices of 9 bits (512) over a task of 12 planes of 60 H words (720): the ring is
+    written only below the filter's ``keep`` plus ``HD`` (as the horizontal filter does), the
+    indices and ``count`` wrap, and every result is the golden one, in raster order. The
+    distances the walk compares stay below 256 (``(H + kh + py + sy) owb + HD``)."""
+    g = narrow(NPUConfig(planar_lanes=1, planar_pool_beats=1), 64, 16, 9)
+    mod, HD = 1 << 9, g.h_depth
+    task = make_task(mode=1, op=1, channels=12, height=6, width=10, kh=3, kw=1, sy=1, sx=1,
+                     py=1)
+    rng = np.random.default_rng(21)
+    x = fp.f32_bits((rng.standard_normal((12, 6, 10)) * 100).astype(np.float32))
+    hrows = pl.pool_rows(x, task["op"], task["kw"], task["sx"], task["px"])
+    hwords = hrows.reshape(-1, 1)
+    dut = FilterWithRing(g)
+    ring, vf = dut.ring, dut.filter
+    results = []
+
+    async def tb(ctx):
+        set_task(ctx, vf.task, task)
+        for name, value in pool_sizes(task, g.lanes, 1).items():
+            ctx.set(getattr(vf.sizes, name), value)
+        ctx.set(vf.room, 1)
+        ctx.set(vf.start, 1)
+        await ctx.tick()
+        ctx.set(vf.start, 0)
+        for n, word in enumerate(hwords):
+            # Word n is written once it is below keep + HD (modulo).
+            while ctx.get(vf.keep.valid) and (n - ctx.get(vf.keep.word) - HD) % mod < mod // 2:
+                await ctx.tick()
+            ctx.set(ring.filter_write.valid, 1)
+            ctx.set(ring.filter_write.word, n % mod)
+            ctx.set(ring.data[0], int(word[0]))
+            await ctx.tick()
+            ctx.set(vf.count, (n + 1) % mod)
+            ctx.set(ring.filter_write.valid, 0)
+        while ctx.get(vf.busy):
+            await ctx.tick()
+
+    async def collect(ctx):
+        async for _, _, result in ctx.tick().sample(vf.result):
+            if result.valid:
+                results.append(int(result.entry.value[0]))
+
+    run(dut, tb, background=[collect])
+    expected = pl.pool_columns(hrows, task["op"], task["kh"], task["sy"], task["py"])
+    assert results == expected.reshape(-1).tolist()
