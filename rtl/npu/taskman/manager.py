@@ -134,10 +134,12 @@ class TaskManager(wiring.Component):
 
         m.submodules.queues = queues = Queues(nq, addr_width=self._addr_width)
         m.submodules.schedule = schedule = Scheduler(nq)
-        m.submodules.fetch = fetch = Fetch(nq, self._slot_words)
+        aw = self._addr_width
+        m.submodules.fetch = fetch = Fetch(nq, self._slot_words, addr_width=aw,
+                                           base_entries=self._base_entries)
         m.submodules.config_queue = config_queue = ConfigQueue(self._config_depth,
-                                                               self._slot_words)
-        m.submodules.program = program = Programmer(nq, self._slot_words)
+                                                               self._slot_words, addr_width=aw)
+        m.submodules.program = program = Programmer(nq, self._slot_words, addr_width=aw)
         if self._lean:
             taskbuf = SerialTaskBuffer(nq, addr_width=self._addr_width)
         else:
