@@ -275,11 +275,12 @@ class FetchProof(wiring.Component):
     request stalls, response timing (in order, one per request taken), queue state, registers
     and commits are arbitrary."""
 
-    def __init__(self, queues, slot_words, fetch=Fetch, max_in_flight=3):
+    def __init__(self, queues, slot_words, fetch=Fetch, max_in_flight=3, **options):
         self.queues = queues
         self.slot_words = slot_words
         self.fetch = fetch
         self.max_in_flight = max_in_flight
+        self.options = options          # the lean build's addr_width and base_entries
         super().__init__({
             "queue": In(data.ArrayLayout(QueueStatus, queues)),
             "control": In(data.ArrayLayout(QueueControl, queues)),
@@ -291,7 +292,8 @@ class FetchProof(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w = self.slot_words
-        m.submodules.dut = dut = self.fetch(self.queues, w, max_in_flight=self.max_in_flight)
+        m.submodules.dut = dut = self.fetch(self.queues, w, max_in_flight=self.max_in_flight,
+                                            **self.options)
         req, resp = dut.mem.req, dut.mem.resp
         m.d.comb += [dut.queue.eq(self.queue), dut.control.eq(self.control),
                      dut.window.eq(self.window), dut.target.eq(self.target),
@@ -419,6 +421,11 @@ def test_lean_queue_state_changes_only_by_its_events():
 
 def test_fetch_queue_leaves_only_by_commit_or_replacement():
     check(prove(FetchProof(2, 8), "taskman_fetch", mode="prove", depth=2, timeout=900))
+
+
+def test_lean_fetch_queue_leaves_only_by_commit_or_replacement():
+    check(prove(FetchProof(2, 8, addr_width=15, base_entries=2), "taskman_fetch_lean",
+                mode="prove", depth=2, timeout=900))
 
 
 def test_config_queue_proof_catches_overflow():
