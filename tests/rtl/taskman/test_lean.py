@@ -10,6 +10,7 @@ from npu_spec.program import BaseEntry, Program, ProgramError, QueueSetup
 from npu_spec.taskman import (
     COUNTERS,
     LEAN_COUNTERS,
+    Cause,
     address_bits,
     base_table_size,
     lean_error,
@@ -118,3 +119,25 @@ def test_lean_rule_refuses_programs():
         assert lean_error(cfg.replace(taskman_impl="full"), table, queues) is None
         with pytest.raises(ProgramError, match="lean task manager"):
             Program(cfg, table, queues)
+
+
+def test_lean_base_index_beyond_the_table(lean):
+    """A queue whose base index names an entry the lean build does not have (4 queues, 4
+    entries; index 5, which a wrap to 2 bits would make entry 1, the window of its
+    descriptors) has the empty window: its first descriptor fails with WINDOW, the queue
+    is retired, and the other queue runs on with its serial results."""
+    from tests.support.taskman import chain, make_bench
+    a, b = chain(1, [{}, {}], cycles=20), chain(2, [{}], cycles=20)
+    bench, placed = make_bench({0: a, 1: b})
+    bench.setup_queue(0, priority=1, network=1, base_index=0, head=placed[0].head, push=2)
+    bench.setup_queue(1, priority=3, network=2, base_index=5, head=placed[1].head, push=1)
+    for register in ("EXC_STATUS", "EXC_ADDR", "Q1_STATUS"):
+        bench.read(register)
+    bench.host.insert(-3, ("cycles", 200))
+    bench.run()
+    assert bench.reads["EXC_STATUS"]["cause"] == Cause.WINDOW
+    assert bench.reads["EXC_STATUS"]["queue"] == 1
+    assert bench.reads["EXC_ADDR"]["address"] == placed[1].head
+    assert bench.reads["Q1_STATUS"]["retired"] == 1
+    assert bench.events("start", 1) == []
+    assert values(bench, 0) == support.serial_values(a, 0, support.inputs_for({}))
