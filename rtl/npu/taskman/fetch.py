@@ -40,7 +40,7 @@ class Fetch(wiring.Component):
     * any word answered with a bus error (``BUS``);
     * H0: magic, engine code, reserved bits, length below the header or above the slot
       (``DECODE``); the descriptor outside the window ``[BASE, BASE + LIMIT)`` or past the
-      queue's ``TAIL`` (``WINDOW``);
+      queue's ``TAIL`` (``WINDOW``; the window and ``TAIL`` are read when the fetch starts);
     * H1: network ID differing from the queue's (``DECODE``);
     * H2: reserved bits (``DECODE``); ``src + src_len`` beyond ``LIMIT`` (``WINDOW``);
     * H3: reserved bits (``DECODE``); ``dst + 1`` beyond ``LIMIT`` (``WINDOW``);
@@ -200,9 +200,8 @@ class Fetch(wiring.Component):
         reserved = [(word & reserved_mask(r)) != 0 for r in HEADER]
         desc_end = Signal(self._addr_width + 1)
         window_end = Signal(self._addr_width + 1)
-        tail = Signal(self._addr_width)
-        m.d.comb += [desc_end.eq(slot.addr + h0.length), window_end.eq(slot.base + slot.limit),
-                     tail.eq(control[slot.queue].tail)]
+        tail = Signal(self._addr_width)     # the queue's TAIL, read when the fetch starts
+        m.d.comb += [desc_end.eq(slot.addr + h0.length), window_end.eq(slot.base + slot.limit)]
         reg_end = Signal(ENTRY["address"].width + 1)
         m.d.comb += reg_end.eq(entry.address + entry.count)
         in_map = 0
@@ -287,7 +286,8 @@ class Fetch(wiring.Component):
             m.d.sync += [busy.eq(1), slot.queue.eq(self.target),
                          slot.addr.eq(queue[self.target].head),
                          issued.eq(0), received.eq(0), length_known.eq(0), entry_left.eq(0),
-                         slot.base.eq(table.base), slot.limit.eq(table.limit)]
+                         slot.base.eq(table.base), slot.limit.eq(table.limit),
+                         tail.eq(control[self.target].tail)]
         with m.If(self.descriptor.valid & self.descriptor.ready):
             m.d.sync += valid.eq(0)
         return m

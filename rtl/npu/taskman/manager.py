@@ -237,7 +237,14 @@ class TaskManager(wiring.Component):
         dropping = Signal(nq)
         with m.If(engine_raised):
             m.d.comb += dropping.eq(1 << dispatch.exception.queue)
-        m.d.comb += taskbuf.drop.eq(queues.dropped | dropping)
+        if self._lean:
+            # One task in the buffer: an engine error or a timeout comes from the running task,
+            # so no task waiting to start is there to drop in that cycle, and the next one is
+            # dropped by the queue's (registered) drop flag; this keeps the watchdog's
+            # comparison off the start path.
+            m.d.comb += taskbuf.drop.eq(queues.dropped)
+        else:
+            m.d.comb += taskbuf.drop.eq(queues.dropped | dropping)
         latest = Signal(ExceptionEvent)
         exceptions = Signal(8)          # saturating count
         with m.If(any_raised):

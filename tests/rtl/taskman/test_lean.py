@@ -38,6 +38,13 @@ SHARED = [scenarios.test_fig15, scenarios.test_fig15_variant, scenarios.test_fig
           errors.test_garbage_never_hangs]
 
 
+def test_engine_and_bus_errors_on_lean_build(lean):
+    """The full build's engine-error test (with memory latency and stalls) and a bus error on a
+    descriptor word, on the lean build."""
+    errors.test_engine_error({"mem_latency": (1, 6), "mem_stall": 0.3, "seed": 4})
+    errors.test_bus_error(2)
+
+
 @pytest.mark.parametrize("test", SHARED, ids=lambda f: f.__name__)
 def test_shared_test_on_lean_build(lean, test):
     """The full build's test, with every bench on the lean build (model with skew 1)."""
