@@ -207,8 +207,9 @@ def fig15_program(config=CFG):
     r = a.relu(y, spc=True, spl=True)                               # T3: resumes
     p = a.max_pool(r, 2)
     a.store(p, a.output("y", p.shape))
-    b = _network(1, 5, rng, base=config.mem_kib * 128, buffer_from=16384, kernel_from=2048,
-                 config=config)
+    # B in the upper half of the memory, the buffer and the kernel memory.
+    b = _network(1, 5, rng, base=config.mem_kib * 128, buffer_from=config.buffer_kib * 256,
+                 kernel_from=config.kernel_kib * 128, config=config)
     return combine([a.build(), b.build()])
 
 
