@@ -7,7 +7,7 @@ the RTL can all read the same configuration.
 from dataclasses import dataclass, field, fields, replace
 
 __all__ = ["FORMATS", "KERNEL_EXTRACTS", "MAC_IMPLS", "NE_CONTROLS", "NPUConfig", "PLANAR_IMPLS",
-           "POSTPROC_IMPLS", "PRESETS", "preset"]
+           "POSTPROC_IMPLS", "PRESETS", "TASKMAN_IMPLS", "preset"]
 
 
 #: MAC datapaths (``NPUConfig.mac_impl``): the generic one, and the ones built from a device's
@@ -43,6 +43,13 @@ PLANAR_IMPLS = ("float", "int8")
 #: multiplier), or the lean one for FPGAs short of logic (``docs/neural_engine.md``, "Lean
 #: builds").
 NE_CONTROLS = ("full", "lean")
+
+#: Task manager builds (``NPUConfig.taskman_impl``): the full one (asynchronous dispatch of up
+#: to four tasks, the 8-entry base-address table, 32-bit addresses), or the lean one for FPGAs
+#: short of logic, which runs one task at a time, has one base-table entry a queue and keeps
+#: addresses in the bits the system memory needs; a program beyond it is refused
+#: (``npu_spec.taskman.lean_error``; ``docs/task_manager.md``).
+TASKMAN_IMPLS = ("full", "lean")
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,12 @@ class NPUConfig:
         pipeline then takes a beat every ``planar_fp_share`` cycles (results unchanged).
         1 (the default) for a datapath per lane; must be 1 with ``planar_impl="int8"``.
         ``docs/planar.md``, "Shared lane units".
+    taskman_impl : str
+        Task manager build, one of :data:`TASKMAN_IMPLS`: ``"full"`` or ``"lean"`` (one task in
+        flight at a time, as with ``SKEW`` 1; a base-address table of ``task_queues`` entries;
+        head, tail, base and limit registers of ``npu_spec.taskman.address_bits`` bits; the
+        stall counters left out). A program whose setup does not fit the lean build is refused
+        with the rule of ``npu_spec.taskman.lean_error``. ``docs/task_manager.md``.
     target : str
         What the preset is sized for (documentation only).
     """
@@ -195,6 +208,7 @@ class NPUConfig:
     ne_post_lanes: int = 0
     planar_impl: str = "float"
     planar_fp_share: int = 1
+    taskman_impl: str = "full"
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -234,7 +248,8 @@ class NPUConfig:
         for name, choices in (("kernel_extract", KERNEL_EXTRACTS),
                               ("postproc_impl", POSTPROC_IMPLS),
                               ("planar_impl", PLANAR_IMPLS),
-                              ("ne_control", NE_CONTROLS)):
+                              ("ne_control", NE_CONTROLS),
+                              ("taskman_impl", TASKMAN_IMPLS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"NPUConfig.{name} must be one of {', '.join(choices)}, "
                                  f"not {getattr(self, name)!r}")
@@ -326,10 +341,11 @@ PRESETS = {
         mem_kib=64, kernel_kib=4, mac_impl="ice40", kernel_extract="dense_int8",
         postproc_impl="sequential", planar_impl="int8", result_queue=1, ne_row_values=8,
         ne_buffer_rows=128, ne_out_channels=1024,
-        ne_kernel_queue=3, ne_out_size=255, ne_control="lean",
-        target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues, 64 KiB system memory, "
-               "dense int8 kernels, sequential post-processor, integer planar engine, a "
-               "one-entry result queue, input-buffer rows of 8 values, 128 rows a bank, at "
+        ne_kernel_queue=3, ne_out_size=255, ne_control="lean", taskman_impl="lean",
+        target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues (lean task manager: one "
+               "task at a time), 64 KiB system memory, "
+               "dense int8 kernels, sequential post-processor, integer planar engine, no "
+               "result queue, input-buffer rows of 8 values, 128 rows a bank, at "
                "most 1024 output channels a layer, a 3-word kernel queue, outputs of at most "
                "255 x 255, the lean layer control"),
     "ulx3s": NPUConfig(

@@ -27,7 +27,7 @@ import zipfile
 from dataclasses import dataclass, field, fields
 
 from .config import NPUConfig
-from .taskman import BASE_TABLE_SIZE, MAX_QUEUES, PRIORITY_WIDTH
+from .taskman import BASE_TABLE_SIZE, MAX_QUEUES, PRIORITY_WIDTH, lean_error
 
 __all__ = [
     "FORMAT_VERSION",
@@ -229,6 +229,9 @@ class Program:
                 raise ProgramError(f"queue {q.index} uses base-table entry {q.base_index}; "
                                    f"the table has {len(self.base_table)}")
             seen.add(q.index)
+        problem = lean_error(self.config, self.base_table, self.queues)
+        if problem is not None:
+            raise ProgramError(problem)
         if len(self.memory) > self.memory_bytes:
             raise ProgramError(f"the memory image has {len(self.memory)} bytes, the "
                                f"configuration's memory {self.memory_bytes} (mem_kib "

@@ -25,6 +25,10 @@ __all__ = [
     "SLOT_WORDS",
     "TASK_MANAGER",
     "Cause",
+    "LEAN_COUNTERS",
+    "address_bits",
+    "base_table_size",
+    "lean_error",
     "task_manager_map",
 ]
 
@@ -74,7 +78,53 @@ COUNTERS = (
 )
 
 
-def _queue_registers(i):
+#: The counters a lean task manager (``NPUConfig.taskman_impl == "lean"``) keeps; the others
+#: read 0 there.
+LEAN_COUNTERS = ("TASKS_RUN", "BUSY_CYCLES", "IDLE_CYCLES", "SWITCHES")
+
+
+def base_table_size(config):
+    """Entries of the base-address table of ``config``'s task manager: 8, or one a queue in the
+    lean build."""
+    if config.taskman_impl == "lean":
+        return min(BASE_TABLE_SIZE, config.task_queues)
+    return BASE_TABLE_SIZE
+
+
+def address_bits(config):
+    """Bits of the word addresses and sizes the task manager of ``config`` keeps (``Qi_HEAD``,
+    ``Qi_TAIL``, ``Qi_PTR``, ``BASEj``, ``LIMITj``, ``EXC_ADDR``): 32, or in the lean build
+    enough for every word address of the system memory and its size (``mem_kib``)."""
+    if config.taskman_impl == "lean":
+        return min(32, (config.mem_kib * 256).bit_length())
+    return 32
+
+
+def lean_error(config, base_table, queues):
+    """Why the task manager of ``config`` cannot run a program with this setup (``base_table``:
+    entries with ``base`` and ``limit``; ``queues``: setups with ``base_index``, ``head`` and
+    ``tail``), or ``None``. The full build takes every setup; the lean build refuses base-table
+    entries beyond :func:`base_table_size` and addresses or sizes that do not fit in
+    :func:`address_bits` bits. The program file (``npu_spec.program.Program.check``) applies
+    this rule, so the compiler, the golden model and every backend refuse such a program."""
+    if config.taskman_impl != "lean":
+        return None
+    entries, bits = base_table_size(config), address_bits(config)
+    if len(base_table) > entries:
+        return (f"the lean task manager has {entries} base-table entries, the program uses "
+                f"{len(base_table)}")
+    values = [(f"base-table entry {j} {name}", getattr(e, name))
+              for j, e in enumerate(base_table) for name in ("base", "limit")]
+    values += [(f"queue {q.index} {name}", getattr(q, name))
+               for q in queues for name in ("head", "tail")]
+    for what, value in values:
+        if value >> bits:
+            return (f"the lean task manager keeps addresses in {bits} bits (mem_kib "
+                    f"{config.mem_kib}); {what} is 0x{value:X}")
+    return None
+
+
+def _queue_registers(i, address_width=32):
     base = QUEUE_OFFSET + QUEUE_STRIDE * i
     return [
         Register(f"Q{i}_CTRL", offset=base + 0, doc=f"Static parameters of task queue {i}.",
@@ -90,7 +140,8 @@ def _queue_registers(i):
         ]),
         Register(f"Q{i}_HEAD", offset=base + 1, doc=f"Set the head pointer of queue {i}.",
                  fields=[
-            Field("address", 32, access="wo", doc="Word address of the next descriptor. Writing "
+            Field("address", address_width, access="wo", doc="Word address of the next "
+                  "descriptor. Writing "
                   "it also clears the queue's `retired` and `tqsp` flags."),
         ]),
         Register(f"Q{i}_PUSH", offset=base + 2, doc=f"Enqueue descriptors on queue {i}.",
@@ -100,7 +151,8 @@ def _queue_registers(i):
         ]),
         Register(f"Q{i}_TAIL", offset=base + 3, doc=f"Tail (end) of queue {i}'s descriptor "
                  "list.", fields=[
-            Field("address", 32, doc="Word address one past the last descriptor; a fetch at or "
+            Field("address", address_width, doc="Word address one past the last descriptor; a "
+                  "fetch at or "
                   "beyond it is a memory-window violation. 0 disables the check."),
         ]),
         Register(f"Q{i}_STATUS", offset=base + 4, doc=f"State of queue {i}.", fields=[
@@ -112,18 +164,27 @@ def _queue_registers(i):
         ]),
         Register(f"Q{i}_PTR", offset=base + 5, doc=f"Current head pointer of queue {i}.",
                  fields=[
-            Field("address", 32, access="ro", doc="Word address of the next descriptor to "
+            Field("address", address_width, access="ro", doc="Word address of the next "
+                  "descriptor to "
                   "commit."),
         ]),
     ]
 
 
-def task_manager_map(queues=8):
-    """The TASK_MANAGER register map for a build with ``queues`` task queues."""
+def task_manager_map(queues=8, *, base_entries=BASE_TABLE_SIZE, address_width=32):
+    """The TASK_MANAGER register map for a build with ``queues`` task queues.
+
+    ``base_entries`` and ``address_width`` describe a lean build's registers
+    (:func:`base_table_size`, :func:`address_bits`): the base-address table has that many
+    entries and the address fields that many bits (their upper bits are not stored and read
+    0); offsets and the other fields are those of every build."""
     if not isinstance(queues, int) or isinstance(queues, bool):
         raise TypeError(f"Number of queues must be an integer, not {queues!r}")
     if not 1 <= queues <= MAX_QUEUES:
         raise ValueError(f"Number of queues must be in [1, {MAX_QUEUES}], not {queues!r}")
+    if not 1 <= base_entries <= BASE_TABLE_SIZE or not 1 <= address_width <= 32:
+        raise ValueError(f"Base-table entries must be in [1, {BASE_TABLE_SIZE}] and the address "
+                         f"width in [1, 32], not {base_entries!r}, {address_width!r}")
     registers = [
         Register("CTRL", offset=0x00, doc="Global control.", fields=[
             Field("enable", 1, reset=1, doc="Fetch and commit descriptors. Clearing it lets "
@@ -161,7 +222,8 @@ def task_manager_map(queues=8):
         ]),
         Register("EXC_ADDR", offset=0x06, doc="Address of the descriptor of the most recent "
                  "exception.", fields=[
-            Field("address", 32, access="ro", reset=0, doc="Descriptor word address."),
+            Field("address", address_width, access="ro", reset=0,
+                  doc="Descriptor word address."),
         ]),
         Register("STATUS", offset=0x07, doc="Task-switch state.", fields=[
             Field("gtsp", 1, access="ro", reset=0, doc="Global task-switch parameter: a switch "
@@ -182,19 +244,21 @@ def task_manager_map(queues=8):
         registers.append(Register(name, offset=0x10 + n, doc=doc, fields=[
             Field("value", 32, access="ro", reset=0, doc="Counter value (wraps)."),
         ]))
-    for j in range(BASE_TABLE_SIZE):
+    for j in range(base_entries):
         registers += [
             Register(f"BASE{j}", offset=BASE_TABLE_OFFSET + 2 * j,
                      doc=f"Base-address table entry {j}: start of a network's memory window.",
-                     fields=[Field("address", 32, doc="Word address added to the descriptor's "
+                     fields=[Field("address", address_width, doc="Word address added to the "
+                                   "descriptor's "
                                    "source and destination offsets.")]),
             Register(f"LIMIT{j}", offset=BASE_TABLE_OFFSET + 2 * j + 1,
                      doc=f"Base-address table entry {j}: size of the memory window.",
-                     fields=[Field("words", 32, doc="Window size in words; descriptors and "
+                     fields=[Field("words", address_width, doc="Window size in words; "
+                                   "descriptors and "
                                    "data must lie in [base, base + words).")]),
         ]
     for i in range(queues):
-        registers += _queue_registers(i)
+        registers += _queue_registers(i, address_width)
     return RegisterMap("TASK_MANAGER", base=BASE, registers=registers, doc=(
         "The neural task manager: task queues (priority, network ID, base-address index, head, "
         "tail, count, TQSP), the base-address table of the networks' memory windows, global "

@@ -11,6 +11,8 @@ WINDOWS = [(0x1000, 0x1000), (0x2000, 0x1000), (0x3000, 0x1000), (0x4000, 0x1000
 IN_OFF = 0x800
 
 CONFIG = NPUConfig(task_queues=4)
+#: The lean build of the same (``taskman_impl="lean"``), with memory enough for the windows.
+LEAN = CONFIG.replace(taskman_impl="lean", mem_kib=128)
 
 
 def chain(network, flags, cycles=30, engine=NE, first_from_mem=True, out=0x400,
@@ -42,8 +44,9 @@ def inputs_for(image, windows=WINDOWS, n=16):
     return image
 
 
-def make_bench(lists, *, config=CONFIG, seed=0, write_stall=0.0, **kwargs):
-    """A bench with each list ``lists[q]`` placed at the start of window ``q``.
+def make_bench(lists, *, config=None, seed=0, write_stall=0.0, **kwargs):
+    """A bench with each list ``lists[q]`` placed at the start of window ``q``, for ``config``
+    (default :data:`CONFIG`, looked up at the call, so a test may substitute :data:`LEAN`).
 
     Returns ``(bench, placed)``; windows are programmed and queue heads set (nothing pushed).
     """
@@ -54,7 +57,7 @@ def make_bench(lists, *, config=CONFIG, seed=0, write_stall=0.0, **kwargs):
         image.update(img)
         placed.update(pl)
     inputs_for(image)
-    bench = TaskBench(config, image, seed=seed, write_stall=write_stall, **kwargs)
+    bench = TaskBench(config or CONFIG, image, seed=seed, write_stall=write_stall, **kwargs)
     for j, (base, words) in enumerate(WINDOWS):
         bench.setup_window(j, base, words)
     return bench, placed
@@ -105,8 +108,13 @@ class Scenario:
         bench.placed = placed
         return bench.run()
 
-    def model(self, skew=0, watchdog=0, bus_errors=()):
+    def model(self, skew=None, watchdog=0, bus_errors=()):
+        """The reference model's run; ``skew`` defaults to the build's (1 for the lean task
+        manager, which runs one task at a time)."""
         from npu_model.taskman import TaskManagerModel
+        if skew is None:
+            config = self.bench_kwargs.get("config") or CONFIG
+            skew = 1 if config.taskman_impl == "lean" else 0
         image = {}
         placed = {}
         for q, descs in self.lists().items():

@@ -121,9 +121,9 @@ def test_random_programs_slow(seed):
 
 # ---- bad input: the failing queue retires with the documented status, the other runs -------
 
-def _network(queue, priority, rng, *, base, buffer_from=0, kernel_from=0):
+def _network(queue, priority, rng, *, base, buffer_from=0, kernel_from=0, config=CFG):
     """A conv -> relu -> pool network on queue ``queue``; returns the builder and the input."""
-    b = ProgramBuilder(CFG, queue=queue, priority=priority, network=queue, base=base,
+    b = ProgramBuilder(config, queue=queue, priority=priority, network=queue, base=base,
                        buffer_from=buffer_from, kernel_from=kernel_from)
     x = _int8(rng, (4, 8, 8))
     xd = b.load(b.input("x", x))
@@ -194,12 +194,12 @@ def test_bad_input_retires_one_queue(case):
         assert not any(rtl["memory"][y0.addr:y0.extent[1]])
 
 
-def fig15_program():
+def fig15_program(config=CFG):
     """Network A (queue 0) switches out after its conv; network B (queue 1, higher
     priority) is pushed once two tasks have run (``late={1: 2}``)."""
     from npu_model.builder import combine
     rng = np.random.default_rng(8)
-    a = ProgramBuilder(CFG, queue=0, priority=1, network=0, base=0)
+    a = ProgramBuilder(config, queue=0, priority=1, network=0, base=0)
     x = _int8(rng, (4, 8, 8))
     xd = a.load(a.input("x", x))
     k = a.dma_kernels(0, a.kernels(_int8(rng, (8, 4, 3, 3)), **_params(rng, 8, 36)))
@@ -207,15 +207,19 @@ def fig15_program():
     r = a.relu(y, spc=True, spl=True)                               # T3: resumes
     p = a.max_pool(r, 2)
     a.store(p, a.output("y", p.shape))
-    b = _network(1, 5, rng, base=CFG.mem_kib * 128, buffer_from=16384, kernel_from=2048)
+    # B in the upper half of the memory, the buffer and the kernel memory.
+    b = _network(1, 5, rng, base=config.mem_kib * 128, buffer_from=config.buffer_kib * 256,
+                 kernel_from=config.kernel_kib * 128, config=config)
     return combine([a.build(), b.build()])
 
 
-def test_fig15_preemption_with_real_engines():
+@pytest.mark.parametrize("preset", ["small", "icebreaker"])
+def test_fig15_preemption_with_real_engines(preset):
     """Seed 000 FIG. 15: a higher-priority network arrives while a network runs; the running
     one switches out after its TSE/TSR task, the new one runs to its end, the first resumes
-    (SPC/SPL). Both networks' outputs equal the golden model's runs without a switch."""
-    program = fig15_program()
+    (SPC/SPL). Both networks' outputs equal the golden model's runs without a switch. Also on
+    the ``icebreaker`` preset (the lean task manager: one task at a time)."""
+    program = fig15_program(PRESETS[preset])
     golden = run_program(program)
     rtl = rtl_run(program, backend="verilator", latency=LATENCY, late={1: 2})
     summary = compare(program, golden, rtl)
@@ -225,6 +229,19 @@ def test_fig15_preemption_with_real_engines():
     starts = [(q, t) for t, _, end, _, q, _ in rtl["trace"] if not end]
     assert starts == [(0, 0), (0, 1), (0, 2)] + [(1, i) for i in range(6)] + \
         [(0, 3), (0, 4), (0, 5)]
+    if PRESETS[preset].taskman_impl == "lean":
+        # One task at a time: every start is followed by its own end.
+        assert [(end, q, t) for t, _, end, _, q, _ in rtl["trace"]] == \
+            [(e, q, t) for q, t in starts for e in (0, 1)]
+
+
+def test_lean_task_manager_runs_a_network():
+    """The ``icebreaker`` preset's NPU (lean task manager) runs a conv -> relu -> pool network
+    with memory stalls: memory byte for byte and queue status equal the golden model's."""
+    rng = np.random.default_rng(11)
+    b = _network(0, 1, rng, base=0, config=PRESETS["icebreaker"])
+    summary, golden, _ = check(b.build(), stall=0.1, seed=2)
+    assert golden.queues[0].completed == 6
 
 
 def _two_core_program(config, cores):

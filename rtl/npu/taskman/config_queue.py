@@ -6,7 +6,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .layouts import SlotInfo, SlotReadSignature, slot_word
+from ..lib.engine import ADDR_WIDTH
+from .layouts import SlotReadSignature, slot_info, slot_word
 from .slots import SlotRing
 
 __all__ = ["ConfigQueue"]
@@ -28,21 +29,23 @@ class ConfigQueue(wiring.Component):
         Committed descriptors held (1 to 15).
     slot_words : int
         Words per slot (a power of two).
+    addr_width : int
+        Bits of the addresses kept of each slot (:func:`~npu.taskman.layouts.slot_info`).
 
     Members
     -------
     fill : In(stream.Signature(slot_word(slot_words), always_ready=True))
         A word of the descriptor in the fetch slot.
-    commit : In(1); info : In(SlotInfo)
+    commit : In(1); info : In(slot_info(addr_width))
         Commit the fetch slot, with what is kept of it; taken only when not ``full``.
     full : Out(1)
         ``depth`` descriptors are committed.
-    read : In(SlotReadSignature(slot_words))
+    read : In(SlotReadSignature(slot_words, addr_width))
         The oldest committed descriptor: its words (one cycle after the index) and info, and
         its release.
     """
 
-    def __init__(self, depth, slot_words):
+    def __init__(self, depth, slot_words, *, addr_width=ADDR_WIDTH):
         if not isinstance(depth, int) or not 1 <= depth <= 15:
             raise ValueError(f"Configuration queue depth must be in [1, 15], not {depth!r}")
         if (not isinstance(slot_words, int) or slot_words < 2
@@ -50,12 +53,13 @@ class ConfigQueue(wiring.Component):
             raise ValueError(f"Slot size must be a power of two, not {slot_words!r}")
         self._depth = depth
         self._slot_words = slot_words
+        self._info = slot_info(addr_width)
         super().__init__({
             "fill": In(stream.Signature(slot_word(slot_words), always_ready=True)),
             "commit": In(1),
-            "info": In(SlotInfo),
+            "info": In(self._info),
             "full": Out(1),
-            "read": In(SlotReadSignature(slot_words)),
+            "read": In(SlotReadSignature(slot_words, addr_width)),
         })
 
     @property
@@ -83,7 +87,7 @@ class ConfigQueue(wiring.Component):
                      self.read.data.eq(read.data)]
 
         # What is kept of each slot, written at its commit.
-        info = Array(Signal(SlotInfo, name=f"info{s}") for s in range(slots))
+        info = Array(Signal(self._info, name=f"info{s}") for s in range(slots))
         with m.If(ring.committed):
             m.d.sync += info[ring.wr].eq(self.info)
         m.d.comb += self.read.info.eq(info[ring.rd])

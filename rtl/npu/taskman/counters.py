@@ -21,6 +21,12 @@ class Counters(wiring.Component):
     rule-3 switches; ``SWITCH_LATENCY`` the cycles from the first cycle of the latest switch
     request to the start of a task of another queue.
 
+    Parameters
+    ----------
+    kept : iterable of str or None
+        The counters built (``None``: all); the others read 0 (the lean task manager keeps
+        :data:`npu_spec.taskman.LEAN_COUNTERS`).
+
     Members
     -------
     busy : In(1)
@@ -43,7 +49,12 @@ class Counters(wiring.Component):
         The counters, in the order of :data:`~npu_spec.taskman.COUNTERS`.
     """
 
-    def __init__(self):
+    def __init__(self, kept=None):
+        names = [name for name, _ in COUNTERS]
+        self._kept = tuple(names if kept is None else kept)
+        for name in self._kept:
+            if name not in names:
+                raise ValueError(f"No counter {name!r}; counters: {', '.join(names)}")
         super().__init__({
             "busy": In(1),
             "work": In(1),
@@ -69,11 +80,13 @@ class Counters(wiring.Component):
         c = self.counter
 
         def count(name, condition):
-            with m.If(condition):
-                m.d.sync += c(name).eq(c(name) + 1)
+            if name in self._kept:
+                with m.If(condition):
+                    m.d.sync += c(name).eq(c(name) + 1)
 
-        m.d.sync += c("TASKS_RUN").eq(c("TASKS_RUN") +
-                                      sum(self.completed[e] for e in range(ENGINES)))
+        if "TASKS_RUN" in self._kept:
+            m.d.sync += c("TASKS_RUN").eq(c("TASKS_RUN") +
+                                          sum(self.completed[e] for e in range(ENGINES)))
         count("BUSY_CYCLES", self.busy)
         count("IDLE_CYCLES", ~self.busy)
         count("STALL_FETCH", self.work & ~self.busy)
@@ -83,6 +96,8 @@ class Counters(wiring.Component):
 
         # Switch latency: from the first cycle of a request to the start of a task of another
         # queue.
+        if "SWITCH_LATENCY" not in self._kept:
+            return m
         latency = Signal(32)
         measuring = Signal()
         with m.If(measuring):

@@ -44,6 +44,9 @@ class Dispatch(wiring.Component):
     ----------
     queues : int
         Number of task queues (width of ``tqsp``).
+    shared_watchdog : bool
+        One watchdog timer for all engines, restarted by every start: exact when one task runs
+        at a time (the lean task buffer); otherwise one timer per engine.
 
     Members
     -------
@@ -80,10 +83,11 @@ class Dispatch(wiring.Component):
         buffer drains before a queue change); ``NONE`` otherwise (combinational).
     """
 
-    def __init__(self, queues):
+    def __init__(self, queues, *, shared_watchdog=False):
         if not isinstance(queues, int) or not 1 <= queues <= MAX_QUEUES:
             raise ValueError(f"Number of queues must be in [1, {MAX_QUEUES}], not {queues!r}")
         self._queues = queues
+        self._shared_watchdog = bool(shared_watchdog)
         super().__init__({
             "start": In(stream.Signature(TaskEntry)).array(ENGINES),
             "finished": In(TaskEntry).array(ENGINES),
@@ -140,19 +144,23 @@ class Dispatch(wiring.Component):
                              self.exception.engine.eq(e),
                              self.exception.code.eq(engine.error)]
 
-        # Watchdog: cycles since the running task started.
+        # Watchdog: the running task's age, 1 in the cycle after its start (one timer, or one
+        # per engine); it times out in the cycle its age reaches ``watchdog``. (The age, not the
+        # cycles since the start, so that no adder sits before the comparison.)
         timeout = Signal(ENGINES)
+        timers = [Signal(32, name=f"age{e}")
+                  for e in range(1 if self._shared_watchdog else ENGINES)]
         for e, engine in enumerate(self.engines):
-            timer = Signal(32, name=f"timer{e}")
+            age = timers[0 if self._shared_watchdog else e]
             running = Signal(name=f"running{e}")
             with m.If(engine.start.valid & engine.start.ready):
-                m.d.sync += [running.eq(1), timer.eq(0)]
+                m.d.sync += [running.eq(1), age.eq(1)]
             with m.Elif(running):
-                m.d.sync += timer.eq(timer + 1)
+                m.d.sync += age.eq(age + 1)
             with m.If(self.finished_valid[e]):
                 m.d.sync += running.eq(0)
             m.d.comb += timeout[e].eq(running & ~engine.done & (self.watchdog != 0) &
-                                      (timer + 1 >= self.watchdog))
+                                      (age >= self.watchdog))
             m.d.comb += [self.done[e].eq(engine.done), self.kill[e].eq(timeout[e]),
                          engine.abort.eq(timeout[e])]
             with m.If(timeout[e]):

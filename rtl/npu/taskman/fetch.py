@@ -15,11 +15,11 @@ from ..lib.engine import ADDR_WIDTH, QUEUE_WIDTH
 from .layouts import (
     CauseCode,
     ExceptionEvent,
-    Fetched,
     MemoryWindow,
     MemReadSignature,
     QueueControl,
     QueueStatus,
+    fetched_layout,
     slot_word,
 )
 
@@ -40,7 +40,7 @@ class Fetch(wiring.Component):
     * any word answered with a bus error (``BUS``);
     * H0: magic, engine code, reserved bits, length below the header or above the slot
       (``DECODE``); the descriptor outside the window ``[BASE, BASE + LIMIT)`` or past the
-      queue's ``TAIL`` (``WINDOW``);
+      queue's ``TAIL`` (``WINDOW``; the window and ``TAIL`` are read when the fetch starts);
     * H1: network ID differing from the queue's (``DECODE``);
     * H2: reserved bits (``DECODE``); ``src + src_len`` beyond ``LIMIT`` (``WINDOW``);
     * H3: reserved bits (``DECODE``); ``dst + 1`` beyond ``LIMIT`` (``WINDOW``);
@@ -67,6 +67,12 @@ class Fetch(wiring.Component):
         Words of the fetch slot: the largest descriptor accepted (a power of two).
     max_in_flight : int
         Largest number of reads in flight (offered and not yet answered).
+    addr_width : int
+        Bits kept of the descriptor address and the window (the lean build's
+        ``npu_spec.taskman.address_bits``; the inputs' upper bits are ignored).
+    base_entries : int
+        Entries of the base-address table in use; a queue whose base index is beyond them has
+        the empty window (its descriptors fail with ``WINDOW``).
 
     Members
     -------
@@ -82,14 +88,15 @@ class Fetch(wiring.Component):
         Descriptor reads (requests and in-order responses).
     fill : Out(stream.Signature(slot_word(slot_words), always_ready=True))
         The words of the descriptor, written into the fetch slot as they arrive.
-    descriptor : Out(stream.Signature(Fetched))
+    descriptor : Out(stream.Signature(fetched_layout(addr_width)))
         The complete, checked descriptor in the fetch queue; a transfer is its commit.
     exception : Out(ExceptionEvent)
         A word of the descriptor failed its check (``cause`` is ``NONE`` otherwise;
         combinational).
     """
 
-    def __init__(self, queues, slot_words, *, max_in_flight=8):
+    def __init__(self, queues, slot_words, *, max_in_flight=8, addr_width=ADDR_WIDTH,
+                 base_entries=BASE_TABLE_SIZE):
         if not isinstance(queues, int) or not 1 <= queues <= MAX_QUEUES:
             raise ValueError(f"Number of queues must be in [1, {MAX_QUEUES}], not {queues!r}")
         if (not isinstance(slot_words, int) or slot_words < 8 or slot_words > 256
@@ -97,14 +104,22 @@ class Fetch(wiring.Component):
             raise ValueError(f"Slot size must be a power of two in [8, 256], not {slot_words!r}")
         if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= 64:
             raise ValueError(f"Reads in flight must be in [1, 64], not {max_in_flight!r}")
+        if not isinstance(addr_width, int) or not 1 <= addr_width <= ADDR_WIDTH:
+            raise ValueError(f"Address width must be in [1, {ADDR_WIDTH}], not {addr_width!r}")
+        if not isinstance(base_entries, int) or not 1 <= base_entries <= BASE_TABLE_SIZE:
+            raise ValueError(f"Base-table entries must be in [1, {BASE_TABLE_SIZE}], "
+                             f"not {base_entries!r}")
         self._queues = queues
         self._slot_words = slot_words
         self._max_in_flight = max_in_flight
+        self._addr_width = addr_width
+        self._base_entries = base_entries
+        layout = fetched_layout(addr_width)
         # Fetch state; attributes (not locals of elaborate) so that formal harnesses can state
         # invariants over them.
         self.busy = Signal()            # reading a descriptor
         self.valid = Signal()           # the fetch queue holds a complete descriptor
-        self.fetched = Signal(Fetched)  # its queue, address, window, TSR flag and length
+        self.fetched = Signal(layout)   # its queue, address, window, TSR flag and length
         self.length_known = Signal()
         self.issued = Signal(8)         # words requested
         self.received = Signal(8)       # words arrived
@@ -120,7 +135,7 @@ class Fetch(wiring.Component):
             "target_valid": In(1),
             "mem": Out(MemReadSignature()),
             "fill": Out(stream.Signature(slot_word(slot_words), always_ready=True)),
-            "descriptor": Out(stream.Signature(Fetched)),
+            "descriptor": Out(stream.Signature(layout)),
             "exception": Out(ExceptionEvent),
         })
 
@@ -141,7 +156,6 @@ class Fetch(wiring.Component):
         nq = self._queues
         queue = Array(self.queue[i] for i in range(nq))
         control = Array(self.control[i] for i in range(nq))
-        window = Array(self.window[j] for j in range(BASE_TABLE_SIZE))
 
         busy, valid, fetched = self.busy, self.valid, self.fetched
         slot = fetched.slot
@@ -156,7 +170,7 @@ class Fetch(wiring.Component):
         # Requests: word 0 first, the rest once the length is known. A request not taken is
         # offered again, unchanged, in the next cycle.
         req = self.mem.req
-        held_addr = Signal(ADDR_WIDTH)
+        held_addr = Signal(self._addr_width + 1)
         issue = Signal()
         m.d.comb += issue.eq(busy & ~stale & ~hold & (in_flight < self._max_in_flight) &
                              ((issued == 0) | (length_known & (issued < fetched.length))))
@@ -184,11 +198,10 @@ class Fetch(wiring.Component):
         h0, h1, h2, h3 = (data.View(register_layout(r), word) for r in HEADER)
         entry = data.View(register_layout(ENTRY), word)
         reserved = [(word & reserved_mask(r)) != 0 for r in HEADER]
-        desc_end = Signal(ADDR_WIDTH + 1)
-        window_end = Signal(ADDR_WIDTH + 1)
-        tail = Signal(ADDR_WIDTH)
-        m.d.comb += [desc_end.eq(slot.addr + h0.length), window_end.eq(slot.base + slot.limit),
-                     tail.eq(control[slot.queue].tail)]
+        desc_end = Signal(self._addr_width + 1)
+        window_end = Signal(self._addr_width + 1)
+        tail = Signal(self._addr_width)     # the queue's TAIL, read when the fetch starts
+        m.d.comb += [desc_end.eq(slot.addr + h0.length), window_end.eq(slot.base + slot.limit)]
         reg_end = Signal(ENTRY["address"].width + 1)
         m.d.comb += reg_end.eq(entry.address + entry.count)
         in_map = 0
@@ -264,12 +277,17 @@ class Fetch(wiring.Component):
         # A new fetch from the target's head; the commit empties the queue.
         m.d.comb += [self.descriptor.valid.eq(valid & ~stale),
                      self.descriptor.payload.eq(fetched)]
+        table = Signal(MemoryWindow)       # the target's window; empty beyond the table
+        with m.Switch(control[self.target].base_index):
+            for j in range(self._base_entries):
+                with m.Case(j):
+                    m.d.comb += table.eq(self.window[j])
         with m.If(~busy & ~valid & self.target_valid):
-            table = window[control[self.target].base_index]
             m.d.sync += [busy.eq(1), slot.queue.eq(self.target),
                          slot.addr.eq(queue[self.target].head),
                          issued.eq(0), received.eq(0), length_known.eq(0), entry_left.eq(0),
-                         slot.base.eq(table.base), slot.limit.eq(table.limit)]
+                         slot.base.eq(table.base), slot.limit.eq(table.limit),
+                         tail.eq(control[self.target].tail)]
         with m.If(self.descriptor.valid & self.descriptor.ready):
             m.d.sync += valid.eq(0)
         return m

@@ -28,6 +28,8 @@ __all__ = [
     "QueueStatus",
     "SlotInfo",
     "SlotReadSignature",
+    "fetched_layout",
+    "slot_info",
     "slot_word",
 ]
 
@@ -66,20 +68,29 @@ MemoryWindow = data.StructLayout({
     "limit": _width("LIMIT0", "words"),
 })
 
-#: What the configuration queue keeps of a committed descriptor besides its words.
-SlotInfo = data.StructLayout({
-    "queue": unsigned(QUEUE_WIDTH),
-    "addr":  unsigned(ADDR_WIDTH),       # descriptor address (exceptions)
-    "base":  unsigned(ADDR_WIDTH),       # the network's memory window: base address
-    "limit": unsigned(ADDR_WIDTH),       # ... and size in words
-    "tsr":   unsigned(1),                # a TSR task: no commit until it completes
-})
+def slot_info(addr_width=ADDR_WIDTH):
+    """What the configuration queue keeps of a committed descriptor besides its words, with
+    addresses of ``addr_width`` bits (the lean build's ``npu_spec.taskman.address_bits``)."""
+    return data.StructLayout({
+        "queue": unsigned(QUEUE_WIDTH),
+        "addr":  unsigned(addr_width),       # descriptor address (exceptions)
+        "base":  unsigned(addr_width),       # the network's memory window: base address
+        "limit": unsigned(addr_width),       # ... and size in words
+        "tsr":   unsigned(1),                # a TSR task: no commit until it completes
+    })
 
-#: A complete, checked descriptor in the fetch queue, ready to commit.
-Fetched = data.StructLayout({
-    "slot":   SlotInfo,
-    "length": unsigned(HEADER[0]["length"].width),
-})
+
+def fetched_layout(addr_width=ADDR_WIDTH):
+    """A complete, checked descriptor in the fetch queue, ready to commit."""
+    return data.StructLayout({
+        "slot":   slot_info(addr_width),
+        "length": unsigned(HEADER[0]["length"].width),
+    })
+
+
+#: :func:`slot_info` and :func:`fetched_layout` with 32-bit addresses.
+SlotInfo = slot_info()
+Fetched = fetched_layout()
 
 #: An exception: ``cause`` is ``NONE`` when nothing is raised; ``queue`` is retired and ``addr``
 #: is the descriptor's address; ``engine`` is the task's engine (causes ``ENGINE`` and
@@ -138,12 +149,14 @@ class SlotReadSignature(wiring.Signature):
     ----------
     slot_words : int
         Words per descriptor slot.
+    addr_width : int
+        Bits of the addresses in ``info``.
 
     Members
     -------
     valid : In(1)
         A committed descriptor is waiting (the queue is not empty).
-    info : In(SlotInfo)
+    info : In(slot_info(addr_width))
         Where the oldest committed descriptor came from.
     index : Out(range(slot_words))
         Word of the oldest committed descriptor to read.
@@ -153,11 +166,12 @@ class SlotReadSignature(wiring.Signature):
         Release the oldest committed descriptor.
     """
 
-    def __init__(self, slot_words):
+    def __init__(self, slot_words, addr_width=ADDR_WIDTH):
         self._slot_words = slot_words
+        self._addr_width = addr_width
         super().__init__({
             "valid": In(1),
-            "info":  In(SlotInfo),
+            "info":  In(slot_info(addr_width)),
             "index": Out(range(slot_words)),
             "data":  In(32),
             "pop":   Out(1),
@@ -167,11 +181,16 @@ class SlotReadSignature(wiring.Signature):
     def slot_words(self):
         return self._slot_words
 
+    @property
+    def addr_width(self):
+        return self._addr_width
+
     def __eq__(self, other):
-        return type(other) is type(self) and other.slot_words == self.slot_words
+        return (type(other) is type(self) and other.slot_words == self.slot_words and
+                other.addr_width == self.addr_width)
 
     def __hash__(self):
-        return hash((type(self), self._slot_words))
+        return hash((type(self), self._slot_words, self._addr_width))
 
     def __repr__(self):
-        return f"SlotReadSignature({self._slot_words})"
+        return f"SlotReadSignature({self._slot_words}, {self._addr_width})"

@@ -6,7 +6,14 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.config import NPUConfig
-from npu_spec.taskman import BASE_TABLE_SIZE, COUNTERS, task_manager_map
+from npu_spec.taskman import (
+    BASE_TABLE_SIZE,
+    COUNTERS,
+    LEAN_COUNTERS,
+    address_bits,
+    base_table_size,
+    task_manager_map,
+)
 
 from ..lib.csr import CSRSignature, RegisterFile
 from ..lib.engine import EngineSignature, WriteLayout
@@ -18,6 +25,7 @@ from .layouts import CauseCode, ExceptionEvent, MemoryWindow, MemReadSignature, 
 from .program import Programmer
 from .queues import Queues
 from .schedule import Scheduler
+from .serial import SerialTaskBuffer
 from .taskbuffer import TaskBuffer
 
 __all__ = ["TaskManager"]
@@ -37,7 +45,12 @@ class TaskManager(wiring.Component):
     Parameters
     ----------
     config : NPUConfig
-        ``config.task_queues`` sets the number of task queues.
+        ``config.task_queues`` sets the number of task queues; ``config.taskman_impl ==
+        "lean"`` builds the lean task manager: a :class:`~.serial.SerialTaskBuffer` (one task at
+        a time; ``buffer_depth`` and ``SKEW`` are ignored) with one watchdog timer, a base-address
+        table of ``npu_spec.taskman.base_table_size(config)`` entries, head, tail, base, limit
+        and exception addresses in ``npu_spec.taskman.address_bits(config)`` bits, and only the
+        counters of ``npu_spec.taskman.LEAN_COUNTERS`` (``docs/task_manager.md``).
     config_depth : int
         Depth of the configuration queue (committed descriptors), at least 1.
     slot_words : int
@@ -76,7 +89,11 @@ class TaskManager(wiring.Component):
         self._config_depth = config_depth
         self._slot_words = slot_words
         self._buffer_depth = buffer_depth
-        self._regmap = task_manager_map(self._queues)
+        self._lean = config.taskman_impl == "lean"
+        self._addr_width = address_bits(config)
+        self._base_entries = base_table_size(config)
+        self._regmap = task_manager_map(self._queues, base_entries=self._base_entries,
+                                        address_width=self._addr_width)
         self._regfile = RegisterFile(self._regmap)
         super().__init__({
             "csr": In(CSRSignature(self._regfile.addr_width)),
@@ -115,15 +132,21 @@ class TaskManager(wiring.Component):
         wiring.connect(m, wiring.flipped(self.csr), regs.bus)
         reg = regs.port
 
-        m.submodules.queues = queues = Queues(nq)
+        m.submodules.queues = queues = Queues(nq, addr_width=self._addr_width)
         m.submodules.schedule = schedule = Scheduler(nq)
-        m.submodules.fetch = fetch = Fetch(nq, self._slot_words)
+        aw = self._addr_width
+        m.submodules.fetch = fetch = Fetch(nq, self._slot_words, addr_width=aw,
+                                           base_entries=self._base_entries)
         m.submodules.config_queue = config_queue = ConfigQueue(self._config_depth,
-                                                               self._slot_words)
-        m.submodules.program = program = Programmer(nq, self._slot_words)
-        m.submodules.taskbuf = taskbuf = TaskBuffer(self._buffer_depth, nq)
-        m.submodules.dispatch = dispatch = Dispatch(nq)
-        m.submodules.counters = counters = Counters()
+                                                               self._slot_words, addr_width=aw)
+        m.submodules.program = program = Programmer(nq, self._slot_words, addr_width=aw)
+        if self._lean:
+            taskbuf = SerialTaskBuffer(nq, addr_width=self._addr_width)
+        else:
+            taskbuf = TaskBuffer(self._buffer_depth, nq)
+        m.submodules.taskbuf = taskbuf
+        m.submodules.dispatch = dispatch = Dispatch(nq, shared_watchdog=self._lean)
+        m.submodules.counters = counters = Counters(LEAN_COUNTERS if self._lean else None)
 
         # Host registers of the queues and the base-address table.
         control = Signal(data.ArrayLayout(QueueControl, nq))
@@ -142,7 +165,7 @@ class TaskManager(wiring.Component):
                 reg(f"Q{i}_STATUS").retired.eq(state.retired),
                 reg(f"Q{i}_PTR").address.eq(state.head),
             ]
-        for j in range(BASE_TABLE_SIZE):
+        for j in range(self._base_entries):      # entries not built stay 0 (empty windows)
             m.d.comb += [windows[j].base.eq(reg(f"BASE{j}").address),
                          windows[j].limit.eq(reg(f"LIMIT{j}").words)]
         enable = reg("CTRL").enable
@@ -214,7 +237,14 @@ class TaskManager(wiring.Component):
         dropping = Signal(nq)
         with m.If(engine_raised):
             m.d.comb += dropping.eq(1 << dispatch.exception.queue)
-        m.d.comb += taskbuf.drop.eq(queues.dropped | dropping)
+        if self._lean:
+            # One task in the buffer: an engine error or a timeout comes from the running task,
+            # so no task waiting to start is there to drop in that cycle, and the next one is
+            # dropped by the queue's (registered) drop flag; this keeps the watchdog's
+            # comparison off the start path.
+            m.d.comb += taskbuf.drop.eq(queues.dropped)
+        else:
+            m.d.comb += taskbuf.drop.eq(queues.dropped | dropping)
         latest = Signal(ExceptionEvent)
         exceptions = Signal(8)          # saturating count
         with m.If(any_raised):

@@ -9,7 +9,7 @@ from npu_spec.descriptors import ENTRY, HEADER, HEADER_WORDS, SWITCH_POINTS
 from npu_spec.taskman import MAX_QUEUES
 
 from ..lib.csr import register_layout
-from ..lib.engine import SEQ_WIDTH, TaskEntry, WriteLayout
+from ..lib.engine import ADDR_WIDTH, SEQ_WIDTH, TaskEntry, WriteLayout
 from .layouts import SlotReadSignature
 from .taskbuffer import ENGINES
 
@@ -38,10 +38,12 @@ class Programmer(wiring.Component):
         Number of task queues (width of ``drop``).
     slot_words : int
         Words per descriptor slot.
+    addr_width : int
+        Bits of the slot's addresses (zero-extended into the task entry).
 
     Members
     -------
-    slot : Out(SlotReadSignature(slot_words))
+    slot : Out(SlotReadSignature(slot_words, addr_width))
         The configuration queue's read side.
     drop : In(queues)
         Bit ``i``: queue ``i``'s committed descriptors are dropped.
@@ -58,7 +60,7 @@ class Programmer(wiring.Component):
         until its engine has none.
     """
 
-    def __init__(self, queues, slot_words):
+    def __init__(self, queues, slot_words, *, addr_width=ADDR_WIDTH):
         if not isinstance(queues, int) or not 1 <= queues <= MAX_QUEUES:
             raise ValueError(f"Number of queues must be in [1, {MAX_QUEUES}], not {queues!r}")
         if (not isinstance(slot_words, int) or slot_words < 8 or slot_words > 256
@@ -67,7 +69,7 @@ class Programmer(wiring.Component):
         self._queues = queues
         self._slot_words = slot_words
         super().__init__({
-            "slot": Out(SlotReadSignature(slot_words)),
+            "slot": Out(SlotReadSignature(slot_words, addr_width)),
             "drop": In(queues),
             "next_seq": In(SEQ_WIDTH),
             "writes": Out(stream.Signature(WriteLayout)),

@@ -30,6 +30,10 @@ class Queues(wiring.Component):
     ----------
     queues : int
         Number of task queues.
+    addr_width : int
+        Bits of the head pointers (upper bits of ``state.head`` are 0; a commit past the top
+        wraps, which the lean build's rule on its addresses, ``npu_spec.taskman.lean_error``,
+        keeps from happening in a valid program).
 
     Members
     -------
@@ -50,10 +54,13 @@ class Queues(wiring.Component):
         Bit ``i``: queue ``i``'s TQSP / drop flag (combinational).
     """
 
-    def __init__(self, queues):
+    def __init__(self, queues, *, addr_width=ADDR_WIDTH):
         if not isinstance(queues, int) or not 1 <= queues <= MAX_QUEUES:
             raise ValueError(f"Number of queues must be in [1, {MAX_QUEUES}], not {queues!r}")
+        if not isinstance(addr_width, int) or not 1 <= addr_width <= ADDR_WIDTH:
+            raise ValueError(f"Address width must be in [1, {ADDR_WIDTH}], not {addr_width!r}")
         self._queues = queues
+        self._addr_width = addr_width
         super().__init__({
             "state": Out(data.ArrayLayout(QueueStatus, queues)),
             "set_head": In(1).array(queues),
@@ -79,17 +86,20 @@ class Queues(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         for i in range(self._queues):
-            q = self.state[i]
-            m.d.comb += [self.tqsp[i].eq(q.tqsp), self.dropped[i].eq(q.drop)]
+            # The registers; the head in ``addr_width`` bits, shown zero-extended.
+            q = Signal(QueueStatus, name=f"queue{i}")
+            head = Signal(self._addr_width, name=f"head{i}")
+            m.d.comb += [self.state[i].eq(q), self.state[i].head.eq(head),
+                         self.tqsp[i].eq(q.tqsp), self.dropped[i].eq(q.drop)]
             committed = Signal(name=f"committed{i}")
             m.d.comb += committed.eq(self.commit & (self.commit_queue == i))
             m.d.sync += q.count.eq(q.count + self.push[i] - Mux(committed, 1, 0))
             with m.If(self.set_head[i]):
-                m.d.sync += [q.head.eq(self.head[i]), q.retired.eq(0), q.drop.eq(0),
+                m.d.sync += [head.eq(self.head[i]), q.retired.eq(0), q.drop.eq(0),
                              q.tqsp.eq(0)]
             with m.Else():
                 with m.If(committed):
-                    m.d.sync += q.head.eq(q.head + self.commit_length)
+                    m.d.sync += head.eq(head + self.commit_length)
                 with m.If(self.tqsp_set & (self.flag_queue == i)):
                     m.d.sync += q.tqsp.eq(1)
                 with m.If(self.tqsp_clear & (self.flag_queue == i)):

@@ -12,6 +12,7 @@ from npu.taskman import Arbiter, TaskBuffer
 from npu.taskman.fetch import Fetch
 from npu.taskman.layouts import CauseCode, MemoryWindow, QueueControl, QueueStatus
 from npu.taskman.queues import Queues
+from npu.taskman.serial import SerialTaskBuffer
 from npu.taskman.slots import SlotRing
 from npu.taskman.taskbuffer import ENGINES
 from npu_sim.formal import prove
@@ -99,11 +100,13 @@ class TaskBufferProof(wiring.Component):
     The proof follows one arbitrary sequence number ``tracked`` (a free input held constant):
     a shadow records whether the task with that number is loaded and unfinished, started, its
     engine and its barrier bit; every grant is checked against it. As ``tracked`` is arbitrary,
-    the properties hold for every task.
+    the properties hold for every task. ``buffer`` builds the buffer under proof from the depth
+    and the number of queues (the lean build's :class:`SerialTaskBuffer` has depth 1).
     """
 
-    def __init__(self, depth):
+    def __init__(self, depth, buffer=TaskBuffer):
         self.depth = depth
+        self.buffer = buffer
         super().__init__({
             "load_valid": In(1), "load": In(TaskEntry),
             "start_ready": In(1).array(ENGINES), "done": In(1).array(ENGINES),
@@ -113,7 +116,7 @@ class TaskBufferProof(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.depth
-        m.submodules.dut = dut = TaskBuffer(n, 2)
+        m.submodules.dut = dut = self.buffer(n, 2)
         m.d.comb += [dut.load.valid.eq(self.load_valid), dut.load.payload.eq(self.load),
                      dut.skew.eq(self.skew), dut.drop.eq(0)]
         for e in range(ENGINES):
@@ -194,10 +197,13 @@ class QueuesProof(wiring.Component):
     """A queue's head pointer and descriptor count change only by a host write (``HEAD``,
     ``PUSH``) or a commit of that queue (by its length, by one); TQSP only by rules 3 and 5 of
     that queue or a head write; retired and drop only by an exception of that queue or a head
-    write, and drop implies retired. Nothing else (a fetch, its replacement) can move them."""
+    write, and drop implies retired. Nothing else (a fetch, its replacement) can move them.
+    With ``addr_width`` below 32 (the lean build) the head is kept, and moves, modulo
+    ``2 ** addr_width``."""
 
-    def __init__(self, queues):
+    def __init__(self, queues, addr_width=ADDR_WIDTH):
         self.queues = queues
+        self.addr_width = addr_width
         super().__init__({
             "set_head": In(1).array(queues), "head": In(ADDR_WIDTH).array(queues),
             "push": In(16).array(queues), "commit": In(1), "commit_queue": In(QUEUE_WIDTH),
@@ -209,7 +215,8 @@ class QueuesProof(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         nq = self.queues
-        m.submodules.dut = dut = Queues(nq)
+        aw = self.addr_width
+        m.submodules.dut = dut = Queues(nq, addr_width=aw)
         for name in ("commit", "commit_queue", "commit_length", "tqsp_set", "tqsp_clear",
                      "flag_queue", "retire", "retire_queue", "retire_drop"):
             m.d.comb += getattr(dut, name).eq(getattr(self, name))
@@ -243,11 +250,11 @@ class QueuesProof(wiring.Component):
                 m.d.comb += Assert(now.count == (before.count + event("push") -
                                                  event("commit"))[:16])
                 with m.If(event("set_head")):
-                    m.d.comb += [Assert(now.head == event("head")), Assert(~now.tqsp),
+                    m.d.comb += [Assert(now.head == event("head")[:aw]), Assert(~now.tqsp),
                                  Assert(~now.retired), Assert(~now.drop)]
                 with m.Else():
                     m.d.comb += Assert(now.head == Mux(event("commit"),
-                                                       (before.head + event("length"))[:32],
+                                                       (before.head + event("length"))[:aw],
                                                        before.head))
                     with m.If(now.tqsp != before.tqsp):
                         m.d.comb += Assert(Mux(now.tqsp, event("tqsp_set") &
@@ -268,11 +275,12 @@ class FetchProof(wiring.Component):
     request stalls, response timing (in order, one per request taken), queue state, registers
     and commits are arbitrary."""
 
-    def __init__(self, queues, slot_words, fetch=Fetch, max_in_flight=3):
+    def __init__(self, queues, slot_words, fetch=Fetch, max_in_flight=3, **options):
         self.queues = queues
         self.slot_words = slot_words
         self.fetch = fetch
         self.max_in_flight = max_in_flight
+        self.options = options          # the lean build's addr_width and base_entries
         super().__init__({
             "queue": In(data.ArrayLayout(QueueStatus, queues)),
             "control": In(data.ArrayLayout(QueueControl, queues)),
@@ -284,7 +292,8 @@ class FetchProof(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w = self.slot_words
-        m.submodules.dut = dut = self.fetch(self.queues, w, max_in_flight=self.max_in_flight)
+        m.submodules.dut = dut = self.fetch(self.queues, w, max_in_flight=self.max_in_flight,
+                                            **self.options)
         req, resp = dut.mem.req, dut.mem.resp
         m.d.comb += [dut.queue.eq(self.queue), dut.control.eq(self.control),
                      dut.window.eq(self.window), dut.target.eq(self.target),
@@ -399,8 +408,24 @@ def test_queue_state_changes_only_by_its_events():
     check(prove(QueuesProof(3), "taskman_queues", mode="prove", depth=1))
 
 
+def test_lean_task_buffer_waits_for_dependencies():
+    def serial(depth, queues):
+        return SerialTaskBuffer(queues, addr_width=15)
+    check(prove(TaskBufferProof(1, serial), "taskman_serial_taskbuffer", mode="prove",
+                depth=3, timeout=900))
+
+
+def test_lean_queue_state_changes_only_by_its_events():
+    check(prove(QueuesProof(3, addr_width=15), "taskman_queues_lean", mode="prove", depth=1))
+
+
 def test_fetch_queue_leaves_only_by_commit_or_replacement():
     check(prove(FetchProof(2, 8), "taskman_fetch", mode="prove", depth=2, timeout=900))
+
+
+def test_lean_fetch_queue_leaves_only_by_commit_or_replacement():
+    check(prove(FetchProof(2, 8, addr_width=15, base_entries=2), "taskman_fetch_lean",
+                mode="prove", depth=2, timeout=900))
 
 
 def test_config_queue_proof_catches_overflow():
