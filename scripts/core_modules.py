@@ -72,6 +72,15 @@ def _count(cells, types):
                for t in types if cell == t or (t.endswith("*") and cell.startswith(t[:-1])))
 
 
+def _total(modules, prefix):
+    """Cells of module ``prefix`` and of every module below it in ``modules``."""
+    cells = collections.Counter()
+    for name, counts in modules.items():
+        if name == prefix or name.startswith(prefix + "."):
+            cells.update(counts)
+    return cells
+
+
 def _row(name, cells, columns):
     return f"| {name} | " + " | ".join(f"{_count(cells, types):,}" for _, types in columns) + " |"
 
@@ -98,21 +107,14 @@ def main(argv=None):
                    cwd=directory, check=True, stdout=subprocess.DEVNULL)
     modules = _module_cells((directory / "stat.txt").read_text(), pattern)
 
-    def total(prefix):
-        cells = collections.Counter()
-        for name, counts in modules.items():
-            if name == prefix or name.startswith(prefix + "."):
-                cells.update(counts)
-        return cells
-
     print(f"preset {args.preset}, {command}")
     print("| module | " + " | ".join(h for h, _ in columns) + " |\n|---|"
           + "---|" * len(columns))
-    units = {u: total("ne.dut." + ("control" if u == "control" else f"datapath.{u}"))
+    units = {u: _total(modules, "ne.dut." + ("control" if u == "control" else f"datapath.{u}"))
              for u in UNITS}
     for unit, cells in units.items():
         print(_row(unit, cells, columns))
-    core = total("ne.dut")
+    core = _total(modules, "ne.dut")
     glue = core.copy()
     for cells in units.values():
         glue.subtract(cells)

@@ -10,14 +10,13 @@ exception status, interrupt, status wiring).
 """
 
 import argparse
-import collections
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from amaranth.back import rtlil
-from core_modules import _module_cells, _row
+from core_modules import _module_cells, _row, _total
 
 from npu_cli.tasks import BLOCKS
 from npu_fpga.synth import (
@@ -56,18 +55,11 @@ def main(argv=None):
                    cwd=directory, check=True, stdout=subprocess.DEVNULL)
     modules = _module_cells((directory / "stat.txt").read_text())
 
-    def total(prefix):
-        cells = collections.Counter()
-        for name, counts in modules.items():
-            if name == prefix or name.startswith(prefix + "."):
-                cells.update(counts)
-        return cells
-
     print("| module | LUT4 | FF | carry | EBR | DSP |\n|---|---|---|---|---|---|")
-    found = {u: total(f"tm.dut.{u}") for u in UNITS}
+    found = {u: _total(modules, f"tm.dut.{u}") for u in UNITS}
     for unit, cells in found.items():
         print(_row(unit, cells))
-    whole = total("tm.dut")
+    whole = _total(modules, "tm.dut")
     glue = whole.copy()
     for cells in found.values():
         glue.subtract(cells)

@@ -1,11 +1,10 @@
 """The lean task buffer: one task in flight at a time."""
 
 from amaranth.hdl import Module, Signal, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, wiring
 
-from ..lib.engine import ADDR_WIDTH, SEQ_WIDTH, TaskEntry
-from .taskbuffer import ENGINES
+from ..lib.engine import ADDR_WIDTH, TaskEntry
+from .taskbuffer import ENGINES, task_buffer_members
 
 __all__ = ["SerialTaskBuffer"]
 
@@ -38,20 +37,7 @@ class SerialTaskBuffer(wiring.Component):
         if not isinstance(addr_width, int) or not 1 <= addr_width <= ADDR_WIDTH:
             raise ValueError(f"Address width must be in [1, {ADDR_WIDTH}], not {addr_width!r}")
         self._addr_width = addr_width
-        super().__init__({
-            "load": In(stream.Signature(TaskEntry)),
-            "next_seq": Out(SEQ_WIDTH),
-            "skew": In(8),
-            "start": Out(stream.Signature(TaskEntry)).array(ENGINES),
-            "done": In(1).array(ENGINES),
-            "kill": In(1).array(ENGINES),
-            "finished": Out(TaskEntry).array(ENGINES),
-            "finished_valid": Out(1).array(ENGINES),
-            "drop": In(queues),
-            "empty": Out(1),
-            "waiting": Out(1).array(ENGINES),
-            "loaded": Out(ENGINES),
-        })
+        super().__init__(task_buffer_members(queues))
         # Entry state, named as in TaskBuffer (formal harnesses state invariants over it).
         self.valid = [Signal(name="valid0")]
         self.started = [Signal(name="started0")]

@@ -9,11 +9,30 @@ from npu_spec.engine import Engine
 
 from ..lib.engine import QUEUE_WIDTH, SEQ_WIDTH, TaskEntry
 
-__all__ = ["ENGINES", "TaskBuffer"]
+__all__ = ["ENGINES", "TaskBuffer", "task_buffer_members"]
 
 #: Engines served, indexed by :class:`npu_spec.engine.Engine` code: 0 the neural engine, 1 the
 #: planar engine, 2 the DMA engine.
 ENGINES = len(Engine)
+
+
+def task_buffer_members(queues):
+    """The ports of a task buffer (:class:`TaskBuffer` and the lean build's
+    :class:`~npu.taskman.serial.SerialTaskBuffer`) with ``queues`` task queues."""
+    return {
+        "load": In(stream.Signature(TaskEntry)),
+        "next_seq": Out(SEQ_WIDTH),
+        "skew": In(8),
+        "start": Out(stream.Signature(TaskEntry)).array(ENGINES),
+        "done": In(1).array(ENGINES),
+        "kill": In(1).array(ENGINES),
+        "finished": Out(TaskEntry).array(ENGINES),
+        "finished_valid": Out(1).array(ENGINES),
+        "drop": In(queues),
+        "empty": Out(1),
+        "waiting": Out(1).array(ENGINES),
+        "loaded": Out(ENGINES),
+    }
 
 
 class TaskBuffer(wiring.Component):
@@ -67,20 +86,7 @@ class TaskBuffer(wiring.Component):
         if not isinstance(depth, int) or not 2 <= depth <= 16:
             raise ValueError(f"Task buffer depth must be in [2, 16], not {depth!r}")
         self._depth = depth
-        super().__init__({
-            "load": In(stream.Signature(TaskEntry)),
-            "next_seq": Out(SEQ_WIDTH),
-            "skew": In(8),
-            "start": Out(stream.Signature(TaskEntry)).array(ENGINES),
-            "done": In(1).array(ENGINES),
-            "kill": In(1).array(ENGINES),
-            "finished": Out(TaskEntry).array(ENGINES),
-            "finished_valid": Out(1).array(ENGINES),
-            "drop": In(queues),
-            "empty": Out(1),
-            "waiting": Out(1).array(ENGINES),
-            "loaded": Out(ENGINES),
-        })
+        super().__init__(task_buffer_members(queues))
         # Entry state; attributes (not locals of elaborate) so that formal harnesses can state
         # invariants over them.
         self.valid = [Signal(name=f"valid{i}") for i in range(depth)]
