@@ -394,6 +394,14 @@ def test_chain_on_two_cores():
 
 # ---- on the RTL ------------------------------------------------------------------------------
 
+def _rtl_equals_golden(program, inputs, name):
+    """Run ``program`` on the golden model and the RTL; output ``name`` must agree bit for bit.
+    Returns the golden output and the RTL's cycles."""
+    golden = run(program, inputs, "golden").outputs[name]
+    rtl = run(program, inputs, "rtl")
+    np.testing.assert_array_equal(_bits(golden), _bits(rtl.outputs[name]))
+    return golden, rtl.cycles
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["fp16", "int8"])
 def test_digits_two_cores_rtl_equals_golden_and_is_faster(fmt, split):
@@ -402,11 +410,9 @@ def test_digits_two_cores_rtl_equals_golden_and_is_faster(fmt, split):
     cycles, outs = [], []
     for cores in (1, 2):
         c = compile_model(MODEL, ECP5, fmt=fmt, cores=cores, **kw)
-        golden = run(c.program, x, "golden").outputs["logits"]
-        rtl = run(c.program, x, "rtl")
-        np.testing.assert_array_equal(_bits(golden), _bits(rtl.outputs["logits"]))
+        golden, n = _rtl_equals_golden(c.program, x, "logits")
         outs.append(golden)
-        cycles.append(rtl.cycles)
+        cycles.append(n)
     np.testing.assert_array_equal(_bits(outs[0]), _bits(outs[1]))
     assert cycles[1] < cycles[0]
 
@@ -419,11 +425,9 @@ def test_conv_pool_two_cores_rtl_equals_golden_and_is_faster():
     cycles, outs = [], []
     for cores in (1, 2):
         c = compile_model(model, ECP5, cores=cores)
-        golden = run(c.program, {"x": x}, "golden").outputs["out"]
-        rtl = run(c.program, {"x": x}, "rtl")
-        np.testing.assert_array_equal(_bits(golden), _bits(rtl.outputs["out"]))
+        golden, n = _rtl_equals_golden(c.program, {"x": x}, "out")
         outs.append(golden)
-        cycles.append(rtl.cycles)
+        cycles.append(n)
     np.testing.assert_array_equal(_bits(outs[0]), _bits(outs[1]))
     assert cycles[1] < cycles[0]
 
@@ -436,10 +440,7 @@ def test_chain_rtl_equals_golden_and_is_faster(op):
     cycles = []
     for chain in (True, False):
         c = compile_model(model, SMALL, chain=chain)
-        golden = run(c.program, {"x": x}, "golden").outputs["out"]
-        rtl = run(c.program, {"x": x}, "rtl")
-        np.testing.assert_array_equal(_bits(golden), _bits(rtl.outputs["out"]))
-        cycles.append(rtl.cycles)
+        cycles.append(_rtl_equals_golden(c.program, {"x": x}, "out")[1])
     assert cycles[0] < cycles[1]
 
 
@@ -450,8 +451,5 @@ def test_long_chain_rtl_equals_golden_and_is_faster():
     cycles = []
     for chain in (True, False):
         c = compile_model(model, SMALL, chain=chain)
-        golden = run(c.program, xs, "golden").outputs["out"]
-        rtl = run(c.program, xs, "rtl")
-        np.testing.assert_array_equal(_bits(golden), _bits(rtl.outputs["out"]))
-        cycles.append(rtl.cycles)
+        cycles.append(_rtl_equals_golden(c.program, xs, "out")[1])
     assert cycles[0] < cycles[1]
