@@ -5,7 +5,8 @@ slot) into one output beat (``lanes`` binary16 codes or int8 values). This modul
 specification the RTL (``npu.neural.postproc``) matches bit for bit:
 
 * :func:`postprocess` processes one beat, in the exact order of operations of the hardware;
-* :func:`pwl_tables` gives the piecewise-linear tables of sigmoid, tanh and GELU;
+* :func:`pwl_tables` gives the piecewise-linear tables of sigmoid, tanh, GELU and exp (of
+  ``min(x, 0)``, for softmax);
 * :func:`lfsr_init` / :func:`lfsr_advance` define the stochastic-rounding generator;
 * :func:`run_stream` models the parameter banks: a list of parameter groups and a list of
   result beats give the output beats.
@@ -82,9 +83,9 @@ FMT_INT8, FMT_FP16, FMT_I8F16, FMT_F16I8 = (MacFormat.INT8, MacFormat.FP16, MacF
 PWL_RANGE = 2.0 ** (PWL_EMIN + PWL_OCTAVES)
 #: Stated bound on ``|pwl(x) - f(x)|`` (binary32 result against float64) over every finite
 #: binary16 ``x``; ``pwl_max_error`` measures it and the tests check it.
-PWL_ERROR_BOUND = {"sigmoid": 4.0e-4, "tanh": 6.0e-4, "gelu": 1.1e-3}
+PWL_ERROR_BOUND = {"sigmoid": 4.0e-4, "tanh": 6.0e-4, "gelu": 1.1e-3, "exp": 1.3e-3}
 #: The same bound after rounding the result to binary16 (RNE), as for fp16 outputs.
-PWL_ERROR_BOUND_F16 = {"sigmoid": 6.0e-4, "tanh": 9.0e-4, "gelu": 1.4e-3}
+PWL_ERROR_BOUND_F16 = {"sigmoid": 6.0e-4, "tanh": 9.0e-4, "gelu": 1.4e-3, "exp": 1.6e-3}
 
 @dataclass(frozen=True)
 class PostprocConfig:
@@ -224,7 +225,8 @@ def _rescale_lanes(acc, scale, shift):
 
 
 def pwl_reference(name, x):
-    """float64 reference of ``name`` (sigmoid, tanh, exact erf GELU) at float64 ``x``."""
+    """float64 reference of ``name`` (sigmoid, tanh, exact erf GELU, ``exp(min(x, 0))``) at
+    float64 ``x``."""
     x = np.asarray(x, dtype=np.float64)
     if name == "sigmoid":
         return 0.5 * (1.0 + np.tanh(0.5 * x))
@@ -233,6 +235,8 @@ def pwl_reference(name, x):
     if name == "gelu":
         erf = np.vectorize(math.erf, otypes=[np.float64])
         return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    if name == "exp":
+        return np.exp(np.minimum(x, 0.0))
     raise ValueError(f"unknown function {name!r}")
 
 
@@ -266,6 +270,7 @@ _TAILS = {  # (a, b) for (positive, negative) tails
     "sigmoid": ((0.0, 1.0), (0.0, 0.0)),
     "tanh":    ((0.0, 1.0), (0.0, -1.0)),
     "gelu":    ((1.0, -0.0), (0.0, -0.0)),
+    "exp":     ((0.0, 1.0), (0.0, 0.0)),
 }
 
 
@@ -281,7 +286,8 @@ def fit_pwl_tables():
         for index in range(128):
             neg = index >> 6
             lo, hi = pwl_segment_interval(index)
-            if math.isinf(hi):
+            if math.isinf(hi) or (name == "exp" and not neg):
+                # Tails hold the asymptote; exp(min(x, 0)) is the constant 1 for every x > 0.
                 a, b = _TAILS[name][neg]
             elif lo == 0.0:
                 # Core: anchored at f(0) (so pwl(+-0) is exactly 0.5, 0 or 0), slope minimising
@@ -462,7 +468,7 @@ def postprocess(acc_values, fmt, params_scale, params_shift, cfg, lfsr_state=Non
         x = np.where(neg, fp.f32_mul(x, int(cfg.alpha)), x)
     elif act == Act.ABS:
         x = x & 0x7FFFFFFF
-    elif act in (Act.SIGMOID, Act.TANH, Act.GELU):
+    elif act in (Act.SIGMOID, Act.TANH, Act.GELU, Act.EXP):
         x = pwl(PWL_FUNCS[act - Act.SIGMOID], x)
     x = np.asarray(x).astype(np.int64)
     if cfg.out_fp16:

@@ -159,6 +159,8 @@ def math_reference(name, x):
         return [1.0 / (1.0 + math.exp(-v)) if v > -700 else 0.0 for v in x]
     if name == "tanh":
         return [math.tanh(v) for v in x]
+    if name == "exp":
+        return [math.exp(min(v, 0.0)) for v in x]
     return [0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))) for v in x]
 
 
@@ -183,14 +185,27 @@ def test_pwl_specials(name):
     inf, ninf = 0x7F800000, 0xFF800000
     y = gm.pwl(name, np.array([inf, ninf, 0x7FC00001, 0xFFFFFFFF, 0, 0x80000000, f32(100.0),
                                f32(-100.0)], np.uint32))
-    lim = {"sigmoid": (1.0, 0.0), "tanh": (1.0, -1.0), "gelu": (math.inf, -0.0)}[name]
+    lim = {"sigmoid": (1.0, 0.0), "tanh": (1.0, -1.0), "gelu": (math.inf, -0.0),
+           "exp": (1.0, 0.0)}[name]
     v = fp.f32_value(y)
     assert v[0] == lim[0] and v[1] == lim[1]
     assert y[2] == fp.F32_QNAN and y[3] == fp.F32_QNAN
-    # The core segments are anchored at f(0): zeros stay exact (0.5, 0, 0).
+    # The core segments are anchored at f(0): zeros stay exact (0.5, 0, 0, 1).
     assert float(v[4]) == float(v[5]) == math_reference(name, [0.0])[0]
     assert abs(float(v[6]) - math_reference(name, [100.0])[0]) <= 1e-6 * 100
     assert abs(float(v[7]) - math_reference(name, [-100.0])[0]) <= 1e-9
+
+
+def test_exp_is_exp_of_nonpositive():
+    """exp: 1 for every x >= 0 (x > 0 is clamped to 0), and within its bound of math.exp on
+    random binary32 inputs (not only binary16 ones), tail included."""
+    rng = np.random.default_rng(9)
+    pos = fp.f32_bits(rng.uniform(0, 70000, 2000).astype(np.float32))
+    assert (gm.pwl("exp", pos) == f32(1.0)).all()
+    xs = rng.uniform(-12, 0, 20000).astype(np.float32)
+    y = fp.f32_value(gm.pwl("exp", fp.f32_bits(xs))).astype(np.float64)
+    ref = np.exp(xs.astype(np.float64))
+    assert np.abs(y - ref).max() <= 1.02 * gm.PWL_ERROR_BOUND["exp"]
 
 
 def test_pwl_segment_intervals():
@@ -210,7 +225,7 @@ def test_pwl_segment_intervals():
 def test_activation_pwl_in_postprocess():
     rng = np.random.default_rng(6)
     acc = fp.f32_bits(rng.uniform(-10, 10, LANES).astype(np.float32))
-    for act, name in zip((Act.SIGMOID, Act.TANH, Act.GELU), gm.PWL_FUNCS):
+    for act, name in zip((Act.SIGMOID, Act.TANH, Act.GELU, Act.EXP), gm.PWL_FUNCS, strict=True):
         cfg = PostprocConfig(out_fp16=True, act=act)
         got, _ = gm.postprocess(acc, gm.FMT_FP16, f32(0.5), 0, cfg)
         x = fp.f32_value(fp.f32_mul(acc, f32(0.5))).astype(np.float64)
@@ -347,7 +362,9 @@ def test_beat_errors():
     assert not gm.beat_error(gm.FMT_INT8, PostprocConfig(act=Act.CLAMP), all_f)
     assert gm.beat_error(gm.FMT_INT8, PostprocConfig(act=Act.LEAKY), all_f)
     assert gm.beat_error(gm.FMT_INT8, PostprocConfig(out_fp16=True), all_f)
-    assert gm.beat_error(gm.FMT_FP16, PostprocConfig(act=8), all_f)
+    assert not gm.beat_error(gm.FMT_FP16, PostprocConfig(act=Act.EXP), all_f)
+    assert gm.beat_error(gm.FMT_FP16, PostprocConfig(act=9), all_f)
+    assert gm.beat_error(gm.FMT_INT8, PostprocConfig(act=Act.EXP), all_f)
     assert gm.beat_error(gm.FMT_FP16, PostprocConfig(), ("int8",))
     assert gm.beat_error(gm.FMT_INT8, PostprocConfig(), ("fp16",))
     assert not gm.beat_error(gm.FMT_F16I8, PostprocConfig(act=Act.GELU), all_f)

@@ -9,7 +9,7 @@ operations below is the one it states.
   ``shift``, plus the zero point, saturate to int8, then ReLU (at the zero point) or an int8
   clamp.
 * binary32 accumulators: ``f32_mul(acc, scale)``, then one activation (ReLU, clamp, leaky ReLU,
-  abs, or a piecewise-linear sigmoid / tanh / GELU) built from one binary32 multiply, one add
+  abs, or a piecewise-linear sigmoid / tanh / GELU / exp) built from one binary32 multiply, one add
   and a max/min; then binary16 (round to nearest even, or stochastic rounding from a per-lane
   LFSR) or int8 (round half even, plus the zero point, saturate).
 
@@ -47,7 +47,7 @@ def postproc_config_layout():
     ============ ======= ===================================================================
     out_fp16     1       output binary16 codes (else int8 values)
     act          4       activation, :class:`Act` (0 none, 1 ReLU, 2 clamp, 3 leaky ReLU,
-                         4 abs, 5 sigmoid, 6 tanh, 7 GELU); other codes are errors
+                         4 abs, 5 sigmoid, 6 tanh, 7 GELU, 8 exp); other codes are errors
     stochastic   1       binary16 outputs use stochastic rounding (else RNE)
     zero_point   8       int8 output zero point (signed)
     lo, hi       32      clamp bounds: binary32, or int8 in bits 0-7 for int32 accumulators
@@ -276,7 +276,7 @@ class PostProcessor(wiring.Component):
         is_int = r.fmt == MacFormat.INT8
         bad = Signal()
         m.d.comb += bad.eq(Mux(
-            cfg.act > int(Act.GELU), 1,
+            cfg.act > int(Act.EXP), 1,
             Mux(is_int,
                 (not has_int) | cfg.out_fp16 | (cfg.act > int(Act.CLAMP)),
                 not has_float)))
@@ -323,7 +323,8 @@ class PostProcessor(wiring.Component):
 
         act = cfg.act
         RELU, CLAMP, LEAKY, ABS = int(Act.RELU), int(Act.CLAMP), int(Act.LEAKY), int(Act.ABS)
-        SIGMOID, TANH, GELU = int(Act.SIGMOID), int(Act.TANH), int(Act.GELU)
+        SIGMOID, TANH, GELU, EXP = (int(Act.SIGMOID), int(Act.TANH), int(Act.GELU),
+                                    int(Act.EXP))
         for i in range(units):
             acc0 = reg(lane_mux([r.acc[n] for n in range(lanes)], i), f"acc0_{i}", 32)
 
@@ -377,7 +378,7 @@ class PostProcessor(wiring.Component):
             e1 = y1[23:31]
             e0 = 127 + spec.PWL_EMIN
             octave = Mux(e1 < e0, 0, Mux(e1 >= e0 + spec.PWL_OCTAVES, 7, e1 - (e0 - 1)))
-            func = Mux(act == TANH, 1, Mux(act == GELU, 2, 0))
+            func = Mux(act == TANH, 1, Mux(act == GELU, 2, Mux(act == EXP, 3, 0)))
             rom = Memory(shape=64, depth=128 * len(spec.PWL_FUNCS), init=_pwl_rom())
             m.submodules[f"pwl_{i}"] = rom
             rp = rom.read_port(domain="sync")
@@ -388,12 +389,13 @@ class PostProcessor(wiring.Component):
             y1_neg = y1[31] & (y1[:31] != 0) & ~_is_nan(y1)
             a_sel = Mux((act == LEAKY) & y1_neg, cfg.alpha,
                         Mux((act == ABS) & y1[31], F32_MONE, F32_ONE))
-            use_rom = (act == SIGMOID) | (act == TANH) | (act == GELU)
+            use_rom = (act == SIGMOID) | (act == TANH) | (act == GELU) | (act == EXP)
             x3 = reg(y1, f"x3_{i}")
             a3 = reg(a_sel, f"asel3_{i}", 32)
             rom3 = reg(use_rom, f"rom3_{i}", 1)
             # Tails other than GELU's positive side have a = 0: x is replaced by -0 so that
-            # -0 * 0 + b is exactly b (1, +0, +-1 or -0), infinities included. GELU's positive
+            # -0 * 0 + b is exactly b (1, +0, +-1 or -0), infinities included (exp's positive
+            # segments also have a = 0, b = 1: x * 0 + 1 = 1 for finite x). GELU's positive
             # tail (a = 1, b = -0) gives x exactly, as the model's tail rule says.
             tail3 = reg(use_rom & (octave == 7) & ~_is_nan(y1) & ~((act == GELU) & ~y1[31]),
                         f"tail3_{i}", 1)

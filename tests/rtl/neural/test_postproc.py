@@ -259,6 +259,41 @@ def test_every_activation_and_format():
     check(TINY, activation_layers(TINY, rng), seed=1)
 
 
+def exp_inputs(rng):
+    """Inputs for exp: a value in every segment of the negative side (core, the 48
+    sub-segments of octaves 1..6, tail), segment boundaries, zeros, subnormals, positives,
+    infinities and NaN."""
+    edges = [-(2.0 ** e) * (1 + k / 8) for e in range(-3, 3) for k in range(8)] + [-8.0]
+    inside = [v - rng.uniform(0, 2.0 ** np.floor(np.log2(-v)) / 8) for v in edges]
+    values = edges + inside + [-1e-3, -1e-30, -20.0, -1e30, 0.5, 3.0, 70000.0, 1e-40, -1e-40]
+    bits = [f32(v) for v in values]
+    bits += [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFFA00000]
+    bits = np.array(bits, np.uint32)
+    return bits[rng.permutation(len(bits))]
+
+
+def test_exp_every_segment():
+    """exp (Act.EXP) bit for bit against the model on every segment of the negative side and
+    the specials, binary16 and int8 outputs, with scale 1 and with a negative scale."""
+    rng = np.random.default_rng(14)
+    acc = exp_inputs(rng)
+    lanes = TINY.macs
+    acc = np.concatenate([acc, np.zeros(-len(acc) % lanes, np.uint32)])
+    layers = []
+    for out_fp16, scale in ((True, F32_ONE), (True, f32(-0.75)), (False, F32_ONE)):
+        cfg = PostprocConfig(out_fp16=out_fp16, act=Act.EXP)
+        groups, results = [], []
+        for k in range(0, len(acc), lanes):
+            groups.append([(0, scale, 0)])
+            results.append((gm.FMT_FP16, 0, acc[k:k + lanes]))
+        layers.append((cfg, groups, results))
+    report = check(TINY, layers, seed=14)
+    # Not vacuous: exp of the negative inputs spans (0, 1].
+    got = np.concatenate([v for _, v in report[0][0]])
+    vals = fp.f16_value(got)
+    assert np.nanmin(vals) == 0.0 and np.nanmax(vals) == 1.0 and len(np.unique(got)) > 60
+
+
 def test_errors_sticky_and_zeros():
     """Unsupported combinations give zeros and set the sticky flag; results still flow; the
     flag stays set over later good beats until cleared; a good layer leaves it clear."""
