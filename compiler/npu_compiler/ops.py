@@ -1019,3 +1019,59 @@ def _reduce(lw, node):
     post = "sqrt" if node.op == "ReduceL2" else None
     reduce(lw, node, v, kept, red, op, scale, pre, post)
 
+
+
+def _scratch(lw, node, tag, shape):
+    """A binary16 tensor of ``shape`` in system memory for a step inside ``node``."""
+    name = f"{node.outputs[0]}:{tag}"
+    lw.g.shapes[name] = tuple(shape)
+    lw.g.dtypes[name] = np.dtype(np.float32)
+    return name
+
+
+def _reduce_keepdims(lw, node, x_name, axes, out_name, op, post=None):
+    """Reduce ``x_name`` over ``axes`` into ``out_name`` (its shape with ones there)."""
+    from .graph import Node
+    shape = tuple(lw.g.shapes[x_name])
+    keep = [i for i in range(len(shape)) if i not in axes]
+    kept = int(np.prod([shape[i] for i in keep])) if keep else 1
+    red = int(np.prod([shape[i] for i in axes]))
+    view = lw.view(x_name).permute(keep + list(axes))
+    reduce(lw, Node(node.op, node.name, [x_name], [out_name]), view, kept, red, op, post=post)
+
+
+@lowers("Softmax")
+def _softmax(lw, node):
+    """``exp(x - max) * (1 / sum exp(x - max))`` over the softmax axes (opset 13: ``axis``,
+    default -1; before: every axis from ``axis``, default 1): a max reduction (PE), the
+    subtraction with the maximum broadcast (PE), the post-processor's exp of a non-positive
+    value (NE, a depthwise 1x1 convolution of weight 1), a sum reduction with the
+    reciprocal as its post function (PE), the multiplication with the reciprocal broadcast
+    (PE). Every intermediate is binary16 in memory (``docs/compiler.md``, "Softmax")."""
+    from .graph import Node
+    x, out = node.inputs[0], node.outputs[0]
+    shape = tuple(lw.g.shapes[x])
+    r = len(shape)
+    if lw.g.opset >= 13:
+        axis = node.attr("axis", -1)
+        if not -r <= axis < r:
+            _unsupported(node, f"axis {axis} outside a rank-{r} tensor")
+        axes = [axis % r]
+    else:
+        axis = node.attr("axis", 1)
+        if not -r <= axis < r:
+            _unsupported(node, f"axis {axis} outside a rank-{r} tensor")
+        axes = list(range(axis % r, r))
+    small = tuple(1 if i in axes else n for i, n in enumerate(shape))
+    if _bcast_pattern(shape, small) is None:
+        _unsupported(node, f"a softmax over axes {axes} of {shape}: the reduced values do not "
+                           "form one block the planar engine can broadcast")
+    m = _scratch(lw, node, "max", small)
+    d = _scratch(lw, node, "sub", shape)
+    e = _scratch(lw, node, "exp", shape)
+    s = _scratch(lw, node, "recip", small)
+    _reduce_keepdims(lw, node, x, axes, m, "max")
+    _binary(lw, Node("Sub", node.name, [x, m], [d]))
+    act_map(lw, node, {"act": "exp"}, x_name=d, out_name=e)
+    _reduce_keepdims(lw, node, e, axes, s, "sum", post="recip")
+    _binary(lw, Node("Mul", node.name, [e, s], [out]))

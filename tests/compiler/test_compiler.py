@@ -88,7 +88,7 @@ def _tiny(op="Relu", dims=(1, 4, 5, 5), **attrs):
     ("truncated", "not a readable ONNX model"),
     ("garbage", "not a readable ONNX model"),
     ("missing", "cannot read"),
-    ("unsupported", "node 'the_node' (Softmax): operator Softmax is not supported"),
+    ("unsupported", "node 'the_node' (LogSoftmax): operator LogSoftmax is not supported"),
     ("dynamic", "dynamic dimension 'H' (axis 2) with no value"),
     ("shape", "has shape 1x4x6x5; the program takes 1x4x5x5"),
     ("dtype", "has dtype int64"),
@@ -103,7 +103,7 @@ def test_cli_bad_input(case, message, tmp_path, capsys):
     elif case == "garbage":
         model.write_bytes(b"this is not a model")
     elif case == "unsupported":
-        onnx.save(_tiny("Softmax"), str(model))
+        onnx.save(_tiny("LogSoftmax"), str(model))
     elif case == "dynamic":
         onnx.save(_tiny(dims=(1, 4, "H", 5)), str(model))
     elif case == "shape":
@@ -134,8 +134,8 @@ def test_dynamic_dimension_from_shape_option():
 
 
 def test_unsupported_operator_names_node():
-    with pytest.raises(CompileError, match=r"node 'the_node' \(Softmax\)"):
-        compile_model(_tiny("Softmax"), CFG)
+    with pytest.raises(CompileError, match=r"node 'the_node' \(LogSoftmax\)"):
+        compile_model(_tiny("LogSoftmax"), CFG)
 
 
 def test_tensor_beyond_system_memory_names_size():
@@ -175,17 +175,17 @@ def test_fallback_host_runs_the_tail_on_the_host():
                            (rng.standard_normal(216) * 0.3).astype(np.float32))
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("Softmax", ["r"], ["s"], axis=1),
+             helper.make_node("LogSoftmax", ["r"], ["s"], axis=1),
              helper.make_node("Elu", ["s"], ["y"])]
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c, 5, 5])
           for n, c in (("x", 4), ("y", 6), ("r", 6))]
     model = helper.make_model(helper.make_graph(nodes, "g", io[:1], io[1:], [w]),
                               opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(CompileError, match=r"\(Softmax\)"):
+    with pytest.raises(CompileError, match=r"\(LogSoftmax\)"):
         compile_model(model, CFG)
     compiled = compile_model(model, CFG, fallback="host")
     assert [(r["op"], r["engine"]) for r in compiled.plan] == [
-        ("Conv", "NE"), ("Softmax", "host"), ("Elu", "host")]
+        ("Conv", "NE"), ("LogSoftmax", "host"), ("Elu", "host")]
     x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
     out = run(compiled.program, {"x": x}).outputs
     assert list(out) == ["y", "r"]
