@@ -1052,16 +1052,10 @@ def _softmax(lw, node):
     x, out = node.inputs[0], node.outputs[0]
     shape = tuple(lw.g.shapes[x])
     r = len(shape)
-    if lw.g.opset >= 13:
-        axis = node.attr("axis", -1)
-        if not -r <= axis < r:
-            _unsupported(node, f"axis {axis} outside a rank-{r} tensor")
-        axes = [axis % r]
-    else:
-        axis = node.attr("axis", 1)
-        if not -r <= axis < r:
-            _unsupported(node, f"axis {axis} outside a rank-{r} tensor")
-        axes = list(range(axis % r, r))
+    axis = node.attr("axis", -1 if lw.g.opset >= 13 else 1)
+    if not -r <= axis < r:
+        _unsupported(node, f"axis {axis} outside a rank-{r} tensor")
+    axes = [axis % r] if lw.g.opset >= 13 else list(range(axis % r, r))
     small = tuple(1 if i in axes else n for i, n in enumerate(shape))
     if _bcast_pattern(shape, small) is None:
         _unsupported(node, f"a softmax over axes {axes} of {shape}: the reduced values do not "

@@ -71,7 +71,8 @@ def light_model(name, seed=0, size=None, drop_softmax=True):
     ones are constants): every ``ConstantOfShape`` output becomes a random initializer (a
     conv's bias small, weights scaled by ``1/sqrt(fan_in)`` so activations stay of order
     one). ``size`` sets the input's height and width; ``drop_softmax`` ends the graph at the
-    input of a final ``Softmax`` (the NPU has no exponential)."""
+    input of a final ``Softmax`` (the logits: compared with a tolerance relative to their own
+    size, which a softmax over 1000 classes would flatten)."""
     import os
 
     import onnx
