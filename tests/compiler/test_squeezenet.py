@@ -58,3 +58,19 @@ def test_squeezenet64_rtl_equals_golden(squeezenet64):
     assert not rtl.trace_overflow
     assert sorted(t[0] for t in rtl.tasks) == list(range(compiled.program.queues[0].tasks))
     assert rtl.cycles > 0
+
+
+@pytest.mark.slow
+def test_squeezenet64_with_softmax_golden_against_onnxruntime():
+    """The model's own last layer, a softmax over 1000 classes (opset 9: Flatten, Softmax,
+    Reshape after conversion), on the NPU: the probabilities against onnxruntime with the
+    same tolerance as the logits (docs/compiler.md, "Softmax")."""
+    model = light_model("squeezenet", size=64, drop_softmax=False)
+    x = np.random.default_rng(2).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    compiled = compile_model(model, CFG)
+    assert ("Softmax", "NE") in [(r["op"], r["engine"]) for r in compiled.plan]
+    out = run_program(compiled.program, {"data_0": x}).outputs
+    (name, e), = compare(out, reference(model, {"data_0": x})).items()
+    assert out[name].shape == (1, 1000, 1, 1)
+    assert abs(float(out[name].astype(np.float64).sum()) - 1.0) <= 1e-2
+    assert e["rel_err"] <= REL_TOL and e["cosine"] >= COS_TOL, (name, e)
