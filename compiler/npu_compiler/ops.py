@@ -1040,26 +1040,11 @@ def _reduce_keepdims(lw, node, x_name, axes, out_name, op, post=None):
     reduce(lw, Node(node.op, node.name, [x_name], [out_name]), view, kept, red, op, post=post)
 
 
-@lowers("Softmax")
-def _softmax(lw, node):
-    """``exp(x - max) * (1 / sum exp(x - max))`` over the softmax axes (opset 13: ``axis``,
-    default -1; before: every axis from ``axis``, default 1): a max reduction (PE), the
-    subtraction with the maximum broadcast (PE), the post-processor's exp of a non-positive
-    value (NE, a depthwise 1x1 convolution of weight 1), a sum reduction with the
-    reciprocal as its post function (PE), the multiplication with the reciprocal broadcast
-    (PE). Every intermediate is binary16 in memory (``docs/compiler.md``, "Softmax")."""
+def _softmax_steps(lw, node, x, axes, out):
+    """The five steps of a softmax of ``x`` over ``axes`` into ``out`` (tensor names)."""
     from .graph import Node
-    x, out = node.inputs[0], node.outputs[0]
     shape = tuple(lw.g.shapes[x])
-    r = len(shape)
-    axis = node.attr("axis", -1 if lw.g.opset >= 13 else 1)
-    if not -r <= axis < r:
-        _unsupported(node, f"axis {axis} outside a rank-{r} tensor")
-    axes = [axis % r] if lw.g.opset >= 13 else list(range(axis % r, r))
     small = tuple(1 if i in axes else n for i, n in enumerate(shape))
-    if _bcast_pattern(shape, small) is None:
-        _unsupported(node, f"a softmax over axes {axes} of {shape}: the reduced values do not "
-                           "form one block the planar engine can broadcast")
     m = _scratch(lw, node, "max", small)
     d = _scratch(lw, node, "sub", shape)
     e = _scratch(lw, node, "exp", shape)
@@ -1069,3 +1054,41 @@ def _softmax(lw, node):
     act_map(lw, node, {"act": "exp"}, x_name=d, out_name=e)
     _reduce_keepdims(lw, node, e, axes, s, "sum", post="recip")
     _binary(lw, Node("Mul", node.name, [e, s], [out]))
+
+
+@lowers("Softmax")
+def _softmax(lw, node):
+    """``exp(x - max) * (1 / sum exp(x - max))`` over the softmax axes (opset 13: ``axis``,
+    default -1; before: every axis from ``axis``, default 1): a max reduction (PE), the
+    subtraction with the maximum broadcast (PE), the post-processor's exp of a non-positive
+    value (NE, a depthwise 1x1 convolution of weight 1), a sum reduction with the
+    reciprocal as its post function (PE), the multiplication with the reciprocal broadcast
+    (PE). Every intermediate is binary16 in memory. When the maxima do not form one block of
+    the planar broadcast, the softmax axes are moved last by a DMA copy first and the result
+    copied back (``docs/compiler.md``, "Softmax")."""
+    x, out = node.inputs[0], node.outputs[0]
+    shape = tuple(lw.g.shapes[x])
+    r = len(shape)
+    axis = node.attr("axis", -1 if lw.g.opset >= 13 else 1)
+    if not -r <= axis < r:
+        _unsupported(node, f"axis {axis} outside a rank-{r} tensor")
+    axes = [axis % r] if lw.g.opset >= 13 else list(range(axis % r, r))
+    small = tuple(1 if i in axes else n for i, n in enumerate(shape))
+    perm = [i for i in range(r) if i not in axes] + axes
+    pqm = _bcast_pattern(shape, small)
+    direct = pqm is not None
+    if not direct:
+        shape_t = [shape[p] for p in perm]
+        pqm = _bcast_pattern(shape_t, [1 if i >= r - len(axes) else n
+                                       for i, n in enumerate(shape_t)])
+    if pqm[1] > PLANE_DEPTH:
+        _unsupported(node, f"a softmax with {pqm[1]} maxima to broadcast (the planar "
+                           f"engine's vector holds at most {PLANE_DEPTH})")
+    if direct:
+        _softmax_steps(lw, node, x, axes, out)
+        return
+    xt = _scratch(lw, node, "in_t", [shape[p] for p in perm])
+    yt = _scratch(lw, node, "out_t", [shape[p] for p in perm])
+    copy(lw, lw.view(x).permute(perm), lw._output_tensor(xt))
+    _softmax_steps(lw, node, xt, list(range(r - len(axes), r)), yt)
+    copy(lw, lw.view(yt).permute([int(p) for p in np.argsort(perm)]), lw._output_tensor(out))

@@ -50,6 +50,8 @@ CASES = [
     ((2, 7), -1),                # per row: the maximum broadcast per channel
     ((1, 4, 5), 1),              # a middle axis of a rank-3 tensor
     ((1, 300), -1),              # a long vector
+    ((1, 4, 5, 6), 2),           # the maxima vary over C and W: through a transposed copy
+    ((3, 4, 5), 1),              # the same on a rank-3 tensor
 ]
 
 
@@ -97,9 +99,16 @@ def test_softmax_one_hot_and_equal_logits():
     assert got.tolist() == [[0.0, 1.0, 0.0, 0.0], [0.25] * 4]
 
 
+def test_softmax_transposes_only_when_needed():
+    plain = compile_model(softmax_model((1, 4, 5, 6), axis=1), CFG)
+    moved = compile_model(softmax_model((1, 4, 5, 6), axis=2), CFG)
+    assert moved.plan[0]["tasks"] > plain.plan[0]["tasks"]
+
+
 def test_softmax_unsupported_layouts_and_int8_name_the_node():
-    with pytest.raises(CompileError, match=r"node 'sm' \(Softmax\): a softmax over axes \[2\]"):
-        compile_model(softmax_model((1, 4, 5, 6), axis=2), CFG)
+    with pytest.raises(CompileError, match=r"node 'sm' \(Softmax\): a softmax with 1600 "
+                                           r"maxima to broadcast"):
+        compile_model(softmax_model((1, 4, 40, 40), axis=1), CFG)
     x = np.random.default_rng(1).standard_normal((4, 1, 10)).astype(np.float32)
     with pytest.raises(CompileError, match=r"\(Softmax\): operator Softmax is not supported "
                                            r"with --format int8"):
