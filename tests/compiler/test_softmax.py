@@ -116,7 +116,7 @@ def test_softmax_unsupported_layouts_and_int8_name_the_node():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape,axis", [((1, 10), None), ((1, 3, 2, 2), 1)])
+@pytest.mark.parametrize("shape,axis", [((1, 10), None), ((1, 3, 2, 2), 1), ((1, 2, 3, 4), 2)])
 def test_softmax_rtl_equals_golden(shape, axis):
     model = softmax_model(shape, axis)
     x = (np.random.default_rng(2).standard_normal(shape) * 3).astype(np.float32)
