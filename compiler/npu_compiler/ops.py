@@ -1020,7 +1020,6 @@ def _reduce(lw, node):
     reduce(lw, node, v, kept, red, op, scale, pre, post)
 
 
-
 def _scratch(lw, node, tag, shape):
     """A binary16 tensor of ``shape`` in system memory for a step inside ``node``."""
     name = f"{node.outputs[0]}:{tag}"
