@@ -2,19 +2,22 @@
 
 Lane ``i`` of a ``W x H`` work unit is position ``(y, x) = (i // W, i % W)``; for a beat at
 kernel column ``kx`` it takes element ``x * stride + kx * dilation`` of lane row ``y``'s halo
-row. The selection is shared per lane row, so its cost grows with ``max_rows x row_values``
-rather than ``macs x row_values`` (``docs/neural_engine.md``, "Input buffer and shifter"):
+row (``docs/neural_engine.md``, "Input buffer and shifter").
 
-* rotator: ``T_r[j] = row_r[(j + kx * dilation) mod row_values]`` (``log2 row_values`` levels
-  of 2:1 multiplexers);
-* stride: ``U_r[x] = T_r[(x * stride) mod row_values]`` (one multiplexer over the strides);
-* lane ``i`` takes ``U_r[x]`` of its row ``r = i // W`` and column ``x = i % W``, a multiplexer
-  over the work-unit shapes that put it somewhere.
+The input buffer keeps each halo row in *stride order* (``npu_spec.neural.stride_order``):
+:class:`StrideOrder` sorts a row by phase ``e % stride`` as it is written, once per row. The
+elements a lane row needs at offset ``kx * dilation`` then sit side by side, from entry
+``r = stride_rotation(row_values, stride, kx * dilation)`` on, so the read side only shifts:
 
-The halo check at the start of a layer keeps every index below ``row_values``, so nothing
-wraps around, and a column's stride multiplexer has only the strides that keep it inside the
-row (other values give 0; no layer that passes the check uses them). The shifter is
-combinational.
+* lane row ``y``: ``T_y[x] = row_y[r + x]`` for the ``x`` below the widest work unit that has
+  a row ``y`` (``log2 row_values`` levels of 2:1 multiplexers, widest first, each only as
+  wide as the columns after it need);
+* lane ``i`` takes ``T_y[x]`` of its row ``y = i // W`` and column ``x = i % W``, a
+  multiplexer over the work-unit shapes that put it somewhere.
+
+The halo check at the start of a layer keeps every element a lane reads inside the row
+(``r + x < row_values``), so an entry beyond the row never reaches a lane of a beat that passed
+it: the shifter leaves those multiplexer inputs out. The shifter is combinational.
 """
 
 from amaranth.hdl import Module, Mux, Signal
@@ -22,17 +25,65 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from npu_spec.neural import work_unit_shapes
+from npu_spec.neural import stride_order, stride_rotation, work_unit_shapes
 
 from ..lib.arith import narrow_mul
 
-__all__ = ["Shifter", "value_bits"]
+__all__ = ["Shifter", "StrideOrder", "value_bits"]
+
+#: Strides the layer register can hold (3 bits; 0 is refused at the start).
+_STRIDES = range(1, 8)
 
 
 def value_bits(config):
     """Bits the input buffer and shifter keep of an input value: 8 in int8-only builds (the
     MAC array reads the low 8 bits of an int8 operand), else 16."""
     return 16 if config.has_float else 8
+
+
+class StrideOrder(wiring.Component):
+    """A halo row into stride order, as the loader writes it into the input buffer.
+
+    Parameters
+    ----------
+    row_values, bits : int
+        Inputs per halo row and bits kept of each.
+
+    Members
+    -------
+    stride : In(3)
+        The layer's stride (0, which the start check refuses, keeps the row as it is).
+    values : In(data.ArrayLayout(bits, row_values))
+        The halo row.
+    ordered : Out(data.ArrayLayout(bits, row_values))
+        Combinational: entry ``p`` is element ``stride_order(row_values, stride)[p]``.
+    """
+
+    def __init__(self, row_values, bits=16):
+        self._row_values = row_values
+        super().__init__({
+            "stride":  In(3),
+            "values":  In(data.ArrayLayout(bits, row_values)),
+            "ordered": Out(data.ArrayLayout(bits, row_values)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        rv = self._row_values
+        orders = {s: stride_order(rv, s) for s in _STRIDES}
+        for p in range(rv):
+            # One case per distinct source element, the strides that take it grouped.
+            sources = {}
+            for s in _STRIDES:
+                sources.setdefault(orders[s][p], []).append(s)
+            with m.Switch(self.stride):
+                for e, strides in sources.items():
+                    if e != p:
+                        with m.Case(*strides):
+                            m.d.comb += self.ordered[p].eq(self.values[e])
+                with m.Default():
+                    m.d.comb += self.ordered[p].eq(self.values[p])
+        return m
 
 
 class Shifter(wiring.Component):
@@ -50,7 +101,7 @@ class Shifter(wiring.Component):
     Members
     -------
     rows : In(data.ArrayLayout(data.ArrayLayout(bits, row_values), max_rows))
-        The halo row of each lane row.
+        The halo row of each lane row, in stride order (:class:`StrideOrder`).
     kx : In(4)
         Kernel column of the beat.
     dilation, stride : In(3)
@@ -80,40 +131,48 @@ class Shifter(wiring.Component):
         n = self._config.macs
         rv = self._row_values
         log2rv = exact_log2(rv)
-        strides = 1 << len(self.stride)
-        cols = min(n, rv)
-        offset = Signal(16)
+        shapes = work_unit_shapes(self._config, rv)
+
+        # The first entry the lanes read: a table of (stride, offset mod row_values); the
+        # halo check keeps the offset of every beat that passed it below row_values.
+        offset = Signal(max(log2rv, 1))
         m.d.comb += offset.eq(narrow_mul(self.kx, self.dilation, len(offset)))
+        r = Signal(max(log2rv, 1))
+        with m.Switch(self.stride):
+            for s in _STRIDES:
+                with m.Case(s):
+                    with m.Switch(offset):
+                        for o in range(rv):
+                            rot = stride_rotation(rv, s, o)
+                            if rot:
+                                with m.Case(o):
+                                    m.d.comb += r.eq(rot)
 
         shifted = []
-        for r in range(self._max_rows):
-            # Rotator; each level in named signals (an expression used twice would be copied).
-            t = [self.rows[r][j] for j in range(rv)]
-            for b in range(log2rv):
-                nxt = [Signal(self._bits, name=f"rot_r{r}_l{b}_{j}") for j in range(rv)]
-                m.d.comb += [nxt[j].eq(Mux(offset[b], t[(j + (1 << b)) % rv], t[j]))
-                             for j in range(rv)]
+        for y in range(self._max_rows):
+            # Columns of row y: the widest shape that has a row y.
+            cols = max(1 << lw for lw in shapes if (n >> lw) > y)
+            t = [self.rows[y][j] for j in range(rv)]
+            for b in reversed(range(log2rv)):
+                step = 1 << b
+                need = min(cols + step - 1, rv)      # entries the later levels read
+                nxt = []
+                for j in range(need):
+                    if j + step < len(t):
+                        v = Signal(self._bits, name=f"rot_r{y}_l{b}_{j}")
+                        m.d.comb += v.eq(Mux(r[b], t[j + step], t[j]))
+                        nxt.append(v)
+                    else:
+                        # Shifted in from beyond the row: no beat that passed the halo
+                        # check reads it.
+                        nxt.append(t[j])
                 t = nxt
-            # Stride: column x takes element x * stride. The halo check keeps x * stride below
-            # row_values for every column a layer uses, so column x needs only those strides
-            # (column 0 none, the columns from row_values / 2 on only stride 1).
-            u = []
-            for x in range(cols):
-                ux = Signal(self._bits, name=f"shift_r{r}_x{x}")
-                if x == 0:
-                    m.d.comb += ux.eq(t[0])
-                else:
-                    with m.Switch(self.stride):
-                        for s in range(1, min(strides - 1, (rv - 1) // x) + 1):
-                            with m.Case(s):
-                                m.d.comb += ux.eq(t[x * s])
-                u.append(ux)
-            shifted.append(u)
+            shifted.append(t[:cols])
 
         # Lane i: row i >> log2w, column i & (W - 1), for the shapes the build offers.
         for i in range(n):
             with m.Switch(self.log2w):
-                for lw in work_unit_shapes(self._config, rv):
+                for lw in shapes:
                     with m.Case(lw):
                         m.d.comb += self.lanes[i].eq(shifted[i >> lw][i & ((1 << lw) - 1)])
         return m
