@@ -52,7 +52,7 @@ class StrideOrder(wiring.Component):
     Members
     -------
     stride : In(3)
-        The layer's stride (0, which the start check refuses, keeps the row as it is).
+        The layer's stride (0, which the start check refuses, gives zeros).
     values : In(data.ArrayLayout(bits, row_values))
         The halo row.
     ordered : Out(data.ArrayLayout(bits, row_values))
@@ -72,17 +72,16 @@ class StrideOrder(wiring.Component):
         rv = self._row_values
         orders = {s: stride_order(rv, s) for s in _STRIDES}
         for p in range(rv):
-            # One case per distinct source element, the strides that take it grouped.
+            # One case per distinct source element, the strides that take it grouped. (No
+            # default: an entry that is a plain copy of its input for every stride makes
+            # Yosys 0.70's ABC9 stop without a message.)
             sources = {}
             for s in _STRIDES:
                 sources.setdefault(orders[s][p], []).append(s)
             with m.Switch(self.stride):
                 for e, strides in sources.items():
-                    if e != p:
-                        with m.Case(*strides):
-                            m.d.comb += self.ordered[p].eq(self.values[e])
-                with m.Default():
-                    m.d.comb += self.ordered[p].eq(self.values[p])
+                    with m.Case(*strides):
+                        m.d.comb += self.ordered[p].eq(self.values[e])
         return m
 
 
