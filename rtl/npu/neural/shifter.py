@@ -52,7 +52,8 @@ class StrideOrder(wiring.Component):
     Members
     -------
     stride : In(3)
-        The layer's stride (0, which the start check refuses, gives zeros).
+        The layer's stride. Stride 0, which the start check refuses, keeps the row as it is
+        but for entry 0, which is 0.
     values : In(data.ArrayLayout(bits, row_values))
         The halo row.
     ordered : Out(data.ArrayLayout(bits, row_values))
@@ -72,16 +73,21 @@ class StrideOrder(wiring.Component):
         rv = self._row_values
         orders = {s: stride_order(rv, s) for s in _STRIDES}
         for p in range(rv):
-            # One case per distinct source element, the strides that take it grouped. (No
-            # default: an entry that is a plain copy of its input for every stride makes
-            # Yosys 0.70's ABC9 stop without a message.)
+            # One case per distinct source element, the strides that take it grouped; the
+            # element of the same index by default. Entry 0 (element 0 for every stride) is 0
+            # for stride 0: an output that is a plain copy of an input makes Yosys 0.70's ABC9
+            # stop without a message.
             sources = {}
             for s in _STRIDES:
                 sources.setdefault(orders[s][p], []).append(s)
             with m.Switch(self.stride):
                 for e, strides in sources.items():
-                    with m.Case(*strides):
-                        m.d.comb += self.ordered[p].eq(self.values[e])
+                    if e != p or p == 0:
+                        with m.Case(*strides):
+                            m.d.comb += self.ordered[p].eq(self.values[e])
+                if p:
+                    with m.Default():
+                        m.d.comb += self.ordered[p].eq(self.values[p])
         return m
 
 
