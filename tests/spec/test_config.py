@@ -57,7 +57,8 @@ def test_icebreaker_geometry():
     ("ne_buffer_rows", -1), ("ne_buffer_rows", 4097), ("ne_out_channels", -1),
     ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65),
     ("ne_out_size", -1), ("ne_out_size", 4096), ("ne_control", "small"),
-    ("ne_post_lanes", -1), ("ne_post_lanes", 3), ("ne_post_lanes", 32)])
+    ("ne_post_lanes", -1), ("ne_post_lanes", 3), ("ne_post_lanes", 32),
+    ("ne_shift_stages", -1), ("ne_shift_stages", 2)])
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"NPUConfig.{field}"):
         preset("small").replace(**{field: value})

@@ -177,7 +177,8 @@ class NeuralEngine(wiring.Component):
         dp.submodules.buffer = buffer = InputBuffer(self.max_rows, self.row_values,
                                                     self.buffer_rows, bits)
         dp.submodules.order = order = StrideOrder(self.row_values, bits)
-        dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values, bits)
+        dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values, bits,
+                                                  stages=cfg.ne_shift_stages)
         dp.submodules.sequencer = seq = Sequencer(cfg, self.row_values, self.buffer_rows)
         dp.submodules.mac = mac = mac_array(cfg, unit=shared_mac_unit(cfg, self._shared))
         # The slots of a work unit finish on consecutive commands and the post-processor takes
@@ -243,7 +244,7 @@ class NeuralEngine(wiring.Component):
             buffer.fill.eq(loader.fill), loader.full.eq(buffer.full),
             buffer.release.eq(seq.release), seq.full.eq(buffer.full),
             buffer.read_addr.eq(seq.read_addr), buffer.read_en.eq(seq.read_en),
-            shifter.rows.eq(buffer.rows), shifter.kx.eq(seq.kx),
+            shifter.rows.eq(buffer.rows), shifter.kx.eq(seq.kx), shifter.en.eq(seq.read_en),
             shifter.dilation.eq(layer.dilation), shifter.stride.eq(layer.stride),
             shifter.log2w.eq(layer.log2w),
         ]

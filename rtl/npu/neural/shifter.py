@@ -17,7 +17,10 @@ elements a lane row needs at offset ``kx * dilation`` then sit side by side, fro
 
 The halo check at the start of a layer keeps every element a lane reads inside the row
 (``r + x < row_values``), so an entry beyond the row never reaches a lane of a beat that passed
-it: the shifter leaves those multiplexer inputs out. The shifter is combinational.
+it: the shifter leaves those multiplexer inputs out. The shifter is combinational, or with
+``stages=1`` (``NPUConfig.ne_shift_stages``) has a register after its two widest levels,
+loaded when ``en`` is high: the lanes then answer the inputs of the last cycle ``en`` was high
+in.
 """
 
 from amaranth.hdl import Module, Mux, Signal
@@ -102,9 +105,14 @@ class Shifter(wiring.Component):
     bits : int
         Bits of an input value: 16, or 8 in int8-only builds (``value_bits(config)``), whose
         MAC array reads only the low 8 bits of an operand.
+    stages : int
+        Pipeline registers: 0 (combinational) or 1 (``config.ne_shift_stages``).
 
     Members
     -------
+    en : In(1)
+        With ``stages=1``: load the register (the inputs move on). Not read with
+        ``stages=0``.
     rows : In(data.ArrayLayout(data.ArrayLayout(bits, row_values), max_rows))
         The halo row of each lane row, in stride order (:class:`StrideOrder`).
     kx : In(4)
@@ -114,15 +122,19 @@ class Shifter(wiring.Component):
     log2w : In(4)
         The work-unit shape: ``W = 2**log2w``.
     lanes : Out(data.ArrayLayout(bits, macs))
-        Combinational: each lane's input.
+        Each lane's input: combinational, or ``stages`` cycles of ``en`` late.
     """
 
-    def __init__(self, config, max_rows, row_values, bits=16):
+    def __init__(self, config, max_rows, row_values, bits=16, stages=0):
+        if stages not in (0, 1):
+            raise ValueError(f"stages must be 0 or 1, not {stages!r}")
         self._config = config
         self._max_rows = max_rows
         self._row_values = row_values
         self._bits = bits
+        self._stages = stages
         super().__init__({
+            "en":       In(1),
             "rows":     In(data.ArrayLayout(data.ArrayLayout(bits, row_values), max_rows)),
             "kx":       In(4),
             "dilation": In(3),
@@ -153,6 +165,13 @@ class Shifter(wiring.Component):
                                 with m.Case(o):
                                     m.d.comb += r.eq(rot)
 
+        # With a register: after the two widest levels, with the rotation it still applies.
+        cut = log2rv - 2 if self._stages else -1
+        r_late = r
+        if self._stages:
+            r_late = Signal.like(r, name="r_late")
+            with m.If(self.en):
+                m.d.sync += r_late.eq(r)
         shifted = []
         for y in range(self._max_rows):
             # Columns of row y: the widest shape that has a row y.
@@ -165,13 +184,19 @@ class Shifter(wiring.Component):
                 for j in range(need):
                     if j + step < len(t):
                         v = Signal(self._bits, name=f"rot_r{y}_l{b}_{j}")
-                        m.d.comb += v.eq(Mux(r[b], t[j + step], t[j]))
+                        m.d.comb += v.eq(Mux((r if b >= cut else r_late)[b], t[j + step],
+                                             t[j]))
                         nxt.append(v)
                     else:
                         # Shifted in from beyond the row: no beat that passed the halo
                         # check reads it.
                         nxt.append(t[j])
                 t = nxt
+                if b == cut:
+                    held = [Signal(self._bits, name=f"pipe_r{y}_{j}") for j in range(len(t))]
+                    with m.If(self.en):
+                        m.d.sync += [held[j].eq(t[j]) for j in range(len(t))]
+                    t = held
             shifted.append(t[:cols])
 
         # Lane i: row i >> log2w, column i & (W - 1), for the shapes the build offers.

@@ -73,3 +73,49 @@ def test_stride_order(row_values):
     sim = Simulator(dut)
     sim.add_testbench(tb)
     sim.run()
+
+
+@pytest.mark.parametrize("name", ["ulx3s", "icebreaker"])
+def test_one_stage(name):
+    """With ``stages=1`` the lanes answer the inputs of the last cycle ``en`` was high in; a
+    cycle with ``en`` low changes nothing."""
+    config = preset(name)
+    max_rows, row_values, _ = engine_geometry(config)
+    bits = value_bits(config)
+    dut = Shifter(config, max_rows, row_values, bits, stages=1)
+    rng = random.Random(7)
+    n = config.macs
+
+    def beat():
+        log2w = rng.choice(work_unit_shapes(config))
+        w = 1 << log2w
+        while True:
+            stride, dilation, kx = rng.randint(1, 7), rng.randint(1, 7), rng.randint(0, 15)
+            if (w - 1) * stride + kx * dilation < row_values:
+                break
+        rows = [[rng.randrange(1 << bits) for _ in range(row_values)] for _ in range(max_rows)]
+        order = stride_order(row_values, stride)
+        inputs = {"rows": [[row[e] for e in order] for row in rows], "kx": kx,
+                  "stride": stride, "dilation": dilation, "log2w": log2w}
+        return inputs, lane_inputs(rows, kx, dilation, stride, log2w, n)
+
+    async def tb(ctx):
+        for _ in range(60):
+            inputs, expect = beat()
+            for name, value in inputs.items():
+                ctx.set(getattr(dut, name), value)
+            ctx.set(dut.en, 1)
+            await ctx.tick()
+            # The next beat's inputs (its stride and shape are the layer's, so they stay).
+            other, _ = beat()
+            ctx.set(dut.rows, other["rows"])
+            ctx.set(dut.kx, other["kx"])
+            ctx.set(dut.en, 0)
+            await ctx.tick()
+            lanes = ctx.get(dut.lanes)
+            assert [lanes[i] for i in range(n)] == expect
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
