@@ -38,11 +38,12 @@ def test_post_lanes():
 
 def test_ulx3s_geometry():
     """The ``ulx3s`` core: 32-value halo rows, 13-bit channel counters, one post-processor
-    lane (32 cycles a result beat)."""
+    lane (32 cycles a result beat), a register inside the shifter."""
     config = preset("ulx3s")
     assert engine_geometry(config) == (4, 32, 256)
     assert out_channel_limit(config).bit_length() == 13
     assert post_lanes(config) == 1
+    assert config.ne_shift_stages == 1 and preset("small").ne_shift_stages == 0
 
 
 def test_icebreaker_geometry():
