@@ -38,7 +38,7 @@ from npu_fpga.synth import (
 )
 from npu_spec.config import preset
 
-UNITS = ("control", "setup", "dma", "extract", "buffer", "shifter", "sequencer", "mac",
+UNITS = ("control", "setup", "dma", "extract", "buffer", "order", "shifter", "sequencer", "mac",
          "results", "replay", "post", "writer", "watchdog")
 
 #: Per target: the Yosys command, the cell-name pattern of the ``stat`` lines, and the table's

@@ -177,6 +177,13 @@ class NPUConfig:
         head, tail, base and limit registers of ``npu_spec.taskman.address_bits`` bits; the
         stall counters left out). A program whose setup does not fit the lean build is refused
         with the rule of ``npu_spec.taskman.lean_error``. ``docs/task_manager.md``.
+    ne_shift_stages : int
+        Pipeline registers inside each core's shifter: 0 (the default; the shifter is
+        combinational between the input-buffer read and the MAC command register) or 1 (a
+        register after the shifter's two widest levels, and one more stage in the sequencer's
+        issue pipeline). Results are unchanged; a command leaves one cycle later. The register
+        keeps Yosys from spreading the shifter's levels over wide LUTs: fewer LUTs, more
+        flip-flops (``docs/neural_engine.md``, "Input buffer and shifter").
     target : str
         What the preset is sized for (documentation only).
     """
@@ -209,6 +216,7 @@ class NPUConfig:
     planar_impl: str = "float"
     planar_fp_share: int = 1
     taskman_impl: str = "full"
+    ne_shift_stages: int = 0
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -225,7 +233,8 @@ class NPUConfig:
                              ("kernel_kib", 1, 1 << 10), ("result_queue", 0, 64),
                              ("ne_buffer_rows", 0, 4096),
                              ("ne_out_channels", 0, 4095 * 4095),
-                             ("ne_kernel_queue", 0, 64), ("ne_out_size", 0, 4095)):
+                             ("ne_kernel_queue", 0, 64), ("ne_out_size", 0, 4095),
+                             ("ne_shift_stages", 0, 1)):
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"NPUConfig.{name} must be in [{lo}, {hi}], not {value!r}")
@@ -353,6 +362,7 @@ PRESETS = {
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
         kernel_kib=8, mac_impl="ecp5_shared", fp_share=4, planar_fp_share=4,
         ne_post_lanes=1, ne_row_values=32, ne_out_channels=4096,
+        ne_shift_stages=1,
         target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory"),
     "ane": NPUConfig(
         name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),

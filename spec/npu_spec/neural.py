@@ -43,6 +43,8 @@ __all__ = [
     "layer_writes",
     "make_layer",
     "result_order",
+    "stride_order",
+    "stride_rotation",
     "work_unit",
     "work_unit_shapes",
 ]
@@ -281,6 +283,23 @@ def halo_width(log2w, kw, stride, dilation):
     """Inputs a lane row of a ``2**log2w``-wide work unit needs per kernel row: its halo
     row, ``(W - 1) * stride + (kw - 1) * dilation + 1``."""
     return ((1 << log2w) - 1) * stride + (kw - 1) * dilation + 1
+
+
+def stride_order(row_values, stride):
+    """Where the input buffer keeps a halo row's values for a layer of stride ``stride``: entry
+    ``p`` holds element ``stride_order(...)[p]`` of the halo row. The elements are sorted by
+    phase ``e % stride``, then by ``e // stride``, so that the elements one lane row needs at
+    a kernel offset, ``x * stride + offset`` for ``x = 0, 1, ...``, sit side by side (at
+    :func:`stride_rotation` ``+ x``). Stride 1 keeps the row as it is."""
+    return tuple(e for phase in range(stride) for e in range(phase, row_values, stride))
+
+
+def stride_rotation(row_values, stride, offset):
+    """The entry of a row kept in :func:`stride_order` that holds element ``offset`` of the
+    halo row (``offset < row_values``); element ``x * stride + offset`` follows it ``x``
+    entries on, as long as it lies inside the halo row."""
+    phase, q = offset % stride, offset // stride
+    return sum(-(-(row_values - p) // stride) for p in range(phase)) + q
 
 
 def best_log2w(config, out_w, kw=1, stride=1, dilation=1, row_values=None):

@@ -38,11 +38,12 @@ def test_post_lanes():
 
 def test_ulx3s_geometry():
     """The ``ulx3s`` core: 32-value halo rows, 13-bit channel counters, one post-processor
-    lane (32 cycles a result beat)."""
+    lane (32 cycles a result beat), a register inside the shifter."""
     config = preset("ulx3s")
     assert engine_geometry(config) == (4, 32, 256)
     assert out_channel_limit(config).bit_length() == 13
     assert post_lanes(config) == 1
+    assert config.ne_shift_stages == 1 and preset("small").ne_shift_stages == 0
 
 
 def test_icebreaker_geometry():
@@ -57,7 +58,8 @@ def test_icebreaker_geometry():
     ("ne_buffer_rows", -1), ("ne_buffer_rows", 4097), ("ne_out_channels", -1),
     ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65),
     ("ne_out_size", -1), ("ne_out_size", 4096), ("ne_control", "small"),
-    ("ne_post_lanes", -1), ("ne_post_lanes", 3), ("ne_post_lanes", 32)])
+    ("ne_post_lanes", -1), ("ne_post_lanes", 3), ("ne_post_lanes", 32),
+    ("ne_shift_stages", -1), ("ne_shift_stages", 2)])
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"NPUConfig.{field}"):
         preset("small").replace(**{field: value})

@@ -54,7 +54,7 @@ from .mac_select import mac_array, shared_mac_unit
 from .postproc_seq import post_processor
 from .replay import ParamReplay
 from .sequencer import Sequencer
-from .shifter import Shifter, value_bits
+from .shifter import Shifter, StrideOrder, value_bits
 from .watchdog import Watchdog
 from .writer import Writer
 
@@ -176,7 +176,9 @@ class NeuralEngine(wiring.Component):
                                                tile_bits=tb)
         dp.submodules.buffer = buffer = InputBuffer(self.max_rows, self.row_values,
                                                     self.buffer_rows, bits)
-        dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values, bits)
+        dp.submodules.order = order = StrideOrder(self.row_values, bits)
+        dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values, bits,
+                                                  stages=cfg.ne_shift_stages)
         dp.submodules.sequencer = seq = Sequencer(cfg, self.row_values, self.buffer_rows)
         dp.submodules.mac = mac = mac_array(cfg, unit=shared_mac_unit(cfg, self._shared))
         # The slots of a work unit finish on consecutive commands and the post-processor takes
@@ -232,12 +234,17 @@ class NeuralEngine(wiring.Component):
         # Inputs: loader, input buffer, shifter.
         wiring.connect(dp, wiring.flipped(self.row_req), loader.row_req)
         wiring.connect(dp, wiring.flipped(self.row_data), loader.row_data)
-        wiring.connect(dp, loader.buffer, buffer.write)
+        # The rows go into the buffer in stride order (the shifter reads them so).
+        dp.d.comb += [
+            buffer.write.en.eq(loader.buffer.en), buffer.write.row.eq(loader.buffer.row),
+            buffer.write.addr.eq(loader.buffer.addr), order.stride.eq(layer.stride),
+            order.values.eq(loader.buffer.values), buffer.write.values.eq(order.ordered),
+        ]
         dp.d.comb += [
             buffer.fill.eq(loader.fill), loader.full.eq(buffer.full),
             buffer.release.eq(seq.release), seq.full.eq(buffer.full),
             buffer.read_addr.eq(seq.read_addr), buffer.read_en.eq(seq.read_en),
-            shifter.rows.eq(buffer.rows), shifter.kx.eq(seq.kx),
+            shifter.rows.eq(buffer.rows), shifter.kx.eq(seq.kx), shifter.en.eq(seq.read_en),
             shifter.dilation.eq(layer.dilation), shifter.stride.eq(layer.stride),
             shifter.log2w.eq(layer.log2w),
         ]

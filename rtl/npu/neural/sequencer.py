@@ -10,6 +10,9 @@ pipeline (``docs/neural_engine.md``)::
     S1: the rows are read; the shifter picks each lane's input at kernel column kx
     S2: the MAC command register
 
+With ``NPUConfig.ne_shift_stages`` 1 the shifter has a register of its own, loaded as the
+pipeline advances (``read_en``), and the beat spends one more stage between S1 and S2.
+
 A slot whose kernel is all zero gets one ``hold`` beat: a command that yields exactly its bias
 (``MAX`` against a product of -infinity on binary32 accumulators, ``MAC`` with coefficient 0
 on int32 ones).
@@ -19,7 +22,7 @@ with an error code (the halo and buffer checks, the extractor's and the post-pro
 errors, the watchdog), when it also clears the datapath (``fail``).
 """
 
-from amaranth.hdl import Module, Mux, Shape, Signal
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -93,7 +96,8 @@ class Sequencer(wiring.Component):
     kx : Out(4)
         Kernel column of the beat in S1 (for the shifter).
     lanes : In(data.ArrayLayout(16, macs))
-        The shifter's output: each lane's input for the beat in S1.
+        The shifter's output: each lane's input for the beat in S1, or with
+        ``ne_shift_stages`` 1 for the beat in the stage after S1.
     cmd : Out(stream.Signature(mac_command_layout(macs, slots)))
         MAC commands.
     post_error : In(1)
@@ -330,30 +334,42 @@ class Sequencer(wiring.Component):
             ]
         m.d.comb += [self.read_addr.eq(s0_addr), self.read_en.eq(advance), self.kx.eq(s1.kx)]
 
+        # The shifter's own stages: the beat and its bias wait there for its lanes.
+        late, late_valid, late_bias = s1, s1_valid, bias_read
+        stages = [s1_valid]
+        for k in range(self._config.ne_shift_stages):
+            nxt = Signal.like(beat, name=f"shift{k}")
+            nxt_valid = Signal(name=f"shift{k}_valid")
+            nxt_bias = Signal.like(bias_read, name=f"shift{k}_bias")
+            with m.If(advance):
+                m.d.sync += [nxt.eq(late), nxt_valid.eq(late_valid), nxt_bias.eq(late_bias)]
+            late, late_valid, late_bias = nxt, nxt_valid, nxt_bias
+            stages.append(nxt_valid)
+
         # S2: the command. A hold beat of a float format multiplies -inf by 1.0 (or int8 1).
         fp_data, fp_coef, is_int = geo.fp_data, geo.fp_coef, geo.is_int
         hold_data = Mux(fp_data, F16_NEG_INF, 1)
         hold_coef = Mux(fp_data, Mux(fp_coef, F16_ONE, 1), F16_NEG_INF)
         with m.If(advance):
             m.d.sync += [
-                self.cmd.valid.eq(s1_valid),
-                cmd.op.eq(Mux(s1.hold & ~is_int, MacOp.MAX, MacOp.MAC)),
+                self.cmd.valid.eq(late_valid),
+                cmd.op.eq(Mux(late.hold & ~is_int, MacOp.MAX, MacOp.MAC)),
                 cmd.fmt.eq(layer.fmt),
-                cmd.slot.eq(s1.slot),
-                cmd.first.eq(s1.first),
-                cmd.last.eq(s1.last),
+                cmd.slot.eq(late.slot),
+                cmd.first.eq(late.first),
+                cmd.last.eq(late.last),
                 cmd.dual.eq(0),
-                cmd.bias.eq(bias_read),
-                cmd.coef[0].eq(Mux(s1.hold, Mux(is_int, 0, hold_coef), s1.coef)),
+                cmd.bias.eq(late_bias),
+                cmd.coef[0].eq(Mux(late.hold, Mux(is_int, 0, hold_coef), late.coef)),
                 cmd.coef[1].eq(0),
             ]
-            m.d.sync += [cmd.data[i].eq(Mux(s1.hold & ~is_int, hold_data, self.lanes[i]))
+            m.d.sync += [cmd.data[i].eq(Mux(late.hold & ~is_int, hold_data, self.lanes[i]))
                          for i in range(self._config.macs)]
 
         in_flight = Signal(2)
         pipe_empty = Signal()
         m.d.comb += [
             in_flight.eq(Mux(s0_valid, Mux(s0_bank, 0b10, 0b01), 0)),
-            pipe_empty.eq(~s0_valid & ~s1_valid & ~self.cmd.valid),
+            pipe_empty.eq(~s0_valid & ~Cat(*stages).any() & ~self.cmd.valid),
         ]
         return in_flight, pipe_empty

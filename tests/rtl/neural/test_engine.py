@@ -79,6 +79,20 @@ def test_every_work_unit_shape():
                                backend="verilator"))
 
 
+def test_every_stride():
+    """Strides 1 to 7 (the input buffer keeps each row in the stride's order), with dilation
+    and padding, int8 and fp16, against the golden model."""
+    cases = []
+    for s in range(1, 8):
+        d = 1 + s % 3
+        layer = ConvLayer(2, 3 * s + 4, 4 * s + 5, 3, 2, 3, stride=s, dilation=d, pad=s % 2,
+                          fmt="int8" if s % 2 else "fp16")
+        cases.append(random_case(SMALL, layer, seed=200 + s))
+        assert int(layer_error(layer_fields(cases[-1]), SMALL)) == EngineError.NONE.value
+    _check(cases, run_rtl_many([dict(case=c, stall=0.1) for c in cases], SMALL,
+                               backend="verilator"))
+
+
 def test_bad_programs_set_error_and_the_next_layer_runs():
     good = random_case(SMALL, ConvLayer(2, 5, 5, 3, 3, 3, pad=1, fmt="int8"), seed=9)
     wide = random_case(SMALL, ConvLayer(2, 5, 40, 3, 3, 3, stride=2, fmt="int8"), seed=9,

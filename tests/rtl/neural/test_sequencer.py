@@ -27,10 +27,13 @@ def lane_value(addr, kx, lane):
 
 
 class Bench(Elaboratable):
-    """The sequencer with the stand-in input buffer (read in one cycle)."""
+    """The sequencer with the stand-in input buffer (read in one cycle) and a stand-in
+    shifter with ``stages`` registers (``ne_shift_stages``), loaded on ``read_en`` as the real
+    one's."""
 
-    def __init__(self):
-        self.seq = Sequencer(CONFIG, ROW_VALUES, BUFFER_ROWS)
+    def __init__(self, stages=0):
+        self.stages = stages
+        self.seq = Sequencer(CONFIG.replace(ne_shift_stages=stages), ROW_VALUES, BUFFER_ROWS)
 
     def elaborate(self, platform):
         m = Module()
@@ -38,8 +41,13 @@ class Bench(Elaboratable):
         held = Signal.like(seq.read_addr)
         with m.If(seq.read_en):
             m.d.sync += held.eq(seq.read_addr)
-        m.d.comb += [seq.lanes[i].eq((((held << 4) | seq.kx) + i)[:16])
-                     for i in range(CONFIG.macs)]
+        lanes = [(((held << 4) | seq.kx) + i)[:16] for i in range(CONFIG.macs)]
+        for k in range(self.stages):
+            late = [Signal(16, name=f"lane{i}_stage{k}") for i in range(CONFIG.macs)]
+            with m.If(seq.read_en):
+                m.d.sync += [late[i].eq(lanes[i]) for i in range(CONFIG.macs)]
+            lanes = late
+        m.d.comb += [seq.lanes[i].eq(lanes[i]) for i in range(CONFIG.macs)]
         return m
 
 
@@ -144,9 +152,11 @@ async def start(ctx, seq, fields, check=EngineError.NONE, **geometry_changes):
     ctx.set(seq.go, 0)
 
 
+@pytest.mark.parametrize("stages", [0, 1])
 @pytest.mark.parametrize("stall", [0.0, 0.4])
-def test_commands_against_model(stall):
-    bench = Bench()
+def test_commands_against_model(stall, stages):
+    """Every command, with a combinational shifter and with one of ``ne_shift_stages=1``."""
+    bench = Bench(stages)
     seq = bench.seq
     rng = np.random.default_rng(int(stall * 10) + 1)
     layers = []

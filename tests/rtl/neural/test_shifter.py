@@ -1,23 +1,24 @@
 # amaranth: UnusedElaboratable=no
-"""The shifter (npu.neural.shifter) against npu_model.neural.lane_inputs."""
+"""The shifter (npu.neural.shifter) against npu_model.neural.lane_inputs: the rows as the
+input buffer keeps them (StrideOrder), the lanes as the model reads the halo rows."""
 
 import random
 
 import pytest
 from amaranth.sim import Simulator
 
-from npu.neural.shifter import Shifter, value_bits
+from npu.neural.shifter import Shifter, StrideOrder, value_bits
 from npu_model.neural import lane_inputs
 from npu_spec.config import NPUConfig, preset
-from npu_spec.neural import engine_geometry, work_unit_shapes
+from npu_spec.neural import engine_geometry, stride_order, work_unit_shapes
 
 
 @pytest.mark.parametrize("config", [preset("small"), preset("ice40"), preset("icebreaker"),
-                                    NPUConfig(macs=64, acc_slots=8)],
-                         ids=["small", "ice40", "icebreaker", "64macs"])
+                                    preset("ulx3s"), NPUConfig(macs=64, acc_slots=8)],
+                         ids=["small", "ice40", "icebreaker", "ulx3s", "64macs"])
 def test_against_model(config):
     """Int8-only builds (``ice40``, and ``icebreaker`` with its 8-value rows) keep 8 bits
-    a value."""
+    a value. The shifter reads the rows in stride order, the model the halo rows."""
     max_rows, row_values, _ = engine_geometry(config)
     bits = value_bits(config)
     assert bits == (16 if config.has_float else 8)
@@ -35,7 +36,8 @@ def test_against_model(config):
                     break
             rows = [[rng.randrange(1 << bits) for _ in range(row_values)]
                     for _ in range(max_rows)]
-            ctx.set(dut.rows, rows)
+            order = stride_order(row_values, stride)
+            ctx.set(dut.rows, [[row[e] for e in order] for row in rows])
             for name, value in (("kx", kx), ("stride", stride), ("dilation", dilation),
                                 ("log2w", log2w)):
                 ctx.set(getattr(dut, name), value)
@@ -44,5 +46,76 @@ def test_against_model(config):
                 lane_inputs(rows, kx, dilation, stride, log2w, n), (log2w, stride, dilation, kx)
 
     sim = Simulator(dut)       # combinational: no clock
+    sim.add_testbench(tb)
+    sim.run()
+
+
+@pytest.mark.parametrize("row_values", [8, 32])
+def test_stride_order(row_values):
+    """Every stride's order against npu_spec.neural.stride_order, every element kept once;
+    stride 0, which the start check refuses, keeps the row but for entry 0 (0)."""
+    dut = StrideOrder(row_values, 16)
+    rng = random.Random(row_values)
+
+    async def tb(ctx):
+        for stride in range(8):
+            values = [rng.randrange(1 << 16) for _ in range(row_values)]
+            ctx.set(dut.values, values)
+            ctx.set(dut.stride, stride)
+            ordered = ctx.get(dut.ordered)
+            got = [ordered[p] for p in range(row_values)]
+            if not stride:
+                assert got == [0] + values[1:]
+                continue
+            assert got == [values[e] for e in stride_order(row_values, stride)], stride
+            assert sorted(got) == sorted(values)
+
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+
+
+@pytest.mark.parametrize("name", ["ulx3s", "icebreaker"])
+def test_one_stage(name):
+    """With ``stages=1`` the lanes answer the inputs of the last cycle ``en`` was high in; a
+    cycle with ``en`` low changes nothing."""
+    config = preset(name)
+    max_rows, row_values, _ = engine_geometry(config)
+    bits = value_bits(config)
+    dut = Shifter(config, max_rows, row_values, bits, stages=1)
+    rng = random.Random(7)
+    n = config.macs
+
+    def beat():
+        log2w = rng.choice(work_unit_shapes(config))
+        w = 1 << log2w
+        while True:
+            stride, dilation, kx = rng.randint(1, 7), rng.randint(1, 7), rng.randint(0, 15)
+            if (w - 1) * stride + kx * dilation < row_values:
+                break
+        rows = [[rng.randrange(1 << bits) for _ in range(row_values)] for _ in range(max_rows)]
+        order = stride_order(row_values, stride)
+        inputs = {"rows": [[row[e] for e in order] for row in rows], "kx": kx,
+                  "stride": stride, "dilation": dilation, "log2w": log2w}
+        return inputs, lane_inputs(rows, kx, dilation, stride, log2w, n)
+
+    async def tb(ctx):
+        for _ in range(60):
+            inputs, expect = beat()
+            for name, value in inputs.items():
+                ctx.set(getattr(dut, name), value)
+            ctx.set(dut.en, 1)
+            await ctx.tick()
+            # The next beat's inputs (its stride and shape are the layer's, so they stay).
+            other, _ = beat()
+            ctx.set(dut.rows, other["rows"])
+            ctx.set(dut.kx, other["kx"])
+            ctx.set(dut.en, 0)
+            await ctx.tick()
+            lanes = ctx.get(dut.lanes)
+            assert [lanes[i] for i in range(n)] == expect
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
     sim.add_testbench(tb)
     sim.run()
