@@ -39,10 +39,12 @@ from .mac_ecp5 import credit_queue, queue_depth_or_default, registered_product
 
 __all__ = ["FloatUnitECP5", "IntLaneECP5", "MacArrayECP5Shared", "shared_stages"]
 
-#: Stage in which the float path's accumulator input is registered (the slot is read as the
-#: entry leaves S3), the int8 path's, and the result register (the slot is written with the
-#: value going into it, as the entry leaves S10).
-FLOAT_READ, INT_READ, RESULT = 4, 9, 11
+#: Stage in which the accumulator input is registered (the slot is read as the entry leaves
+#: S3, by an int8 entry and a float sub-beat alike), the stage the int8 operands enter the
+#: multiplier's input registers (S3; the product leaves it into S4), the stage holding the
+#: int8 value selected by op, and the result register (the slot is written with the value
+#: going into it, as the entry leaves S10).
+FLOAT_READ, INT_MUL, INT_SELECT, RESULT = 4, 3, 6, 11
 
 
 def shared_stages():
@@ -144,29 +146,32 @@ class FloatUnitECP5(wiring.Component):
 class IntLaneECP5(wiring.Component):
     """One int8 lane with the accumulator slots of its position, and its result register.
 
-    The int8 path: S0 operand registers, S1-S6 the data operand carried on (8 bits), S7-S8 the
-    ``MULT18X18D``, S9 the product and the accumulator input (slot or bias), S10 the sum and
-    the order of product and accumulator, S11 the result register (selected by op). The result
-    register also takes the float unit's result when the entry in S10 is a float sub-beat for
-    this lane; the slot is written with the same value in the same cycle.
+    The slots have one read port, read as an entry leaves S3 whatever its format (an int8
+    entry for itself, a float sub-beat for the float unit serving the lane), so that int8 and
+    float entries never compete for it. The int8 path: S0-S2 the operands carried on (8 bits),
+    S3-S4 the ``MULT18X18D``, S4 the product and the accumulator input (slot or bias), S5 one
+    33-bit carry chain (``acc + p`` for ``MAC``, ``acc - p`` for the others, whose sign orders
+    the two) and the equality, S6 the value selected by op, S7-S10 that value carried on, S11
+    the result register. The result register takes the float unit's result instead when the
+    entry in S10 is a float sub-beat for this lane; the slot is written with the same value in
+    the same cycle. The datapath registers have no reset (``flush`` and the domain reset reach
+    only the control that says which of them count).
 
     Members
     -------
     a, b : In(8)
         Int8 operands of the entry entering S0.
     rd_slot, rd_first, bias : In
-        Slot, ``first`` and bias of the entry in S8 (the int8 read).
-    op : In(MacOp)
-        Operation of the entry in S10.
+        Slot, ``first`` and bias of the entry in S3 (the read).
+    rd_op : In(MacOp)
+        Operation of the entry in S3.
     load, use_float, kill : In(1)
         The entry in S10 writes this lane; it is a float sub-beat (take ``f_result``); it is
         killed (result zero, no slot write).
     wr_slot, wr_en : In
         The entry in S10: its slot, and whether it writes this lane's slot.
-    f_slot : In
-        Slot read for the float unit (the entry in S3).
     f_data : Out(32)
-        That slot's value.
+        The slot read for the entry in S3 (the float unit's accumulator input).
     f_result : In(32)
         The float unit's result for the entry in S10.
     result : Out(32)
@@ -179,10 +184,10 @@ class IntLaneECP5(wiring.Component):
         slot = slot_shape(config.acc_slots)
         super().__init__({
             "a": In(8), "b": In(8),
-            "rd_slot": In(slot), "rd_first": In(1), "bias": In(32),
-            "op": In(MacOp), "load": In(1), "use_float": In(1), "kill": In(1),
+            "rd_slot": In(slot), "rd_first": In(1), "bias": In(32), "rd_op": In(MacOp),
+            "load": In(1), "use_float": In(1), "kill": In(1),
             "wr_slot": In(slot), "wr_en": In(1),
-            "f_slot": In(slot), "f_data": Out(32), "f_result": In(32),
+            "f_data": Out(32), "f_result": In(32),
             "result": Out(32),
         })
 
@@ -190,56 +195,69 @@ class IntLaneECP5(wiring.Component):
         m = Module()
         cfg = self._config
 
-        # Accumulator slots: read by the int8 path (S8) and, for the float unit, by a second
-        # port (S3); written with the value going into the result register, so that a read in
-        # the next cycle sees it (no bypass multiplexer).
+        # Accumulator slots: one read port (the entry leaving S3), written with the value
+        # going into the result register, so that a read in the next cycle sees it (no bypass
+        # multiplexer).
         m.submodules.acc = acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
-        if cfg.has_float:
-            f_rd = acc.read_port(domain="comb")
-            m.d.comb += [f_rd.addr.eq(self.f_slot), self.f_data.eq(f_rd.data)]
+        rd = acc.read_port(domain="comb")
+        m.d.comb += [rd.addr.eq(self.rd_slot), self.f_data.eq(rd.data)]
         int_res = Const(0, 32)
         if cfg.has_int8:
-            int_res = self._int_path(m, acc)
+            int_res = self._int_path(m, rd.data)
 
         # S11: the result register, and the slot write.
         value = Signal(32)
         m.d.comb += value.eq(Mux(self.kill, 0, Mux(self.use_float, self.f_result, int_res)))
+        result = Signal(32, reset_less=True)
         with m.If(self.load):
-            m.d.sync += self.result.eq(value)
+            m.d.sync += result.eq(value)
+        m.d.comb += self.result.eq(result)
         wr = acc.write_port()
         m.d.comb += [wr.addr.eq(self.wr_slot), wr.data.eq(value), wr.en.eq(self.wr_en)]
         return m
 
-    def _int_path(self, m, acc):
-        """The int8 product and int32 accumulate; the selected result of the entry in S10."""
-        # S0-S6: the operands carried on; S7-S8 the multiplier (the low 16 bits of the product
+    def _int_path(self, m, slot_data):
+        """The int8 product and int32 accumulate; the value of the entry in S10."""
+        def reg(shape, name):
+            return Signal(shape, name=name, reset_less=True)
+
+        # S0-S2: the operands carried on; S3-S4 the multiplier (the low 16 bits of the product
         # of the sign-extended operands are the int16 product).
         a, b = self.a, self.b
-        for i in range(INT_READ - Mult18x18D.LATENCY):
-            a_i, b_i = Signal(8, name=f"a{i}"), Signal(8, name=f"b{i}")
+        for i in range(INT_MUL):
+            a_i, b_i = reg(8, f"a{i}"), reg(8, f"b{i}")
             m.d.sync += [a_i.eq(a), b_i.eq(b)]
             a, b = a_i, b_i
         m.submodules.mult = mult = Mult18x18D(primitive=self._primitive)
         m.d.comb += [mult.a.eq(a.as_signed()), mult.b.eq(b.as_signed())]
+        p4 = mult.p[:16].as_signed()
 
-        # S9: product and accumulator input (the slot is read as the entry leaves S8; the
-        # interlock keeps every writer of that slot at least 8 entries ahead, long written).
-        rd = acc.read_port(domain="comb")
-        m.d.comb += rd.addr.eq(self.rd_slot)
-        p9, acc9 = Signal(32), Signal(32)
-        m.d.sync += [p9.eq(mult.p[:16].as_signed()),
-                     acc9.eq(Mux(self.rd_first, self.bias, rd.data))]
+        # S4: the accumulator input (the slot is read as the entry leaves S3) and whether the
+        # chain subtracts (every op but MAC).
+        acc4, sub4, op4 = reg(32, "acc4"), reg(1, "sub4"), reg(MacOp, "op4")
+        m.d.sync += [acc4.eq(Mux(self.rd_first, self.bias, slot_data)),
+                     sub4.eq(self.rd_op != MacOp.MAC), op4.eq(self.rd_op)]
 
-        # S10: sum and order; the selection by op is combinational into the result register.
-        sum10, lt10, eq10 = Signal(32), Signal(), Signal()
-        acc10, p10 = Signal(32), Signal(32)
+        # S5: one carry chain, acc + p or acc - p in 33 bits (its sign says p > acc), and the
+        # equality; the operands kept for MAX and MIN.
+        chain5, eq5 = reg(33, "chain5"), reg(1, "eq5")
+        acc5, p5, op5 = reg(32, "acc5"), reg(16, "p5"), reg(MacOp, "op5")
         m.d.sync += [
-            sum10.eq(acc9 + p9),
-            lt10.eq(p9.as_signed() < acc9.as_signed()),
-            eq10.eq(p9 == acc9),
-            acc10.eq(acc9), p10.eq(p9),
+            chain5.eq(acc4.as_signed() + Mux(sub4, ~p4, p4) + sub4),
+            eq5.eq(acc4.as_signed() == p4),
+            acc5.eq(acc4), p5.eq(p4), op5.eq(op4),
         ]
-        return MacUnit._int_select(m, self.op, acc10, p10, sum10, lt=lt10, eq=eq10)
+
+        # S6: the value by op; S7-S10 carried on to the result register.
+        gt5 = chain5[32]
+        value = reg(32, "value6")
+        m.d.sync += value.eq(MacUnit._int_select(m, op5, acc5, p5.as_signed(), chain5[:32],
+                                                 lt=~gt5 & ~eq5, eq=eq5))
+        for i in range(INT_SELECT + 1, RESULT):
+            value_i = reg(32, f"value{i}")
+            m.d.sync += value_i.eq(value)
+            value = value_i
+        return value
 
 
 class MacArrayECP5Shared(wiring.Component):
@@ -328,9 +346,9 @@ class MacArrayECP5Shared(wiring.Component):
             ctl[0].sub.eq(sub), ctl[0].final.eq(final),
         ]
         m.d.sync += [ctl[i].eq(ctl[i - 1]) for i in range(1, RESULT + 1)]
-        bias = [Signal(32, name=f"bias{i}") for i in range(INT_READ)]
+        bias = [Signal(32, name=f"bias{i}", reset_less=True) for i in range(FLOAT_READ)]
         m.d.sync += [bias[0].eq(cmd.bias)]
-        m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, INT_READ)]
+        m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, FLOAT_READ)]
 
         lanes = self._lanes(m, ctl, bias, sub, share)
         out_ctl = ctl[RESULT]
@@ -362,16 +380,14 @@ class MacArrayECP5Shared(wiring.Component):
                 load[k].eq(c10.valid & (~c10.float | (c10.sub == k))),
                 write[k].eq(load[k] & ~c10.kill),
             ]
-        c8 = ctl[INT_READ - 1]
         for i, lane in enumerate(lanes):
             lo, co = lane_operands(cmd, i)
             m.d.comb += [
                 lane.a.eq(lo[:8]), lane.b.eq(co[:8]),
-                lane.rd_slot.eq(c8.slot), lane.rd_first.eq(c8.first), lane.bias.eq(bias[-1]),
-                lane.op.eq(c10.op), lane.load.eq(load[i % share]),
+                lane.rd_slot.eq(c3.slot), lane.rd_first.eq(c3.first), lane.bias.eq(bias[-1]),
+                lane.rd_op.eq(c3.op), lane.load.eq(load[i % share]),
                 lane.use_float.eq(c10.float), lane.kill.eq(c10.kill),
                 lane.wr_slot.eq(c10.slot), lane.wr_en.eq(write[i % share]),
-                lane.f_slot.eq(c3.slot),
             ]
         if not cfg.has_float:
             return lanes
