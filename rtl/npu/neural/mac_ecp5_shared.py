@@ -205,11 +205,14 @@ class IntLaneECP5(wiring.Component):
         if cfg.has_int8:
             int_res = self._int_path(m, rd.data)
 
-        # S11: the result register, and the slot write.
+        # S11: the result register (a killed entry clears it: a synchronous reset, no logic),
+        # and the slot write (never for a killed entry).
         value = Signal(32)
-        m.d.comb += value.eq(Mux(self.kill, 0, Mux(self.use_float, self.f_result, int_res)))
+        m.d.comb += value.eq(Mux(self.use_float, self.f_result, int_res))
         result = Signal(32, reset_less=True)
-        with m.If(self.load):
+        with m.If(self.kill):
+            m.d.sync += result.eq(0)
+        with m.Elif(self.load):
             m.d.sync += result.eq(value)
         m.d.comb += self.result.eq(result)
         wr = acc.write_port()
@@ -218,8 +221,10 @@ class IntLaneECP5(wiring.Component):
 
     def _int_path(self, m, slot_data):
         """The int8 product and int32 accumulate; the value of the entry in S10."""
-        def reg(shape, name):
-            return Signal(shape, name=name, reset_less=True)
+        def reg(shape, name, init=0):
+            # ECP5 flip-flops start at their set / reset value, so a register set
+            # synchronously by a condition (no logic) starts at that value too.
+            return Signal(shape, name=name, init=init, reset_less=True)
 
         # S0-S2: the operands carried on; S3-S4 the multiplier (the low 16 bits of the product
         # of the sign-extended operands are the int16 product).
@@ -232,27 +237,33 @@ class IntLaneECP5(wiring.Component):
         m.d.comb += [mult.a.eq(a.as_signed()), mult.b.eq(b.as_signed())]
         p4 = mult.p[:16].as_signed()
 
-        # S4: the accumulator input (the slot is read as the entry leaves S3) and whether the
-        # chain subtracts (every op but MAC).
-        acc4, sub4, op4 = reg(32, "acc4"), reg(1, "sub4"), reg(MacOp, "op4")
-        m.d.sync += [acc4.eq(Mux(self.rd_first, self.bias, slot_data)),
-                     sub4.eq(self.rd_op != MacOp.MAC), op4.eq(self.rd_op)]
+        # S4: the accumulator input (the slot is read as the entry leaves S3) and the op.
+        acc4, op4 = reg(32, "acc4"), reg(MacOp, "op4")
+        m.d.sync += [acc4.eq(Mux(self.rd_first, self.bias, slot_data)), op4.eq(self.rd_op)]
 
-        # S5: one carry chain, acc + p or acc - p in 33 bits (its sign says p > acc), and the
-        # equality; the operands kept for MAX and MIN.
-        chain5, eq5 = reg(33, "chain5"), reg(1, "eq5")
-        acc5, p5, op5 = reg(32, "acc5"), reg(16, "p5"), reg(MacOp, "op5")
+        # S5: one carry chain, acc + p for MAC, else acc - p (33 bits: its sign says p > acc,
+        # and the low 32 bits are zero when p == acc). The candidates of MAX and MIN are kept;
+        # for CMP they are replaced by +1 and -1 (a synchronous set or reset of those
+        # registers, no logic), so that the selection below treats CMP as a MAX between them.
+        mac4, cmp4 = op4 == MacOp.MAC, op4 == MacOp.CMP
+        chain5 = reg(33, "chain5")
+        acc5, p5 = reg(32, "acc5", init=-1), reg(signed(16), "p5", init=1)
+        mac5, max5, cmp5 = (reg(1, f"{name}5") for name in ("mac", "max", "cmp"))
         m.d.sync += [
-            chain5.eq(acc4.as_signed() + Mux(sub4, ~p4, p4) + sub4),
-            eq5.eq(acc4.as_signed() == p4),
-            acc5.eq(acc4), p5.eq(p4), op5.eq(op4),
+            chain5.eq(acc4.as_signed() + Mux(mac4, p4, ~p4) + ~mac4),
+            acc5.eq(Mux(cmp4, -1, acc4)), p5.eq(Mux(cmp4, 1, p4)),
+            mac5.eq(mac4), max5.eq(op4 == MacOp.MAX), cmp5.eq(cmp4),
         ]
 
-        # S6: the value by op; S7-S10 carried on to the result register.
-        gt5 = chain5[32]
+        # S6: the value by op: the sum, or p or acc by their order (when they are equal
+        # either will do; CMP: +1 or -1, or zero when equal, a synchronous reset); S7-S10
+        # carried on to the result register.
+        gt5, eq5 = chain5[32], chain5[:32] == 0
+        take_p = Signal()
+        m.d.comb += take_p.eq((max5 | cmp5) == gt5)
         value = reg(32, "value6")
-        m.d.sync += value.eq(MacUnit._int_select(m, op5, acc5, p5.as_signed(), chain5[:32],
-                                                 lt=~gt5 & ~eq5, eq=eq5))
+        m.d.sync += value.eq(Mux(cmp5 & eq5, 0,
+                                 Mux(mac5, chain5[:32], Mux(take_p, p5, acc5))))
         for i in range(INT_SELECT + 1, RESULT):
             value_i = reg(32, f"value{i}")
             m.d.sync += value_i.eq(value)
