@@ -26,7 +26,6 @@ from ..lib.fp32 import count_leading_zeros, product_to_f32
 from ..lib.fp32_deep import FP32AddDeep
 from .layouts import MacFormat, MacOp, slot_shape
 from .mac import (
-    MacUnit,
     check_array_config,
     format_supported,
     lane_operands,
@@ -108,9 +107,10 @@ class FloatUnitECP5(wiring.Component):
         m = Module()
 
         # S0: operands; format and op travel beside them (the op is used in S4).
-        a0, b0 = Signal(16), Signal(16)
-        fmt0 = Signal(MacFormat)
-        ops = [Signal(MacOp, name=f"op{i}") for i in range(FLOAT_READ + 1)]
+        # The datapath registers have no reset: the array's control says which values count.
+        a0, b0 = Signal(16, reset_less=True), Signal(16, reset_less=True)
+        fmt0 = Signal(MacFormat, reset_less=True)
+        ops = [Signal(MacOp, name=f"op{i}", reset_less=True) for i in range(FLOAT_READ + 1)]
         m.d.sync += [a0.eq(self.a), b0.eq(self.b), fmt0.eq(self.fmt), ops[0].eq(self.op)]
         m.d.sync += [ops[i].eq(ops[i - 1]) for i in range(1, FLOAT_READ + 1)]
 
@@ -119,12 +119,13 @@ class FloatUnitECP5(wiring.Component):
         b_is_int = (fmt0 == MacFormat.F16I8) if self._mixed else Const(0)
         # S2: the product leaves the multiplier's output register; its class beside it.
         psig, pexp, psign, pinf, pnan = registered_product(m, a0, b0, a_is_int, b_is_int,
-                                                           primitive=self._primitive)
+                                                           primitive=self._primitive,
+                                                           reset_less=True)
 
         # S3: the product's leading-zero count.
-        psig3, lz3 = Signal(22), Signal(5)
-        pexp3 = Signal(signed(7))
-        psign3, pinf3, pnan3 = Signal(), Signal(), Signal()
+        psig3, lz3 = Signal(22, reset_less=True), Signal(5, reset_less=True)
+        pexp3 = Signal(signed(7), reset_less=True)
+        psign3, pinf3, pnan3 = (Signal(reset_less=True) for _ in range(3))
         m.d.sync += [
             psig3.eq(psig), lz3.eq(count_leading_zeros(m, psig, name="psig_lz")),
             pexp3.eq(pexp), psign3.eq(psign), pinf3.eq(pinf), pnan3.eq(pnan),
@@ -133,11 +134,11 @@ class FloatUnitECP5(wiring.Component):
         # S4: the exact product as binary32 bits (every product is normal or zero, nothing
         # rounds) and the accumulator input.
         pf32 = product_to_f32(m, psign3, psig3, pexp3, pinf3, pnan3, "pf32", lz=lz3)
-        p4, addend4 = Signal(32), Signal(32)
+        p4, addend4 = Signal(32, reset_less=True), Signal(32, reset_less=True)
         m.d.sync += [p4.eq(pf32), addend4.eq(self.addend)]
 
         # S5-S10: the binary32 adder.
-        m.submodules.fadd = fadd = FP32AddDeep()
+        m.submodules.fadd = fadd = FP32AddDeep(reset_less=True)
         m.d.comb += [fadd.a.eq(addend4), fadd.b.eq(p4), fadd.op.eq(ops[FLOAT_READ]),
                      self.result.eq(fadd.result)]
         return m
@@ -316,6 +317,10 @@ class MacArrayECP5Shared(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # The control (issue, the control pipeline, the queue, credits, interlock and error)
+        # is cleared by `flush`; the lanes and float units are not: their registers carry
+        # values that count only where the control says so.
+        c = Module()
         cfg = self._config
         share = self.fp_rate
         cmd = self.cmd.payload
@@ -324,54 +329,55 @@ class MacArrayECP5Shared(wiring.Component):
         # Issue: an int8 (or unsupported, killed) command is one entry; a float command is
         # `share` entries on consecutive cycles, taken with its last one. The interlock and
         # the credit are checked before the first.
-        supported = format_supported(m, cfg, cmd.fmt)
+        supported = format_supported(c, cfg, cmd.fmt)
         multi = Signal()
         if share > 1:
-            m.d.comb += multi.eq(supported & (cmd.fmt != MacFormat.INT8))
+            c.d.comb += multi.eq(supported & (cmd.fmt != MacFormat.INT8))
         sub = Signal(range(max(2, share)))
         final = Signal()
-        m.d.comb += final.eq(~multi | (sub == share - 1))
+        c.d.comb += final.eq(~multi | (sub == share - 1))
         hazard = Signal()
         credit = Signal(init=1)
         go = Signal()
         issue = Signal()
         accept = Signal()
-        m.d.comb += [
+        c.d.comb += [
             go.eq((sub != 0) | (~hazard & (credit | ~cmd.last))),
             issue.eq(self.cmd.valid & go),
             self.cmd.ready.eq(go & final),
             accept.eq(self.cmd.valid & self.cmd.ready),
             self.active.eq(accept),
         ]
-        with m.If(issue & multi):
-            m.d.sync += sub.eq(Mux(final, 0, sub + 1))
+        with c.If(issue & multi):
+            c.d.sync += sub.eq(Mux(final, 0, sub + 1))
 
-        sticky_error(m, self, accept, supported)
+        sticky_error(c, self, accept, supported)
 
         # Control travels down one shared pipeline; every register advances in every cycle.
         ctl = [Signal(layout, name=f"ctl{i}") for i in range(RESULT + 1)]
-        m.d.sync += [
+        c.d.sync += [
             ctl[0].valid.eq(issue), ctl[0].kill.eq(~supported), ctl[0].op.eq(cmd.op),
             ctl[0].fmt.eq(cmd.fmt), ctl[0].slot.eq(cmd.slot), ctl[0].first.eq(cmd.first),
             ctl[0].last.eq(cmd.last), ctl[0].float.eq(supported & (cmd.fmt != MacFormat.INT8)),
             ctl[0].sub.eq(sub), ctl[0].final.eq(final),
         ]
-        m.d.sync += [ctl[i].eq(ctl[i - 1]) for i in range(1, RESULT + 1)]
+        c.d.sync += [ctl[i].eq(ctl[i - 1]) for i in range(1, RESULT + 1)]
         bias = [Signal(32, name=f"bias{i}", reset_less=True) for i in range(FLOAT_READ)]
-        m.d.sync += [bias[0].eq(cmd.bias)]
-        m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, FLOAT_READ)]
+        c.d.sync += [bias[0].eq(cmd.bias)]
+        c.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, FLOAT_READ)]
 
         lanes = self._lanes(m, ctl, bias, sub, share)
         out_ctl = ctl[RESULT]
-        credit_queue(m, self, out_ctl, [lane.result for lane in lanes],
+        credit_queue(c, self, out_ctl, [lane.result for lane in lanes],
                      write=out_ctl.valid & out_ctl.last & out_ctl.final, accept=accept,
                      credit=credit)
         # The interlock: a reader waits before its first entry while a writer of its slot is
         # in one of the first `hazard` stages.
         _, _, hazard_stages = shared_stages()
-        window = slot_window(m, issue, cmd.slot, hazard_stages - 1, cfg.acc_slots)
-        m.d.comb += hazard.eq(slot_hazard(m, cmd, window, cfg.acc_slots))
-        return ResetInserter(self.flush)(m)
+        window = slot_window(c, issue, cmd.slot, hazard_stages - 1, cfg.acc_slots)
+        c.d.comb += hazard.eq(slot_hazard(c, cmd, window, cfg.acc_slots))
+        m.submodules.control = ResetInserter(self.flush)(c)
+        return m
 
     def _lanes(self, m, ctl, bias, sub, share):
         """The lanes, the float units and their wiring."""
