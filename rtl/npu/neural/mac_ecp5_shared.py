@@ -48,7 +48,7 @@ FLOAT_READ, INT_MUL, INT_SELECT, RESULT = 4, 3, 6, 11
 
 def shared_stages():
     """``(read_stage, write_stage, hazard)`` as :func:`npu.neural.mac_ecp5.ecp5_stages` gives
-    them: the earliest read (the float path's, as an entry enters S4), the write (as an entry
+    them: the read (every entry's, int8 or float, as it enters S4), the write (as an entry
     enters S11), and the interlock window: with no bypass, a reader must enter S4 no earlier
     than the cycle after the write, so it waits while a writer is in one of the first
     ``write - read`` = 7 stages (8 interleaved slots run at one command per cycle)."""
