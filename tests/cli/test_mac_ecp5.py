@@ -21,7 +21,7 @@ def test_sim_mac_ecp5_needs_float(capsys):
 
 
 def test_sim_mac_ulx3s_shared_float_units(capsys):
-    """The ulx3s preset's own array (ecp5_shared, a float unit per 4 lanes); switching it to
+    """The ulx3s preset's own array (ecp5_shared, a float unit per 16 lanes); switching it to
     ecp5 drops fp_share, which only the shared array has."""
     for extra in ([], ["--mac-impl", "ecp5"]):
         rc = main(["sim", "mac", "--preset", "ulx3s", "--format", "mixed", "--count", "256",

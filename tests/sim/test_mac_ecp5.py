@@ -70,7 +70,7 @@ def test_model_matches_yosys_black_box():
 
 # The shared-float array (mac_impl="ecp5_shared"): int8 lanes and float units, every one with
 # its MULT18X18D instance.
-SHARED = preset("ulx3s").replace(macs=8)
+SHARED = preset("ulx3s").replace(macs=8, fp_share=4)
 
 
 @pytest.mark.parametrize("fmt", ["int8", "fp16", "mixed"])

@@ -49,6 +49,12 @@ def _pass(m, dst, src, names):
 class FP32AddDeep(wiring.Component):
     """Pipelined binary32 ``a + b``, ``max``, ``min`` and compare in six stages, no stall.
 
+    Parameters
+    ----------
+    reset_less : bool
+        Stage registers without a reset (neither the domain's nor a ``ResetInserter``'s), for
+        a pipeline whose control says which of its values count: fewer reset nets to route.
+
     Members
     -------
     a, b : In(32)
@@ -68,13 +74,17 @@ class FP32AddDeep(wiring.Component):
 
     LATENCY = 6
 
+    def __init__(self, *, reset_less=False):
+        self._reset_less = bool(reset_less)
+        super().__init__()
+
     def elaborate(self, platform):
         m = Module()
         common = list(_COMMON)
 
         # ---- A1: compare magnitudes, classify, both exponent differences ----
         a, b = F32(self.a), F32(self.b)
-        s1 = Signal(_A1, name="s1")
+        s1 = Signal(_A1, name="s1", reset_less=self._reset_less)
         m.d.sync += [
             s1.op.eq(self.op), s1.a.eq(self.a), s1.b.eq(self.b),
             s1.a_ge_b.eq(self.a[:31] >= self.b[:31]),
@@ -114,7 +124,7 @@ class FP32AddDeep(wiring.Component):
                 m.d.comb += sel_val.eq(Mux(unordered, F32_QNAN, Mux(b_lt, s1.b, s1.a)))
             with m.Default():
                 m.d.comb += sel_val.eq(cmp_val)
-        s2 = Signal(_A2, name="s2")
+        s2 = Signal(_A2, name="s2", reset_less=self._reset_less)
         m.d.sync += [
             s2.is_add.eq(s1.op == MacOp.MAC),
             s2.sel.eq(sel_val),
@@ -134,19 +144,19 @@ class FP32AddDeep(wiring.Component):
         m.d.comb += shifted.eq(Mux(s2.diff >= 27, 0, small3 >> s2.diff[:5]))
         small_tz = count_trailing_zeros(m, s2.msmall, name="s2_small_tz")
         sticky = (s2.msmall != 0) & ((small_tz + 3) < s2.diff)
-        s3 = Signal(_B1, name="s3")
+        s3 = Signal(_B1, name="s3", reset_less=self._reset_less)
         _pass(m, s3, s2, common + ["sub", "exp"])
         m.d.sync += [s3.big3.eq(s2.mbig.shift_left(3)), s3.aligned.eq(shifted | sticky)]
 
         # ---- B2: add or subtract ----
-        s4 = Signal(_B2, name="s4")
+        s4 = Signal(_B2, name="s4", reset_less=self._reset_less)
         _pass(m, s4, s3, common + ["sub", "exp"])
         m.d.sync += s4.total.eq(Mux(s3.sub, s3.big3 - s3.aligned, s3.big3 + s3.aligned))
 
         # ---- C1: leading zeros, limited to keep the exponent at least 1 ----
         lz = count_leading_zeros(m, s4.total[:27], name="s4_lz")
         room = s4.exp - 1
-        s5 = Signal(_C1, name="s5")
+        s5 = Signal(_C1, name="s5", reset_less=self._reset_less)
         _pass(m, s5, s4, common + ["sub", "exp", "total"])
         m.d.sync += s5.shift.eq(Mux(lz < room, lz, room))
 
@@ -158,7 +168,7 @@ class FP32AddDeep(wiring.Component):
         with m.Else():
             m.d.comb += [norm.eq((s5.total[:27] << s5.shift[:5])[:27]),
                          norm_exp.eq(s5.exp - s5.shift)]
-        s6 = Signal(_C2, name="s6")
+        s6 = Signal(_C2, name="s6", reset_less=self._reset_less)
         _pass(m, s6, s5, ["is_add", "sel", "nan", "inf"])
         m.d.sync += [
             # An exact zero sum is +0 unless both operands were -0.

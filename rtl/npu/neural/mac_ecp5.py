@@ -104,19 +104,20 @@ def credit_queue(m, array, out_ctl, results, *, write, accept, credit):
                  credit.eq(next_reserved < array.queue_depth)]
 
 
-def registered_product(m, a0, b0, a_is_int, b_is_int, *, primitive):
+def registered_product(m, a0, b0, a_is_int, b_is_int, *, primitive, reset_less=False):
     """Stages S1 and S2 of an ECP5 float lane: decode the registered operands ``a0`` and
     ``b0`` (int8 where ``a_is_int`` / ``b_is_int``), their significands into the input
     registers of a ``MULT18X18D`` (submodule ``mult``), and the product's class registered
-    beside its output register. Returns the product in S2 as ``(sig, exp, sign, inf, nan)``."""
+    beside its output register (without a reset if ``reset_less``). Returns the product in S2
+    as ``(sig, exp, sign, inf, nan)``."""
     dec_a = decode_operand(m, a0, a_is_int, name="dec_a")
     dec_b = decode_operand(m, b0, b_is_int, name="dec_b")
     m.submodules.mult = mult = Mult18x18D(primitive=primitive)
     m.d.comb += [mult.a.eq(dec_a.sig), mult.b.eq(dec_b.sig)]
-    da = Signal(Operand)
-    db = Signal(Operand)
-    a_zero1 = Signal()
-    b_zero1 = Signal()
+    da = Signal(Operand, reset_less=reset_less)
+    db = Signal(Operand, reset_less=reset_less)
+    a_zero1 = Signal(reset_less=reset_less)
+    b_zero1 = Signal(reset_less=reset_less)
     m.d.sync += [
         da.eq(dec_a), db.eq(dec_b),
         a_zero1.eq(~dec_a.inf & ~dec_a.nan & (dec_a.sig == 0)),
@@ -124,10 +125,10 @@ def registered_product(m, a0, b0, a_is_int, b_is_int, *, primitive):
     ]
 
     # S2: the product leaves the multiplier's output register; its class beside it.
-    pexp = Signal(signed(7))
-    psign = Signal()
-    pinf = Signal()
-    pnan = Signal()
+    pexp = Signal(signed(7), reset_less=reset_less)
+    psign = Signal(reset_less=reset_less)
+    pinf = Signal(reset_less=reset_less)
+    pnan = Signal(reset_less=reset_less)
     m.d.sync += [
         pexp.eq(da.exp + db.exp),
         psign.eq(da.sign ^ db.sign),

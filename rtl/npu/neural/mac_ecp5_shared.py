@@ -26,7 +26,6 @@ from ..lib.fp32 import count_leading_zeros, product_to_f32
 from ..lib.fp32_deep import FP32AddDeep
 from .layouts import MacFormat, MacOp, slot_shape
 from .mac import (
-    MacUnit,
     check_array_config,
     format_supported,
     lane_operands,
@@ -39,15 +38,17 @@ from .mac_ecp5 import credit_queue, queue_depth_or_default, registered_product
 
 __all__ = ["FloatUnitECP5", "IntLaneECP5", "MacArrayECP5Shared", "shared_stages"]
 
-#: Stage in which the float path's accumulator input is registered (the slot is read as the
-#: entry leaves S3), the int8 path's, and the result register (the slot is written with the
-#: value going into it, as the entry leaves S10).
-FLOAT_READ, INT_READ, RESULT = 4, 9, 11
+#: Stage in which the accumulator input is registered (the slot is read as the entry leaves
+#: S3, by an int8 entry and a float sub-beat alike), the stage the int8 operands enter the
+#: multiplier's input registers (S3; the product leaves it into S4), the stage holding the
+#: int8 value selected by op, and the result register (the slot is written with the value
+#: going into it, as the entry leaves S10).
+FLOAT_READ, INT_MUL, INT_SELECT, RESULT = 4, 3, 6, 11
 
 
 def shared_stages():
     """``(read_stage, write_stage, hazard)`` as :func:`npu.neural.mac_ecp5.ecp5_stages` gives
-    them: the earliest read (the float path's, as an entry enters S4), the write (as an entry
+    them: the read (every entry's, int8 or float, as it enters S4), the write (as an entry
     enters S11), and the interlock window: with no bypass, a reader must enter S4 no earlier
     than the cycle after the write, so it waits while a writer is in one of the first
     ``write - read`` = 7 stages (8 interleaved slots run at one command per cycle)."""
@@ -106,9 +107,10 @@ class FloatUnitECP5(wiring.Component):
         m = Module()
 
         # S0: operands; format and op travel beside them (the op is used in S4).
-        a0, b0 = Signal(16), Signal(16)
-        fmt0 = Signal(MacFormat)
-        ops = [Signal(MacOp, name=f"op{i}") for i in range(FLOAT_READ + 1)]
+        # The datapath registers have no reset: the array's control says which values count.
+        a0, b0 = Signal(16, reset_less=True), Signal(16, reset_less=True)
+        fmt0 = Signal(MacFormat, reset_less=True)
+        ops = [Signal(MacOp, name=f"op{i}", reset_less=True) for i in range(FLOAT_READ + 1)]
         m.d.sync += [a0.eq(self.a), b0.eq(self.b), fmt0.eq(self.fmt), ops[0].eq(self.op)]
         m.d.sync += [ops[i].eq(ops[i - 1]) for i in range(1, FLOAT_READ + 1)]
 
@@ -117,12 +119,13 @@ class FloatUnitECP5(wiring.Component):
         b_is_int = (fmt0 == MacFormat.F16I8) if self._mixed else Const(0)
         # S2: the product leaves the multiplier's output register; its class beside it.
         psig, pexp, psign, pinf, pnan = registered_product(m, a0, b0, a_is_int, b_is_int,
-                                                           primitive=self._primitive)
+                                                           primitive=self._primitive,
+                                                           reset_less=True)
 
         # S3: the product's leading-zero count.
-        psig3, lz3 = Signal(22), Signal(5)
-        pexp3 = Signal(signed(7))
-        psign3, pinf3, pnan3 = Signal(), Signal(), Signal()
+        psig3, lz3 = Signal(22, reset_less=True), Signal(5, reset_less=True)
+        pexp3 = Signal(signed(7), reset_less=True)
+        psign3, pinf3, pnan3 = (Signal(reset_less=True) for _ in range(3))
         m.d.sync += [
             psig3.eq(psig), lz3.eq(count_leading_zeros(m, psig, name="psig_lz")),
             pexp3.eq(pexp), psign3.eq(psign), pinf3.eq(pinf), pnan3.eq(pnan),
@@ -131,11 +134,11 @@ class FloatUnitECP5(wiring.Component):
         # S4: the exact product as binary32 bits (every product is normal or zero, nothing
         # rounds) and the accumulator input.
         pf32 = product_to_f32(m, psign3, psig3, pexp3, pinf3, pnan3, "pf32", lz=lz3)
-        p4, addend4 = Signal(32), Signal(32)
+        p4, addend4 = Signal(32, reset_less=True), Signal(32, reset_less=True)
         m.d.sync += [p4.eq(pf32), addend4.eq(self.addend)]
 
         # S5-S10: the binary32 adder.
-        m.submodules.fadd = fadd = FP32AddDeep()
+        m.submodules.fadd = fadd = FP32AddDeep(reset_less=True)
         m.d.comb += [fadd.a.eq(addend4), fadd.b.eq(p4), fadd.op.eq(ops[FLOAT_READ]),
                      self.result.eq(fadd.result)]
         return m
@@ -144,29 +147,32 @@ class FloatUnitECP5(wiring.Component):
 class IntLaneECP5(wiring.Component):
     """One int8 lane with the accumulator slots of its position, and its result register.
 
-    The int8 path: S0 operand registers, S1-S6 the data operand carried on (8 bits), S7-S8 the
-    ``MULT18X18D``, S9 the product and the accumulator input (slot or bias), S10 the sum and
-    the order of product and accumulator, S11 the result register (selected by op). The result
-    register also takes the float unit's result when the entry in S10 is a float sub-beat for
-    this lane; the slot is written with the same value in the same cycle.
+    The slots have one read port, read as an entry leaves S3 whatever its format (an int8
+    entry for itself, a float sub-beat for the float unit serving the lane), so that int8 and
+    float entries never compete for it. The int8 path: S0-S2 the operands carried on (8 bits),
+    S3-S4 the ``MULT18X18D``, S4 the product and the accumulator input (slot or bias), S5 one
+    33-bit carry chain (``acc + p`` for ``MAC``, ``acc - p`` for the others, whose sign orders
+    the two) and the equality, S6 the value selected by op, S7-S10 that value carried on, S11
+    the result register. The result register takes the float unit's result instead when the
+    entry in S10 is a float sub-beat for this lane; the slot is written with the same value in
+    the same cycle. The datapath registers have no reset (``flush`` and the domain reset reach
+    only the control that says which of them count).
 
     Members
     -------
     a, b : In(8)
         Int8 operands of the entry entering S0.
     rd_slot, rd_first, bias : In
-        Slot, ``first`` and bias of the entry in S8 (the int8 read).
-    op : In(MacOp)
-        Operation of the entry in S10.
+        Slot, ``first`` and bias of the entry in S3 (the read).
+    rd_op : In(MacOp)
+        Operation of the entry in S3.
     load, use_float, kill : In(1)
         The entry in S10 writes this lane; it is a float sub-beat (take ``f_result``); it is
         killed (result zero, no slot write).
     wr_slot, wr_en : In
         The entry in S10: its slot, and whether it writes this lane's slot.
-    f_slot : In
-        Slot read for the float unit (the entry in S3).
     f_data : Out(32)
-        That slot's value.
+        The slot read for the entry in S3 (the float unit's accumulator input).
     f_result : In(32)
         The float unit's result for the entry in S10.
     result : Out(32)
@@ -179,10 +185,10 @@ class IntLaneECP5(wiring.Component):
         slot = slot_shape(config.acc_slots)
         super().__init__({
             "a": In(8), "b": In(8),
-            "rd_slot": In(slot), "rd_first": In(1), "bias": In(32),
-            "op": In(MacOp), "load": In(1), "use_float": In(1), "kill": In(1),
+            "rd_slot": In(slot), "rd_first": In(1), "bias": In(32), "rd_op": In(MacOp),
+            "load": In(1), "use_float": In(1), "kill": In(1),
             "wr_slot": In(slot), "wr_en": In(1),
-            "f_slot": In(slot), "f_data": Out(32), "f_result": In(32),
+            "f_data": Out(32), "f_result": In(32),
             "result": Out(32),
         })
 
@@ -190,56 +196,80 @@ class IntLaneECP5(wiring.Component):
         m = Module()
         cfg = self._config
 
-        # Accumulator slots: read by the int8 path (S8) and, for the float unit, by a second
-        # port (S3); written with the value going into the result register, so that a read in
-        # the next cycle sees it (no bypass multiplexer).
+        # Accumulator slots: one read port (the entry leaving S3), written with the value
+        # going into the result register, so that a read in the next cycle sees it (no bypass
+        # multiplexer).
         m.submodules.acc = acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
-        if cfg.has_float:
-            f_rd = acc.read_port(domain="comb")
-            m.d.comb += [f_rd.addr.eq(self.f_slot), self.f_data.eq(f_rd.data)]
+        rd = acc.read_port(domain="comb")
+        m.d.comb += [rd.addr.eq(self.rd_slot), self.f_data.eq(rd.data)]
         int_res = Const(0, 32)
         if cfg.has_int8:
-            int_res = self._int_path(m, acc)
+            int_res = self._int_path(m, rd.data)
 
-        # S11: the result register, and the slot write.
+        # S11: the result register (a killed entry clears it: a synchronous reset, no logic),
+        # and the slot write (never for a killed entry).
         value = Signal(32)
-        m.d.comb += value.eq(Mux(self.kill, 0, Mux(self.use_float, self.f_result, int_res)))
-        with m.If(self.load):
-            m.d.sync += self.result.eq(value)
+        m.d.comb += value.eq(Mux(self.use_float, self.f_result, int_res))
+        result = Signal(32, reset_less=True)
+        with m.If(self.kill):
+            m.d.sync += result.eq(0)
+        with m.Elif(self.load):
+            m.d.sync += result.eq(value)
+        m.d.comb += self.result.eq(result)
         wr = acc.write_port()
         m.d.comb += [wr.addr.eq(self.wr_slot), wr.data.eq(value), wr.en.eq(self.wr_en)]
         return m
 
-    def _int_path(self, m, acc):
-        """The int8 product and int32 accumulate; the selected result of the entry in S10."""
-        # S0-S6: the operands carried on; S7-S8 the multiplier (the low 16 bits of the product
+    def _int_path(self, m, slot_data):
+        """The int8 product and int32 accumulate; the value of the entry in S10."""
+        def reg(shape, name, init=0):
+            # ECP5 flip-flops start at their set / reset value, so a register set
+            # synchronously by a condition (no logic) starts at that value too.
+            return Signal(shape, name=name, init=init, reset_less=True)
+
+        # S0-S2: the operands carried on; S3-S4 the multiplier (the low 16 bits of the product
         # of the sign-extended operands are the int16 product).
         a, b = self.a, self.b
-        for i in range(INT_READ - Mult18x18D.LATENCY):
-            a_i, b_i = Signal(8, name=f"a{i}"), Signal(8, name=f"b{i}")
+        for i in range(INT_MUL):
+            a_i, b_i = reg(8, f"a{i}"), reg(8, f"b{i}")
             m.d.sync += [a_i.eq(a), b_i.eq(b)]
             a, b = a_i, b_i
         m.submodules.mult = mult = Mult18x18D(primitive=self._primitive)
         m.d.comb += [mult.a.eq(a.as_signed()), mult.b.eq(b.as_signed())]
+        p4 = mult.p[:16].as_signed()
 
-        # S9: product and accumulator input (the slot is read as the entry leaves S8; the
-        # interlock keeps every writer of that slot at least 8 entries ahead, long written).
-        rd = acc.read_port(domain="comb")
-        m.d.comb += rd.addr.eq(self.rd_slot)
-        p9, acc9 = Signal(32), Signal(32)
-        m.d.sync += [p9.eq(mult.p[:16].as_signed()),
-                     acc9.eq(Mux(self.rd_first, self.bias, rd.data))]
+        # S4: the accumulator input (the slot is read as the entry leaves S3) and the op.
+        acc4, op4 = reg(32, "acc4"), reg(MacOp, "op4")
+        m.d.sync += [acc4.eq(Mux(self.rd_first, self.bias, slot_data)), op4.eq(self.rd_op)]
 
-        # S10: sum and order; the selection by op is combinational into the result register.
-        sum10, lt10, eq10 = Signal(32), Signal(), Signal()
-        acc10, p10 = Signal(32), Signal(32)
+        # S5: one carry chain, acc + p for MAC, else acc - p (33 bits: its sign says p > acc,
+        # and the low 32 bits are zero when p == acc). The candidates of MAX and MIN are kept;
+        # for CMP they are replaced by +1 and -1 (a synchronous set or reset of those
+        # registers, no logic), so that the selection below treats CMP as a MAX between them.
+        mac4, cmp4 = op4 == MacOp.MAC, op4 == MacOp.CMP
+        chain5 = reg(33, "chain5")
+        acc5, p5 = reg(32, "acc5", init=-1), reg(signed(16), "p5", init=1)
+        mac5, max5, cmp5 = (reg(1, f"{name}5") for name in ("mac", "max", "cmp"))
         m.d.sync += [
-            sum10.eq(acc9 + p9),
-            lt10.eq(p9.as_signed() < acc9.as_signed()),
-            eq10.eq(p9 == acc9),
-            acc10.eq(acc9), p10.eq(p9),
+            chain5.eq(acc4.as_signed() + Mux(mac4, p4, ~p4) + ~mac4),
+            acc5.eq(Mux(cmp4, -1, acc4)), p5.eq(Mux(cmp4, 1, p4)),
+            mac5.eq(mac4), max5.eq(op4 == MacOp.MAX), cmp5.eq(cmp4),
         ]
-        return MacUnit._int_select(m, self.op, acc10, p10, sum10, lt=lt10, eq=eq10)
+
+        # S6: the value by op: the sum, or p or acc by their order (when they are equal
+        # either will do; CMP: +1 or -1, or zero when equal, a synchronous reset); S7-S10
+        # carried on to the result register.
+        gt5, eq5 = chain5[32], chain5[:32] == 0
+        take_p = Signal()
+        m.d.comb += take_p.eq((max5 | cmp5) == gt5)
+        value = reg(32, "value6")
+        m.d.sync += value.eq(Mux(cmp5 & eq5, 0,
+                                 Mux(mac5, chain5[:32], Mux(take_p, p5, acc5))))
+        for i in range(INT_SELECT + 1, RESULT):
+            value_i = reg(32, f"value{i}")
+            m.d.sync += value_i.eq(value)
+            value = value_i
+        return value
 
 
 class MacArrayECP5Shared(wiring.Component):
@@ -287,6 +317,10 @@ class MacArrayECP5Shared(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # The control (issue, the control pipeline, the queue, credits, interlock and error)
+        # is cleared by `flush`; the lanes and float units are not: their registers carry
+        # values that count only where the control says so.
+        c = Module()
         cfg = self._config
         share = self.fp_rate
         cmd = self.cmd.payload
@@ -295,54 +329,55 @@ class MacArrayECP5Shared(wiring.Component):
         # Issue: an int8 (or unsupported, killed) command is one entry; a float command is
         # `share` entries on consecutive cycles, taken with its last one. The interlock and
         # the credit are checked before the first.
-        supported = format_supported(m, cfg, cmd.fmt)
+        supported = format_supported(c, cfg, cmd.fmt)
         multi = Signal()
         if share > 1:
-            m.d.comb += multi.eq(supported & (cmd.fmt != MacFormat.INT8))
+            c.d.comb += multi.eq(supported & (cmd.fmt != MacFormat.INT8))
         sub = Signal(range(max(2, share)))
         final = Signal()
-        m.d.comb += final.eq(~multi | (sub == share - 1))
+        c.d.comb += final.eq(~multi | (sub == share - 1))
         hazard = Signal()
         credit = Signal(init=1)
         go = Signal()
         issue = Signal()
         accept = Signal()
-        m.d.comb += [
+        c.d.comb += [
             go.eq((sub != 0) | (~hazard & (credit | ~cmd.last))),
             issue.eq(self.cmd.valid & go),
             self.cmd.ready.eq(go & final),
             accept.eq(self.cmd.valid & self.cmd.ready),
             self.active.eq(accept),
         ]
-        with m.If(issue & multi):
-            m.d.sync += sub.eq(Mux(final, 0, sub + 1))
+        with c.If(issue & multi):
+            c.d.sync += sub.eq(Mux(final, 0, sub + 1))
 
-        sticky_error(m, self, accept, supported)
+        sticky_error(c, self, accept, supported)
 
         # Control travels down one shared pipeline; every register advances in every cycle.
         ctl = [Signal(layout, name=f"ctl{i}") for i in range(RESULT + 1)]
-        m.d.sync += [
+        c.d.sync += [
             ctl[0].valid.eq(issue), ctl[0].kill.eq(~supported), ctl[0].op.eq(cmd.op),
             ctl[0].fmt.eq(cmd.fmt), ctl[0].slot.eq(cmd.slot), ctl[0].first.eq(cmd.first),
             ctl[0].last.eq(cmd.last), ctl[0].float.eq(supported & (cmd.fmt != MacFormat.INT8)),
             ctl[0].sub.eq(sub), ctl[0].final.eq(final),
         ]
-        m.d.sync += [ctl[i].eq(ctl[i - 1]) for i in range(1, RESULT + 1)]
-        bias = [Signal(32, name=f"bias{i}") for i in range(INT_READ)]
-        m.d.sync += [bias[0].eq(cmd.bias)]
-        m.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, INT_READ)]
+        c.d.sync += [ctl[i].eq(ctl[i - 1]) for i in range(1, RESULT + 1)]
+        bias = [Signal(32, name=f"bias{i}", reset_less=True) for i in range(FLOAT_READ)]
+        c.d.sync += [bias[0].eq(cmd.bias)]
+        c.d.sync += [bias[i].eq(bias[i - 1]) for i in range(1, FLOAT_READ)]
 
         lanes = self._lanes(m, ctl, bias, sub, share)
         out_ctl = ctl[RESULT]
-        credit_queue(m, self, out_ctl, [lane.result for lane in lanes],
+        credit_queue(c, self, out_ctl, [lane.result for lane in lanes],
                      write=out_ctl.valid & out_ctl.last & out_ctl.final, accept=accept,
                      credit=credit)
         # The interlock: a reader waits before its first entry while a writer of its slot is
         # in one of the first `hazard` stages.
         _, _, hazard_stages = shared_stages()
-        window = slot_window(m, issue, cmd.slot, hazard_stages - 1, cfg.acc_slots)
-        m.d.comb += hazard.eq(slot_hazard(m, cmd, window, cfg.acc_slots))
-        return ResetInserter(self.flush)(m)
+        window = slot_window(c, issue, cmd.slot, hazard_stages - 1, cfg.acc_slots)
+        c.d.comb += hazard.eq(slot_hazard(c, cmd, window, cfg.acc_slots))
+        m.submodules.control = ResetInserter(self.flush)(c)
+        return m
 
     def _lanes(self, m, ctl, bias, sub, share):
         """The lanes, the float units and their wiring."""
@@ -362,16 +397,14 @@ class MacArrayECP5Shared(wiring.Component):
                 load[k].eq(c10.valid & (~c10.float | (c10.sub == k))),
                 write[k].eq(load[k] & ~c10.kill),
             ]
-        c8 = ctl[INT_READ - 1]
         for i, lane in enumerate(lanes):
             lo, co = lane_operands(cmd, i)
             m.d.comb += [
                 lane.a.eq(lo[:8]), lane.b.eq(co[:8]),
-                lane.rd_slot.eq(c8.slot), lane.rd_first.eq(c8.first), lane.bias.eq(bias[-1]),
-                lane.op.eq(c10.op), lane.load.eq(load[i % share]),
+                lane.rd_slot.eq(c3.slot), lane.rd_first.eq(c3.first), lane.bias.eq(bias[-1]),
+                lane.rd_op.eq(c3.op), lane.load.eq(load[i % share]),
                 lane.use_float.eq(c10.float), lane.kill.eq(c10.kill),
                 lane.wr_slot.eq(c10.slot), lane.wr_en.eq(write[i % share]),
-                lane.f_slot.eq(c3.slot),
             ]
         if not cfg.has_float:
             return lanes

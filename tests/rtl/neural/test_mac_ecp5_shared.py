@@ -24,15 +24,15 @@ from .test_mac import check
 from .test_mac_ecp5 import check_credits_hold, run_noting_error
 
 ULX3S = preset("ulx3s")
-EIGHT = ULX3S.replace(macs=8)                   # two float units of 4 lanes
+EIGHT = ULX3S.replace(macs=8, fp_share=4)      # two float units of 4 lanes
 
 
 def test_hook_and_config():
     dut = mac_array(ULX3S, primitives=False)
     dut._MustUse__silence = True        # created in the hook, never elaborated here
     assert isinstance(dut, MacArrayECP5Shared)
-    assert ULX3S.mac_impl == "ecp5_shared" and ULX3S.fp_share == 4 and ULX3S.macs == 32
-    assert dut.fp_rate == 4 and dut.latency == 13
+    assert ULX3S.mac_impl == "ecp5_shared" and ULX3S.fp_share == 16 and ULX3S.macs == 32
+    assert dut.fp_rate == 16 and dut.latency == 13
     assert MacArrayECP5Shared(ULX3S.replace(formats=("int8",)), primitive=False).fp_rate == 1
     with pytest.raises(ValueError, match="fp_share must divide macs"):
         NPUConfig(macs=8, fp_share=3, mac_impl="ecp5_shared")
@@ -45,6 +45,12 @@ def test_hook_and_config():
 @pytest.mark.parametrize("fmt", ["int8", "fp16", "mixed"])
 def test_random_shared(fmt):
     check(EIGHT, random_program(EIGHT.macs, EIGHT.acc_slots, fmt, 800, 11), seed=11)
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "mixed"])
+def test_random_ulx3s_shape(fmt):
+    """The preset's own shape: 32 lanes, two float units of 16 lanes each."""
+    check(ULX3S, random_program(ULX3S.macs, ULX3S.acc_slots, fmt, 64 * ULX3S.macs, 5), seed=5)
 
 
 @pytest.mark.slow
