@@ -30,13 +30,16 @@ from .compress import Compression, encode_kernels, prune
 from .cores import check_cores, core_blobs
 from .cores import place as place_on_cores
 from .graph import CompileError
+from .int8mem import MemoryInt8, NeedsMemory
+from .ops import _conv_geometry
 from .quant import Calibrator, quantize_conv
 
 __all__ = ["INT8_OPS", "calibrate", "calibration_samples", "lower_int8", "read_array",
            "reference_evaluator"]
 
 SHAPE_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
-INT8_OPS = ("Conv", "Gemm", "Add", "Relu", "MaxPool", "GlobalAveragePool") + SHAPE_OPS
+INT8_OPS = ("Conv", "Gemm", "Add", "Relu", "MaxPool", "AveragePool", "GlobalAveragePool",
+            "Concat") + SHAPE_OPS
 
 
 # ---- calibration ---------------------------------------------------------------------------
@@ -172,7 +175,11 @@ def _shape3(shape):
     return None
 
 
-class _Int8:
+class _Int8(MemoryInt8):
+    #: Whether a network the buffer cannot hold is lowered again in memory mode
+    #: (:mod:`npu_compiler.int8mem`).
+    MEMORY_MODE = True
+
     def __init__(self, graph, config, scales, name, compression=None, cores=None,
                  chain=True):
         if "int8" not in config.formats:
@@ -190,20 +197,28 @@ class _Int8:
         self.scale = {}     # tensor -> scale
         self.plan = []
         self.node = None
+        self._init_memory()
 
     def fail(self, why):
         raise CompileError(f"{self.node}: {why} (--format int8)")
 
     def out_scale(self, name):
+        joined = self.concat_scale(name)
+        if joined is not None:
+            return joined
         if name not in self.scales:
             self.fail(f"no calibration range for tensor {name!r}")
         return self.scales[name]
 
     def src(self, name, conv=False):
-        if name not in self.ds:
+        """The dataset of activation ``name`` (in memory mode its tensor's view)."""
+        if self.memory:
+            ds = self.view(name)
+        elif name not in self.ds:
             self.fail(f"input {name!r} is not an int8 activation (a constant or an unsupported "
                       f"producer)")
-        ds = self.ds[name]
+        else:
+            ds = self.ds[name]
         if conv and _shape3(self.g.shapes[name]) != tuple(ds.shape):
             self.fail(f"tensor {name!r} of shape {tuple(self.g.shapes[name])} is not a "
                       f"(1, C, H, W) activation")
@@ -296,6 +311,10 @@ class _Int8:
                                f"(1, C, H, W) or (1, N) tensor for --format int8")
         if name not in self.scales:
             raise CompileError(f"no calibration values for input {name!r}")
+        if self.memory:
+            self.mem_input(name, s3)
+            self.scale[name] = self.scales[name]
+            return
         t = self.b.input(name, np.zeros(s3, np.int8))
         self.ds[name], self.scale[name] = self.b.load(t), self.scales[name]
 
@@ -323,22 +342,54 @@ class _Int8:
             if node.op not in self.OPS or fn is None:
                 raise CompileError(f"{node}: operator {node.op} is not supported with "
                                    f"--format int8 (supported: {', '.join(self.OPS)})")
+            self._step = str(node)
             try:
-                fn(node)
+                if self.memory:
+                    self.mem_node(node)
+                else:
+                    fn(node)
             except BuildError as e:
-                why = str(e)
-                if "buffer is full" in why:
-                    why += "; int8 layers are not cut into bands yet (fp16 ones are)"
-                self.fail(why)
+                if self.MEMORY_MODE and not self.memory:
+                    raise NeedsMemory(str(e)) from None
+                self.fail(str(e))
             self._end_row()
+            if self.memory:
+                continue
             self._release(i, last)
             if self.spill and len(self.b.tasks) > self.row["first_task"] \
                     and i + 1 < len(g.nodes):
                 self._spill()
+        if self.memory:
+            self.mem_outputs()
+            return self
         for name in g.outputs:
             ds = self.output_dataset(name)
             self.b.store(ds, self.b.output(name + ":q", ds.shape))
         return self
+
+    def mem_node(self, node):
+        """``node`` in memory mode (:mod:`npu_compiler.int8mem`)."""
+        op = node.op
+        if op in SHAPE_OPS:
+            self.mem_alias(node)
+        elif op == "Concat":
+            self.mem_concat(node)
+        elif op in ("MaxPool", "AveragePool"):
+            if len([o for o in node.outputs if o]) > 1:
+                self.fail("the indices output is not supported")
+            self.mem_pool(node, op == "MaxPool")
+        elif op == "Add":
+            self.mem_elementwise(node, self.op_Add, 5)
+        elif op == "Relu":
+            self.mem_elementwise(node, self.op_Relu, 2)
+        else:
+            getattr(self, "op_" + op)(node)
+
+    def needs_memory(self, why):
+        """A layer the buffer-resident lowering does not take: memory mode, or the error."""
+        if self.MEMORY_MODE:
+            raise NeedsMemory(why)
+        self.fail(why)
 
     def output_dataset(self, name):
         """The int8 dataset of graph output ``name``."""
@@ -392,14 +443,16 @@ class _Int8:
             self.fail("weights and bias must be constants")
         if w.ndim != 4:
             self.fail(f"{w.ndim - 2}-D convolution is not supported")
-        strides = list(node.attr("strides", [1, 1]))
-        dil = list(node.attr("dilations", [1, 1]))
-        pads = list(node.attr("pads", [0, 0, 0, 0]))
-        if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-            self.fail("auto_pad SAME is not supported")
+        _, strides, dil, pads, _ = _conv_geometry(node, g.shapes[x], w.shape)
+        if self.memory:
+            if dil[0] != dil[1]:
+                self.fail(f"dilations {dil} must be equal in both directions")
+            self.mem_conv(x, out, w, bias, self._act(node), tuple(strides), tuple(pads),
+                          dil[0], int(node.attr("group", 1)))
+            return
         if len(set(strides)) != 1 or len(set(dil)) != 1 or len(set(pads)) != 1:
-            self.fail(f"strides {strides}, dilations {dil}, pads {pads} must each be equal "
-                      f"in every direction")
+            self.needs_memory(f"strides {strides}, dilations {dil}, pads {pads} must each be "
+                              f"equal in every direction")
         self.conv(x, out, w, bias, self._act(node), strides[0], pads[0], dil[0],
                   int(node.attr("group", 1)))
 
@@ -417,7 +470,7 @@ class _Int8:
     def op_Gemm(self, node):
         g = self.g
         x, out = node.inputs[0], node.outputs[0]
-        src = self.src(x)
+        src = self.view(x) if self.memory else self.src(x)
         w = g.const(node.inputs[1])
         bias = g.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         if w is None or (len(node.inputs) > 2 and node.inputs[2] and bias is None):
@@ -433,6 +486,9 @@ class _Int8:
         c, h, ww = src.shape
         if c * h * ww != w.shape[1]:
             self.fail(f"the input has {c * h * ww} elements, B has {w.shape[1]} rows")
+        if self.memory:
+            self.mem_conv(x, out, w.reshape(w.shape[0], c, h, ww), bias, self._act(node))
+            return
         self.conv(x, out, w.reshape(w.shape[0], c, h, ww), bias, self._act(node))
 
     def op_Relu(self, node):
@@ -468,11 +524,13 @@ class _Int8:
         k = list(node.attr("kernel_shape"))
         s = list(node.attr("strides", [1] * len(k)))
         pads = list(node.attr("pads", [0] * 2 * len(k)))
-        if len(k) != 2 or node.attr("ceil_mode", 0) or node.attr("auto_pad", "NOTSET") \
-                not in ("NOTSET", "VALID") or any(d != 1 for d in node.attr("dilations", [1, 1])):
-            self.fail("only 2-D pooling without ceil_mode, auto_pad or dilation")
+        if len(k) != 2 or any(d != 1 for d in node.attr("dilations", [1, 1])):
+            self.fail("only 2-D pooling without dilation")
+        if node.attr("ceil_mode", 0) or node.attr("auto_pad", "NOTSET") not in ("NOTSET",
+                                                                                "VALID"):
+            self.needs_memory("ceil_mode or auto_pad")
         if pads[:2] != pads[2:] or pads[0] >= k[0] or pads[1] >= k[1]:
-            self.fail(f"pads {pads}: symmetric and smaller than the window only")
+            self.needs_memory(f"pads {pads}: symmetric and smaller than the window only")
         if max(k) > planar_spec.MAX_WINDOW:
             self.fail(f"window {k[0]}x{k[1]} (at most {planar_spec.MAX_WINDOW})")
         dst = self.b.planar(src, mode="pool", op="max", kh=k[0], kw=k[1], sy=s[0], sx=s[1],
@@ -483,9 +541,20 @@ class _Int8:
 
     def op_GlobalAveragePool(self, node):
         x, out = node.inputs[0], node.outputs[0]
-        c, h, w = self.src(x, conv=True).shape
+        c, h, w = (self.view(x) if self.memory else self.src(x, conv=True)).shape
         weights = np.full((c, 1, h, w), 1.0 / (h * w))
+        if self.memory:
+            self.mem_conv(x, out, weights, None, None, groups=c, model=False)
+            return
         self.conv(x, out, weights, None, None, groups=c, model=False)
+
+    def op_AveragePool(self, node):
+        """Average pooling: memory mode only (:meth:`mem_pool`)."""
+        self.needs_memory("AveragePool runs with the activations in system memory")
+
+    def op_Concat(self, node):
+        """Concatenation: memory mode only (:meth:`mem_concat`)."""
+        self.needs_memory("Concat runs with the activations in system memory")
 
     def _alias(self, node):
         x, out = node.inputs[0], node.outputs[0]
@@ -506,7 +575,14 @@ def lower_int8(graph, config, scales, name="", compression=None, spill=False, co
     through a flow-controlled ring (not with ``spill``)."""
     lw = _Int8(graph, config, scales, name, compression, cores, chain)
     lw.spill = spill
-    lw.run()
+    try:
+        lw.run()
+    except NeedsMemory:
+        # The activations do not fit the buffer (or an operator needs system memory): every
+        # activation in system memory, layers in bands (npu_compiler.int8mem).
+        lw = _Int8(graph, config, scales, name, compression, cores, chain=False)
+        lw.memory = True
+        lw.run()
     io = {"inputs": {n: lw.scale[n] for n in graph.inputs},
           "outputs": {n: lw.scale[n] for n in graph.outputs}}
     return lw.b, lw.plan, io
