@@ -212,7 +212,7 @@ class _Int8(MemoryInt8):
 
     def src(self, name, conv=False):
         """The dataset of activation ``name`` (in memory mode its tensor's view)."""
-        if self.memory:
+        if name not in self.ds and self.memory:
             ds = self.view(name)
         elif name not in self.ds:
             self.fail(f"input {name!r} is not an int8 activation (a constant or an unsupported "
@@ -343,6 +343,8 @@ class _Int8(MemoryInt8):
                 raise CompileError(f"{node}: operator {node.op} is not supported with "
                                    f"--format int8 (supported: {', '.join(self.OPS)})")
             self._step = str(node)
+            if self.memory and node.op not in SHAPE_OPS:
+                self.row["how"] = "in system memory"
             try:
                 if self.memory:
                     self.mem_node(node)

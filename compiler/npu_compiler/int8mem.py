@@ -303,15 +303,19 @@ class MemoryInt8(Transfers):
             return dst
 
         wp = w + left + r
-        per_channel = kh * wp + (wp - kw) // sx + 1
+        whole = not is_max and not include and bool(t or left)
+        if whole:
+            # The engine's divisor counts the valid elements: its own padding, whole planes.
+            per_channel = h * w + ((h + 2 * t - kh) // sy + 1) * ((w + 2 * left - kw) // sx + 1)
+        else:
+            per_channel = kh * wp + (wp - kw) // sx + 1
         step = max(1, min(c, self.buf_size // per_channel))
         for c0 in range(0, c, step):
             c1 = min(c, c0 + step)
             ops.windowed(self, node, x3.slice(0, c0, c1), out3.slice(0, c0, c1), kh=kh, kw=kw,
                          s=sy, fy=1, fx=1, dil=1, pads=(t, left, b, r),
                          fill=-128 if is_max else 0, native=native, engine=engine,
-                         k_out=c1 - c0, sxe=sx,
-                         require_native=not is_max and not include and bool(t or left))
+                         k_out=c1 - c0, sxe=sx, require_native=whole)
         self.scale[out] = self.scale[x]
 
     def mem_elementwise(self, node, fn, per_element):
