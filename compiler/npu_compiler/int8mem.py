@@ -60,6 +60,7 @@ class MemoryInt8(Transfers):
         self._step = None
         self._fills = {}
         self._placed = {}       # id(blob) -> (parts, placements)
+        self._raw = {}          # id(blob) -> its raw kernel bytes
         self._stored = set()    # graph outputs whose tensor is their ``name:q`` tensor
 
     # ---- hooks of Transfers and ops.windowed -------------------------------------------------
@@ -237,12 +238,16 @@ class MemoryInt8(Transfers):
         k = q.weights.shape[0]
         unit = k // groups if groups > 1 else 1
         step = k
+        raw = self.row["kernel_raw_bytes"]
         while True:
             chunks = []
             for k0 in range(0, k, step):
                 part = _slice_conv(q, k0, min(k, k0 + step))
                 blob = self.kernels(part, max(1, (part.weights.shape[0]) // unit)
                                     if groups > 1 else 1, palette)
+                # Raw bytes are counted with each load (:meth:`_resident`), like the encoded.
+                self._raw[id(blob)] = self.row["kernel_raw_bytes"] - raw
+                self.row["kernel_raw_bytes"] = raw
                 chunks.append((k0, min(k, k0 + step), part, blob))
             if all(max(p.words for p in core_blobs(blob, self.cores)) <= self.kmem_words
                    for *_, blob in chunks):
@@ -258,6 +263,7 @@ class MemoryInt8(Transfers):
             parts = parts or core_blobs(blob, self.cores)
             places = place_on_cores(self.b, parts, share_image=True)
             self.row["kernel_bytes"] += 4 * sum(p.words for p in parts)
+            self.row["kernel_raw_bytes"] += self._raw[id(blob)]
             self.row["cores"] = max(self.row["cores"], len(parts))
             self._placed[id(blob)] = (parts, places)
         return places
