@@ -7,15 +7,17 @@ intermediate tensor exposed as an output and takes a symmetric per-tensor scale 
 per-output-channel scales; each layer's ``in_scale * w_scale[k] / out_scale`` becomes the
 post-processor's multiplier and shift (:func:`npu_compiler.quant.quantize_conv`).
 
-The int8 lowering keeps every activation of the network in the buffer as an int8 dataset
-(no tiling: a network whose live activations do not fit is a :class:`CompileError`), loads
-the graph inputs (quantized by the runtime with the scales in the program's metadata) and
-stores the graph outputs (dequantized by the runtime). Operators: ``Conv`` (with a fused
-``Relu`` or ``Clip``), ``Gemm`` (a convolution whose kernel covers the whole input), ``Add``
-of two activations of one shape (planar engine, through binary16), ``Relu``, ``MaxPool``
-(planar engine), ``GlobalAveragePool`` (a depthwise convolution of weight ``1 / (H W)``),
-and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``,
-``Unsqueeze``, ``Identity``. Any other operator is a :class:`CompileError` naming the node.
+The int8 lowering keeps every activation of the network in the buffer as an int8 dataset,
+loads the graph inputs (quantized by the runtime with the scales in the program's metadata)
+and stores the graph outputs (dequantized by the runtime). When the activations do not fit
+the buffer, or an operator needs system memory, it lowers the network again with every
+activation in system memory and the layers cut into bands (:mod:`npu_compiler.int8mem`).
+Operators: ``Conv`` (with a fused ``Relu`` or ``Clip``), ``Gemm`` (a convolution whose
+kernel covers the whole input), ``Add`` of two activations of one shape (planar engine,
+through binary16), ``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool`` (a depthwise
+convolution of weight ``1 / (H W)``), ``AveragePool`` and ``Concat`` (system memory only),
+and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Identity``. Any
+other operator is a :class:`CompileError` naming the node.
 """
 
 import numpy as np
