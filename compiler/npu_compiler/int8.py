@@ -183,7 +183,7 @@ class _Int8(MemoryInt8):
     MEMORY_MODE = True
 
     def __init__(self, graph, config, scales, name, compression=None, cores=None,
-                 chain=True):
+                 chain=True, schedule="depth-first"):
         if "int8" not in config.formats:
             raise CompileError(f"preset {config.name!r} has no int8 datapath")
         self.cores = check_cores(config, cores)
@@ -200,6 +200,7 @@ class _Int8(MemoryInt8):
         self.plan = []
         self.node = None
         self._init_memory()
+        self.schedule = schedule    # of memory mode (npu_compiler.int8mem)
 
     def fail(self, why):
         raise CompileError(f"{self.node}: {why} (--format int8)")
@@ -328,18 +329,10 @@ class _Int8(MemoryInt8):
         for i, node in enumerate(g.nodes):
             for x in node.inputs:
                 last[x] = i
+        segs = self.mem_segments() if self.memory else {}
         for i, node in enumerate(g.nodes):
             self.node = node
-            self.row = {"node": node.name, "op": node.op, "tasks": 0,
-                        "first_task": len(self.b.tasks), "kernel_bytes": 0,
-                        "kernel_raw_bytes": 0, "kernel_encoding": "", "engine": "-",
-                        "cores": 1, "how": (f"chained: reads {self.chained[1]}'s output "
-                                            f"from the buffer while it runs"
-                                            if self.chained and self.chained[0] == node.name
-                                            else ""),
-                        "in": [list(g.shapes.get(x, ())) for x in node.inputs
-                               if x and x not in g.consts],
-                        "out": [list(g.shapes.get(o, ())) for o in node.outputs if o]}
+            self.row = self._new_row(node)
             fn = getattr(self, "op_" + node.op, None)
             if node.op not in self.OPS or fn is None:
                 raise CompileError(f"{node}: operator {node.op} is not supported with "
@@ -347,7 +340,13 @@ class _Int8(MemoryInt8):
             self._step = str(node)
             if self.memory and node.op not in SHAPE_OPS:
                 self.row["how"] = "in system memory"
+            seg = segs.get(i)
+            if seg is not None and node is not seg.nodes[-1]:
+                continue
             try:
+                if seg is not None:
+                    self.emit_segment(seg)
+                    continue
                 if self.memory:
                     self.mem_node(node)
                 else:
@@ -395,6 +394,20 @@ class _Int8(MemoryInt8):
             raise NeedsMemory(why)
         self.fail(why)
 
+    def _new_row(self, node):
+        """The plan row of ``node`` (its tasks counted by :meth:`_end_row`)."""
+        g = self.g
+        return {"node": node.name, "op": node.op, "tasks": 0,
+                "first_task": len(self.b.tasks), "kernel_bytes": 0,
+                "kernel_raw_bytes": 0, "kernel_encoding": "", "engine": "-",
+                "cores": 1, "how": (f"chained: reads {self.chained[1]}'s output "
+                                    f"from the buffer while it runs"
+                                    if self.chained and self.chained[0] == node.name
+                                    else ""),
+                "in": [list(g.shapes.get(x, ())) for x in node.inputs
+                       if x and x not in g.consts],
+                "out": [list(g.shapes.get(o, ())) for o in node.outputs if o]}
+
     def output_dataset(self, name):
         """The int8 dataset of graph output ``name``."""
         if name not in self.ds:
@@ -402,11 +415,18 @@ class _Int8(MemoryInt8):
         return self.ds[name]
 
     def _end_row(self):
-        row = self.row
-        row["tasks"] = len(self.b.tasks) - row["first_task"]
-        row["last_task"] = len(self.b.tasks) - 1
-        engines = {t.engine for t in self.b.tasks[row["first_task"]:]}
-        names = {Engine(e).name for e in engines}
+        self._span_row(self.row, [(self.row["first_task"], len(self.b.tasks))])
+
+    def _span_row(self, row, spans):
+        """Finish plan row ``row`` whose tasks are the ranges ``spans`` (one for a layer run
+        whole; the bands of a depth-first segment interleave layers) and append it."""
+        tasks = [t for a, b in spans for t in self.b.tasks[a:b]]
+        row["tasks"] = len(tasks)
+        if spans:
+            row["first_task"], row["last_task"] = spans[0][0], spans[-1][1] - 1
+        else:
+            row["last_task"] = row["first_task"] - 1
+        names = {Engine(t.engine).name for t in tasks}
         row["engine"] = ("NE" if "NEURAL" in names else "PE" if "PLANAR" in names else "-")
         self.plan.append(row)
 
@@ -570,13 +590,15 @@ class _Int8(MemoryInt8):
 
 
 def lower_int8(graph, config, scales, name="", compression=None, spill=False, cores=None,
-               chain=True):
+               chain=True, schedule="depth-first"):
     """``(builder, plan, io)``: the int8 program's builder, the per-layer plan rows and the
     scales ``{"inputs": {name: scale}, "outputs": {name: scale}}``; ``compression`` a
     :class:`npu_compiler.compress.Compression`; ``spill``: every layer's end a safe switch
     point (:meth:`_Int8._spill`); ``cores`` the cores a layer is split over (None: all,
     :mod:`npu_compiler.cores`); ``chain``: a conv streams into the pool, ReLU or add after it
-    through a flow-controlled ring (not with ``spill``)."""
+    through a flow-controlled ring (not with ``spill``); ``schedule``
+    (:data:`~npu_compiler.depthfirst.SCHEDULES`): in memory mode, layers that do not fit the
+    buffer run depth first or layer by layer."""
     lw = _Int8(graph, config, scales, name, compression, cores, chain)
     lw.spill = spill
     try:
@@ -584,7 +606,8 @@ def lower_int8(graph, config, scales, name="", compression=None, spill=False, co
     except NeedsMemory:
         # The activations do not fit the buffer (or an operator needs system memory): every
         # activation in system memory, layers in bands (npu_compiler.int8mem).
-        lw = _Int8(graph, config, scales, name, compression, cores, chain=False)
+        lw = _Int8(graph, config, scales, name, compression, cores, chain=False,
+                   schedule=schedule)
         lw.memory = True
         lw.run()
     io = {"inputs": {n: lw.scale[n] for n in graph.inputs},

@@ -25,6 +25,7 @@ from . import ops
 from .compress import Compression, prune
 from .cores import core_blobs
 from .cores import place as place_on_cores
+from .depthfirst import BAND_SHARE
 from .lower import MView, Transfers
 from .quant import quantize_conv
 
@@ -62,6 +63,9 @@ class MemoryInt8(Transfers):
         self._placed = {}       # id(blob) -> (parts, placements)
         self._raw = {}          # id(blob) -> its raw kernel bytes
         self._stored = set()    # graph outputs whose tensor is their ``name:q`` tensor
+        self._defer = None      # node name -> where its band functions go (depth first)
+        self._rings = {}        # tensor -> rows of its ring (depth first)
+        self._requant = {}      # (tensor, c0, c1, scale) -> (part, blob) of a requantization
 
     # ---- hooks of Transfers and ops.windowed -------------------------------------------------
 
@@ -77,9 +81,11 @@ class MemoryInt8(Transfers):
         return self._fills[v]
 
     def deferred(self, node):
-        return None
+        return None if self._defer is None else self._defer.get(node.name)
 
     def band_budget(self, node):
+        if self._defer is not None and node.name in self._defer:
+            return self.buf_size // BAND_SHARE
         return self.buf_size
 
     # ---- tensors -----------------------------------------------------------------------------
@@ -100,6 +106,13 @@ class MemoryInt8(Transfers):
         if name in self.g.outputs and name not in self._stored:
             t = self.b.tensor(f"{name}:q", shape3, "int8", "output")
             self._stored.add(name)
+        elif self._rings.get(name, shape3[1]) < shape3[1]:
+            # Rows made and read inside a depth-first segment: a ring of rows.
+            stored = (shape3[0], self._rings[name], shape3[2])
+            t = self.b.tensor(f"{name}:{len(self.b.tensors)}", stored, "int8", "scratch")
+            self.mv[name] = MView(t.addr, tuple(shape3), dense_strides(stored, "int8"),
+                                  ring=self._rings[name], axis=1)
+            return self.mv[name]
         else:
             t = self.b.tensor(f"{name}:{len(self.b.tensors)}", shape3, "int8", "scratch")
         self.mv[name] = _dense(t.addr, shape3)
@@ -335,18 +348,25 @@ class MemoryInt8(Transfers):
             self.fail("both operands must be int8 activations of one shape (no broadcast)")
         out = node.outputs[0]
         out3 = self.new_view(out, shape3)
-        for c0, c1, h0, h1 in ops._boxes(shape3, self.buf_size // per_element):
-            loaded = []
-            for name, v in zip(ins, views):
-                ds = self.buffer((c1 - c0, h1 - h0, shape3[2]))
-                self.load3(ops._view3(v, c0, c1, h0, h1), ds)
-                self.ds[name] = ds
-                loaded.append(ds)
-            fn(node)
-            y = self.ds.pop(out)
-            self.store3(y, ops._view3(out3, c0, c1, h0, h1))
-            self.release(y, *loaded)
-            self.ds.clear()
+        c, _, w = shape3
+        budget = self.band_budget(node) // per_element
+
+        def bands(first, end):
+            for c0, c1, h0, h1 in ops._boxes((c, end - first, w), budget):
+                h0, h1 = h0 + first, h1 + first
+                loaded = []
+                for name, v in zip(ins, views):
+                    ds = self.buffer((c1 - c0, h1 - h0, w))
+                    self.load3(ops._view3(v, c0, c1, h0, h1), ds)
+                    self.ds[name] = ds
+                    loaded.append(ds)
+                fn(node)
+                y = self.ds.pop(out)
+                self.store3(y, ops._view3(out3, c0, c1, h0, h1))
+                self.release(y, *loaded)
+                self.ds.clear()
+
+        self._run_bands(node, bands, shape3[1])
 
     # ---- concatenation -------------------------------------------------------------------
 
@@ -372,6 +392,10 @@ class MemoryInt8(Transfers):
         ax = axis - 1 if rank == 4 else 0
         views = [(name, self.view(name)) for name in node.inputs if name]
         out3 = self.new_view(out, _shape3_of(shape))
+        self.scale[out] = s_out
+        if ax == 0:
+            self._run_bands(node, self._concat_bands(node, views, out3), out3.shape[1])
+            return
         off = 0
         for name, v in views:
             if not np.isclose(self.scale[name], s_out, rtol=1e-9, atol=0):
@@ -385,6 +409,102 @@ class MemoryInt8(Transfers):
             off += n
         self.scale[out] = s_out
 
+
+    def _concat_bands(self, node, views, out3):
+        """The band function of a channel ``Concat``: rows of each operand copied into its
+        channels of the output through the buffer, requantized on the way (a depthwise 1x1
+        layer of weight 1 on the neural engine) when its scale is not the output's."""
+        s_out = self.scale[node.outputs[0]]
+        budget = self.band_budget(node) // 2
+
+        def bands(first, end):
+            off = 0
+            for name, v in views:
+                c, _, w = v.shape
+                same = np.isclose(self.scale[name], s_out, rtol=1e-9, atol=0)
+                for c0, c1, h0, h1 in ops._boxes((c, end - first, w), budget):
+                    h0, h1 = h0 + first, h1 + first
+                    ds = self.buffer((c1 - c0, h1 - h0, w))
+                    self.load3(ops._view3(v, c0, c1, h0, h1), ds)
+                    res = ds if same else self._requantize(ds, name, c0, c1, s_out)
+                    self.store3(res, ops._view3(out3, off + c0, off + c1, h0, h1))
+                    self.release(*{id(d): d for d in (ds, res)}.values())
+                off += c
+        return bands
+
+    def _requantize(self, ds, name, c0, c1, s_out):
+        """Channels ``c0 .. c1 - 1`` of tensor ``name`` in dataset ``ds``, from its scale to
+        ``s_out``: a new dataset."""
+        key = (name, c0, c1, s_out)
+        if key not in self._requant:
+            q = quantize_conv(np.ones((c1 - c0, 1, 1, 1)), None, self.scale[name], s_out)
+            self._requant[key] = (q, self.kernels(q, c1 - c0))
+            self._raw[id(self._requant[key][1])] = 0
+        q, blob = self._requant[key]
+        dst = self.buffer(ds.shape)
+        places = self._resident(blob)
+        self.b.conv(ds, places[0], dst, **q.conv_args())
+        self._check_layer(ds, blob, dst, 1, 0, 1, c1 - c0)
+        return dst
+
+    def _run_bands(self, node, bands, height):
+        """``bands(first_row, end_row)`` for every row now, or later under a depth-first
+        schedule."""
+        deferred = self.deferred(node)
+        if deferred:
+            deferred(bands)
+        else:
+            bands(0, height)
+
+    # ---- depth first -------------------------------------------------------------------
+
+    def mem_segments(self):
+        """``{node index: Segment}`` of the depth-first schedule
+        (:func:`npu_compiler.depthfirst.segments`) without the segments this lowering cannot
+        cut into bands: a conv to fold (:meth:`_fold` copies its whole input)."""
+        from . import depthfirst
+        if self.schedule != "depth-first":
+            return {}
+        segs = depthfirst.segments(self)
+        bad = set()
+        for i, seg in segs.items():
+            for node in seg.nodes:
+                w = self.g.const(node.inputs[1]) if node.op == "Conv" else None
+                if (w is not None and int(node.attr("group", 1)) == 1
+                        and w.shape[1] * w.shape[2] > self.buffer_rows):
+                    bad.add(id(seg))
+        return {i: seg for i, seg in segs.items() if id(seg) not in bad}
+
+    def emit_segment(self, seg):
+        """Lower a depth-first segment: set every layer up (its band functions deferred),
+        then run the bands in the schedule's order, each charged to its layer's plan row."""
+        self._rings = dict(seg.rings)
+        self._defer = {}
+        fns, rows = {}, {}
+        for key, node in zip(seg.layers, seg.nodes):
+            self.node, self._step = node, str(node)
+            self.row = self._new_row(node)
+            self.row["how"] = f"{seg.strategy}, bands of {seg.band} rows, in system memory"
+            self.row["_spans"] = []
+            self._defer[node.name] = fns.setdefault(key, []).append
+            mark = len(self.b.tasks)
+            self.mem_node(node)
+            self.row["_spans"].append((mark, len(self.b.tasks)))
+            rows[key] = (self.row, node)
+        self._defer = None
+        for key, r0, r1, _ in seg.order:
+            self.row, self.node = rows[key]
+            self._step = str(self.node)
+            mark = len(self.b.tasks)
+            for fn in fns[key]:         # one per part of the channels
+                fn(r0, r1)
+            self.row["_spans"].append((mark, len(self.b.tasks)))
+        for key in seg.layers:
+            row = rows[key][0]
+            spans = [(a, b) for a, b in row.pop("_spans") if b > a]
+            row["schedule_peak"] = seg.peak
+            self._span_row(row, spans)
+        self._rings = {}
 
 def _shape3_of(shape):
     return tuple(shape[1:]) if len(shape) == 4 else (shape[1], 1, 1)
