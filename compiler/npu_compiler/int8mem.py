@@ -18,6 +18,7 @@ import dataclasses
 import numpy as np
 
 from npu_spec import dataproc, neural
+from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
 from npu_spec.program import dense_strides
 
@@ -68,6 +69,14 @@ class MemoryInt8(Transfers):
         self._requant = {}      # (tensor, c0, c1, scale) -> (part, blob) of a requantization
 
     # ---- hooks of Transfers and ops.windowed -------------------------------------------------
+
+    def load3(self, mview, ds):
+        """:meth:`Transfers.load3`, also of a :class:`_Folded` view."""
+        if isinstance(mview, _Folded):
+            self._dma(dma_spec.DmaDir.MEM_TO_BUF, mview.v4, ds.addr,
+                      (ds.cstride, ds.rstride, mview.v4.shape[3], 1), "load")
+            return
+        super().load3(mview, ds)
 
     def _count(self, engine, dma_elements=0):
         """Plan rows of the int8 lowering count tasks only."""
@@ -157,7 +166,7 @@ class MemoryInt8(Transfers):
                   (width + left + r - dk[1]) // strides[1] + 1)
         out3 = self.new_view(out, oshape)
         if groups == 1 and icpg * kh > self.buffer_rows:
-            x3, w, pads, strides = self._fold(x, x3, w, pads, strides, dil)
+            x3, w, pads, strides = self._fold(x3, w, pads, strides, dil)
         try:
             q = quantize_conv(w, bias, self.scale[x], s_out, act)
         except ValueError as e:
@@ -173,11 +182,12 @@ class MemoryInt8(Transfers):
                               pads, dil, lossy.palette)
         self.scale[out] = s_out
 
-    def _fold(self, x, x3, w, pads, strides, dil):
+    def _fold(self, x3, w, pads, strides, dil):
         """A layer whose input channels times kernel rows exceed the input buffer's rows,
-        folded: channel ``g c' + j`` becomes column ``g x + j`` of channel ``c'`` (a copy
-        through the buffer), the kernel ``(KH, g KW)``, the pads and the horizontal stride
-        ``g`` times theirs. Every output sums the same products (int32, exact)."""
+        folded: channel ``g c' + j`` becomes column ``g x + j`` of channel ``c'`` (the loads
+        of :func:`~npu_compiler.ops.windowed` place it there, :class:`_Folded`), the kernel
+        ``(KH, g KW)``, the pads and the horizontal stride ``g`` times theirs. Every output
+        sums the same products (int32, exact)."""
         k, c, kh, kw = w.shape
         fold = next((f for f in range(2, c + 1) if c % f == 0 and (c // f) * kh
                      <= self.buffer_rows and f * kw <= MAX_KERNEL), None)
@@ -185,14 +195,12 @@ class MemoryInt8(Transfers):
             self.fail(f"{c} input channels x {kh} kernel rows exceed the input buffer's "
                       f"{self.buffer_rows} rows")
         _, h, width = x3.shape
-        folded = self.b.tensor(f"{x}:fold{len(self.b.tensors)}", (c // fold, h, fold * width),
-                               "int8", "scratch")
         src = MView(x3.addr, (c // fold, h, width, fold),
-                    (fold * x3.strides[0], x3.strides[1], x3.strides[2], x3.strides[0]))
-        ops.copy(self, src, _dense(folded.addr, (c // fold, h, width, fold)))
+                    (fold * x3.strides[0], x3.strides[1], x3.strides[2], x3.strides[0]),
+                    x3.ring, x3.row, x3.axis)
         w = w.reshape(k, c // fold, fold, kh, kw).transpose(0, 1, 3, 4, 2)
         t, left, b, r = pads
-        return (_dense(folded.addr, (c // fold, h, fold * width)),
+        return (_Folded(src),
                 w.reshape(k, c // fold, kh, kw * fold), (t, fold * left, b, fold * r),
                 (strides[0], fold * strides[1]))
 
@@ -460,20 +468,9 @@ class MemoryInt8(Transfers):
 
     def mem_segments(self):
         """``{node index: Segment}`` of the depth-first schedule
-        (:func:`npu_compiler.depthfirst.segments`) without the segments this lowering cannot
-        cut into bands: a conv to fold (:meth:`_fold` copies its whole input)."""
+        (:func:`npu_compiler.depthfirst.segments`)."""
         from . import depthfirst
-        if self.schedule != "depth-first":
-            return {}
-        segs = depthfirst.segments(self)
-        bad = set()
-        for i, seg in segs.items():
-            for node in seg.nodes:
-                w = self.g.const(node.inputs[1]) if node.op == "Conv" else None
-                if (w is not None and int(node.attr("group", 1)) == 1
-                        and w.shape[1] * w.shape[2] > self.buffer_rows):
-                    bad.add(id(seg))
-        return {i: seg for i, seg in segs.items() if id(seg) not in bad}
+        return depthfirst.segments(self) if self.schedule == "depth-first" else {}
 
     def emit_segment(self, seg):
         """Lower a depth-first segment: set every layer up (its band functions deferred),
@@ -505,6 +502,25 @@ class MemoryInt8(Transfers):
             row["schedule_peak"] = seg.peak
             self._span_row(row, spans)
         self._rings = {}
+
+class _Folded:
+    """A ``(C, H, W, g)`` memory view seen as ``(C, H, g W)``: element ``(c, y, x, j)`` is
+    column ``g x + j`` (:meth:`MemoryInt8._fold`); sliced along channels and rows like an
+    :class:`~npu_compiler.lower.MView`, loaded by :meth:`MemoryInt8.load3`."""
+
+    def __init__(self, v4):
+        self.v4 = v4
+
+    @property
+    def shape(self):
+        c, h, w, g = self.v4.shape
+        return (c, h, g * w)
+
+    def slice(self, axis, start, stop):
+        if axis not in (0, 1):
+            raise ValueError("a folded view is sliced along channels or rows only")
+        return _Folded(self.v4.slice(axis, start, stop))
+
 
 def _shape3_of(shape):
     return tuple(shape[1:]) if len(shape) == 4 else (shape[1], 1, 1)
