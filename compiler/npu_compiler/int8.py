@@ -40,8 +40,8 @@ __all__ = ["INT8_OPS", "calibrate", "calibration_samples", "lower_int8", "read_a
            "reference_evaluator"]
 
 SHAPE_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
-INT8_OPS = ("Conv", "Gemm", "Add", "Relu", "MaxPool", "AveragePool", "GlobalAveragePool",
-            "Concat") + SHAPE_OPS
+INT8_OPS = ("Conv", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "MaxPool", "AveragePool",
+            "GlobalAveragePool", "Concat") + SHAPE_OPS
 
 
 # ---- calibration ---------------------------------------------------------------------------
@@ -381,7 +381,7 @@ class _Int8(MemoryInt8):
             if len([o for o in node.outputs if o]) > 1:
                 self.fail("the indices output is not supported")
             self.mem_pool(node, op == "MaxPool")
-        elif op == "Add":
+        elif op == "Add" and self._constant_operand(node) is None:
             self.mem_elementwise(node, self.op_Add, 5)
         elif op == "Relu":
             self.mem_elementwise(node, self.op_Relu, 2)
@@ -520,10 +520,66 @@ class _Int8(MemoryInt8):
         self.ds[out] = self.b.relu(self.src(x))
         self.scale[out] = self.scale[x]
 
+    def _constant_operand(self, node):
+        """``(activation, constant, reversed)`` of a binary node with one constant operand,
+        else None."""
+        a, b = node.inputs
+        ca, cb = self.g.const(a), self.g.const(b)
+        if (ca is None) == (cb is None):
+            return None
+        return (b, np.asarray(ca, np.float64), True) if cb is None else \
+            (a, np.asarray(cb, np.float64), False)
+
+    def _per_channel(self, x, c):
+        """Constant ``c`` as one value per channel of activation ``x``'s ``(C, H, W)``
+        dataset (a scalar, or a vector along ONNX axis 1), else a failure."""
+        shape = tuple(self.g.shapes[x])
+        channels = _shape3(shape)[0] if _shape3(shape) else None
+        full = (1,) * (len(shape) - c.ndim) + c.shape if c.ndim <= len(shape) else None
+        if channels is None or full is None or any(n != 1 for i, n in enumerate(full)
+                                                   if i != 1):
+            self.fail(f"a constant of shape {c.shape} (a scalar or one value per channel "
+                      f"only)")
+        if full[1] not in (1, channels):
+            self.fail(f"a constant of shape {c.shape} does not broadcast over {shape}")
+        return np.broadcast_to(c.reshape(-1), (channels,)).astype(np.float64)
+
+    def affine(self, node):
+        """``Add``, ``Sub``, ``Mul``, ``Div`` of an activation and a scalar or per-channel
+        constant: a depthwise 1x1 layer ``x * m + a`` (weights ``m``, bias ``a``) with the
+        output's own scale (one rounding)."""
+        x, c, rev = self._constant_operand(node)
+        v = self._per_channel(x, c)
+        ones = np.ones_like(v)
+        op = node.op
+        if op == "Div" and rev:
+            self.fail("division by a tensor is not supported")
+        mul, add = {"Add": (ones, v), "Mul": (v, 0 * v), "Div": (1.0 / v, 0 * v),
+                    "Sub": (-ones, v) if rev else (ones, -v)}[op]
+        out = node.outputs[0]
+        w = mul.reshape(-1, 1, 1, 1)
+        if self.memory:
+            self.mem_conv(x, out, w, add, None, groups=len(v), model=False)
+        else:
+            self.src(x, conv=True)
+            self.conv(x, out, w, add, None, groups=len(v), model=False)
+
+    def op_Sub(self, node):
+        if self._constant_operand(node) is None:
+            self.fail(f"{node.op} of two activations is not supported (with a constant "
+                      f"only)")
+        self.affine(node)
+
+    op_Mul = op_Div = op_Sub
+
     def op_Add(self, node):
         """``a + b`` of two int8 activations of one shape with their own scales: each is
         rescaled to the output's scale into binary16 on the planar engine (``gain_bias``),
-        then added with one rounding to int8 (RNE, saturating)."""
+        then added with one rounding to int8 (RNE, saturating). With a constant operand:
+        :meth:`affine`."""
+        if self._constant_operand(node) is not None:
+            self.affine(node)
+            return
         a, b = node.inputs
         out = node.outputs[0]
         da, db = self.src(a), self.src(b)

@@ -188,9 +188,11 @@ def _with(op_nodes, out_shape, name="m"):
 
 @pytest.mark.parametrize("nodes, shape, message", [
     ([(("Mul", ["c", "x"], ["y"]), {"name": "times"})], [1, 2, 4, 4],
-     r"node 'times' \(Mul\): operator Mul is not supported with --format int8"),
-    ([(("Add", ["c", "k"], ["y"]), {"name": "plus"})], [1, 2, 4, 4],
-     r"node 'plus' \(Add\): input 'k' is not an int8 activation"),
+     r"node 'times' \(Mul\): Mul of two activations is not supported"),
+    ([(("Sub", ["c", "x"], ["y"]), {"name": "minus"})], [1, 2, 4, 4],
+     r"node 'minus' \(Sub\): Sub of two activations is not supported"),
+    ([(("Abs", ["c"], ["y"]), {"name": "abs"})], [1, 2, 4, 4],
+     r"node 'abs' \(Abs\): operator Abs is not supported with --format int8"),
     ([(("Sigmoid", ["x"], ["s"]), {"name": "sig"}), (("Add", ["c", "s"], ["y"]), {})],
      [1, 2, 4, 4],
      r"node 'sig' \(Sigmoid\): operator Sigmoid is not supported"),
