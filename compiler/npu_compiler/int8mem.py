@@ -10,6 +10,13 @@ dataset padded explicitly from a one-byte constant: 0 for convolutions and avera
 for max pooling). The results are those of one whole-layer task bit for bit: int32
 accumulation is exact and every output element sees the same inputs and weights.
 
+Output channels are cut into chunks whose kernels fit the kernel memory; a layer with more
+input channels times kernel rows than the input buffer's rows is *folded* (channels into
+columns, :meth:`MemoryInt8._fold`). ``Concat`` copies its operands into parts of the output
+(an operand of another scale requantized on the way); under the depth-first schedule the
+segments of :mod:`npu_compiler.depthfirst` run as interleaved row bands with their
+intermediate tensors in rings of rows (:meth:`MemoryInt8.emit_segment`).
+
 :class:`MemoryInt8` is the mixin of :class:`npu_compiler.int8._Int8` that does it.
 """
 
