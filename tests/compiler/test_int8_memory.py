@@ -207,6 +207,25 @@ def test_arithmetic_with_constants_in_the_buffer_and_in_memory():
     assert outs[0].tobytes() == outs[1].tobytes()
 
 
+def test_two_cores_equal_one_core_in_system_memory():
+    """On ``ecp5`` (two cores, a 256 KiB buffer) a conv of 16 x 96 x 96 outputs runs depth
+    first in system memory; split over both cores (each its own kernels, reloaded when a band
+    of another layer overwrote them) it gives the bits of one core."""
+    model = big_conv(96)
+    x = np.random.default_rng(9).standard_normal((1, 3, 96, 96)).astype(np.float32)
+    outs = []
+    for cores in (1, 2):
+        rng = np.random.default_rng(1)
+        cal = np.concatenate([rng.standard_normal((4,) + x.shape[1:]), x])[:, None]
+        c = compile_model(model, preset("ecp5").replace(mem_kib=1024), fmt="int8",
+                          calibration={"x": cal.astype(np.float32)}, evaluator=session,
+                          cores=cores)
+        assert all(r["how"].startswith("depth-first") for r in c.plan)
+        assert max(r["cores"] for r in c.plan) == cores
+        outs.append(run(c.program, {"x": x}, "golden").outputs["y"])
+    assert outs[0].tobytes() == outs[1].tobytes()
+
+
 def test_cli_compiles_a_network_beyond_the_buffer(tmp_path, capsys):
     import onnx
     onnx.save(big_conv(48), tmp_path / "m.onnx")
