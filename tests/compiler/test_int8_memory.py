@@ -226,6 +226,28 @@ def test_two_cores_equal_one_core_in_system_memory():
     assert outs[0].tobytes() == outs[1].tobytes()
 
 
+@pytest.mark.parametrize("axis, second, out_shape, requantized", [
+    (1, "d", [1, 6, 8, 8], False),   # channels; both operands take the Concat's scale
+    (1, "x", [1, 6, 8, 8], True),    # a graph input: requantized on the neural engine
+    (2, "d", [1, 3, 16, 8], False),  # rows
+    (3, "x", [1, 3, 8, 16], True),   # columns, requantized
+])
+def test_concat_along_each_axis_against_onnxruntime(axis, second, out_shape, requantized):
+    rng = np.random.default_rng(13)
+    n = helper.make_node
+    model = _model([n("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                    n("Conv", ["x", "w2"], ["d"], pads=[1, 1, 1, 1]),
+                    n("Concat", ["c", second], ["y"], axis=axis, name="join")],
+                   [_init(rng, "w", (3, 3, 3, 3)), _init(rng, "w2", (3, 3, 3, 3))],
+                   [1, 3, 8, 8], out_shape)
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    c = _compile(model, preset("small"), x)
+    join = next(r for r in c.plan if r["node"] == "join")
+    assert join["engine"] == ("NE" if requantized else "-")
+    steps, _ = _steps(c, model, x)
+    assert 0 < steps <= 2
+
+
 def test_cli_compiles_a_network_beyond_the_buffer(tmp_path, capsys):
     import onnx
     onnx.save(big_conv(48), tmp_path / "m.onnx")
