@@ -75,7 +75,8 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     (:mod:`npu_compiler.compress`).
 
     ``schedule`` (``"depth-first"`` or ``"layer"``) is how chains of layers that do not fit
-    the buffer run (:mod:`npu_compiler.depthfirst`; binary16 only, int8 runs layer by layer).
+    the buffer run (:mod:`npu_compiler.depthfirst`; in int8, the layers of a network lowered
+    with its activations in system memory, :mod:`npu_compiler.int8mem`).
 
     ``switch_points`` (one of :data:`SWITCH_POINTS`): ``"safe"`` (the default) marks every
     task boundary where no on-chip state is live as a point where a higher-priority network
@@ -120,7 +121,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":
         return _compile_int8(source, graph, config, calibration, name, fallback, t0,
-                             evaluator, compression, switch_points, cores, chain)
+                             evaluator, compression, switch_points, cores, chain, schedule)
     if calibration is not None:
         raise CompileError("--calibration is for --format int8")
     graph_outputs = list(graph.outputs)
@@ -171,7 +172,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
 
 
 def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator,
-                  compression, switch_points, cores=None, chain=True):
+                  compression, switch_points, cores=None, chain=True, schedule="depth-first"):
     from .frontend import read_model
     from .int8 import calibrate, calibration_samples, lower_int8
     if fallback:
@@ -189,7 +190,7 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
     scales = calibrate(read_model(source), graph, samples, evaluator)
     b, plan, io = lower_int8(graph, config, scales, name=name or graph.name,
                              compression=compression, spill=switch_points == "layers",
-                             cores=cores, chain=chain)
+                             cores=cores, chain=chain, schedule=schedule)
 
     def entry(n, t, scale):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),

@@ -7,15 +7,17 @@ intermediate tensor exposed as an output and takes a symmetric per-tensor scale 
 per-output-channel scales; each layer's ``in_scale * w_scale[k] / out_scale`` becomes the
 post-processor's multiplier and shift (:func:`npu_compiler.quant.quantize_conv`).
 
-The int8 lowering keeps every activation of the network in the buffer as an int8 dataset
-(no tiling: a network whose live activations do not fit is a :class:`CompileError`), loads
-the graph inputs (quantized by the runtime with the scales in the program's metadata) and
-stores the graph outputs (dequantized by the runtime). Operators: ``Conv`` (with a fused
-``Relu`` or ``Clip``), ``Gemm`` (a convolution whose kernel covers the whole input), ``Add``
-of two activations of one shape (planar engine, through binary16), ``Relu``, ``MaxPool``
-(planar engine), ``GlobalAveragePool`` (a depthwise convolution of weight ``1 / (H W)``),
-and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``,
-``Unsqueeze``, ``Identity``. Any other operator is a :class:`CompileError` naming the node.
+The int8 lowering keeps every activation of the network in the buffer as an int8 dataset,
+loads the graph inputs (quantized by the runtime with the scales in the program's metadata)
+and stores the graph outputs (dequantized by the runtime). When the activations do not fit
+the buffer, or an operator needs system memory, it lowers the network again with every
+activation in system memory and the layers cut into bands (:mod:`npu_compiler.int8mem`).
+Operators: ``Conv`` (with a fused ``Relu`` or ``Clip``), ``Gemm`` (a convolution whose
+kernel covers the whole input), ``Add`` of two activations of one shape (planar engine,
+through binary16), ``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool`` (a depthwise
+convolution of weight ``1 / (H W)``), ``AveragePool`` and ``Concat`` (system memory only),
+and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Identity``. Any
+other operator is a :class:`CompileError` naming the node.
 """
 
 import numpy as np
@@ -30,13 +32,16 @@ from .compress import Compression, encode_kernels, prune
 from .cores import check_cores, core_blobs
 from .cores import place as place_on_cores
 from .graph import CompileError
+from .int8mem import MemoryInt8, NeedsMemory
+from .ops import _conv_geometry
 from .quant import Calibrator, quantize_conv
 
 __all__ = ["INT8_OPS", "calibrate", "calibration_samples", "lower_int8", "read_array",
            "reference_evaluator"]
 
 SHAPE_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
-INT8_OPS = ("Conv", "Gemm", "Add", "Relu", "MaxPool", "GlobalAveragePool") + SHAPE_OPS
+INT8_OPS = ("Conv", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "MaxPool", "AveragePool",
+            "GlobalAveragePool", "Concat") + SHAPE_OPS
 
 
 # ---- calibration ---------------------------------------------------------------------------
@@ -172,9 +177,13 @@ def _shape3(shape):
     return None
 
 
-class _Int8:
+class _Int8(MemoryInt8):
+    #: Whether a network the buffer cannot hold is lowered again in memory mode
+    #: (:mod:`npu_compiler.int8mem`).
+    MEMORY_MODE = True
+
     def __init__(self, graph, config, scales, name, compression=None, cores=None,
-                 chain=True):
+                 chain=True, schedule="depth-first"):
         if "int8" not in config.formats:
             raise CompileError(f"preset {config.name!r} has no int8 datapath")
         self.cores = check_cores(config, cores)
@@ -190,20 +199,29 @@ class _Int8:
         self.scale = {}     # tensor -> scale
         self.plan = []
         self.node = None
+        self._init_memory()
+        self.schedule = schedule    # of memory mode (npu_compiler.int8mem)
 
     def fail(self, why):
         raise CompileError(f"{self.node}: {why} (--format int8)")
 
     def out_scale(self, name):
+        joined = self.concat_scale(name)
+        if joined is not None:
+            return joined
         if name not in self.scales:
             self.fail(f"no calibration range for tensor {name!r}")
         return self.scales[name]
 
     def src(self, name, conv=False):
-        if name not in self.ds:
+        """The dataset of activation ``name`` (in memory mode its tensor's view)."""
+        if name not in self.ds and self.memory:
+            ds = self.view(name)
+        elif name not in self.ds:
             self.fail(f"input {name!r} is not an int8 activation (a constant or an unsupported "
                       f"producer)")
-        ds = self.ds[name]
+        else:
+            ds = self.ds[name]
         if conv and _shape3(self.g.shapes[name]) != tuple(ds.shape):
             self.fail(f"tensor {name!r} of shape {tuple(self.g.shapes[name])} is not a "
                       f"(1, C, H, W) activation")
@@ -296,6 +314,10 @@ class _Int8:
                                f"(1, C, H, W) or (1, N) tensor for --format int8")
         if name not in self.scales:
             raise CompileError(f"no calibration values for input {name!r}")
+        if self.memory:
+            self.mem_input(name, s3)
+            self.scale[name] = self.scales[name]
+            return
         t = self.b.input(name, np.zeros(s3, np.int8))
         self.ds[name], self.scale[name] = self.b.load(t), self.scales[name]
 
@@ -307,38 +329,84 @@ class _Int8:
         for i, node in enumerate(g.nodes):
             for x in node.inputs:
                 last[x] = i
+        segs = self.mem_segments() if self.memory else {}
         for i, node in enumerate(g.nodes):
             self.node = node
-            self.row = {"node": node.name, "op": node.op, "tasks": 0,
-                        "first_task": len(self.b.tasks), "kernel_bytes": 0,
-                        "kernel_raw_bytes": 0, "kernel_encoding": "", "engine": "-",
-                        "cores": 1, "how": (f"chained: reads {self.chained[1]}'s output "
-                                            f"from the buffer while it runs"
-                                            if self.chained and self.chained[0] == node.name
-                                            else ""),
-                        "in": [list(g.shapes.get(x, ())) for x in node.inputs
-                               if x and x not in g.consts],
-                        "out": [list(g.shapes.get(o, ())) for o in node.outputs if o]}
+            self.row = self._new_row(node)
             fn = getattr(self, "op_" + node.op, None)
             if node.op not in self.OPS or fn is None:
                 raise CompileError(f"{node}: operator {node.op} is not supported with "
                                    f"--format int8 (supported: {', '.join(self.OPS)})")
+            self._step = str(node)
+            if self.memory and node.op not in SHAPE_OPS:
+                self.row["how"] = "in system memory"
+            seg = segs.get(i)
+            if seg is not None and node is not seg.nodes[-1]:
+                continue
             try:
-                fn(node)
+                if seg is not None:
+                    self.emit_segment(seg)
+                    continue
+                if self.memory:
+                    self.mem_node(node)
+                else:
+                    fn(node)
             except BuildError as e:
-                why = str(e)
-                if "buffer is full" in why:
-                    why += "; int8 layers are not cut into bands yet (fp16 ones are)"
-                self.fail(why)
+                if self.MEMORY_MODE and not self.memory:
+                    raise NeedsMemory(str(e)) from None
+                self.fail(str(e))
             self._end_row()
+            if self.memory:
+                continue
             self._release(i, last)
             if self.spill and len(self.b.tasks) > self.row["first_task"] \
                     and i + 1 < len(g.nodes):
                 self._spill()
+        if self.memory:
+            self.mem_outputs()
+            return self
         for name in g.outputs:
             ds = self.output_dataset(name)
             self.b.store(ds, self.b.output(name + ":q", ds.shape))
         return self
+
+    def mem_node(self, node):
+        """``node`` in memory mode (:mod:`npu_compiler.int8mem`)."""
+        op = node.op
+        if op in SHAPE_OPS:
+            self.mem_alias(node)
+        elif op == "Concat":
+            self.mem_concat(node)
+        elif op in ("MaxPool", "AveragePool"):
+            if len([o for o in node.outputs if o]) > 1:
+                self.fail("the indices output is not supported")
+            self.mem_pool(node, op == "MaxPool")
+        elif op == "Add" and self._constant_operand(node) is None:
+            self.mem_elementwise(node, self.op_Add, 5)
+        elif op == "Relu":
+            self.mem_elementwise(node, self.op_Relu, 2)
+        else:
+            getattr(self, "op_" + op)(node)
+
+    def needs_memory(self, why):
+        """A layer the buffer-resident lowering does not take: memory mode, or the error."""
+        if self.MEMORY_MODE:
+            raise NeedsMemory(why)
+        self.fail(why)
+
+    def _new_row(self, node):
+        """The plan row of ``node`` (its tasks counted by :meth:`_end_row`)."""
+        g = self.g
+        return {"node": node.name, "op": node.op, "tasks": 0,
+                "first_task": len(self.b.tasks), "kernel_bytes": 0,
+                "kernel_raw_bytes": 0, "kernel_encoding": "", "engine": "-",
+                "cores": 1, "how": (f"chained: reads {self.chained[1]}'s output "
+                                    f"from the buffer while it runs"
+                                    if self.chained and self.chained[0] == node.name
+                                    else ""),
+                "in": [list(g.shapes.get(x, ())) for x in node.inputs
+                       if x and x not in g.consts],
+                "out": [list(g.shapes.get(o, ())) for o in node.outputs if o]}
 
     def output_dataset(self, name):
         """The int8 dataset of graph output ``name``."""
@@ -347,11 +415,18 @@ class _Int8:
         return self.ds[name]
 
     def _end_row(self):
-        row = self.row
-        row["tasks"] = len(self.b.tasks) - row["first_task"]
-        row["last_task"] = len(self.b.tasks) - 1
-        engines = {t.engine for t in self.b.tasks[row["first_task"]:]}
-        names = {Engine(e).name for e in engines}
+        self._span_row(self.row, [(self.row["first_task"], len(self.b.tasks))])
+
+    def _span_row(self, row, spans):
+        """Finish plan row ``row`` whose tasks are the ranges ``spans`` (one for a layer run
+        whole; the bands of a depth-first segment interleave layers) and append it."""
+        tasks = [t for a, b in spans for t in self.b.tasks[a:b]]
+        row["tasks"] = len(tasks)
+        if spans:
+            row["first_task"], row["last_task"] = spans[0][0], spans[-1][1] - 1
+        else:
+            row["last_task"] = row["first_task"] - 1
+        names = {Engine(t.engine).name for t in tasks}
         row["engine"] = ("NE" if "NEURAL" in names else "PE" if "PLANAR" in names else "-")
         self.plan.append(row)
 
@@ -392,14 +467,16 @@ class _Int8:
             self.fail("weights and bias must be constants")
         if w.ndim != 4:
             self.fail(f"{w.ndim - 2}-D convolution is not supported")
-        strides = list(node.attr("strides", [1, 1]))
-        dil = list(node.attr("dilations", [1, 1]))
-        pads = list(node.attr("pads", [0, 0, 0, 0]))
-        if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-            self.fail("auto_pad SAME is not supported")
+        _, strides, dil, pads, _ = _conv_geometry(node, g.shapes[x], w.shape)
+        if self.memory:
+            if dil[0] != dil[1]:
+                self.fail(f"dilations {dil} must be equal in both directions")
+            self.mem_conv(x, out, w, bias, self._act(node), tuple(strides), tuple(pads),
+                          dil[0], int(node.attr("group", 1)))
+            return
         if len(set(strides)) != 1 or len(set(dil)) != 1 or len(set(pads)) != 1:
-            self.fail(f"strides {strides}, dilations {dil}, pads {pads} must each be equal "
-                      f"in every direction")
+            self.needs_memory(f"strides {strides}, dilations {dil}, pads {pads} must each be "
+                              f"equal in every direction")
         self.conv(x, out, w, bias, self._act(node), strides[0], pads[0], dil[0],
                   int(node.attr("group", 1)))
 
@@ -417,7 +494,7 @@ class _Int8:
     def op_Gemm(self, node):
         g = self.g
         x, out = node.inputs[0], node.outputs[0]
-        src = self.src(x)
+        src = self.view(x) if self.memory else self.src(x)
         w = g.const(node.inputs[1])
         bias = g.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         if w is None or (len(node.inputs) > 2 and node.inputs[2] and bias is None):
@@ -433,6 +510,9 @@ class _Int8:
         c, h, ww = src.shape
         if c * h * ww != w.shape[1]:
             self.fail(f"the input has {c * h * ww} elements, B has {w.shape[1]} rows")
+        if self.memory:
+            self.mem_conv(x, out, w.reshape(w.shape[0], c, h, ww), bias, self._act(node))
+            return
         self.conv(x, out, w.reshape(w.shape[0], c, h, ww), bias, self._act(node))
 
     def op_Relu(self, node):
@@ -440,10 +520,66 @@ class _Int8:
         self.ds[out] = self.b.relu(self.src(x))
         self.scale[out] = self.scale[x]
 
+    def _constant_operand(self, node):
+        """``(activation, constant, reversed)`` of a binary node with one constant operand,
+        else None."""
+        a, b = node.inputs
+        ca, cb = self.g.const(a), self.g.const(b)
+        if (ca is None) == (cb is None):
+            return None
+        return (b, np.asarray(ca, np.float64), True) if cb is None else \
+            (a, np.asarray(cb, np.float64), False)
+
+    def _per_channel(self, x, c):
+        """Constant ``c`` as one value per channel of activation ``x``'s ``(C, H, W)``
+        dataset (a scalar, or a vector along ONNX axis 1), else a failure."""
+        shape = tuple(self.g.shapes[x])
+        channels = _shape3(shape)[0] if _shape3(shape) else None
+        full = (1,) * (len(shape) - c.ndim) + c.shape if c.ndim <= len(shape) else None
+        if channels is None or full is None or any(n != 1 for i, n in enumerate(full)
+                                                   if i != 1):
+            self.fail(f"a constant of shape {c.shape} (a scalar or one value per channel "
+                      f"only)")
+        if full[1] not in (1, channels):
+            self.fail(f"a constant of shape {c.shape} does not broadcast over {shape}")
+        return np.broadcast_to(c.reshape(-1), (channels,)).astype(np.float64)
+
+    def affine(self, node):
+        """``Add``, ``Sub``, ``Mul``, ``Div`` of an activation and a scalar or per-channel
+        constant: a depthwise 1x1 layer ``x * m + a`` (weights ``m``, bias ``a``) with the
+        output's own scale (one rounding)."""
+        x, c, rev = self._constant_operand(node)
+        v = self._per_channel(x, c)
+        ones = np.ones_like(v)
+        op = node.op
+        if op == "Div" and rev:
+            self.fail("division by a tensor is not supported")
+        mul, add = {"Add": (ones, v), "Mul": (v, 0 * v), "Div": (1.0 / v, 0 * v),
+                    "Sub": (-ones, v) if rev else (ones, -v)}[op]
+        out = node.outputs[0]
+        w = mul.reshape(-1, 1, 1, 1)
+        if self.memory:
+            self.mem_conv(x, out, w, add, None, groups=len(v), model=False)
+        else:
+            self.src(x, conv=True)
+            self.conv(x, out, w, add, None, groups=len(v), model=False)
+
+    def op_Sub(self, node):
+        if self._constant_operand(node) is None:
+            self.fail(f"{node.op} of two activations is not supported (with a constant "
+                      f"only)")
+        self.affine(node)
+
+    op_Mul = op_Div = op_Sub
+
     def op_Add(self, node):
         """``a + b`` of two int8 activations of one shape with their own scales: each is
         rescaled to the output's scale into binary16 on the planar engine (``gain_bias``),
-        then added with one rounding to int8 (RNE, saturating)."""
+        then added with one rounding to int8 (RNE, saturating). With a constant operand:
+        :meth:`affine`."""
+        if self._constant_operand(node) is not None:
+            self.affine(node)
+            return
         a, b = node.inputs
         out = node.outputs[0]
         da, db = self.src(a), self.src(b)
@@ -468,11 +604,13 @@ class _Int8:
         k = list(node.attr("kernel_shape"))
         s = list(node.attr("strides", [1] * len(k)))
         pads = list(node.attr("pads", [0] * 2 * len(k)))
-        if len(k) != 2 or node.attr("ceil_mode", 0) or node.attr("auto_pad", "NOTSET") \
-                not in ("NOTSET", "VALID") or any(d != 1 for d in node.attr("dilations", [1, 1])):
-            self.fail("only 2-D pooling without ceil_mode, auto_pad or dilation")
+        if len(k) != 2 or any(d != 1 for d in node.attr("dilations", [1, 1])):
+            self.fail("only 2-D pooling without dilation")
+        if node.attr("ceil_mode", 0) or node.attr("auto_pad", "NOTSET") not in ("NOTSET",
+                                                                                "VALID"):
+            self.needs_memory("ceil_mode or auto_pad")
         if pads[:2] != pads[2:] or pads[0] >= k[0] or pads[1] >= k[1]:
-            self.fail(f"pads {pads}: symmetric and smaller than the window only")
+            self.needs_memory(f"pads {pads}: symmetric and smaller than the window only")
         if max(k) > planar_spec.MAX_WINDOW:
             self.fail(f"window {k[0]}x{k[1]} (at most {planar_spec.MAX_WINDOW})")
         dst = self.b.planar(src, mode="pool", op="max", kh=k[0], kw=k[1], sy=s[0], sx=s[1],
@@ -483,9 +621,20 @@ class _Int8:
 
     def op_GlobalAveragePool(self, node):
         x, out = node.inputs[0], node.outputs[0]
-        c, h, w = self.src(x, conv=True).shape
+        c, h, w = (self.view(x) if self.memory else self.src(x, conv=True)).shape
         weights = np.full((c, 1, h, w), 1.0 / (h * w))
+        if self.memory:
+            self.mem_conv(x, out, weights, None, None, groups=c, model=False)
+            return
         self.conv(x, out, weights, None, None, groups=c, model=False)
+
+    def op_AveragePool(self, node):
+        """Average pooling: memory mode only (:meth:`mem_pool`)."""
+        self.needs_memory("AveragePool runs with the activations in system memory")
+
+    def op_Concat(self, node):
+        """Concatenation: memory mode only (:meth:`mem_concat`)."""
+        self.needs_memory("Concat runs with the activations in system memory")
 
     def _alias(self, node):
         x, out = node.inputs[0], node.outputs[0]
@@ -497,16 +646,26 @@ class _Int8:
 
 
 def lower_int8(graph, config, scales, name="", compression=None, spill=False, cores=None,
-               chain=True):
+               chain=True, schedule="depth-first"):
     """``(builder, plan, io)``: the int8 program's builder, the per-layer plan rows and the
     scales ``{"inputs": {name: scale}, "outputs": {name: scale}}``; ``compression`` a
     :class:`npu_compiler.compress.Compression`; ``spill``: every layer's end a safe switch
     point (:meth:`_Int8._spill`); ``cores`` the cores a layer is split over (None: all,
     :mod:`npu_compiler.cores`); ``chain``: a conv streams into the pool, ReLU or add after it
-    through a flow-controlled ring (not with ``spill``)."""
+    through a flow-controlled ring (not with ``spill``); ``schedule``
+    (:data:`~npu_compiler.depthfirst.SCHEDULES`): in memory mode, layers that do not fit the
+    buffer run depth first or layer by layer."""
     lw = _Int8(graph, config, scales, name, compression, cores, chain)
     lw.spill = spill
-    lw.run()
+    try:
+        lw.run()
+    except NeedsMemory:
+        # The activations do not fit the buffer (or an operator needs system memory): every
+        # activation in system memory, layers in bands (npu_compiler.int8mem).
+        lw = _Int8(graph, config, scales, name, compression, cores, chain=False,
+                   schedule=schedule)
+        lw.memory = True
+        lw.run()
     io = {"inputs": {n: lw.scale[n] for n in graph.inputs},
           "outputs": {n: lw.scale[n] for n in graph.outputs}}
     return lw.b, lw.plan, io

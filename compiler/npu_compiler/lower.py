@@ -30,17 +30,16 @@ from npu_spec import dataproc, neural
 from npu_spec import dma as dma_spec
 from npu_spec import planar as planar_spec
 from npu_spec.mac import MacFormat
-from npu_spec.program import Tensor, dense_strides
+from npu_spec.program import TENSOR_FORMATS, Tensor, dense_strides
 
 from .compress import Compression, encode_kernels, prune
 from .cores import check_cores, core_blobs
 from .depthfirst import BAND_SHARE, SCHEDULES
 from .graph import CompileError
 
-__all__ = ["Lowering", "MView", "lower"]
+__all__ = ["Lowering", "MView", "Transfers", "lower"]
 
 FP16 = "fp16"
-ESIZE = 2                       # bytes of a binary16 element
 MAX_DIM = (1 << planar_spec.SHAPE_BITS) - 1
 PLANE_DEPTH = planar_spec.LINE_BUFFER_DEPTH
 
@@ -63,7 +62,8 @@ class MView:
 
     @staticmethod
     def dense(tensor):
-        return MView(tensor.addr, tuple(tensor.shape), dense_strides(tensor.shape, FP16))
+        return MView(tensor.addr, tuple(tensor.shape),
+                     dense_strides(tensor.shape, tensor.format))
 
     def reshape(self, shape):
         shape = tuple(shape)
@@ -165,7 +165,96 @@ def _flat_shape(n, limit=MAX_DIM):
     return None
 
 
-class Lowering:
+class Transfers:
+    """DMA between system-memory views (:class:`MView`) and buffer datasets, for elements of
+    format :attr:`elem` (``fp16`` or ``int8``): the machinery of :class:`Lowering` that the
+    int8 lowering shares (:mod:`npu_compiler.int8`). A subclass has ``b`` (the builder),
+    ``buf_size``, ``_temps``, ``_step``, ``_count(engine, dma_elements)`` and
+    ``fill_source(value)`` (a one-element constant view holding ``value``)."""
+
+    elem = FP16
+
+    # ---- DMA -----------------------------------------------------------------------------
+
+    def _dma(self, direction, mview, buf_addr, buf_strides, label):
+        """One DMA task between memory view ``mview`` and the buffer elements
+        ``buf_addr + sum(i_k * buf_strides[k])`` over the same index space (one task for each
+        piece of a ring view)."""
+        if mview.ring:
+            for first, _, piece in mview.pieces():
+                self._dma(direction, piece, buf_addr + first * buf_strides[mview.axis],
+                          buf_strides, label)
+            return
+        dims = _merge(reversed(mview.shape), reversed(mview.strides), reversed(buf_strides))
+        if len(dims) > 5:
+            raise CompileError(f"{self._step}: a transfer of rank {len(dims)} (at most 5)")
+        sizes = [d[0] for d in dims] + [1] * (5 - len(dims))
+        ms = [d[1] for d in dims] + [0] * (5 - len(dims))
+        bs = [d[2] for d in dims] + [0] * (5 - len(dims))
+        esize = TENSOR_FORMATS[self.elem]
+        fmt = dma_spec.DmaFormat.HALF if esize == 2 else dma_spec.DmaFormat.INT8
+        t = dma_spec.make_transfer(dir=direction, fmt=fmt,
+                                   mem_addr=mview.addr - 4 * self.b.base, buf_addr=buf_addr,
+                                   sizes=sizes, mem_strides=ms, buf_strides=bs)
+        mlo, mhi = dma_spec.extent(mview.addr, sizes, ms)
+        blo, bhi = dma_spec.extent(buf_addr, sizes, bs)
+        mem = [("mem", mlo, mhi + esize)]
+        buf = [("buf", blo, bhi + 1)]
+        if direction == dma_spec.DmaDir.MEM_TO_BUF:
+            self.b._dma(t, mem, buf, {}, label)
+        else:
+            self.b._dma(t, buf, mem, {}, label)
+        self._count("dma", int(np.prod(sizes)))
+
+    def load_any(self, mview, ds):
+        """Copy ``mview`` (any shape and strides) into dense dataset ``ds`` in raster order."""
+        self._dma(dma_spec.DmaDir.MEM_TO_BUF, mview, ds.addr, _dense_elements(mview.shape),
+                  "load")
+
+    def store_any(self, ds, mview):
+        """Copy dense dataset ``ds`` in raster order into ``mview``."""
+        self._dma(dma_spec.DmaDir.BUF_TO_MEM, mview, ds.addr, _dense_elements(mview.shape),
+                  "store")
+
+    def load3(self, mview, ds):
+        """``mview`` of shape ``(C, H, W)`` into dataset ``ds`` of that shape (any strides)."""
+        self._dma(dma_spec.DmaDir.MEM_TO_BUF, mview, ds.addr, (ds.cstride, ds.rstride, 1),
+                  "load")
+
+    def store3(self, ds, mview, xstep=1, ystep=1):
+        """Dataset ``ds`` (every ``ystep``-th row and ``xstep``-th column) into ``mview``
+        ``(C, H, W)``."""
+        self._dma(dma_spec.DmaDir.BUF_TO_MEM, mview, ds.addr,
+                  (ds.cstride, ds.rstride * ystep, xstep), "store")
+
+    def fill(self, ds, value):
+        """Set every element of dense dataset ``ds`` to ``value`` (a DMA from one constant
+        element with zero strides)."""
+        src = self.fill_source(value)
+        c, h, w = ds.shape
+        self._dma(dma_spec.DmaDir.MEM_TO_BUF, MView(src.addr, (c, h, w), (0, 0, 0)), ds.addr,
+                  (ds.cstride, ds.rstride, 1), "fill")
+
+    def buffer(self, shape):
+        try:
+            return self.b.buffer(shape, self.elem)
+        except BuildError:
+            raise CompileError(f"{self._step}: a dataset of {'x'.join(map(str, shape))} "
+                               f"elements does not fit the {self.buf_size}-element buffer "
+                               f"(after tiling)") from None
+
+    def release(self, *datasets):
+        for ds in datasets:
+            self.b.release(ds)
+
+    def _release_all(self):
+        """Free the datasets the engines' steps left (:attr:`_temps`)."""
+        for ds in self._temps:
+            self.b.release(ds)
+        self._temps = []
+
+
+class Lowering(Transfers):
     """Lowers ``graph`` for ``config``; :meth:`run` returns the builder with every task."""
 
     def __init__(self, graph, config, *, name="", schedule="depth-first", fmt="fp16",
@@ -220,6 +309,10 @@ class Lowering:
                                                  arr.reshape(arr.shape or (1,)))
         return self._consts[key]
 
+    def fill_source(self, value):
+        """A one-element binary16 constant holding ``value`` (:meth:`Transfers.fill`)."""
+        return self._const_tensor(f"fill{float(value)}", np.asarray([value], np.float32))
+
     def _output_tensor(self, name):
         shape = self.g.shapes[name]
         role = "output" if name in self.g.outputs else "scratch"
@@ -251,83 +344,6 @@ class Lowering:
             self.views[name] = v.reshape(c.shape) if c.shape else v
             return self.views[name]
         raise CompileError(f"tensor {name!r} has no value")
-
-    # ---- DMA -----------------------------------------------------------------------------
-
-    def _dma(self, direction, mview, buf_addr, buf_strides, label):
-        """One DMA task between memory view ``mview`` and the buffer elements
-        ``buf_addr + sum(i_k * buf_strides[k])`` over the same index space (one task for each
-        piece of a ring view)."""
-        if mview.ring:
-            for first, _, piece in mview.pieces():
-                self._dma(direction, piece, buf_addr + first * buf_strides[mview.axis],
-                          buf_strides, label)
-            return
-        dims = _merge(reversed(mview.shape), reversed(mview.strides), reversed(buf_strides))
-        if len(dims) > 5:
-            raise CompileError(f"{self._step}: a transfer of rank {len(dims)} (at most 5)")
-        sizes = [d[0] for d in dims] + [1] * (5 - len(dims))
-        ms = [d[1] for d in dims] + [0] * (5 - len(dims))
-        bs = [d[2] for d in dims] + [0] * (5 - len(dims))
-        t = dma_spec.make_transfer(dir=direction, fmt=dma_spec.DmaFormat.HALF,
-                                   mem_addr=mview.addr - 4 * self.b.base, buf_addr=buf_addr,
-                                   sizes=sizes, mem_strides=ms, buf_strides=bs)
-        mlo, mhi = dma_spec.extent(mview.addr, sizes, ms)
-        blo, bhi = dma_spec.extent(buf_addr, sizes, bs)
-        mem = [("mem", mlo, mhi + ESIZE)]
-        buf = [("buf", blo, bhi + 1)]
-        if direction == dma_spec.DmaDir.MEM_TO_BUF:
-            self.b._dma(t, mem, buf, {}, label)
-        else:
-            self.b._dma(t, buf, mem, {}, label)
-        self._count("dma", int(np.prod(sizes)))
-
-    def load_any(self, mview, ds):
-        """Copy ``mview`` (any shape and strides) into dense dataset ``ds`` in raster order."""
-        self._dma(dma_spec.DmaDir.MEM_TO_BUF, mview, ds.addr, _dense_elements(mview.shape),
-                  "load")
-
-    def store_any(self, ds, mview):
-        """Copy dense dataset ``ds`` in raster order into ``mview``."""
-        self._dma(dma_spec.DmaDir.BUF_TO_MEM, mview, ds.addr, _dense_elements(mview.shape),
-                  "store")
-
-    def load3(self, mview, ds):
-        """``mview`` of shape ``(C, H, W)`` into dataset ``ds`` of that shape (any strides)."""
-        self._dma(dma_spec.DmaDir.MEM_TO_BUF, mview, ds.addr, (ds.cstride, ds.rstride, 1),
-                  "load")
-
-    def store3(self, ds, mview, xstep=1, ystep=1):
-        """Dataset ``ds`` (every ``ystep``-th row and ``xstep``-th column) into ``mview``
-        ``(C, H, W)``."""
-        self._dma(dma_spec.DmaDir.BUF_TO_MEM, mview, ds.addr,
-                  (ds.cstride, ds.rstride * ystep, xstep), "store")
-
-    def fill(self, ds, value):
-        """Set every element of dense dataset ``ds`` to ``value`` (a DMA from one constant
-        element with zero strides)."""
-        src = self._const_tensor(f"fill{float(value)}", np.asarray([value], np.float32))
-        c, h, w = ds.shape
-        self._dma(dma_spec.DmaDir.MEM_TO_BUF, MView(src.addr, (c, h, w), (0, 0, 0)), ds.addr,
-                  (ds.cstride, ds.rstride, 1), "fill")
-
-    def buffer(self, shape):
-        try:
-            return self.b.buffer(shape, FP16)
-        except BuildError:
-            raise CompileError(f"{self._step}: a dataset of {'x'.join(map(str, shape))} "
-                               f"elements does not fit the {self.buf_size}-element buffer "
-                               f"(after tiling)") from None
-
-    def release(self, *datasets):
-        for ds in datasets:
-            self.b.release(ds)
-
-    def _release_all(self):
-        """Free the datasets the engines' steps left (:attr:`_temps`)."""
-        for ds in self._temps:
-            self.b.release(ds)
-        self._temps = []
 
     # ---- plan ----------------------------------------------------------------------------
 

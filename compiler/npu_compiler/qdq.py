@@ -123,6 +123,7 @@ class Pending:
 
 class _QDQ(_Int8):
     OPS = QDQ_OPS
+    MEMORY_MODE = False     # buffer-resident only (npu_compiler.int8mem is not wired in)
 
     def __init__(self, graph, config, name, cores=None):
         super().__init__(graph, config, {}, name, cores=cores, chain=False)
