@@ -39,9 +39,11 @@ from .synth import (
     _run,
     _tail,
     find_tool,
+    lut_mapper_steps,
 )
 
-__all__ = ["BOARD_TARGETS", "BoardReport", "ProgramError", "build_board", "program_board"]
+__all__ = ["BOARD_LUT_MAPPER", "BOARD_TARGETS", "BoardReport", "ProgramError",
+           "build_board", "program_board"]
 
 #: The synthesis target (:data:`npu_fpga.synth.TARGETS`) of each board: its device, cell
 #: names and default router.
@@ -50,6 +52,10 @@ BOARD_TARGETS = {"icebreaker": "ice40-up5k", "ulx3s": "ecp5-85f"}
 #: Yosys options a board build adds to its target's (``-dsp`` on the iCE40): the UP5K's
 #: single-port RAMs (``SB_SPRAM256KA``, 4 x 32 KiB) are inferred for memories that fit them.
 BOARD_SYNTH_OPTS = {"icebreaker": "-spram"}
+
+#: LUT mapper of each board by default (:data:`npu_fpga.synth.LUT_MAPPERS`): Yosys 0.70's
+#: ABC9 stops with an internal assertion on the whole ``ulx3s`` NPU (``docs/synthesis.md``).
+BOARD_LUT_MAPPER = {"icebreaker": "abc9", "ulx3s": "abc"}
 
 #: Tool of each command of an Amaranth build plan, as the environment variable that names it.
 _TOOL_VARS = {"yosys": "YOSYS", "nextpnr-ice40": "NEXTPNR_ICE40", "nextpnr-ecp5": "NEXTPNR_ECP5",
@@ -153,7 +159,7 @@ def _command(argv):
 
 
 def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=None,
-                build_dir=None, name="npu_board", progress=None, **kwargs):
+                build_dir=None, name="npu_board", progress=None, lut_mapper=None, **kwargs):
     """Build the bitstream of ``board`` with the NPU of ``config``; a :class:`BoardReport`.
 
     Parameters
@@ -171,6 +177,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
         Clock from the PLL (:class:`npu_fpga.boards.BoardTop`); ``None``: the oscillator.
     build_dir : str or None
         Where the files go (default ``build/<board>``); the bitstream stays there.
+    lut_mapper : str or None
+        ``"abc9"`` or ``"abc"`` (:data:`npu_fpga.synth.LUT_MAPPERS`); the board's default
+        (:data:`BOARD_LUT_MAPPER`) if ``None``. ``"abc"`` is for the ECP5 only.
     **kwargs
         Passed to :class:`npu_fpga.boards.BoardTop` (``baud``, ``mem_bytes``, ...).
 
@@ -196,9 +205,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     nextpnr_opts = ["--seed", str(seed), "--router", router, "--timing-allow-fail",
                     "--report", report_name]
     opts = {"nextpnr_opts": " ".join(nextpnr_opts)}
+    lut_mapper = BOARD_LUT_MAPPER[board] if lut_mapper is None else lut_mapper
     synth_opts = " ".join(filter(None, (tgt.synth_opts, BOARD_SYNTH_OPTS.get(board))))
-    if synth_opts:
-        opts["synth_opts"] = synth_opts
+    opts.update(_lut_mapper_overrides(tgt, lut_mapper, synth_opts, name))
     clock, target_mhz = _clock(board, clk_mhz)     # refuses a clock the PLL cannot make
     say(f"build: elaborating the {board} top with preset {config.name}, clock {clock}")
     plan = board_plan(board, config, name=name, clk_mhz=clk_mhz, prepare_opts=opts, **kwargs)
@@ -211,7 +220,8 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     synth, pnr, pack = (_command(c) for c in commands)
     report.synth_seconds = round(_run("yosys", synth, cwd=directory,
                                       log_path=os.path.join(directory, f"{name}.yosys.log"),
-                                      progress=say, keep=True), 1)
+                                      progress=say, keep=True,
+                                      watch=os.path.join(directory, f"{name}.rpt")), 1)
     pnr_log = os.path.join(directory, f"{name}.nextpnr.log")
     other = "router2" if router == "router1" else "router1"
     start = time.monotonic()
@@ -244,6 +254,16 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
         raise SynthError(f"the packer wrote no {bitstream}", step="pack")
     report.bitstream = bitstream
     return report
+
+
+def _lut_mapper_overrides(tgt, lut_mapper, synth_opts, name):
+    # The platform's Yosys script is "synth_* <synth_opts> -top <name>", then the
+    # script_after_synth override, then write_json.
+    opts, after = lut_mapper_steps(tgt, lut_mapper, synth_opts, name)
+    overrides = {"synth_opts": opts} if opts else {}
+    if after:
+        overrides["script_after_synth"] = "\n".join(after)
+    return overrides
 
 
 def _clock(board, clk_mhz):

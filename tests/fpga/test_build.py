@@ -148,3 +148,79 @@ def test_a_small_board_top_builds_with_the_real_tools(board, mhz, tmp_path):
     print(report.format())
     assert report.fits and report.met and os.path.getsize(report.bitstream) > 1000
     assert report.target_mhz == pytest.approx(mhz, rel=0.01)
+
+
+ECP5_NO_FIT_LOG = """Info: Device utilisation:
+Info: \t        TRELLIS_COMB: 150000/ 83640   179%
+Info: \t          TRELLIS_FF:  40000/ 83640    47%
+Info: \t          MULT18X18D:    100/   156    64%
+Info: \t              DP16KD:    150/   208    72%
+ERROR: Unable to place cell 'x', no BELs remaining to implement cell type 'TRELLIS_COMB'
+"""
+
+
+@pytest.fixture
+def ecp5_tools(tmp_path, monkeypatch):
+    """Stand-in Yosys and nextpnr-ecp5 (the design does not fit) for the ``ulx3s``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("YOSYS", _script(bin_dir / "yosys",
+                                        "echo '{\"modules\": {}}' > npu_board.json\n"))
+    monkeypatch.setenv("NEXTPNR_ECP5", _script(
+        bin_dir / "nextpnr-ecp5", f"cat <<'EOF'\n{ECP5_NO_FIT_LOG}EOF\nexit 1\n"))
+    monkeypatch.setenv("ECPPACK", _script(bin_dir / "ecppack", "exit 1\n"))
+    monkeypatch.setattr(npu_fpga.boards, "NPUTop", StandInNPU)
+
+
+def _yosys_script(directory):
+    # The script's commands, spaces normalised, without comments and the reading of files.
+    return [" ".join(line.split()) for line in (directory / "npu_board.ys").read_text()
+            .splitlines() if line.strip() and not line.strip().startswith(("#", "read_"))]
+
+
+def test_the_ulx3s_maps_luts_with_the_classic_abc(ecp5_tools, tmp_path):
+    """The ``ulx3s`` build runs ``synth_ecp5`` up to its LUT mapping, maps with ``abc`` and
+    finishes ``synth_ecp5`` from ``map_cells``, then writes the netlist; ``lut_mapper="abc9"``
+    gives the platform's plain ``synth_ecp5``."""
+    report = build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=tmp_path / "a")
+    assert not report.fits and "TRELLIS_COMB 150000/83640" in report.message
+    assert report.luts == 150000 and report.dsps == 100 and report.brams == 150
+    assert _yosys_script(tmp_path / "a") == [
+        "synth_ecp5 -run :map_luts -top npu_board",
+        "check -latchonly -assert",
+        "techmap -map +/lattice/latches_map.v",
+        "abc -dress -lut 4:7",
+        "clean",
+        "synth_ecp5 -run map_cells: -top npu_board",
+        "write_json npu_board.json"]
+    build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=tmp_path / "b",
+                lut_mapper="abc9")
+    assert _yosys_script(tmp_path / "b") == ["synth_ecp5 -top npu_board",
+                                             "write_json npu_board.json"]
+
+
+def test_the_classic_lut_mapper_is_for_the_ecp5_only(capsys):
+    with pytest.raises(ValueError, match="ECP5 only"):
+        build_board("icebreaker", preset("icebreaker"), lut_mapper="abc")
+    with pytest.raises(ValueError, match="LUT mapper must be one of abc9, abc"):
+        build_board("ulx3s", preset("ulx3s"), lut_mapper="abc10")
+    assert main(["build", "--board", "icebreaker", "--lut-mapper", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert "ECP5 only" in err and err.count("\n") == 1
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("board", ["icebreaker", "ulx3s"])
+def test_the_whole_board_fits_and_meets_its_clock(board, tmp_path):
+    """``npu build --board BOARD``: the board's own preset, PLL clock and flow (LUT mapper,
+    router, place-and-route time limit) with the real tools. The whole NPU must fit the device,
+    meet the clock and get a bitstream; the test fails when a change makes the board's NPU too
+    large or too slow (and while it still is: ``docs/synthesis.md`` has the figures). Takes
+    from minutes (iCEBreaker) to over an hour (ULX3S)."""
+    report = build_board(board, preset(board), clk_mhz=npu_fpga.boards.BOARDS[board].default_mhz,
+                         build_dir=tmp_path, progress=print)
+    print(report.format())
+    assert report.fits, f"the {board}'s NPU does not fit: {report.message}"
+    assert report.met, (f"the {board}'s NPU misses its clock: {report.fmax_mhz} MHz, target "
+                        f"{report.target_mhz} MHz")
+    assert os.path.getsize(report.bitstream) > 1000
