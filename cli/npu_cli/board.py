@@ -3,6 +3,9 @@
 ``npu build --board icebreaker|ulx3s [--preset P] [--seed N] [--router R] [--timeout S]
 [--clock MHZ|osc] [--lut-mapper abc9|abc] [--program] [--json]``
 
+Progress lines (``[npu] ...``) go to stderr, also with ``--json``; a tool that runs long
+prints a line every minute with its time so far and the step its log last named.
+
 Exit status: 0 the bitstream was written (and flashed with ``--program``); 3 the design does
 not fit the device (the report says which cells overflow; no bitstream); 1 a tool failed, place
 and route ran past ``--timeout``, or programming failed; 2 bad arguments.
@@ -42,7 +45,9 @@ def cmd_build(args):
     config = args.preset if args.preset is not None else preset(args.board)
     clk_mhz = board.default_mhz if args.clock is None else \
         (None if args.clock == "osc" else args.clock)
-    say = progress(args.json)
+    # Progress goes to stderr even with --json (stdout has the report only): a whole-board
+    # build can take an hour.
+    say = progress(False)
     try:
         report = build_board(args.board, config, seed=args.seed, router=args.router,
                              timeout=args.timeout, clk_mhz=clk_mhz, build_dir=args.build_dir,
@@ -52,6 +57,8 @@ def cmd_build(args):
     except SynthError as e:
         raise CLIError(f"npu build: {str(e).splitlines()[0]}") from None
     print(report.to_json() if args.json else report.format())
+    if report.timed_out:
+        raise CLIError(f"npu build: {report.message}")
     if not report.fits:
         return EXIT_NO_FIT
     if args.program:

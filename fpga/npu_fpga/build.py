@@ -8,7 +8,8 @@ that does not fit the device is reported rather than raised:
 
 * Yosys synthesises the whole board top (``synth_ice40 -dsp`` / ``synth_ecp5``);
 * nextpnr places and routes it with ``--seed``, ``--router``, ``--timing-allow-fail`` and
-  ``--report``; a run past the time limit is stopped (:class:`~npu_fpga.synth.SynthTimeout`);
+  ``--report``; a run past the time limit is stopped and reported (``timed_out``, no
+  bitstream);
 * when nextpnr fails because the device is too small (more cells of a type than it has, or no
   legal placement), :class:`BoardReport` says ``fits=False`` with the utilisation nextpnr
   printed and no bitstream;
@@ -76,7 +77,9 @@ class BoardReport:
     ``utilization``) mean the same here, for the whole board top; ``fits`` is true when the
     design was placed and routed with no overuse, ``bitstream`` the path of the bitstream
     (``None`` when it does not fit or the build failed), ``pnr_seconds`` the wall time of
-    place and route, ``message`` nextpnr's reason when it does not fit.
+    place and route, ``message`` nextpnr's reason when it does not fit. ``timed_out`` is true
+    when place and route ran past the time limit and was stopped (``fits`` false, ``message``
+    the one-line reason).
     """
 
     board: str
@@ -101,6 +104,7 @@ class BoardReport:
     bitstream: str | None = None
     build_dir: str = ""
     message: str = ""
+    timed_out: bool = False
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -113,7 +117,9 @@ class BoardReport:
         head = (f"{self.board} ({self.device}), preset {self.preset}, seed {self.seed}, "
                 f"{self.router}, clock {self.clock}")
         lines = [head]
-        if not self.fits:
+        if self.timed_out:
+            lines.append(f"  STOPPED: {self.message}")
+        elif not self.fits:
             lines.append(f"  DOES NOT FIT: {self.message}")
         else:
             fmax = "n/a" if self.fmax_mhz is None else f"{self.fmax_mhz:.1f} MHz"
@@ -189,8 +195,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
         Unknown board or router, or a clock the PLL cannot make.
     SynthError
         A tool is missing or fails for another reason than the design's size.
-    SynthTimeout
-        Place and route ran past ``timeout``.
+
+    Place and route that runs past ``timeout`` is stopped; the report then has ``fits`` false
+    and ``timed_out`` true.
     """
     if board not in BOARDS:
         raise ValueError(f"unknown board {board!r}; choose from {', '.join(BOARDS)}")
@@ -230,8 +237,13 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
              log_path=pnr_log, progress=say, keep=True, timeout=timeout or None,
              hint=f"try the other router ({other}), another seed, or a larger time limit")
         failed = None
-    except SynthTimeout:
-        raise
+    except SynthTimeout as e:
+        # A router that does not converge: no bitstream, and the report says why.
+        report.pnr_seconds = round(time.monotonic() - start, 1)
+        report.timed_out, report.message = True, str(e).splitlines()[0]
+        _resources(report, tgt, directory, name, _tail(pnr_log, 100_000))
+        say(f"build: {report.message}")
+        return report
     except SynthError as e:
         failed = e
     report.pnr_seconds = round(time.monotonic() - start, 1)

@@ -224,3 +224,20 @@ def test_the_whole_board_fits_and_meets_its_clock(board, tmp_path):
     assert report.met, (f"the {board}'s NPU misses its clock: {report.fmax_mhz} MHz, target "
                         f"{report.target_mhz} MHz")
     assert os.path.getsize(report.bitstream) > 1000
+
+
+def test_place_and_route_past_the_time_limit_is_reported(tools, tmp_path, capsys):
+    """A router that never finishes is stopped at ``--timeout``: the report says ``fits``
+    false and ``timed_out`` with the one-line reason, ``npu build`` prints it and exits 1."""
+    bin_dir = tools(fits=True)
+    _script(bin_dir / "nextpnr-ice40", "echo 'Info: Running router1...'\nexec sleep 60\n")
+    report = build_board("icebreaker", preset("icebreaker"), clk_mhz=25, timeout=1,
+                         build_dir=tmp_path / "a")
+    assert not report.fits and report.timed_out and report.bitstream is None
+    assert "stopped after 1 s (time limit)" in report.message and "router1" in report.message
+    assert 1 <= report.pnr_seconds < 30
+    rc = main(["build", "--board", "icebreaker", "--json", "--timeout", "1",
+               "--build-dir", str(tmp_path / "b")])
+    out, err = capsys.readouterr()
+    assert rc == 1 and json.loads(out)["timed_out"] is True
+    assert err.splitlines()[-1].startswith("npu build: nextpnr-ice40, seed 1, router1 stopped")
