@@ -143,10 +143,10 @@ ROUTERS = ("router1", "router2")
 #: LUT mappers of the Yosys flow (``lut_mapper=`` of :func:`synthesize` and
 #: :func:`npu_fpga.build.build_board`): ``"abc9"`` is the synthesis command's own flow;
 #: ``"abc"`` (ECP5 only) runs ``synth_ecp5`` up to its LUT mapping (``-run :map_luts``), maps
-#: with Yosys's classic ``abc -dress -lut 4:7`` (LUT4s, with the PFU multiplexers for LUTs of 5
-#: to 7 inputs, as ``synth_ecp5 -noabc9`` did before Yosys 0.5x) and finishes with its
-#: remaining steps (``-run map_cells:``). Yosys 0.70's ABC9 stops with an internal assertion on
-#: some large designs; ``docs/synthesis.md`` compares the two.
+#: with Yosys's classic ``abc -dress -lut 4`` (LUT4s only: the wide LUTs of ``-lut 4:7``, with
+#: the PFU multiplexers, cost a third more LUT4s on the DMA) and finishes with its remaining
+#: steps (``-run map_cells:``). Yosys 0.70's ABC9 stops with an internal assertion on some
+#: large designs; ``docs/synthesis.md`` compares the two.
 LUT_MAPPERS = ("abc9", "abc")
 
 #: Default time limit of place and route in seconds (``timeout=`` of :func:`synthesize`): the
@@ -567,7 +567,7 @@ def lut_mapper_steps(tgt, lut_mapper, synth_opts, top):
     return " ".join(filter(None, (synth_opts, "-run :map_luts"))), [
         "check -latchonly -assert",
         "techmap -map +/lattice/latches_map.v",
-        "abc -dress -lut 4:7",
+        "abc -dress -lut 4",
         "clean",
         " ".join(filter(None, (tgt.synth_command, synth_opts, "-run map_cells:", f"-top {top}")))]
 

@@ -189,7 +189,7 @@ def test_the_ulx3s_maps_luts_with_the_classic_abc(ecp5_tools, tmp_path):
         "synth_ecp5 -run :map_luts -top npu_board",
         "check -latchonly -assert",
         "techmap -map +/lattice/latches_map.v",
-        "abc -dress -lut 4:7",
+        "abc -dress -lut 4",
         "clean",
         "synth_ecp5 -run map_cells: -top npu_board",
         "write_json npu_board.json"]
