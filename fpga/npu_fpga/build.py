@@ -12,7 +12,9 @@ that does not fit the device is reported rather than raised:
   bitstream);
 * when nextpnr fails because the device is too small (more cells of a type than it has, or no
   legal placement), :class:`BoardReport` says ``fits=False`` with the utilisation nextpnr
-  printed and no bitstream;
+  printed and no bitstream; when its utilisation table after packing already shows more
+  cells of a type than the device has, nextpnr is stopped there rather than left to its
+  placer;
 * otherwise the packer (``icepack`` / ``ecppack``) writes the bitstream.
 
 :func:`program_board` flashes a bitstream with the board's programmer (``iceprog`` for the
@@ -34,6 +36,7 @@ from .synth import (
     ROUTERS,
     TARGETS,
     SynthError,
+    SynthStopped,
     SynthTimeout,
     _count_cells,
     _netlist_luts_ffs,
@@ -157,6 +160,16 @@ def _no_fit_reason(text, utilization):
     return ""
 
 
+def _over_capacity(log_path):
+    # The no-fit reason once nextpnr's log has its "Device utilisation" table (after packing)
+    # and a cell type in it is used beyond what the device has; else None.
+    text = _tail(log_path, 100_000)
+    if "Device utilisation" not in text:
+        return None
+    table = text[text.index("Device utilisation"):]
+    return _no_fit_reason("", _log_utilization(table)) or None
+
+
 def _command(argv):
     var = _TOOL_VARS.get(argv[0])
     if var is None:
@@ -231,12 +244,22 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
                                       watch=os.path.join(directory, f"{name}.rpt")), 1)
     pnr_log = os.path.join(directory, f"{name}.nextpnr.log")
     other = "router2" if router == "router1" else "router1"
+    pnr_tim = os.path.join(directory, f"{name}.tim")     # nextpnr's --log
     start = time.monotonic()
     try:
         _run(f"nextpnr-{tgt.family}, seed {seed}, {router}", pnr, cwd=directory,
              log_path=pnr_log, progress=say, keep=True, timeout=timeout or None,
-             hint=f"try the other router ({other}), another seed, or a larger time limit")
+             hint=f"try the other router ({other}), another seed, or a larger time limit",
+             watch=pnr_tim, stop=_over_capacity)
         failed = None
+    except SynthStopped as e:
+        # More cells than the device has after packing: placement cannot succeed, and
+        # nextpnr's placer can take a long time to find that out.
+        report.pnr_seconds = round(time.monotonic() - start, 1)
+        _resources(report, tgt, directory, name, _tail(pnr_tim, 100_000))
+        report.message = e.reason + " (nextpnr stopped after packing)"
+        say(f"build: the design does not fit: {report.message}")
+        return report
     except SynthTimeout as e:
         # A router that does not converge: no bitstream, and the report says why.
         report.pnr_seconds = round(time.monotonic() - start, 1)
@@ -247,8 +270,7 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     except SynthError as e:
         failed = e
     report.pnr_seconds = round(time.monotonic() - start, 1)
-    text = _tail(pnr_log, 100_000) + "\n" + _tail(os.path.join(directory, f"{name}.tim"),
-                                                  100_000)
+    text = _tail(pnr_log, 100_000) + "\n" + _tail(pnr_tim, 100_000)
     _resources(report, tgt, directory, name, text)
     if failed is not None:
         reason = _no_fit_reason(text, report.utilization)

@@ -80,8 +80,8 @@ from amaranth.lib.wiring import In, Out
 from .toolenv import TOOL_DEFAULTS, venv_bin_dir
 
 __all__ = ["DEFAULT_PNR_TIMEOUT", "LUT_MAPPERS", "ROUTERS", "TARGETS", "Target", "SynthError",
-           "SynthReport", "SynthTimeout", "OutOfContextHarness", "OutOfContextPlatform",
-           "find_tool", "lut_mapper_steps", "synthesize"]
+           "SynthReport", "SynthStopped", "SynthTimeout", "OutOfContextHarness",
+           "OutOfContextPlatform", "find_tool", "lut_mapper_steps", "synthesize"]
 
 
 @dataclass(frozen=True)
@@ -244,6 +244,15 @@ class SynthTimeout(SynthError):
 
     def __init__(self, message, *, seconds, **kwargs):
         self.seconds = seconds
+        super().__init__(message, **kwargs)
+
+
+class SynthStopped(SynthError):
+    """A tool was stopped early because its log showed that it could not succeed (for
+    example nextpnr with more cells than the device has). :attr:`reason` says why."""
+
+    def __init__(self, message, *, reason, **kwargs):
+        self.reason = reason
         super().__init__(message, **kwargs)
 
 
@@ -618,29 +627,50 @@ def _last_step(path):
     return (executing or info)[:100]
 
 
-def _wait(process, step, start, *, timeout, progress, watch):
+#: Seconds between two checks of a running tool's log by :func:`_run`'s ``stop``.
+POLL_INTERVAL = 2.0
+
+
+class _Stopped(Exception):
+    # _wait's way out when `stop` names a reason.
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _wait(process, step, start, *, timeout, progress, watch, stop):
     # Waits for the tool, saying every PROGRESS_INTERVAL seconds how long it has run and its
-    # log's last step; raises subprocess.TimeoutExpired at `timeout` seconds.
+    # log's last step; raises subprocess.TimeoutExpired at `timeout` seconds, and _Stopped
+    # when stop(watch), checked every POLL_INTERVAL seconds, returns a reason.
+    next_progress = start + PROGRESS_INTERVAL
     while True:
-        elapsed = time.monotonic() - start
-        wait = PROGRESS_INTERVAL if timeout is None else min(PROGRESS_INTERVAL,
-                                                             timeout - elapsed)
+        now = time.monotonic()
+        until = [next_progress] + ([start + timeout] if timeout is not None else []) + \
+            ([now + POLL_INTERVAL] if stop is not None else [])
         try:
-            return process.wait(timeout=max(wait, 0))
+            return process.wait(timeout=max(min(until) - now, 0))
         except subprocess.TimeoutExpired:
-            elapsed = time.monotonic() - start
-            if timeout is not None and elapsed >= timeout:
+            now = time.monotonic()
+            if timeout is not None and now - start >= timeout:
                 raise
-            where = _last_step(watch) if watch else ""
-            progress(f"synth: {step}: running for {elapsed / 60:.0f} min"
-                     + (f", at: {where}" if where else ""))
+            reason = stop(watch) if stop is not None else None
+            if reason:
+                raise _Stopped(reason) from None
+            if now >= next_progress:
+                next_progress = now + PROGRESS_INTERVAL
+                where = _last_step(watch) if watch else ""
+                progress(f"synth: {step}: running for {(now - start) / 60:.0f} min"
+                         + (f", at: {where}" if where else ""))
 
 
-def _run(step, command, *, cwd, log_path, progress, keep, timeout=None, hint="", watch=None):
+def _run(step, command, *, cwd, log_path, progress, keep, timeout=None, hint="", watch=None,
+         stop=None):
     # Runs one tool; returns its wall time. With `timeout` (seconds), a tool still running
     # then is killed (its whole process group) and SynthTimeout raised. Progress lines come
     # every PROGRESS_INTERVAL seconds, naming the last step of log `watch` (default: the
-    # tool's own log).
+    # tool's own log). With `stop`, a function of the path of `watch` that returns a reason
+    # or None, the tool is also killed as soon as it returns a reason, and SynthStopped
+    # raised with it.
     progress(f"synth: {step} ...")
     start = time.monotonic()
     try:
@@ -649,7 +679,11 @@ def _run(step, command, *, cwd, log_path, progress, keep, timeout=None, hint="",
                                        stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 returncode = _wait(process, step, start, timeout=timeout, progress=progress,
-                                   watch=watch or log_path)
+                                   watch=watch or log_path, stop=stop)
+            except _Stopped as stopped:
+                _kill_group(process)
+                raise SynthStopped(f"{step} stopped: {stopped.reason}", reason=stopped.reason,
+                                   step=step, log_path=log_path if keep else None) from None
             except subprocess.TimeoutExpired:
                 _kill_group(process)
                 raise SynthTimeout(

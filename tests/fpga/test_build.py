@@ -253,3 +253,24 @@ def test_place_and_route_past_the_time_limit_is_reported(tools, tmp_path, capsys
     out, err = capsys.readouterr()
     assert rc == 1 and json.loads(out)["timed_out"] is True
     assert err.splitlines()[-1].startswith("npu build: nextpnr-ice40, seed 1, router1 stopped")
+
+
+def test_nextpnr_over_capacity_after_packing_is_stopped(ecp5_tools, tmp_path, monkeypatch):
+    """nextpnr's placer can work for a long time on a design with more cells than the device
+    has: once its log's utilisation table (after packing) shows that, it is stopped and the
+    design reported as not fitting, long before the time limit."""
+    import npu_fpga.synth
+    monkeypatch.setattr(npu_fpga.synth, "POLL_INTERVAL", 0.1)
+    bin_dir = tmp_path / "bin"
+    table = ECP5_NO_FIT_LOG.split("ERROR")[0]
+    monkeypatch.setenv("NEXTPNR_ECP5", _script(bin_dir / "nextpnr-ecp5", (
+        'while [ "$1" != "--log" ]; do shift; done\n'
+        f"cat > \"$2\" <<'EOF'\n{table}Info: Creating initial analytic placement\nEOF\n"
+        "exec sleep 60\n")))
+    report = build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=tmp_path / "a",
+                         timeout=50)
+    assert not report.fits and not report.timed_out and report.bitstream is None
+    assert report.message == ("more cells than the device has: TRELLIS_COMB 150000/83640 "
+                              "(nextpnr stopped after packing)")
+    assert report.utilization["DP16KD"] == {"used": 150, "available": 208}
+    assert report.luts == 150000 and report.pnr_seconds < 30
