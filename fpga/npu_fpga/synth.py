@@ -613,10 +613,10 @@ _LOG_STEP = re.compile(r"^(?:\d+(?:\.\d+)*\. Executing (.+?)\.?|Info:\s+(\S.*?))
 
 
 def _last_step(path):
-    # The last step that the log at `path` names, from its final 64 KiB ("" if none).
+    # The last step that the log at `path` names, from its final MiB ("" if none).
     try:
         with open(path, "rb") as file:
-            file.seek(max(0, os.path.getsize(path) - 65536))
+            file.seek(max(0, os.path.getsize(path) - (1 << 20)))
             text = file.read().decode(errors="replace")
     except OSError:
         return ""
@@ -642,7 +642,7 @@ def _wait(process, step, start, *, timeout, progress, watch, stop):
     # Waits for the tool, saying every PROGRESS_INTERVAL seconds how long it has run and its
     # log's last step; raises subprocess.TimeoutExpired at `timeout` seconds, and _Stopped
     # when stop(watch), checked every POLL_INTERVAL seconds, returns a reason.
-    next_progress = start + PROGRESS_INTERVAL
+    next_progress, where = start + PROGRESS_INTERVAL, ""
     while True:
         now = time.monotonic()
         until = [next_progress] + ([start + timeout] if timeout is not None else []) + \
@@ -658,7 +658,9 @@ def _wait(process, step, start, *, timeout, progress, watch, stop):
                 raise _Stopped(reason) from None
             if now >= next_progress:
                 next_progress = now + PROGRESS_INTERVAL
-                where = _last_step(watch) if watch else ""
+                # A pass that prints much (Yosys's share) can push its own name out of the
+                # log's tail: then the step named last time still holds.
+                where = (_last_step(watch) if watch else "") or where
                 progress(f"synth: {step}: running for {(now - start) / 60:.0f} min"
                          + (f", at: {where}" if where else ""))
 
