@@ -281,10 +281,20 @@ def cmd_sim_mac(args):
 # ---- npu synth ------------------------------------------------------------------------------
 
 def cmd_synth(args):
-    from npu_fpga.synth import DEFAULT_PNR_TIMEOUT, SynthError, synthesize
+    from npu_fpga.synth import (
+        DEFAULT_PNR_TIMEOUT,
+        TARGETS,
+        SynthError,
+        lut_mapper_steps,
+        synthesize,
+    )
     from npu_fpga.toolenv import apply_tool_env
 
     apply_tool_env()
+    try:
+        lut_mapper_steps(TARGETS[args.target], args.lut_mapper, "", args.block)
+    except ValueError as e:
+        raise CLIError(f"npu synth: {e}", status=2) from None
     block = _block(args.preset, args.block)
     timeout = DEFAULT_PNR_TIMEOUT if args.timeout is None else args.timeout
     say = progress(args.json)
@@ -294,8 +304,6 @@ def cmd_synth(args):
                             keep_files=args.keep_files, progress=say,
                             router=args.router, timeout=timeout, place=not args.no_pnr,
                             lut_mapper=args.lut_mapper)
-    except ValueError as e:
-        raise CLIError(f"npu synth: {e}", status=2) from None
     except SynthError as e:
         raise CLIError(str(e).splitlines()[0]) from None
     if args.json:

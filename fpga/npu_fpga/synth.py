@@ -838,6 +838,7 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
                                 or timeout < 0):
         raise ValueError(f"Timeout must be a number of seconds >= 0 or None, not {timeout!r}")
     timeout = timeout or None
+    lut_mapper_steps(tgt, lut_mapper, synth_opts, name)     # refuses a bad mapper early
     if progress is None:
         def progress(text):
             pass
