@@ -245,6 +245,8 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     pnr_log = os.path.join(directory, f"{name}.nextpnr.log")
     other = "router2" if router == "router1" else "router1"
     pnr_tim = os.path.join(directory, f"{name}.tim")     # nextpnr's --log
+    if os.path.exists(pnr_tim):
+        os.remove(pnr_tim)      # an earlier build's log must not stop this one
     start = time.monotonic()
     try:
         _run(f"nextpnr-{tgt.family}, seed {seed}, {router}", pnr, cwd=directory,

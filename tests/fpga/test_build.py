@@ -274,3 +274,22 @@ def test_nextpnr_over_capacity_after_packing_is_stopped(ecp5_tools, tmp_path, mo
                               "(nextpnr stopped after packing)")
     assert report.utilization["DP16KD"] == {"used": 150, "available": 208}
     assert report.luts == 150000 and report.pnr_seconds < 30
+
+
+def test_an_earlier_builds_log_does_not_stop_nextpnr(ecp5_tools, tmp_path, monkeypatch):
+    """The over-capacity check reads this run's log only: a log left in the build directory
+    by an earlier build that did not fit does not stop a design that fits."""
+    import npu_fpga.synth
+    monkeypatch.setattr(npu_fpga.synth, "POLL_INTERVAL", 0.1)
+    bin_dir, build_dir = tmp_path / "bin", tmp_path / "a"
+    build_dir.mkdir()
+    (build_dir / "npu_board.tim").write_text(ECP5_NO_FIT_LOG)
+    report = {"utilization": {"TRELLIS_COMB": {"used": 50000, "available": 83640}},
+              "fmax": {"clk": {"achieved": 64.5, "constraint": 60.0}}}
+    monkeypatch.setenv("NEXTPNR_ECP5", _script(bin_dir / "nextpnr-ecp5", (
+        f"sleep 1\necho '{json.dumps(report)}' > npu_board.report.json\n"
+        "touch npu_board.config\n")))
+    monkeypatch.setenv("ECPPACK", _script(bin_dir / "ecppack", "echo bits > npu_board.bit\n"))
+    result = build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=build_dir)
+    assert result.fits and result.met and result.luts == 50000
+    assert result.bitstream == str(build_dir / "npu_board.bit")
