@@ -1,7 +1,10 @@
 """``npu build``: a board's bitstream, and ``--program`` to flash it (``docs/boards.md``).
 
 ``npu build --board icebreaker|ulx3s [--preset P] [--seed N] [--router R] [--timeout S]
-[--clock MHZ|osc] [--program] [--json]``
+[--clock MHZ|osc] [--lut-mapper abc9|abc] [--program] [--json]``
+
+Progress lines (``[npu] ...``) go to stderr, also with ``--json``; a tool that runs long
+prints a line every minute with its time so far and the step its log last named.
 
 Exit status: 0 the bitstream was written (and flashed with ``--program``); 3 the design does
 not fit the device (the report says which cells overflow; no bitstream); 1 a tool failed, place
@@ -42,16 +45,20 @@ def cmd_build(args):
     config = args.preset if args.preset is not None else preset(args.board)
     clk_mhz = board.default_mhz if args.clock is None else \
         (None if args.clock == "osc" else args.clock)
-    say = progress(args.json)
+    # Progress goes to stderr even with --json (stdout has the report only): a whole-board
+    # build can take an hour.
+    say = progress(False)
     try:
         report = build_board(args.board, config, seed=args.seed, router=args.router,
                              timeout=args.timeout, clk_mhz=clk_mhz, build_dir=args.build_dir,
-                             progress=say)
+                             progress=say, lut_mapper=args.lut_mapper)
     except ValueError as e:
         raise CLIError(f"npu build: {e}", status=2) from None
     except SynthError as e:
         raise CLIError(f"npu build: {str(e).splitlines()[0]}") from None
     print(report.to_json() if args.json else report.format())
+    if report.timed_out:
+        raise CLIError(f"npu build: {report.message}")
     if not report.fits:
         return EXIT_NO_FIT
     if args.program:
@@ -87,6 +94,10 @@ def add_commands(sub):
     b.add_argument("--clock", type=_clock_arg, default=None, metavar="MHZ|osc",
                    help=f"clock made by the PLL, or 'osc' for the board's oscillator without "
                    f"a PLL (default MHz: {clocks})")
+    b.add_argument("--lut-mapper", choices=("abc9", "abc"), default=None,
+                   help="Yosys LUT mapper (default: abc for the ulx3s, whose whole NPU stops "
+                   "Yosys 0.70's abc9; abc9 for the icebreaker; abc is for the ECP5 only; see "
+                   "docs/synthesis.md)")
     b.add_argument("--build-dir", default=None,
                    help="where the files and the bitstream go (default build/BOARD)")
     b.add_argument("--program", action="store_true",

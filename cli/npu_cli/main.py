@@ -281,10 +281,20 @@ def cmd_sim_mac(args):
 # ---- npu synth ------------------------------------------------------------------------------
 
 def cmd_synth(args):
-    from npu_fpga.synth import DEFAULT_PNR_TIMEOUT, SynthError, synthesize
+    from npu_fpga.synth import (
+        DEFAULT_PNR_TIMEOUT,
+        TARGETS,
+        SynthError,
+        lut_mapper_steps,
+        synthesize,
+    )
     from npu_fpga.toolenv import apply_tool_env
 
     apply_tool_env()
+    try:
+        lut_mapper_steps(TARGETS[args.target], args.lut_mapper, "", args.block)
+    except ValueError as e:
+        raise CLIError(f"npu synth: {e}", status=2) from None
     block = _block(args.preset, args.block)
     timeout = DEFAULT_PNR_TIMEOUT if args.timeout is None else args.timeout
     say = progress(args.json)
@@ -292,7 +302,8 @@ def cmd_synth(args):
         report = synthesize(block, args.target, name=args.block, freq_mhz=args.freq,
                             seed=args.seed, build_dir=args.build_dir,
                             keep_files=args.keep_files, progress=say,
-                            router=args.router, timeout=timeout, place=not args.no_pnr)
+                            router=args.router, timeout=timeout, place=not args.no_pnr,
+                            lut_mapper=args.lut_mapper)
     except SynthError as e:
         raise CLIError(str(e).splitlines()[0]) from None
     if args.json:
@@ -381,6 +392,9 @@ def build_parser():
                    "no Fmax, for area estimates of large blocks; the LUT4 count is before "
                    "nextpnr packing (LUT4 + 2 per carry cell; nextpnr adds LUT-RAM and "
                    "route-through LUTs)")
+    y.add_argument("--lut-mapper", choices=("abc9", "abc"), default="abc9",
+                   help="Yosys LUT mapper: abc9 (synth_ecp5's own, default) or the classic abc "
+                   "(ECP5 only; see docs/synthesis.md)")
     y.add_argument("--build-dir", default=None, help="where to put tool files")
     y.add_argument("--keep-files", action="store_true", help="keep the tool files")
     y.add_argument("--json", action="store_true", help="print the report as JSON")

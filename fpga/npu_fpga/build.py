@@ -8,10 +8,13 @@ that does not fit the device is reported rather than raised:
 
 * Yosys synthesises the whole board top (``synth_ice40 -dsp`` / ``synth_ecp5``);
 * nextpnr places and routes it with ``--seed``, ``--router``, ``--timing-allow-fail`` and
-  ``--report``; a run past the time limit is stopped (:class:`~npu_fpga.synth.SynthTimeout`);
+  ``--report``; a run past the time limit is stopped and reported (``timed_out``, no
+  bitstream);
 * when nextpnr fails because the device is too small (more cells of a type than it has, or no
   legal placement), :class:`BoardReport` says ``fits=False`` with the utilisation nextpnr
-  printed and no bitstream;
+  printed and no bitstream; when its utilisation table after packing already shows more
+  cells of a type than the device has, nextpnr is stopped there rather than left to its
+  placer;
 * otherwise the packer (``icepack`` / ``ecppack``) writes the bitstream.
 
 :func:`program_board` flashes a bitstream with the board's programmer (``iceprog`` for the
@@ -33,15 +36,18 @@ from .synth import (
     ROUTERS,
     TARGETS,
     SynthError,
+    SynthStopped,
     SynthTimeout,
     _count_cells,
     _netlist_luts_ffs,
     _run,
     _tail,
     find_tool,
+    lut_mapper_steps,
 )
 
-__all__ = ["BOARD_TARGETS", "BoardReport", "ProgramError", "build_board", "program_board"]
+__all__ = ["BOARD_LUT_MAPPER", "BOARD_TARGETS", "BoardReport", "ProgramError",
+           "build_board", "program_board"]
 
 #: The synthesis target (:data:`npu_fpga.synth.TARGETS`) of each board: its device, cell
 #: names and default router.
@@ -50,6 +56,10 @@ BOARD_TARGETS = {"icebreaker": "ice40-up5k", "ulx3s": "ecp5-85f"}
 #: Yosys options a board build adds to its target's (``-dsp`` on the iCE40): the UP5K's
 #: single-port RAMs (``SB_SPRAM256KA``, 4 x 32 KiB) are inferred for memories that fit them.
 BOARD_SYNTH_OPTS = {"icebreaker": "-spram"}
+
+#: LUT mapper of each board by default (:data:`npu_fpga.synth.LUT_MAPPERS`): Yosys 0.70's
+#: ABC9 stops with an internal assertion on the whole ``ulx3s`` NPU (``docs/synthesis.md``).
+BOARD_LUT_MAPPER = {"icebreaker": "abc9", "ulx3s": "abc"}
 
 #: Tool of each command of an Amaranth build plan, as the environment variable that names it.
 _TOOL_VARS = {"yosys": "YOSYS", "nextpnr-ice40": "NEXTPNR_ICE40", "nextpnr-ecp5": "NEXTPNR_ECP5",
@@ -70,7 +80,9 @@ class BoardReport:
     ``utilization``) mean the same here, for the whole board top; ``fits`` is true when the
     design was placed and routed with no overuse, ``bitstream`` the path of the bitstream
     (``None`` when it does not fit or the build failed), ``pnr_seconds`` the wall time of
-    place and route, ``message`` nextpnr's reason when it does not fit.
+    place and route, ``message`` nextpnr's reason when it does not fit. ``timed_out`` is true
+    when place and route ran past the time limit and was stopped (``fits`` false, ``message``
+    the one-line reason).
     """
 
     board: str
@@ -95,6 +107,7 @@ class BoardReport:
     bitstream: str | None = None
     build_dir: str = ""
     message: str = ""
+    timed_out: bool = False
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -107,7 +120,9 @@ class BoardReport:
         head = (f"{self.board} ({self.device}), preset {self.preset}, seed {self.seed}, "
                 f"{self.router}, clock {self.clock}")
         lines = [head]
-        if not self.fits:
+        if self.timed_out:
+            lines.append(f"  STOPPED: {self.message}")
+        elif not self.fits:
             lines.append(f"  DOES NOT FIT: {self.message}")
         else:
             fmax = "n/a" if self.fmax_mhz is None else f"{self.fmax_mhz:.1f} MHz"
@@ -145,6 +160,16 @@ def _no_fit_reason(text, utilization):
     return ""
 
 
+def _over_capacity(log_path):
+    # The no-fit reason once nextpnr's log has its "Device utilisation" table (after packing)
+    # and a cell type in it is used beyond what the device has; else None.
+    text = _tail(log_path, 100_000)
+    if "Device utilisation" not in text:
+        return None
+    table = text[text.index("Device utilisation"):]
+    return _no_fit_reason("", _log_utilization(table)) or None
+
+
 def _command(argv):
     var = _TOOL_VARS.get(argv[0])
     if var is None:
@@ -153,7 +178,7 @@ def _command(argv):
 
 
 def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=None,
-                build_dir=None, name="npu_board", progress=None, **kwargs):
+                build_dir=None, name="npu_board", progress=None, lut_mapper=None, **kwargs):
     """Build the bitstream of ``board`` with the NPU of ``config``; a :class:`BoardReport`.
 
     Parameters
@@ -171,6 +196,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
         Clock from the PLL (:class:`npu_fpga.boards.BoardTop`); ``None``: the oscillator.
     build_dir : str or None
         Where the files go (default ``build/<board>``); the bitstream stays there.
+    lut_mapper : str or None
+        ``"abc9"`` or ``"abc"`` (:data:`npu_fpga.synth.LUT_MAPPERS`); the board's default
+        (:data:`BOARD_LUT_MAPPER`) if ``None``. ``"abc"`` is for the ECP5 only.
     **kwargs
         Passed to :class:`npu_fpga.boards.BoardTop` (``baud``, ``mem_bytes``, ...).
 
@@ -180,8 +208,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
         Unknown board or router, or a clock the PLL cannot make.
     SynthError
         A tool is missing or fails for another reason than the design's size.
-    SynthTimeout
-        Place and route ran past ``timeout``.
+
+    Place and route that runs past ``timeout`` is stopped; the report then has ``fits`` false
+    and ``timed_out`` true.
     """
     if board not in BOARDS:
         raise ValueError(f"unknown board {board!r}; choose from {', '.join(BOARDS)}")
@@ -196,9 +225,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     nextpnr_opts = ["--seed", str(seed), "--router", router, "--timing-allow-fail",
                     "--report", report_name]
     opts = {"nextpnr_opts": " ".join(nextpnr_opts)}
+    lut_mapper = BOARD_LUT_MAPPER[board] if lut_mapper is None else lut_mapper
     synth_opts = " ".join(filter(None, (tgt.synth_opts, BOARD_SYNTH_OPTS.get(board))))
-    if synth_opts:
-        opts["synth_opts"] = synth_opts
+    opts.update(_lut_mapper_overrides(tgt, lut_mapper, synth_opts, name))
     clock, target_mhz = _clock(board, clk_mhz)     # refuses a clock the PLL cannot make
     say(f"build: elaborating the {board} top with preset {config.name}, clock {clock}")
     plan = board_plan(board, config, name=name, clk_mhz=clk_mhz, prepare_opts=opts, **kwargs)
@@ -211,22 +240,39 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     synth, pnr, pack = (_command(c) for c in commands)
     report.synth_seconds = round(_run("yosys", synth, cwd=directory,
                                       log_path=os.path.join(directory, f"{name}.yosys.log"),
-                                      progress=say, keep=True), 1)
+                                      progress=say, keep=True,
+                                      watch=os.path.join(directory, f"{name}.rpt")), 1)
     pnr_log = os.path.join(directory, f"{name}.nextpnr.log")
     other = "router2" if router == "router1" else "router1"
+    pnr_tim = os.path.join(directory, f"{name}.tim")     # nextpnr's --log
+    if os.path.exists(pnr_tim):
+        os.remove(pnr_tim)      # an earlier build's log must not stop this one
     start = time.monotonic()
     try:
         _run(f"nextpnr-{tgt.family}, seed {seed}, {router}", pnr, cwd=directory,
              log_path=pnr_log, progress=say, keep=True, timeout=timeout or None,
-             hint=f"try the other router ({other}), another seed, or a larger time limit")
+             hint=f"try the other router ({other}), another seed, or a larger time limit",
+             watch=pnr_tim, stop=_over_capacity)
         failed = None
-    except SynthTimeout:
-        raise
+    except SynthStopped as e:
+        # More cells than the device has after packing: placement cannot succeed, and
+        # nextpnr's placer can take a long time to find that out.
+        report.pnr_seconds = round(time.monotonic() - start, 1)
+        _resources(report, tgt, directory, name, _tail(pnr_tim, 100_000))
+        report.message = e.reason + " (nextpnr stopped after packing)"
+        say(f"build: the design does not fit: {report.message}")
+        return report
+    except SynthTimeout as e:
+        # A router that does not converge: no bitstream, and the report says why.
+        report.pnr_seconds = round(time.monotonic() - start, 1)
+        report.timed_out, report.message = True, str(e).splitlines()[0]
+        _resources(report, tgt, directory, name, _tail(pnr_log, 100_000))
+        say(f"build: {report.message}")
+        return report
     except SynthError as e:
         failed = e
     report.pnr_seconds = round(time.monotonic() - start, 1)
-    text = _tail(pnr_log, 100_000) + "\n" + _tail(os.path.join(directory, f"{name}.tim"),
-                                                  100_000)
+    text = _tail(pnr_log, 100_000) + "\n" + _tail(pnr_tim, 100_000)
     _resources(report, tgt, directory, name, text)
     if failed is not None:
         reason = _no_fit_reason(text, report.utilization)
@@ -244,6 +290,16 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
         raise SynthError(f"the packer wrote no {bitstream}", step="pack")
     report.bitstream = bitstream
     return report
+
+
+def _lut_mapper_overrides(tgt, lut_mapper, synth_opts, name):
+    # The platform's Yosys script is "synth_* <synth_opts> -top <name>", then the
+    # script_after_synth override, then write_json.
+    opts, after = lut_mapper_steps(tgt, lut_mapper, synth_opts, name)
+    overrides = {"synth_opts": opts} if opts else {}
+    if after:
+        overrides["script_after_synth"] = "\n".join(after)
+    return overrides
 
 
 def _clock(board, clk_mhz):

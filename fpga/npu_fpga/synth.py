@@ -79,9 +79,9 @@ from amaranth.lib.wiring import In, Out
 
 from .toolenv import TOOL_DEFAULTS, venv_bin_dir
 
-__all__ = ["DEFAULT_PNR_TIMEOUT", "ROUTERS", "TARGETS", "Target", "SynthError", "SynthReport",
-           "SynthTimeout", "OutOfContextHarness", "OutOfContextPlatform", "find_tool",
-           "synthesize"]
+__all__ = ["DEFAULT_PNR_TIMEOUT", "LUT_MAPPERS", "ROUTERS", "TARGETS", "Target", "SynthError",
+           "SynthReport", "SynthStopped", "SynthTimeout", "OutOfContextHarness",
+           "OutOfContextPlatform", "find_tool", "lut_mapper_steps", "synthesize"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,15 @@ class Target:
 
 #: nextpnr routers that :func:`synthesize` accepts.
 ROUTERS = ("router1", "router2")
+
+#: LUT mappers of the Yosys flow (``lut_mapper=`` of :func:`synthesize` and
+#: :func:`npu_fpga.build.build_board`): ``"abc9"`` is the synthesis command's own flow;
+#: ``"abc"`` (ECP5 only) runs ``synth_ecp5`` up to its LUT mapping (``-run :map_luts``), maps
+#: with Yosys's classic ``abc -dress -lut 4`` (LUT4s only: the wide LUTs of ``-lut 4:7``, with
+#: the PFU multiplexers, cost a third more LUT4s on the DMA) and finishes with its remaining
+#: steps (``-run map_cells:``). Yosys 0.70's ABC9 stops with an internal assertion on some
+#: large designs; ``docs/synthesis.md`` compares the two.
+LUT_MAPPERS = ("abc9", "abc")
 
 #: Default time limit of place and route in seconds (``timeout=`` of :func:`synthesize`): the
 #: flow is meant to stay usable on a 2-core machine, so a router that does not converge is
@@ -235,6 +244,15 @@ class SynthTimeout(SynthError):
 
     def __init__(self, message, *, seconds, **kwargs):
         self.seconds = seconds
+        super().__init__(message, **kwargs)
+
+
+class SynthStopped(SynthError):
+    """A tool was stopped early because its log showed that it could not succeed (for
+    example nextpnr with more cells than the device has). :attr:`reason` says why."""
+
+    def __init__(self, message, *, reason, **kwargs):
+        self.reason = reason
         super().__init__(message, **kwargs)
 
 
@@ -537,6 +555,32 @@ class SynthReport:
         return json.dumps(dataclasses.asdict(self), indent=2)
 
 
+def lut_mapper_steps(tgt, lut_mapper, synth_opts, top):
+    """The Yosys steps of ``lut_mapper`` (:data:`LUT_MAPPERS`) for target ``tgt``: the options of
+    its synthesis command and the list of commands to run after it (empty for ``"abc9"``).
+
+    Raises
+    ------
+    ValueError
+        Unknown mapper, or ``"abc"`` on a target other than the ECP5.
+    """
+    if lut_mapper not in LUT_MAPPERS:
+        raise ValueError(f"LUT mapper must be one of {', '.join(LUT_MAPPERS)}, not "
+                         f"{lut_mapper!r}")
+    if lut_mapper == "abc9":
+        return synth_opts, []
+    if tgt.family != "ecp5":
+        raise ValueError(f"the classic LUT mapper (abc) is supported on the ECP5 only, not on "
+                         f"the {tgt.device}")
+    # synth_lattice's map_luts step, with abc in place of abc9.
+    return " ".join(filter(None, (synth_opts, "-run :map_luts"))), [
+        "check -latchonly -assert",
+        "techmap -map +/lattice/latches_map.v",
+        "abc -dress -lut 4",
+        "clean",
+        " ".join(filter(None, (tgt.synth_command, synth_opts, "-run map_cells:", f"-top {top}")))]
+
+
 def _missing_domain(domain_name):
     raise ValueError(f"The block uses clock domain {domain_name!r}, but the out-of-context "
                      f"harness provides only 'sync'; rename it with DomainRenamer")
@@ -559,9 +603,76 @@ def _first_error(tail):
     return ""
 
 
-def _run(step, command, *, cwd, log_path, progress, keep, timeout=None, hint=""):
+#: Seconds between the progress lines of a tool that is still running (:func:`_run`).
+PROGRESS_INTERVAL = 60.0
+
+# A Yosys pass starting ("12.3. Executing ABC pass.") or a nextpnr step ("Info: Running
+# router2..."): the last one in a log says where a long run is.
+_LOG_STEP = re.compile(r"^(?:\d+(?:\.\d+)*\. Executing (.+?)\.?|Info:\s+(\S.*?))\s*$",
+                       re.MULTILINE)
+
+
+def _last_step(path):
+    # The last step that the log at `path` names, from its final MiB ("" if none).
+    try:
+        with open(path, "rb") as file:
+            file.seek(max(0, os.path.getsize(path) - (1 << 20)))
+            text = file.read().decode(errors="replace")
+    except OSError:
+        return ""
+    steps = _LOG_STEP.findall(text)
+    if not steps:
+        return ""
+    executing, info = steps[-1]
+    return (executing or info)[:100]
+
+
+#: Seconds between two checks of a running tool's log by :func:`_run`'s ``stop``.
+POLL_INTERVAL = 2.0
+
+
+class _Stopped(Exception):
+    # _wait's way out when `stop` names a reason.
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _wait(process, step, start, *, timeout, progress, watch, stop):
+    # Waits for the tool, saying every PROGRESS_INTERVAL seconds how long it has run and its
+    # log's last step; raises subprocess.TimeoutExpired at `timeout` seconds, and _Stopped
+    # when stop(watch), checked every POLL_INTERVAL seconds, returns a reason.
+    next_progress, where = start + PROGRESS_INTERVAL, ""
+    while True:
+        now = time.monotonic()
+        until = [next_progress] + ([start + timeout] if timeout is not None else []) + \
+            ([now + POLL_INTERVAL] if stop is not None else [])
+        try:
+            return process.wait(timeout=max(min(until) - now, 0))
+        except subprocess.TimeoutExpired:
+            now = time.monotonic()
+            if timeout is not None and now - start >= timeout:
+                raise
+            reason = stop(watch) if stop is not None else None
+            if reason:
+                raise _Stopped(reason) from None
+            if now >= next_progress:
+                next_progress = now + PROGRESS_INTERVAL
+                # A pass that prints much (Yosys's share) can push its own name out of the
+                # log's tail: then the step named last time still holds.
+                where = (_last_step(watch) if watch else "") or where
+                progress(f"synth: {step}: running for {(now - start) / 60:.0f} min"
+                         + (f", at: {where}" if where else ""))
+
+
+def _run(step, command, *, cwd, log_path, progress, keep, timeout=None, hint="", watch=None,
+         stop=None):
     # Runs one tool; returns its wall time. With `timeout` (seconds), a tool still running
-    # then is killed (its whole process group) and SynthTimeout raised.
+    # then is killed (its whole process group) and SynthTimeout raised. Progress lines come
+    # every PROGRESS_INTERVAL seconds, naming the last step of log `watch` (default: the
+    # tool's own log). With `stop`, a function of the path of `watch` that returns a reason
+    # or None, the tool is also killed as soon as it returns a reason, and SynthStopped
+    # raised with it.
     progress(f"synth: {step} ...")
     start = time.monotonic()
     try:
@@ -569,7 +680,12 @@ def _run(step, command, *, cwd, log_path, progress, keep, timeout=None, hint="")
             process = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
                                        stderr=subprocess.STDOUT, start_new_session=True)
             try:
-                returncode = process.wait(timeout=timeout)
+                returncode = _wait(process, step, start, timeout=timeout, progress=progress,
+                                   watch=watch or log_path, stop=stop)
+            except _Stopped as stopped:
+                _kill_group(process)
+                raise SynthStopped(f"{step} stopped: {stopped.reason}", reason=stopped.reason,
+                                   step=step, log_path=log_path if keep else None) from None
             except subprocess.TimeoutExpired:
                 _kill_group(process)
                 raise SynthTimeout(
@@ -645,7 +761,7 @@ def _constraints(target, harness, freq_mhz):
 
 def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build_dir=None,
                keep_files=False, progress=print, synth_opts=None, ports=None, nextpnr_opts=(),
-               router=None, timeout=DEFAULT_PNR_TIMEOUT, place=True):
+               router=None, timeout=DEFAULT_PNR_TIMEOUT, place=True, lut_mapper="abc9"):
     """Synthesise, place and route ``elaboratable`` out of context and report Fmax and resources.
 
     Parameters
@@ -687,6 +803,8 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
     place : bool
         False: Yosys only, no place and route; the report has the netlist's cells and no Fmax
         (:attr:`SynthReport.placed`). Much faster for a large block's area estimate.
+    lut_mapper : str
+        ``"abc9"`` (default) or ``"abc"`` (ECP5 only), see :data:`LUT_MAPPERS`.
 
     Returns
     -------
@@ -720,6 +838,7 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
                                 or timeout < 0):
         raise ValueError(f"Timeout must be a number of seconds >= 0 or None, not {timeout!r}")
     timeout = timeout or None
+    lut_mapper_steps(tgt, lut_mapper, synth_opts, name)     # refuses a bad mapper early
     if progress is None:
         def progress(text):
             pass
@@ -752,10 +871,13 @@ def synthesize(elaboratable, target, *, name="top", freq_mhz=None, seed=1, build
 
         # Yosys.
         netlist_name = f"{name}.json"
-        synth_step = " ".join(filter(None, (tgt.synth_command, synth_opts)))
+        mapper_opts, after = lut_mapper_steps(tgt, lut_mapper, synth_opts, name)
+        synth_step = " ".join(filter(None, (tgt.synth_command, mapper_opts)))
         script = (f"read_rtlil {name}.il\n"
                   f"setattr -mod -set keep_hierarchy 1 {name}.dut\n"
-                  f"{synth_step} -top {name} -json {netlist_name}\n")
+                  f"{synth_step} -top {name}\n"
+                  + "".join(f"{line}\n" for line in after)
+                  + f"write_json {netlist_name}\n")
         files["yosys_script"] = _write(directory, f"{name}.ys", script)
         files["netlist"] = os.path.join(directory, netlist_name)
         files["yosys_log"] = os.path.join(directory, f"{name}.yosys.log")

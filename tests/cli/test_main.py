@@ -65,6 +65,8 @@ def test_sim_mac_json_and_dump_recheck(tmp_path, capsys):
     (["synth", "--target", "xc7"], "invalid choice"),
     (["synth", "--target", "ice40-up5k", "--timeout", "-5"], "number of seconds >= 0"),
     (["synth", "--target", "ice40-up5k", "--router", "router3"], "invalid choice"),
+    (["synth", "--target", "ice40-up5k", "--block", "bridge", "--lut-mapper", "abc"],
+     "supported on the ECP5 only"),
     (["synth", "--target", "ecp5-85f", "--preset", "ulx3s:ne_post_lanes=3"],
      "ne_post_lanes must be 0 or divide macs"),
     (["synth", "--target", "ecp5-85f", "--preset", "ulx3s:formats=int8"], "bad preset change"),

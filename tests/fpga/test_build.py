@@ -148,3 +148,148 @@ def test_a_small_board_top_builds_with_the_real_tools(board, mhz, tmp_path):
     print(report.format())
     assert report.fits and report.met and os.path.getsize(report.bitstream) > 1000
     assert report.target_mhz == pytest.approx(mhz, rel=0.01)
+
+
+ECP5_NO_FIT_LOG = """Info: Device utilisation:
+Info: \t        TRELLIS_COMB: 150000/ 83640   179%
+Info: \t          TRELLIS_FF:  40000/ 83640    47%
+Info: \t          MULT18X18D:    100/   156    64%
+Info: \t              DP16KD:    150/   208    72%
+ERROR: Unable to place cell 'x', no BELs remaining to implement cell type 'TRELLIS_COMB'
+"""
+
+
+@pytest.fixture
+def ecp5_tools(tmp_path, monkeypatch):
+    """Stand-in Yosys and nextpnr-ecp5 (the design does not fit) for the ``ulx3s``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("YOSYS", _script(bin_dir / "yosys",
+                                        "echo '{\"modules\": {}}' > npu_board.json\n"))
+    monkeypatch.setenv("NEXTPNR_ECP5", _script(
+        bin_dir / "nextpnr-ecp5", f"cat <<'EOF'\n{ECP5_NO_FIT_LOG}EOF\nexit 1\n"))
+    monkeypatch.setenv("ECPPACK", _script(bin_dir / "ecppack", "exit 1\n"))
+    monkeypatch.setattr(npu_fpga.boards, "NPUTop", StandInNPU)
+
+
+def _yosys_script(directory):
+    # The script's commands, spaces normalised, without comments and the reading of files.
+    return [" ".join(line.split()) for line in (directory / "npu_board.ys").read_text()
+            .splitlines() if line.strip() and not line.strip().startswith(("#", "read_"))]
+
+
+def test_the_ulx3s_maps_luts_with_the_classic_abc(ecp5_tools, tmp_path):
+    """The ``ulx3s`` build runs ``synth_ecp5`` up to its LUT mapping, maps with ``abc`` and
+    finishes ``synth_ecp5`` from ``map_cells``, then writes the netlist; ``lut_mapper="abc9"``
+    gives the platform's plain ``synth_ecp5``."""
+    report = build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=tmp_path / "a")
+    assert not report.fits and "TRELLIS_COMB 150000/83640" in report.message
+    assert report.luts == 150000 and report.dsps == 100 and report.brams == 150
+    assert _yosys_script(tmp_path / "a") == [
+        "synth_ecp5 -run :map_luts -top npu_board",
+        "check -latchonly -assert",
+        "techmap -map +/lattice/latches_map.v",
+        "abc -dress -lut 4",
+        "clean",
+        "synth_ecp5 -run map_cells: -top npu_board",
+        "write_json npu_board.json"]
+    build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=tmp_path / "b",
+                lut_mapper="abc9")
+    assert _yosys_script(tmp_path / "b") == ["synth_ecp5 -top npu_board",
+                                             "write_json npu_board.json"]
+
+
+def test_the_classic_lut_mapper_is_for_the_ecp5_only(capsys):
+    with pytest.raises(ValueError, match="ECP5 only"):
+        build_board("icebreaker", preset("icebreaker"), lut_mapper="abc")
+    with pytest.raises(ValueError, match="LUT mapper must be one of abc9, abc"):
+        build_board("ulx3s", preset("ulx3s"), lut_mapper="abc10")
+    assert main(["build", "--board", "icebreaker", "--lut-mapper", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert "ECP5 only" in err and err.count("\n") == 1
+
+
+#: Largest share of the device's LUTs a board's whole NPU may take (issue 15: at most 85% of
+#: the LFE5U-85F's); a board not listed only has to fit.
+LUT_SHARE_LIMIT = {"ulx3s": ("TRELLIS_COMB", 0.85)}
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("board", ["icebreaker", "ulx3s"])
+def test_the_whole_board_fits_and_meets_its_clock(board, tmp_path):
+    """``npu build --board BOARD``: the board's own preset, PLL clock and flow (LUT mapper,
+    router, place-and-route time limit) with the real tools. The whole NPU must fit the device
+    (on the ULX3S within :data:`LUT_SHARE_LIMIT`), meet the clock and get a bitstream; the test
+    fails when a change makes the board's NPU too large or too slow (and while it still is:
+    ``docs/synthesis.md`` has the figures). Takes from minutes (iCEBreaker) to over an hour
+    (ULX3S)."""
+    report = build_board(board, preset(board), clk_mhz=npu_fpga.boards.BOARDS[board].default_mhz,
+                         build_dir=tmp_path, progress=print)
+    print(report.format())
+    assert report.fits, f"the {board}'s NPU does not fit: {report.message}"
+    assert report.met, (f"the {board}'s NPU misses its clock: {report.fmax_mhz} MHz, target "
+                        f"{report.target_mhz} MHz")
+    assert os.path.getsize(report.bitstream) > 1000
+    if board in LUT_SHARE_LIMIT:
+        cell, share = LUT_SHARE_LIMIT[board]
+        used = report.utilization[cell]
+        assert used["used"] <= share * used["available"], (
+            f"the {board}'s NPU takes {used['used']} of {used['available']} {cell}, more than "
+            f"{share:.0%}")
+
+
+def test_place_and_route_past_the_time_limit_is_reported(tools, tmp_path, capsys):
+    """A router that never finishes is stopped at ``--timeout``: the report says ``fits``
+    false and ``timed_out`` with the one-line reason, ``npu build`` prints it and exits 1."""
+    bin_dir = tools(fits=True)
+    _script(bin_dir / "nextpnr-ice40", "echo 'Info: Running router1...'\nexec sleep 60\n")
+    report = build_board("icebreaker", preset("icebreaker"), clk_mhz=25, timeout=1,
+                         build_dir=tmp_path / "a")
+    assert not report.fits and report.timed_out and report.bitstream is None
+    assert "stopped after 1 s (time limit)" in report.message and "router1" in report.message
+    assert 1 <= report.pnr_seconds < 30
+    rc = main(["build", "--board", "icebreaker", "--json", "--timeout", "1",
+               "--build-dir", str(tmp_path / "b")])
+    out, err = capsys.readouterr()
+    assert rc == 1 and json.loads(out)["timed_out"] is True
+    assert err.splitlines()[-1].startswith("npu build: nextpnr-ice40, seed 1, router1 stopped")
+
+
+def test_nextpnr_over_capacity_after_packing_is_stopped(ecp5_tools, tmp_path, monkeypatch):
+    """nextpnr's placer can work for a long time on a design with more cells than the device
+    has: once its log's utilisation table (after packing) shows that, it is stopped and the
+    design reported as not fitting, long before the time limit."""
+    import npu_fpga.synth
+    monkeypatch.setattr(npu_fpga.synth, "POLL_INTERVAL", 0.1)
+    bin_dir = tmp_path / "bin"
+    table = ECP5_NO_FIT_LOG.split("ERROR")[0]
+    monkeypatch.setenv("NEXTPNR_ECP5", _script(bin_dir / "nextpnr-ecp5", (
+        'while [ "$1" != "--log" ]; do shift; done\n'
+        f"cat > \"$2\" <<'EOF'\n{table}Info: Creating initial analytic placement\nEOF\n"
+        "exec sleep 60\n")))
+    report = build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=tmp_path / "a",
+                         timeout=50)
+    assert not report.fits and not report.timed_out and report.bitstream is None
+    assert report.message == ("more cells than the device has: TRELLIS_COMB 150000/83640 "
+                              "(nextpnr stopped after packing)")
+    assert report.utilization["DP16KD"] == {"used": 150, "available": 208}
+    assert report.luts == 150000 and report.pnr_seconds < 30
+
+
+def test_an_earlier_builds_log_does_not_stop_nextpnr(ecp5_tools, tmp_path, monkeypatch):
+    """The over-capacity check reads this run's log only: a log left in the build directory
+    by an earlier build that did not fit does not stop a design that fits."""
+    import npu_fpga.synth
+    monkeypatch.setattr(npu_fpga.synth, "POLL_INTERVAL", 0.1)
+    bin_dir, build_dir = tmp_path / "bin", tmp_path / "a"
+    build_dir.mkdir()
+    (build_dir / "npu_board.tim").write_text(ECP5_NO_FIT_LOG)
+    report = {"utilization": {"TRELLIS_COMB": {"used": 50000, "available": 83640}},
+              "fmax": {"clk": {"achieved": 64.5, "constraint": 60.0}}}
+    monkeypatch.setenv("NEXTPNR_ECP5", _script(bin_dir / "nextpnr-ecp5", (
+        f"sleep 1\necho '{json.dumps(report)}' > npu_board.report.json\n"
+        "touch npu_board.config\n")))
+    monkeypatch.setenv("ECPPACK", _script(bin_dir / "ecppack", "echo bits > npu_board.bit\n"))
+    result = build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=build_dir)
+    assert result.fits and result.met and result.luts == 50000
+    assert result.bitstream == str(build_dir / "npu_board.bit")

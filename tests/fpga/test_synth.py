@@ -404,3 +404,38 @@ def test_first_error_names_a_wasm_trap():
     tail = "Running ABC command\nCaused by:\n    wasm trap: call stack exhausted\n"
     assert _first_error(tail) == "wasm trap: call stack exhausted"
     assert _first_error("all fine\n") == ""
+
+
+def test_a_long_tool_run_reports_progress(monkeypatch, tmp_path):
+    """A tool that runs longer than the progress interval gets progress lines with its time so
+    far and the last step of its log (a Yosys pass here); they stop when it ends."""
+    import npu_fpga.synth
+    from npu_fpga.synth import _run
+    monkeypatch.setattr(npu_fpga.synth, "PROGRESS_INTERVAL", 0.2)
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\necho '1. Executing HIERARCHY pass.'\n"
+                    "echo '4.2. Executing ABC pass.'\necho 'some output'\nsleep 1.5\n")
+    tool.chmod(0o755)
+    lines = []
+    seconds = _run("yosys", [str(tool)], cwd=tmp_path, log_path=tmp_path / "log",
+                   progress=lines.append, keep=False)
+    heartbeats = [line for line in lines if "running for" in line]
+    assert lines[0] == "synth: yosys ..." and lines[-1].startswith("synth: yosys done in")
+    assert 3 <= len(heartbeats) <= 8 and seconds >= 1.5
+    assert all(line.endswith("at: ABC pass") for line in heartbeats[1:]), heartbeats
+
+
+@pytest.mark.synth
+def test_classic_lut_mapper_on_the_ecp5():
+    """``lut_mapper="abc"``: a complete ECP5 netlist (every LUT a ``LUT4`` or a PFU
+    multiplexer of them, no generic cell left) within a quarter of ABC9's LUT4 count, and
+    the same flip-flops and DSPs."""
+    reports = {mapper: synthesize(PipelinedMAC(), "ecp5-85f", name="mac", place=False,
+                                  progress=None, lut_mapper=mapper)
+               for mapper in ("abc9", "abc")}
+    abc, abc9 = reports["abc"], reports["abc9"]
+    print({mapper: (r.luts, r.ffs, r.dsps) for mapper, r in reports.items()})
+    assert not [cell for cell in abc.netlist_cells if cell.startswith("$")]
+    assert abc.netlist_cells.get("LUT4", 0) > 0
+    assert abc.ffs == abc9.ffs and abc.dsps == abc9.dsps
+    assert 0.75 * abc9.luts <= abc.luts <= 1.25 * abc9.luts
