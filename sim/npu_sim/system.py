@@ -403,6 +403,34 @@ def gate_clocks_default():
         raise ValueError(f"NPU_SIM_GATE must be 0 or 1, not {value!r}")
     return value == "1"
 
+
+def profile_default():
+    """Whether :func:`rtl_run` builds its Verilator binary with a profile
+    (:data:`npu_sim.verilator.PGO_FLAGS`, trained on :func:`training_runs`): the environment
+    variable ``NPU_SIM_PGO`` (``1`` or ``0``), else no. A build with the profile takes two
+    compiles of the model instead of one and a training run; a warm run is not affected."""
+    value = os.environ.get("NPU_SIM_PGO", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"NPU_SIM_PGO must be 0 or 1, not {value!r}")
+    return value == "1"
+
+
+#: The random programs (:func:`npu_sim.programs.random_program`, 6 layers) whose runs train a
+#: profile-guided system simulation build: every engine, generic shapes, none of the benchmarks.
+TRAINING_SEEDS = (1, 2, 3)
+
+
+def training_runs(config):
+    """``[(command words, expected answers)]`` of the training runs of a profile-guided build
+    for ``config``."""
+    from .programs import random_program
+    runs = []
+    for seed in TRAINING_SEEDS:
+        cmds, _ = host_commands(random_program(config, 6, seed))
+        runs.append((cmds.beats, cmds.expected))
+    return runs
+
+
 #: Default watchdog of a system run: a task running longer is aborted (``TIMEOUT``).
 WATCHDOG = 1 << 20
 
@@ -501,7 +529,7 @@ def host_commands(program, *, stall=0.0, dump_bytes=None, trace_depth=64, watchd
 
 def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_bytes=None,
             progress=None, max_cycles=None, vcd=None, watchdog=WATCHDOG, late=None,
-            gate_clocks=None):
+            gate_clocks=None, profile=None):
     """Run ``program`` on the RTL system simulation; returns a dict: ``memory`` (bytes, the
     first ``dump_bytes``), ``trace`` (``[(task_id, engine, end, error, queue, cycle)]``),
     ``registers`` (status and counters by name), ``queues`` (``{index: Qi_STATUS}``),
@@ -509,7 +537,9 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
     ``trace_overflow`` (the trace buffer dropped an entry: ``trace`` is incomplete).
 
     ``gate_clocks`` (Verilator only) builds the NPU with its engines on gated clocks
-    (``NPUTop``); ``None`` takes :func:`gate_clocks_default`. Under Verilator the system
+    (``NPUTop``); ``None`` takes :func:`gate_clocks_default`. ``profile`` (Verilator only)
+    builds the binary with a profile (:func:`training_runs`); ``None`` takes
+    :func:`profile_default`. Under Verilator the system
     memory is kept by the C++ bench (``storage="dpi"``), so its size costs nothing to build;
     the Amaranth backend elaborates it."""
     import time
@@ -527,6 +557,7 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
         from .verilator import StreamBench
         shared = SharedModules()
         gate = gate_clocks_default() if gate_clocks is None else bool(gate_clocks)
+        pgo = profile_default() if profile is None else bool(profile)
         bench = SystemBench(cfg, latency=latency, shared=shared, gate_clocks=gate,
                             storage="dpi")
         tag = response_layout(cfg.mem_width)["tag"]
@@ -534,7 +565,8 @@ def rtl_run(program, *, backend="verilator", latency=1, stall=0.0, seed=0, dump_
                          key=("system", cfg, latency, "dpi") + (("gated",) if gate else ()),
                          extra_verilog=lambda: shared.verilog() + DPI_VERILOG,
                          extra_cpp=DPI_CPP,
-                         uncounted_bit=tag.offset + Tag.TRACE.bit_length() - 1)
+                         uncounted_bit=tag.offset + Tag.TRACE.bit_length() - 1,
+                         training=(lambda: training_runs(cfg)) if pgo else None)
         responses, stats = sb.run(cmds.beats, cmds.expected, seed=seed,
                                   max_cycles=max_cycles or 50_000_000)
     elif backend == "amaranth":

@@ -46,6 +46,22 @@ BUILD_FLAGS = ("-O3", "-Wno-fatal", "-Wno-lint", "-Wno-style", "--x-initial", "0
                "-MAKEFLAGS", "OPT_FAST=-Os", "-MAKEFLAGS", "OPT_GLOBAL=-O2")
 
 
+#: The extra compiler options of the two compiles of a profile-guided build
+#: (``StreamBench(training=...)``): the model's evaluation code (``OPT_FAST``) is first compiled
+#: with instrumentation, the binary runs the training commands once, and the code is compiled
+#: again with the profile that run wrote (branch layout, hot and cold code apart: a cycle runs
+#: megabytes of straight-line code, so the instruction cache decides). Part of the cache key of
+#: such builds. Figures in ``docs/system.md``.
+PGO_FLAGS = ("-fprofile-generate -fprofile-update=single",
+             "-fprofile-use -fprofile-partial-training -Wno-missing-profile")
+
+
+def _make_variables(flags):
+    """The make variables ``-MAKEFLAGS`` passes in ``flags``, as ``{name: value}``."""
+    pairs = [flags[k + 1] for k, f in enumerate(flags) if f == "-MAKEFLAGS"]
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
 _ZERO_WORD = re.compile(r"\s+\S+ ?\[\d+\] = \d+'[hdb]0+;")
 
 
@@ -161,6 +177,20 @@ _MAIN = r"""
 #include "verilated.h"
 EXTRA_CPP
 
+// The generated model's regions (Verilator 5): eval() runs the input-combinational region,
+// then the active and NBA regions until they settle.
+bool Vtop___024root___eval_phase__act(Vtop___024root *);
+bool Vtop___024root___eval_phase__nba(Vtop___024root *);
+
+// eval() without the input-combinational region, for an evaluation in which no input but the
+// clock changed since the last one: that region reads no clock, and the logic it shares with
+// registers was settled again by the NBA region after the last edge (docs/system.md).
+static void eval_clock(Vtop *top) {
+    do {
+        while (Vtop___024root___eval_phase__act(top->rootp)) {}
+    } while (Vtop___024root___eval_phase__nba(top->rootp));
+}
+
 static uint64_t rng_state;
 static uint32_t next_rand() {  // xorshift64*
     rng_state ^= rng_state >> 12; rng_state ^= rng_state << 25; rng_state ^= rng_state >> 27;
@@ -195,14 +225,18 @@ int main(int argc, char **argv) {
     uint64_t sent = 0, got = 0, cycles = 0, active = 0;
     bool presenting = false;
     while (got < expected && cycles < max_cycles) {
+        bool changed = cycles == 0;
         if (!presenting && sent < n_in && (next_rand() & 0xFFFF) >= stall) {
             const uint32_t *w = &in[(size_t)sent * IN_WORDS];
             SET_IN_PAYLOAD
             presenting = true;
+            changed = true;
         }
+        bool ready = (next_rand() & 0xFFFF) >= stall;
+        changed |= top->IN_VALID != presenting || top->OUT_READY != ready;
         top->IN_VALID = presenting;
-        top->OUT_READY = (next_rand() & 0xFFFF) >= stall;
-        top->eval();
+        top->OUT_READY = ready;
+        if (changed) top->eval(); else eval_clock(top);
         bool in_fire = top->IN_VALID && top->IN_READY;
         bool out_fire = top->OUT_VALID && top->OUT_READY;
         if (out_fire) {
@@ -210,8 +244,9 @@ int main(int argc, char **argv) {
             if (!(UNCOUNTED)) got++;
         }
         ACTIVE_COUNT
-        // The falling edge is evaluated with the next cycle's inputs (nothing acts on it).
-        top->clk = 1; top->eval(); top->clk = 0;
+        // The falling edge is evaluated with the next cycle's inputs (only the clock gates'
+        // enable registers act on it).
+        top->clk = 1; eval_clock(top); top->clk = 0;
         cycles++;
         if (in_fire) { sent++; presenting = false; }
         if ((cycles & 0x3FFFFF) == 0) {
@@ -231,6 +266,13 @@ int main(int argc, char **argv) {
     return got < expected ? 2 : 0;
 }
 """
+
+
+def _checked(cmd, cwd):
+    """Run a build step; a failure raises :class:`VerilatorError` with its output's end."""
+    res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise VerilatorError("verilator build failed:\n" + (res.stdout + res.stderr)[-3000:])
 
 
 class StreamBench:
@@ -254,11 +296,16 @@ class StreamBench:
     uncounted_bit : int or None
         Output beats with this payload bit set are collected but do not count towards
         ``expected`` (answers of unknown number, such as drained trace entries).
+    training : callable or None
+        Returns ``[(in_words, expected), ...]``: runs of a profile-guided build
+        (:data:`PGO_FLAGS`); ``None`` builds without a profile. What the runs are is part of
+        the cache key only through the project's sources (``key``): the callable must depend
+        on nothing else.
     """
 
     def __init__(self, component, *, in_name="cmd", out_name="res", active_name=None,
                  cache_dir=None, progress=None, key=None, extra_verilog=None, extra_cpp="",
-                 uncounted_bit=None):
+                 uncounted_bit=None, training=None):
         os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
         self.component = component
         self.extra_verilog = extra_verilog
@@ -279,16 +326,18 @@ class StreamBench:
                 .replace("ACTIVE_COUNT",
                          f"if (top->{active_name}) active++;" if active_name else ""))
         self.main_cpp = main
+        self.training = training
+        flags = repr(BUILD_FLAGS) + (repr(PGO_FLAGS) if training is not None else "")
         if key is None:
             self.verilog = self._export()
             digest = hashlib.sha256(
-                (self.verilog + main + repr(BUILD_FLAGS)).encode()).hexdigest()[:16]
+                (self.verilog + main + flags).encode()).hexdigest()[:16]
         else:
             self.verilog = None
             # A cached build never elaborates the component: that is not a mistake.
             component._MustUse__silence = True
             digest = "k" + hashlib.sha256(
-                (source_digest() + repr(key) + main + repr(BUILD_FLAGS)).encode()
+                (source_digest() + repr(key) + main + flags).encode()
             ).hexdigest()[:15]
         self.build_dir = Path(cache_dir or default_cache_dir()) / digest
         self.binary = self.build_dir / "obj_dir" / "Vtop"
@@ -318,16 +367,43 @@ class StreamBench:
         (tmp / "top.v").write_text(self.verilog)
         (tmp / "main.cpp").write_text(self.main_cpp)
         self.progress(f"verilator: compiling {tmp.name} (cached afterwards)")
-        cmd = [verilator, "--cc", "--exe", "--build", *BUILD_FLAGS,
-               "-MAKEFLAGS", VERILATOR_MAKE_FIX, "top.v", "main.cpp", "-o", "Vtop"]
-        res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise VerilatorError("verilator build failed:\n" + (res.stdout + res.stderr)[-3000:])
+        if self.training is None:
+            _checked([verilator, "--cc", "--exe", "--build", *BUILD_FLAGS, "-MAKEFLAGS",
+                      VERILATOR_MAKE_FIX, "top.v", "main.cpp", "-o", "Vtop"], tmp)
+        else:
+            self._build_with_profile(verilator, tmp)
         if self.build_dir.exists():
             shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
         else:
             tmp.rename(self.build_dir)
         return self.binary
+
+    def _build_with_profile(self, verilator, tmp):
+        """The profile-guided build in ``tmp`` (:data:`PGO_FLAGS`): Verilator, an instrumented
+        compile, the training runs, a compile with the profile."""
+        _checked([verilator, "--cc", "--exe", *BUILD_FLAGS, "top.v", "main.cpp", "-o", "Vtop"],
+                 tmp)
+        obj = tmp / "obj_dir"
+        variables = _make_variables(BUILD_FLAGS)
+        jobs = BUILD_FLAGS[BUILD_FLAGS.index("-j") + 1]
+
+        def make(extra):
+            values = dict(variables, OPT_FAST=variables.get("OPT_FAST", "") + " " + extra)
+            _checked(["make", "-f", "Vtop.mk", "-j", jobs, VERILATOR_MAKE_FIX,
+                      *(f"{k}={v}" for k, v in values.items()),
+                      f"USER_LDFLAGS={extra}" if "generate" in extra else "USER_LDFLAGS=",
+                      "Vtop"], obj)
+
+        make(PGO_FLAGS[0])
+        self.progress("verilator: training run of the instrumented build")
+        for in_words, expected in self.training():
+            self._run_binary(obj / "Vtop", in_words, expected, workdir=obj,
+                             max_cycles=50_000_000)
+        for path in obj.iterdir():
+            if path.suffix in (".o", ".a", ".gch") or path.name == "Vtop":
+                path.unlink()
+        self.progress("verilator: compiling again with the profile")
+        make(PGO_FLAGS[1])
 
     def run(self, in_words, expected, *, stall=0.0, seed=0, max_cycles=None, workdir=None):
         """Drive ``in_words`` (ints) and collect ``expected`` output beats (and any uncounted ones).
@@ -335,7 +411,12 @@ class StreamBench:
         Returns ``(out_words, stats)`` with ``stats`` = dict(cycles, sent, active).
         """
         self.build()
-        workdir = Path(workdir or self.build_dir)
+        return self._run_binary(self.binary, in_words, expected, stall=stall, seed=seed,
+                                max_cycles=max_cycles, workdir=workdir or self.build_dir)
+
+    def _run_binary(self, binary, in_words, expected, *, stall=0.0, seed=0, max_cycles=None,
+                    workdir):
+        workdir = Path(workdir)
         tag = f"{os.getpid()}_{seed}"
         fin, fout = workdir / f"in_{tag}.bin", workdir / f"out_{tag}.bin"
         iw, ow = _words(self.in_width), _words(self.out_width)
@@ -349,7 +430,7 @@ class StreamBench:
         stall_fixed = min(65535, int(round(stall * 65536)))
         # A long run reports progress on stderr (every 4M cycles); pass it on.
         errors = []
-        with subprocess.Popen([str(self.binary), str(fin), str(fout), str(expected),
+        with subprocess.Popen([str(binary), str(fin), str(fout), str(expected),
                                str(stall_fixed), str(seed), str(max_cycles)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True) as proc:

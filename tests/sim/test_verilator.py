@@ -76,3 +76,26 @@ def test_build_options_are_part_of_the_cache_key(monkeypatch, tmp_path):
     assert build_dir() == before
     monkeypatch.setattr(vl, "BUILD_FLAGS", vl.BUILD_FLAGS + ("--no-such-option",))
     assert build_dir() != before
+
+
+def test_profile_guided_build():
+    """A build with a profile (``training``) runs the training commands on an instrumented
+    binary, compiles again with the profile and answers like the build without; it is cached
+    under a key of its own."""
+    apply_tool_env()
+    runs = []
+
+    def training():
+        runs.append("trained")
+        return [([1, 3, 6, 6], 4)]
+
+    plain = StreamBench(_Lookup(), in_name="cmd", out_name="res")
+    bench = StreamBench(_Lookup(), in_name="cmd", out_name="res", training=training)
+    assert bench.build_dir != plain.build_dir
+    fresh = not bench.binary.exists()
+    addrs = [3, 0, 6, 1, 2, 7, 3]
+    got, stats = bench.run(addrs, len(addrs), stall=0.3, seed=5)
+    assert got == [ROM[a] for a in addrs]
+    assert (got, stats) == plain.run(addrs, len(addrs), stall=0.3, seed=5)
+    assert runs == (["trained"] if fresh else [])
+    assert list((bench.build_dir / "obj_dir").glob("*.gcda"))     # the profile it used
