@@ -307,7 +307,8 @@ class PostProcessor(wiring.Component):
                 m.d.comb += self.out.payload.values[lane].eq(out_v)
 
         # ---- LFSRs: one per lane, advanced once per beat as it reaches the output ----------
-        rnd_out = self._lfsrs(m, en & valid[last - 1] & last_ctl, sub_ctl) if has_float else []
+        rnd_out = (self._lfsrs(m, en & valid[last - 1] & last_ctl, en & valid[last - 1], sub_ctl)
+                   if has_float else [])
 
         slot_out = delay(r.slot, last + 1, "slot")
         m.d.comb += self.out.payload.slot.eq(slot_out)
@@ -426,31 +427,70 @@ class PostProcessor(wiring.Component):
             output(i, value)
         return m
 
-    def _lfsrs(self, m, advance, sub_ctl):
-        """One LFSR per lane, advanced by ``advance``; returns the random bits of each lane
-        datapath (of lane ``k * units + j`` for sub-beat ``k = sub_ctl``).
+    def _lfsrs(self, m, advance, step, sub_ctl):
+        """One LFSR per lane; returns the random bits of each lane datapath (of lane
+        ``k * units + j`` for sub-beat ``k = sub_ctl``).
 
         Beats stay in order, so this is the sequence of the model (one advance per result
-        beat); the beat at the conversion stage uses the advanced state's low bits."""
+        beat); the beat at the conversion stage uses the advanced state's low bits. At full
+        rate every lane's state is a register, advanced by ``advance`` (the beat's last
+        sub-beat, which is its only one). Folded (``folds > 1``), each lane datapath owns the
+        states of its ``folds`` lanes in a small memory and one next-state circuit, and
+        advances lane ``k * units + j`` when ``step`` (any sub-beat at that stage) comes with
+        ``sub_ctl == k``: each lane still advances once per beat, at its own sub-beat."""
         lanes = self._config.macs
         units, folds = self._lpc, lanes // self._lpc
         cfg = self.cfg
         matrix = _lfsr_matrix()
-        rnd_lane = []
-        for i in range(lanes):
-            c = (spec.LFSR_LANE_CONST * (i + 1)) & 0xFFFF_FFFF
-            state = Signal(32, name=f"lfsr{i}", init=c)
-            nxt = Signal(32, name=f"lfsr{i}_next")
+        consts = [(spec.LFSR_LANE_CONST * (i + 1)) & 0xFFFF_FFFF for i in range(lanes)]
+
+        def advanced(state, name):
+            nxt = Signal(32, name=name)
             m.d.comb += nxt.eq(Cat(*[(state & mask).xor() for mask in matrix]))
-            with m.If(self.lfsr_load):
-                m.d.sync += state.eq(Mux((cfg.seed ^ c) == 0, c, cfg.seed ^ c))
-            with m.Elif(advance):
-                m.d.sync += state.eq(nxt)
-            rnd_lane.append(nxt[:spec.LFSR_BITS])
+            return nxt
+
         if folds == 1:
-            return rnd_lane[:units]
-        return [Array(rnd_lane[k * units + j] for k in range(folds))[sub_ctl]
-                for j in range(units)]
+            rnd_lane = []
+            for i in range(lanes):
+                c = consts[i]
+                state = Signal(32, name=f"lfsr{i}", init=c)
+                nxt = advanced(state, f"lfsr{i}_next")
+                with m.If(self.lfsr_load):
+                    m.d.sync += state.eq(Mux((cfg.seed ^ c) == 0, c, cfg.seed ^ c))
+                with m.Elif(advance):
+                    m.d.sync += state.eq(nxt)
+                rnd_lane.append(nxt[:spec.LFSR_BITS])
+            return rnd_lane
+
+        # Folded: a lane whose `fresh` bit is set has the loaded state `seed ^ c` (the seed
+        # register is 0 after reset, so the reset state is `c`); otherwise its memory word.
+        seed = Signal(32, name="lfsr_seed")
+        with m.If(self.lfsr_load):
+            m.d.sync += seed.eq(cfg.seed)
+        rnd = []
+        for j in range(units):
+            mem = Memory(shape=32, depth=folds, init=[])
+            m.submodules[f"lfsr_mem{j}"] = mem
+            rd = mem.read_port(domain="comb")
+            wr = mem.write_port()
+            fresh = Signal(folds, name=f"lfsr_fresh{j}", init=(1 << folds) - 1)
+            c = Signal(32, name=f"lfsr_c{j}")
+            m.d.comb += c.eq(Array(Const(consts[k * units + j], 32)
+                                   for k in range(folds))[sub_ctl])
+            loaded = Mux((seed ^ c) == 0, c, seed ^ c)
+            state = Signal(32, name=f"lfsr_state{j}")
+            m.d.comb += [
+                rd.addr.eq(sub_ctl),
+                state.eq(Mux(fresh.bit_select(sub_ctl, 1), loaded, rd.data)),
+            ]
+            nxt = advanced(state, f"lfsr_next{j}")
+            m.d.comb += [wr.addr.eq(sub_ctl), wr.data.eq(nxt), wr.en.eq(step)]
+            with m.If(self.lfsr_load):
+                m.d.sync += fresh.eq((1 << folds) - 1)
+            with m.Elif(step):
+                m.d.sync += fresh.bit_select(sub_ctl, 1).eq(0)
+            rnd.append(nxt[:spec.LFSR_BITS])
+        return rnd
 
     @staticmethod
     def _to_f16(m, z, rnd, stochastic, name):
