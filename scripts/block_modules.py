@@ -18,8 +18,8 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 from amaranth.hdl import Fragment
-
 from core_modules import FLOWS, _module_cells, _row, _total
+
 from npu_cli.main import _block
 from npu_cli.util import preset_arg
 from npu_fpga.synth import (
