@@ -7,7 +7,11 @@ harness of ``npu_fpga.synth`` and synthesised by the target's Yosys command with
 optimisation crosses a sub-unit's boundary (the flattened block of ``npu synth --no-pnr`` is
 somewhat smaller). Prints one row per kept sub-unit (its cells and those of everything below
 it), the block's own logic (``glue``) and the block; the columns are those of
-``scripts/core_modules.py``.
+``scripts/core_modules.py``. Memories are not modules (a warning names them; their cells
+count in their parent's row). Yosys 0.70 may stop in ``abc9`` with an internal assertion
+(``count_id(wire->name) == 0``) on some kept modules, as it does with ``--block planar_engine
+--preset ulx3s --depth 2``; ``yosys.log`` (``--keep``) then still has the ``$lut`` count of
+every module mapped before.
 """
 
 import argparse
