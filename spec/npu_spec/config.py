@@ -359,8 +359,8 @@ PRESETS = {
                "255 x 255, the lean layer control"),
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
-        planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
-        kernel_kib=8, mac_impl="ecp5_shared", fp_share=16, planar_fp_share=4,
+        planar_lanes=1, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
+        kernel_kib=8, mac_impl="ecp5_shared", fp_share=16,
         ne_post_lanes=1, ne_row_values=32, ne_out_channels=4096,
         ne_shift_stages=1,
         target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory; "

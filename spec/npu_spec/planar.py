@@ -298,9 +298,12 @@ def line_buffer_banks(lanes, plane_depth):
 
     ``NB`` is the smallest prime above ``lanes`` and above the largest stride (15), so that
     ``lanes`` elements at a stride of 1 to 15 always fall in different banks;
-    ``NB * BD >= plane_depth + 15``.
+    ``NB * BD >= plane_depth + 15``. One lane reads and writes one element a cycle, so it
+    has one bank (``NB = 1``).
     """
     smax = 2 ** WINDOW_BITS - 1
+    if lanes == 1:
+        return 1, plane_depth + smax
     nb = max(lanes, smax) + 1
     while not _is_prime(nb):
         nb += 1

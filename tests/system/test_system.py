@@ -285,13 +285,13 @@ def test_two_cores_on_one_layer():
 
 
 @pytest.mark.slow
-def test_ulx3s_shared_planar_float_units():
-    """The ``ulx3s`` preset (its planar engine's four lanes on one lane's binary32 units,
-    ``planar_fp_share=4``): a convolution with ReLU, an average pooling, a mean over each
-    plane, a mean across channels, an elementwise product in binary16 and a reciprocal square
-    root of a sum of squares, byte for byte with the golden system model."""
+def test_ulx3s_one_lane_planar_engine():
+    """The ``ulx3s`` preset (a one-lane planar engine, ``planar_lanes=1``, with a one-bank
+    line buffer, and a one-lane post-processor): a convolution with ReLU, an average pooling,
+    a mean over each plane, a mean across channels, an elementwise product in binary16 and a
+    reciprocal square root of a sum of squares, byte for byte with the golden system model."""
     cfg = PRESETS["ulx3s"]
-    assert cfg.planar_fp_share == 4
+    assert cfg.planar_lanes == 1 and cfg.ne_post_lanes == 1
     rng = np.random.default_rng(15)
     x = _int8(rng, (4, 9, 11))
     b = ProgramBuilder(cfg)

@@ -77,10 +77,13 @@ def f32_mul_round(m, p, name):
     m.d.comb += be.eq(p.bexp - lz + 1)
     rsh = Signal(range(64), name=f"{name}_rsh")
     m.d.comb += rsh.eq(Mux(be >= 1, 0, Mux(be < -60, 63, 1 - be)))
-    wide = Signal(112, name=f"{name}_wide")  # norm followed by 64 bits to catch shifted-out ones
-    m.d.comb += wide.eq(Cat(Const(0, 64), norm) >> rsh)
-    shifted = wide[64:]
-    lost = wide[:64] != 0
+    # The bits shifted out only matter as a sticky bit: those of `norm` below `rsh` (a
+    # thermometer mask), so the shifter is 48 bits wide.
+    shifted = Signal(48, name=f"{name}_shifted")
+    m.d.comb += shifted.eq(norm >> rsh)
+    below = Signal(48, name=f"{name}_below")
+    m.d.comb += below.eq(Cat(*[rsh > j for j in range(48)]))
+    lost = (norm & below) != 0
     mant = shifted[24:48]
     guard = shifted[23]
     sticky = (shifted[:23] != 0) | lost

@@ -111,15 +111,36 @@ def _pwl_rom():
 def _order_key(m, x, name):
     """Signed key ordered like binary32 ``x`` with -0 < +0 (NaNs handled by the caller)."""
     key = Signal(signed(33), name=name)
-    m.d.comb += key.eq(Mux(x[31], -x[:31] - 1, x[:31]))
+    # -|x| - 1 is the complement of |x| (no carry chain).
+    m.d.comb += key.eq(Cat(x[:31] ^ x[31].replicate(31), x[31], x[31]))
     return key
 
 
 def _lost_bits(m, value, amount, name):
     """Any set bit among the ``amount`` low bits of ``value`` (shifted out by ``>> amount``)."""
     mask = Signal(len(value), name=name)
-    m.d.comb += mask.eq((Const(1, len(value) + 1) << amount) - 1)
+    m.d.comb += mask.eq(Cat(*[amount > j for j in range(len(value))]))   # thermometer
     return (value & mask) != 0
+
+
+def _narrow_shift(m, t, shift, name):
+    """``t >> shift`` (arithmetic, ``shift`` of 6 bits) clamped to [-1024, 1023]: after the
+    rounding step ``(w + 1) >> 1`` and a zero point of at most 128 in magnitude, a clamped
+    value still saturates the int8 result the same way. The shifts by 32, 16, ..., 1 are
+    applied in that order (floor divisions compose), and after each only the bits that can
+    still reach the low 11 bits are kept (42, 26, 18, 14, 12, 11): a value that does not fit
+    them is at least 1024 in magnitude at the end, so it is clamped by the sign of ``t``."""
+    v, out_of_range = t, Const(0)
+    for k, keep in zip(range(5, -1, -1), (42, 26, 18, 14, 12, 11)):
+        shifted = Signal(signed(len(v)), name=f"{name}_s{k}")
+        m.d.comb += shifted.eq(Mux(shift[k], v >> (1 << k), v))
+        top = shifted[keep - 1:]
+        fits = (top == 0) | (top == (1 << len(top)) - 1)
+        out_of_range = out_of_range | ~fits
+        v = shifted[:keep].as_signed()
+    u = Signal(signed(12), name=name)
+    m.d.comb += u.eq(Mux(out_of_range, Mux(t[-1], -1024, 1023), v))
+    return u
 
 
 def _is_nan(x):
@@ -221,9 +242,12 @@ class PostProcessor(wiring.Component):
                 value = reg(value, f"{name}_{i}")
             return value
 
-        # ---- Parameter banks --------------------------------------------------------------
-        scale = [[Signal(32, name=f"scale_b{b}_s{s}") for s in range(slots)] for b in range(2)]
-        shift = [[Signal(6, name=f"shift_b{b}_s{s}") for s in range(slots)] for b in range(2)]
+        # ---- Parameter banks: word (bank, slot) of a small memory (LUT RAM on the ECP5) ----
+        bank_word = data.StructLayout({"scale": 32, "shift": 6})
+        slot_bits = max(1, (slots - 1).bit_length())
+        m.submodules.banks = banks = Memory(shape=bank_word, depth=2 << slot_bits, init=[])
+        bank_w = banks.write_port()
+        bank_r = banks.read_port(domain="comb")
         full = Array(Signal(name=f"full{b}") for b in range(2))
         count = Array(Signal(16, name=f"count{b}") for b in range(2))
         wb = Signal()       # bank being filled
@@ -233,11 +257,10 @@ class PostProcessor(wiring.Component):
         p = self.params.payload
         m.d.comb += self.params.ready.eq(~full[wb])
         p_take = self.params.valid & self.params.ready
+        m.d.comb += [bank_w.addr.eq(Cat(p.slot, wb)),
+                     bank_w.data.scale.eq(p.scale), bank_w.data.shift.eq(p.shift),
+                     bank_w.en.eq(p_take)]
         with m.If(p_take):
-            for b in range(2):
-                for s in range(slots):
-                    with m.If((wb == b) & (p.slot == s)):
-                        m.d.sync += [scale[b][s].eq(p.scale), shift[b][s].eq(p.shift)]
             m.d.sync += count[wb].eq(count[wb] + 1)
             with m.If(p.group_last):
                 m.d.sync += [full[wb].eq(1), wb.eq(~wb)]
@@ -269,8 +292,8 @@ class PostProcessor(wiring.Component):
                 m.d.sync += [full[rb].eq(0), count[rb].eq(0), rb.eq(~rb), consumed.eq(0)]
             with m.Else():
                 m.d.sync += consumed.eq(consumed + 1)
-        sel_scale = Mux(rb, Array(scale[1])[r.slot], Array(scale[0])[r.slot])
-        sel_shift = Mux(rb, Array(shift[1])[r.slot], Array(shift[0])[r.slot])
+        m.d.comb += bank_r.addr.eq(Cat(r.slot, rb))
+        sel_scale, sel_shift = bank_r.data.scale, bank_r.data.shift
 
         # ---- Beat check and the sticky error ----------------------------------------------
         is_int = r.fmt == MacFormat.INT8
@@ -307,7 +330,8 @@ class PostProcessor(wiring.Component):
                 m.d.comb += self.out.payload.values[lane].eq(out_v)
 
         # ---- LFSRs: one per lane, advanced once per beat as it reaches the output ----------
-        rnd_out = self._lfsrs(m, en & valid[last - 1] & last_ctl, sub_ctl) if has_float else []
+        rnd_out = (self._lfsrs(m, en & valid[last - 1] & last_ctl, en & valid[last - 1], sub_ctl)
+                   if has_float else [])
 
         slot_out = delay(r.slot, last + 1, "slot")
         m.d.comb += self.out.payload.slot.eq(slot_out)
@@ -342,12 +366,13 @@ class PostProcessor(wiring.Component):
 
             if has_int:
                 # S2: round half up, arithmetic shift, zero point, saturate to int8.
-                half = Signal(64, name=f"half_{i}")
-                m.d.comb += half.eq((Const(1, 64) << shift1)[1:65])
-                t = Signal(signed(66), name=f"t_{i}")
-                m.d.comb += t.eq(prod[:64].as_signed() + half)
-                y = Signal(signed(67), name=f"yz_{i}")
-                m.d.comb += y.eq((t >> shift1) + cfg.zero_point)
+                # (p + 2**(s-1)) >> s == (floor(p / 2**(s-1)) + 1) >> 1 for s >= 1: no wide add.
+                w = _narrow_shift(m, prod[:64].as_signed(), Mux(shift1 == 0, 0, shift1 - 1),
+                                  f"w_{i}")
+                u = Signal(signed(11), name=f"u_{i}")
+                m.d.comb += u.eq(Mux(shift1 == 0, w, (w + 1) >> 1))
+                y = Signal(signed(12), name=f"yz_{i}")
+                m.d.comb += y.eq(u + cfg.zero_point)
                 sat = reg(Mux(y > 127, 127, Mux(y < -128, -128, y)), f"sat2_{i}", signed(8))
                 # S3: ReLU at the zero point, or clamp to int8 bounds.
                 lo8, hi8 = cfg.lo[:8].as_signed(), cfg.hi[:8].as_signed()
@@ -428,31 +453,70 @@ class PostProcessor(wiring.Component):
             output(i, value)
         return m
 
-    def _lfsrs(self, m, advance, sub_ctl):
-        """One LFSR per lane, advanced by ``advance``; returns the random bits of each lane
-        datapath (of lane ``k * units + j`` for sub-beat ``k = sub_ctl``).
+    def _lfsrs(self, m, advance, step, sub_ctl):
+        """One LFSR per lane; returns the random bits of each lane datapath (of lane
+        ``k * units + j`` for sub-beat ``k = sub_ctl``).
 
         Beats stay in order, so this is the sequence of the model (one advance per result
-        beat); the beat at the conversion stage uses the advanced state's low bits."""
+        beat); the beat at the conversion stage uses the advanced state's low bits. At full
+        rate every lane's state is a register, advanced by ``advance`` (the beat's last
+        sub-beat, which is its only one). Folded (``folds > 1``), each lane datapath owns the
+        states of its ``folds`` lanes in a small memory and one next-state circuit, and
+        advances lane ``k * units + j`` when ``step`` (any sub-beat at that stage) comes with
+        ``sub_ctl == k``: each lane still advances once per beat, at its own sub-beat."""
         lanes = self._config.macs
         units, folds = self._lpc, lanes // self._lpc
         cfg = self.cfg
         matrix = _lfsr_matrix()
-        rnd_lane = []
-        for i in range(lanes):
-            c = (spec.LFSR_LANE_CONST * (i + 1)) & 0xFFFF_FFFF
-            state = Signal(32, name=f"lfsr{i}", init=c)
-            nxt = Signal(32, name=f"lfsr{i}_next")
+        consts = [(spec.LFSR_LANE_CONST * (i + 1)) & 0xFFFF_FFFF for i in range(lanes)]
+
+        def advanced(state, name):
+            nxt = Signal(32, name=name)
             m.d.comb += nxt.eq(Cat(*[(state & mask).xor() for mask in matrix]))
-            with m.If(self.lfsr_load):
-                m.d.sync += state.eq(Mux((cfg.seed ^ c) == 0, c, cfg.seed ^ c))
-            with m.Elif(advance):
-                m.d.sync += state.eq(nxt)
-            rnd_lane.append(nxt[:spec.LFSR_BITS])
+            return nxt
+
         if folds == 1:
-            return rnd_lane[:units]
-        return [Array(rnd_lane[k * units + j] for k in range(folds))[sub_ctl]
-                for j in range(units)]
+            rnd_lane = []
+            for i in range(lanes):
+                c = consts[i]
+                state = Signal(32, name=f"lfsr{i}", init=c)
+                nxt = advanced(state, f"lfsr{i}_next")
+                with m.If(self.lfsr_load):
+                    m.d.sync += state.eq(Mux((cfg.seed ^ c) == 0, c, cfg.seed ^ c))
+                with m.Elif(advance):
+                    m.d.sync += state.eq(nxt)
+                rnd_lane.append(nxt[:spec.LFSR_BITS])
+            return rnd_lane
+
+        # Folded: a lane whose `fresh` bit is set has the loaded state `seed ^ c` (the seed
+        # register is 0 after reset, so the reset state is `c`); otherwise its memory word.
+        seed = Signal(32, name="lfsr_seed")
+        with m.If(self.lfsr_load):
+            m.d.sync += seed.eq(cfg.seed)
+        rnd = []
+        for j in range(units):
+            mem = Memory(shape=32, depth=folds, init=[])
+            m.submodules[f"lfsr_mem{j}"] = mem
+            rd = mem.read_port(domain="comb")
+            wr = mem.write_port()
+            fresh = Signal(folds, name=f"lfsr_fresh{j}", init=(1 << folds) - 1)
+            c = Signal(32, name=f"lfsr_c{j}")
+            m.d.comb += c.eq(Array(Const(consts[k * units + j], 32)
+                                   for k in range(folds))[sub_ctl])
+            loaded = Mux((seed ^ c) == 0, c, seed ^ c)
+            state = Signal(32, name=f"lfsr_state{j}")
+            m.d.comb += [
+                rd.addr.eq(sub_ctl),
+                state.eq(Mux(fresh.bit_select(sub_ctl, 1), loaded, rd.data)),
+            ]
+            nxt = advanced(state, f"lfsr_next{j}")
+            m.d.comb += [wr.addr.eq(sub_ctl), wr.data.eq(nxt), wr.en.eq(step)]
+            with m.If(self.lfsr_load):
+                m.d.sync += fresh.eq((1 << folds) - 1)
+            with m.Elif(step):
+                m.d.sync += fresh.bit_select(sub_ctl, 1).eq(0)
+            rnd.append(nxt[:spec.LFSR_BITS])
+        return rnd
 
     @staticmethod
     def _to_f16(m, z, rnd, stochastic, name):

@@ -466,6 +466,21 @@ def test_folded_lanes():
     assert produced == [a + dut.latency for a in accepted]
 
 
+def test_folded_stochastic_rounding():
+    """Folded lanes keep each lane's LFSR state in a memory and advance it at the lane's own
+    sub-beat: stochastic rounding over several layers (each reloading its seed, one seed 0)
+    with several beats per slot equals the model, with random stalls, at 1 and 2 lanes per
+    cycle."""
+    config = NPUConfig(macs=4, acc_slots=3)
+    rng = np.random.default_rng(21)
+    layers = []
+    for seed in (0xACE1, 0, 0x1234_5678):
+        cfg = PostprocConfig(out_fp16=True, act=Act.NONE, stochastic=True, seed=seed)
+        layers.append((cfg, *random_layer(config, cfg, 3, rng, fmts=[gm.FMT_FP16])))
+    for lanes_per_cycle in (1, 2):
+        check(config, layers, seed=21 + lanes_per_cycle, lanes_per_cycle=lanes_per_cycle)
+
+
 def test_bad_config_rejected():
     with pytest.raises(TypeError, match="NPUConfig"):
         PostProcessor("small")
