@@ -257,7 +257,8 @@ def test_reduce_across_channels():
 @pytest.mark.parametrize("share", [2, 4])
 def test_shared_lane_units(share):
     """``planar_fp_share``: four lanes on two or one lane's binary32 units (the ``ulx3s``
-    build before it went to one lane), bit for bit with random stalls: every elementwise op with every broadcast kind,
+    build before it went to one lane), bit for bit with random stalls: every elementwise op
+    with every broadcast kind,
     average and max pooling, reductions over planes and the tensor with every pre- and
     post-operation, reductions across channels (planes of fewer than five beats too), and a
     beat rate of one every ``share`` cycles."""
