@@ -177,6 +177,13 @@ class NPUConfig:
         head, tail, base and limit registers of ``npu_spec.taskman.address_bits`` bits; the
         stall counters left out). A program whose setup does not fit the lean build is refused
         with the rule of ``npu_spec.taskman.lean_error``. ``docs/task_manager.md``.
+    dp_banks : int
+        Banks of the data processor's buffer (E, the widest run it serves in one cycle): 0 (the
+        default) for the widest port access (a core's input row, its MAC row, the planar
+        lanes), or a power of two at least ``planar_lanes ** 2`` that divides the cores' row
+        and MAC widths it is narrower than; a core's row read or write then takes one run of E
+        elements a cycle (results unchanged, ``npu_spec.dataproc.buffer_banks``;
+        ``docs/system.md``, "Banks and conflicts").
     target : str
         What the preset is sized for (documentation only).
     """
@@ -209,6 +216,7 @@ class NPUConfig:
     planar_impl: str = "float"
     planar_fp_share: int = 1
     taskman_impl: str = "full"
+    dp_banks: int = 0
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -295,6 +303,10 @@ class NPUConfig:
             raise ValueError(f"NPUConfig.planar_fp_share {share!r} needs planar_impl 'float' "
                              f"(the integer build has no binary32 units), "
                              f"not {self.planar_impl!r}")
+        banks = self.dp_banks
+        if banks and (banks & (banks - 1) or not lanes <= banks <= 1024):
+            raise ValueError(f"NPUConfig.dp_banks must be 0 or a power of two from "
+                             f"planar_lanes ** 2 ({lanes}) to 1024, not {banks!r}")
         # Canonical order, so equal configurations compare and hash equal.
         object.__setattr__(self, "formats", tuple(f for f in FORMATS if f in self.formats))
 
@@ -342,18 +354,20 @@ PRESETS = {
         postproc_impl="sequential", planar_impl="int8", result_queue=1, ne_row_values=8,
         ne_buffer_rows=128, ne_out_channels=1024,
         ne_kernel_queue=3, ne_out_size=255, ne_control="lean", taskman_impl="lean",
+        dp_banks=4,
         target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues (lean task manager: one "
                "task at a time), 64 KiB system memory, "
                "dense int8 kernels, sequential post-processor, integer planar engine, no "
                "result queue, input-buffer rows of 8 values, 128 rows a bank, at "
                "most 1024 output channels a layer, a 3-word kernel queue, outputs of at most "
-               "255 x 255, the lean layer control"),
+               "255 x 255, the lean layer control, 4 buffer banks"),
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=2, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
         kernel_kib=8, mac_impl="ecp5_shared", fp_share=4, planar_fp_share=4,
-        ne_post_lanes=1, ne_row_values=32, ne_out_channels=4096,
-        target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory"),
+        ne_post_lanes=1, ne_row_values=32, ne_out_channels=4096, dp_banks=8,
+        target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory, "
+               "8 buffer banks"),
     "ane": NPUConfig(
         name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=8, planar_pool_beats=3, buffer_kib=4096, task_queues=8,
