@@ -184,6 +184,13 @@ class NPUConfig:
         issue pipeline). Results are unchanged; a command leaves one cycle later. The register
         keeps Yosys from spreading the shifter's levels over wide LUTs: fewer LUTs, more
         flip-flops (``docs/neural_engine.md``, "Input buffer and shifter").
+    dp_banks : int
+        Banks of the data processor's buffer (E, the widest run it serves in one cycle): 0 (the
+        default) for the widest port access (a core's input row, its MAC row, the planar
+        lanes), or a power of two at least ``planar_lanes ** 2`` that divides the cores' row
+        and MAC widths it is narrower than; a core's row read or write then takes one run of E
+        elements a cycle (results unchanged, ``npu_spec.dataproc.buffer_banks``;
+        ``docs/system.md``, "Banks and conflicts").
     target : str
         What the preset is sized for (documentation only).
     """
@@ -217,6 +224,7 @@ class NPUConfig:
     planar_fp_share: int = 1
     taskman_impl: str = "full"
     ne_shift_stages: int = 0
+    dp_banks: int = 0
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -304,6 +312,10 @@ class NPUConfig:
             raise ValueError(f"NPUConfig.planar_fp_share {share!r} needs planar_impl 'float' "
                              f"(the integer build has no binary32 units), "
                              f"not {self.planar_impl!r}")
+        banks = self.dp_banks
+        if banks and (banks & (banks - 1) or not lanes <= banks <= 1024):
+            raise ValueError(f"NPUConfig.dp_banks must be 0 or a power of two from "
+                             f"planar_lanes ** 2 ({lanes}) to 1024, not {banks!r}")
         # Canonical order, so equal configurations compare and hash equal.
         object.__setattr__(self, "formats", tuple(f for f in FORMATS if f in self.formats))
 
@@ -351,20 +363,22 @@ PRESETS = {
         postproc_impl="sequential", planar_impl="int8", result_queue=1, ne_row_values=8,
         ne_buffer_rows=128, ne_out_channels=1024,
         ne_kernel_queue=3, ne_out_size=255, ne_control="lean", taskman_impl="lean",
+        dp_banks=4,
         target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues (lean task manager: one "
                "task at a time), 64 KiB system memory, "
                "dense int8 kernels, sequential post-processor, integer planar engine, no "
                "result queue, input-buffer rows of 8 values, 128 rows a bank, at "
                "most 1024 output channels a layer, a 3-word kernel queue, outputs of at most "
-               "255 x 255, the lean layer control"),
+               "255 x 255, the lean layer control, 4 buffer banks"),
     "ulx3s": NPUConfig(
         name="ulx3s", cores=1, macs=32, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=1, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
         kernel_kib=8, mac_impl="ecp5_shared", fp_share=16,
         ne_post_lanes=1, ne_row_values=32, ne_out_channels=4096,
-        ne_shift_stages=1,
-        target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory; "
-               "FP16 and mixed at 1/16 of the INT8 rate (2 products a cycle against 32)"),
+        ne_shift_stages=1, dp_banks=8,
+        target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory, "
+               "8 buffer banks; FP16 and mixed at 1/16 of the INT8 rate (2 products a cycle "
+               "against 32)"),
     "ane": NPUConfig(
         name="ane", cores=16, macs=256, acc_slots=8, formats=("int8", "fp16", "mixed"),
         planar_lanes=8, planar_pool_beats=3, buffer_kib=4096, task_queues=8,

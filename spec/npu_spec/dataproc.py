@@ -22,8 +22,8 @@ from .regmap import Field, Register, RegisterMap
 __all__ = [
     "BASE", "CORE_STRIDE", "DATASET_REGISTERS", "DATA_PROCESSOR", "NE_CORES", "PE_PORTS",
     "PE_PORT_BASE",
-    "buffer_elements", "dataset_address", "dataset_writes", "make_dataset", "ne_port_base",
-    "pe_port_base",
+    "buffer_banks", "buffer_elements", "dataset_address", "dataset_writes", "make_dataset",
+    "ne_port_base", "pe_port_base",
 ]
 
 #: Word address of the map.
@@ -48,6 +48,25 @@ FLOW_BITS = 10
 def buffer_elements(config):
     """Elements (16 bits) of the buffer of a build."""
     return config.buffer_kib * 512
+
+
+def buffer_banks(config, row_values):
+    """Banks E of the buffer of a build whose cores read rows of ``row_values`` elements:
+    ``config.dp_banks``, or else the widest access (``row_values``, ``macs``, the planar
+    lanes). A port wider than E (a core's row read or row write) takes ``width / E`` runs, so E
+    must divide it; :class:`ValueError` otherwise, or when E is not a power of two."""
+    lanes = config.planar_lanes ** 2
+    banks = config.dp_banks or max(row_values, config.macs, lanes)
+    if banks & (banks - 1):
+        raise ValueError(f"the buffer's banks must be a power of two, not {banks}")
+    for what, width in (("input row", row_values), ("MAC row", config.macs)):
+        if width > banks and width % banks:
+            raise ValueError(f"the buffer's {banks} banks must divide the cores' {what} of "
+                             f"{width} elements")
+    if buffer_elements(config) % banks:
+        raise ValueError(f"the buffer's {buffer_elements(config)} elements are not a multiple "
+                         f"of its {banks} banks")
+    return banks
 
 
 def _dataset(prefix, offset):

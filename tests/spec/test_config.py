@@ -59,7 +59,8 @@ def test_icebreaker_geometry():
     ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65),
     ("ne_out_size", -1), ("ne_out_size", 4096), ("ne_control", "small"),
     ("ne_post_lanes", -1), ("ne_post_lanes", 3), ("ne_post_lanes", 32),
-    ("ne_shift_stages", -1), ("ne_shift_stages", 2)])
+    ("ne_shift_stages", -1), ("ne_shift_stages", 2),
+    ("dp_banks", -1), ("dp_banks", 8), ("dp_banks", 24), ("dp_banks", 2048)])
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"NPUConfig.{field}"):
         preset("small").replace(**{field: value})
@@ -133,3 +134,19 @@ def test_lean_core_register_map():
             stored += g.width if g.access == "rw" else 0
     assert stored == sum(f.width for r in NEURAL_ENGINE.registers for f in r.fields
                          if f.access == "rw") - 1 - 24 - 24 - 32 - 32
+
+
+def test_buffer_banks():
+    """``dp_banks`` 0 keeps the widest access as the bank count; the board presets narrow it,
+    and a width it does not divide is refused."""
+    from npu_spec.dataproc import buffer_banks
+    for name, config in PRESETS.items():
+        if name not in ("icebreaker", "ulx3s"):
+            assert config.dp_banks == 0
+            row_values = engine_geometry(config)[1]
+            assert buffer_banks(config, row_values) == max(row_values, config.macs,
+                                                           config.planar_lanes ** 2)
+    assert buffer_banks(preset("ulx3s"), 32) == 8
+    assert buffer_banks(preset("icebreaker"), 8) == 4
+    with pytest.raises(ValueError, match="divide the cores' input row of 20"):
+        buffer_banks(preset("small").replace(dp_banks=16), 20)

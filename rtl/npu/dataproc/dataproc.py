@@ -29,6 +29,7 @@ from npu_spec.dataproc import (
     DATA_PROCESSOR,
     NE_CORES,
     PE_PORTS,
+    buffer_banks,
     buffer_elements,
     ne_port_base,
     pe_port_base,
@@ -138,13 +139,7 @@ class DataProcessor(wiring.Component):
         self.tag_layout = row_tag_layout(max_rows, buffer_rows)
         self.lanes = config.planar_lanes ** 2
         self.elements = buffer_elements(config)
-        self.width = max(self.row_values, config.macs, self.lanes)
-        if self.width & (self.width - 1):
-            raise ValueError(f"the widest buffer access must be a power of two, not "
-                             f"{self.width}")
-        if self.elements % self.width:
-            raise ValueError(f"the buffer's {self.elements} elements are not a multiple of "
-                             f"its {self.width} banks")
+        self.width = buffer_banks(config, self.row_values)
         self._depth = depth
         self._regmap = register_map(config.cores)
         self._window = ADDRESS_WINDOWS["DATA_PROCESSOR"]
@@ -263,12 +258,15 @@ class DataProcessor(wiring.Component):
 
         # The buffer's ports: reads NE IN of every core, PE A, B, C, DMA; writes NE OUT of
         # every core, PE OUT, DMA.
+        # A core's rows wider than the banks are read and written a run of the banks at a time.
+        in_lanes, out_lanes = min(self.row_values, self.width), min(cfg.macs, self.width)
         m.submodules.buffer = buf = Buffer(
-            n, self.width, [self.row_values] * cores + [L] * 3 + [1],
-            [cfg.macs] * cores + [L, 1], depth=self._depth)
+            n, self.width, [in_lanes] * cores + [L] * 3 + [1],
+            [out_lanes] * cores + [L, 1], depth=self._depth)
         for i in range(cores):
-            ne_in = NEInPort(self.row_values, self.tag_layout, n, depth=self._depth)
-            ne_out = NEOutPort(cfg.macs, cfg.macs, n)
+            ne_in = NEInPort(self.row_values, self.tag_layout, n, lanes=in_lanes,
+                             depth=self._depth)
+            ne_out = NEOutPort(cfg.macs, out_lanes, n)
             m.submodules[f"ne{i}_in"] = ne_in
             m.submodules[f"ne{i}_out"] = ne_out
             m.d.comb += [ne_in.dataset.eq(self._dataset(m, regs, f"NE{i}_IN")),

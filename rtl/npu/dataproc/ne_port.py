@@ -1,6 +1,6 @@
 """A neural engine core's ports on the buffer: its input rows and its output row writes."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,21 +20,26 @@ class NEInPort(wiring.Component):
 
     A request ``(c, y, x, tag)`` is registered with its buffer address ``BASE + c * CSTRIDE +
     y * RSTRIDE + x`` and which of its ``row_values`` columns lie inside the image (``y`` in
-    ``[0, H)``, column in ``[0, W)``), then read as one run; the run's elements outside the
-    image are answered as 0. Answers keep request order and carry the tag; the port can take a
-    request every cycle and answers ``1 + READ_LATENCY`` (3) cycles after one is taken when the
-    buffer grants its read at once.
+    ``[0, H)``, column in ``[0, W)``), then read as ``row_values / lanes`` runs of the buffer
+    read port's ``lanes`` (one a cycle), which the port gathers into the answer; the answer's
+    elements outside the image are 0. Answers keep request order and carry the tag. With
+    ``lanes == row_values`` the port can take a request every cycle and answers ``1 +
+    READ_LATENCY`` (3) cycles after one is taken when the buffer grants its read at once; with
+    ``parts = row_values / lanes`` runs it takes a request every ``parts`` cycles and answers
+    ``parts - 1`` cycles later.
 
     Parameters
     ----------
     row_values : int
-        Elements of a row answer (the buffer read port's lanes).
+        Elements of a row answer.
     tag : Layout
         The core's row tag layout.
     elements : int
         Elements of the buffer.
+    lanes : int or None
+        Lanes of the buffer read port (divides ``row_values``; default ``row_values``).
     depth : int
-        Requests in flight (the buffer port's response queue depth).
+        Runs in flight (the buffer port's response queue depth).
 
     Members
     -------
@@ -43,12 +48,16 @@ class NEInPort(wiring.Component):
     row_req : In(stream.Signature(row_request_layout(tag)))
     row_data : Out(stream.Signature(row_data_layout(row_values, tag)))
         The core's input ports.
-    buf : Out(BufferReadSignature(row_values))
+    buf : Out(BufferReadSignature(lanes))
         The buffer read port.
     """
 
-    def __init__(self, row_values, tag, elements, *, depth=4):
+    def __init__(self, row_values, tag, elements, *, lanes=None, depth=4):
+        lanes = row_values if lanes is None else lanes
+        if not isinstance(lanes, int) or lanes < 1 or row_values % lanes:
+            raise ValueError(f"lanes must divide the row width {row_values}, not {lanes!r}")
         self._row_values = row_values
+        self._lanes = lanes
         self._tag = tag
         self._elements = elements
         self._depth = depth
@@ -56,51 +65,85 @@ class NEInPort(wiring.Component):
             "dataset":  In(DatasetLayout),
             "row_req":  In(stream.Signature(row_request_layout(tag))),
             "row_data": Out(stream.Signature(row_data_layout(row_values, tag))),
-            "buf":      Out(BufferReadSignature(row_values)),
+            "buf":      Out(BufferReadSignature(lanes)),
         })
+
+    def _inside(self, m):
+        """Which of the request's columns lie inside the image (combinational): the columns
+        ``k`` with ``-x <= k < W - x``, as two thermometer masks of the clamped bounds (no
+        comparator per column)."""
+        rv = self._row_values
+        ds, req = self.dataset, self.row_req.payload
+        ones = Const((1 << rv) - 1, rv)
+
+        def clamp(value, name):
+            bound = Signal(range(rv + 1), name=name)
+            m.d.comb += bound.eq(Mux(value < 0, 0, Mux(value > rv, rv, value)))
+            return bound
+
+        lo = clamp(-req.x, "inside_lo")
+        hi = clamp(ds.width - req.x, "inside_hi")
+        row_inside = (req.y >= 0) & (req.y < ds.height)
+        return Mux(row_inside, (ones << lo)[:rv] & ~(ones << hi)[:rv], 0)
 
     def elaborate(self, platform):
         m = Module()
-        rv = self._row_values
+        rv, lanes = self._row_values, self._lanes
+        parts = rv // lanes
         ds = self.dataset
         req = self.row_req.payload
         meta_layout = data.StructLayout({"tag": self._tag, "inside": rv})
 
-        # Stage 1: the request's address and inside mask, registered.
+        # Stage 1: the request's address and inside mask, registered; its runs are issued
+        # from there, the last one with the request's tag and mask into `meta`.
         s1_valid = Signal()
         s1_addr = Signal(ADDR_BITS)
         s1_meta = Signal(meta_layout)
+        part = Signal(range(parts))
+        last = Signal()
         m.submodules.meta = meta = fifo.SyncFIFO(width=meta_layout.size, depth=self._depth)
         issue = Signal()
         m.d.comb += [
-            self.buf.req.valid.eq(s1_valid & meta.w_rdy),
-            self.buf.req.payload.addr.eq(s1_addr),
+            last.eq(part == parts - 1),
+            self.buf.req.valid.eq(s1_valid & (meta.w_rdy | ~last)),
+            self.buf.req.payload.addr.eq(wrap_address(s1_addr + part * lanes, self._elements)),
             issue.eq(self.buf.req.valid & self.buf.req.ready),
-            self.row_req.ready.eq(~s1_valid | issue),
-            meta.w_en.eq(issue),
+            self.row_req.ready.eq(~s1_valid | (issue & last)),
+            meta.w_en.eq(issue & last),
             meta.w_data.eq(s1_meta),
         ]
         addr = Signal(signed(SUM_BITS))
         m.d.comb += addr.eq(ds.addr + req.c * ds.cstride + req.y * ds.rstride + req.x)
-        row_inside = (req.y >= 0) & (req.y < ds.height)
-        inside = Cat(row_inside & (req.x + k >= 0) & (req.x + k < ds.width) for k in range(rv))
         with m.If(self.row_req.valid & self.row_req.ready):
             m.d.sync += [s1_valid.eq(1), s1_addr.eq(wrap_address(addr, self._elements)),
-                         s1_meta.tag.eq(req.tag), s1_meta.inside.eq(inside)]
-        with m.Elif(issue):
+                         s1_meta.tag.eq(req.tag), s1_meta.inside.eq(self._inside(m))]
+        with m.Elif(issue & last):
             m.d.sync += s1_valid.eq(0)
+        with m.If(issue):
+            m.d.sync += part.eq(Mux(last, 0, part + 1))
 
-        # The answer: the run with the elements outside the image zeroed, and the tag.
+        # The answer: the runs gathered, the elements outside the image zeroed, and the tag.
         got = data.View(meta_layout, meta.r_data)
         resp = self.buf.resp
+        r_part = Signal(range(parts))
+        r_last = Signal()
+        gathered = [Signal(16, name=f"gathered{k}") for k in range(rv - lanes)]
+        values = gathered + [resp.payload.data[j] for j in range(lanes)]
         m.d.comb += [
-            self.row_data.valid.eq(resp.valid),
-            resp.ready.eq(self.row_data.ready),
-            meta.r_en.eq(resp.valid & resp.ready),
+            r_last.eq(r_part == parts - 1),
+            self.row_data.valid.eq(resp.valid & r_last),
+            resp.ready.eq(~r_last | self.row_data.ready),
+            meta.r_en.eq(self.row_data.valid & self.row_data.ready),
             self.row_data.payload.tag.eq(got.tag),
         ]
-        m.d.comb += [self.row_data.payload.values[k].eq(
-            resp.payload.data[k] & got.inside[k].replicate(16)) for k in range(rv)]
+        m.d.comb += [self.row_data.payload.values[k].eq(values[k] & got.inside[k].replicate(16))
+                     for k in range(rv)]
+        with m.If(resp.valid & resp.ready):
+            m.d.sync += r_part.eq(Mux(r_last, 0, r_part + 1))
+            for p in range(parts - 1):
+                with m.If(r_part == p):
+                    m.d.sync += [gathered[p * lanes + j].eq(resp.payload.data[j])
+                                 for j in range(lanes)]
         return m
 
 

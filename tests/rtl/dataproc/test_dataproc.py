@@ -78,9 +78,9 @@ def _dumped(records, ds):
 # neural engine
 
 
-def run_conv(case, ds_in, ds_out, *, backend="amaranth", stall=0.0, seed=0):
-    engine = NeuralEngine(SMALL)
-    bench = buffer_bench(engine, SMALL)
+def run_conv(case, ds_in, ds_out, *, backend="amaranth", stall=0.0, seed=0, config=SMALL):
+    engine = NeuralEngine(config)
+    bench = buffer_bench(engine, config)
     program = BenchProgram(32).stall(stall)
     for addr, word in enumerate(kernel_image(case)):
         program.load(LoadSel.KERNEL, int(word), addr)
@@ -118,6 +118,31 @@ def test_conv_3x3_8_channels():
     got = run_conv(case, ds_in, ds_out, backend="verilator", stall=0.2, seed=1)
     exp, _ = golden_output(case, SMALL)
     assert np.array_equal(got, exp)
+
+
+def test_conv_on_narrow_banks():
+    """Four banks under a core of 16 MACs reading 32-value rows: each row read is gathered
+    from 8 runs and each row write split into 4, with stalls; the results do not change."""
+    config = SMALL.replace(planar_lanes=2, dp_banks=4)
+    assert DataProcessor(config).width == 4
+    layer = ConvLayer(3, 7, 37, 8, 3, 3, pad=1, stride=1, fmt="int8")
+    case = random_case(config, layer, seed=3, activation="relu")
+    ds_in, ds_out = _conv_datasets(layer, ELEMENTS - 150)
+    got = run_conv(case, ds_in, ds_out, backend="verilator", stall=0.2, seed=3, config=config)
+    exp, _ = golden_output(case, config)
+    assert np.array_equal(got, exp)
+
+
+def test_bank_rules():
+    """The bank count is a power of two, at least the planar lanes, dividing wider rows."""
+    with pytest.raises(ValueError, match="NPUConfig.dp_banks"):
+        SMALL.replace(dp_banks=24)
+    with pytest.raises(ValueError, match="NPUConfig.dp_banks"):
+        SMALL.replace(dp_banks=8)          # 16 planar lanes
+    with pytest.raises(ValueError, match="divide the cores' MAC row of 12"):
+        DataProcessor(SMALL.replace(macs=12, ne_row_values=16, planar_lanes=2, dp_banks=8))
+    assert DataProcessor(SMALL).width == 32
+    assert DataProcessor(SMALL.replace(dp_banks=64)).width == 64
 
 
 @pytest.mark.slow
