@@ -15,24 +15,14 @@ every module mapped before.
 """
 
 import argparse
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-from amaranth.back import rtlil
 from amaranth.hdl import Fragment
-from core_modules import FLOWS, _module_cells, _row, _total
+from core_modules import FLOWS, _row, _total, kept_stat, print_header, work_directory
 
 from npu_cli.main import _block
 from npu_cli.util import preset_arg
-from npu_fpga.synth import (
-    TARGETS,
-    OutOfContextHarness,
-    OutOfContextPlatform,
-    _missing_domain,
-    find_tool,
-)
+from npu_fpga.synth import TARGETS, OutOfContextPlatform
 
 
 def _submodule_paths(block, platform, depth):
@@ -57,25 +47,15 @@ def main(argv=None):
     parser.add_argument("--depth", type=int, default=1)
     parser.add_argument("--keep", help="directory for the RTLIL, script, log and stat")
     args = parser.parse_args(argv)
-    command, pattern, columns = FLOWS[args.target]
-    directory = Path(args.keep or tempfile.mkdtemp(prefix="npu-block-modules-"))
-    directory.mkdir(parents=True, exist_ok=True)
+    command, _, columns = FLOWS[args.target]
+    directory = work_directory(args.keep, "npu-block-modules-")
     platform = OutOfContextPlatform(TARGETS[args.target])
     units = _submodule_paths(_block(args.preset, args.block), platform, args.depth)
-    harness = OutOfContextHarness(_block(args.preset, args.block))
-    (directory / "top.il").write_text(rtlil.convert(
-        harness, name="top", platform=platform, missing_domain=_missing_domain))
     kept = ["top.dut"] + [f"top.dut.{u}" for u in units]
-    (directory / "top.ys").write_text(
-        f"read_rtlil top.il\nsetattr -mod -set keep_hierarchy 1 {' '.join(kept)}\n"
-        f"{command} -top top\ntee -q -o stat.txt stat\n")
-    subprocess.run([find_tool("YOSYS"), "-q", "-l", "yosys.log", "-s", "top.ys"],
-                   cwd=directory, check=True, stdout=subprocess.DEVNULL)
-    modules = _module_cells((directory / "stat.txt").read_text(), pattern)
+    modules = kept_stat(_block(args.preset, args.block), "top", args.target, directory,
+                        lambda text: kept)
 
-    print(f"block {args.block}, preset {args.preset.name}, {command}")
-    print("| module | " + " | ".join(h for h, _ in columns) + " |\n|---|"
-          + "---|" * len(columns))
+    print_header(f"block {args.block}, preset {args.preset.name}, {command}", columns)
     block = _total(modules, "top.dut")
     glue = block.copy()
     for unit in units:

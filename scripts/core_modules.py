@@ -85,31 +85,51 @@ def _row(name, cells, columns):
     return f"| {name} | " + " | ".join(f"{_count(cells, types):,}" for _, types in columns) + " |"
 
 
+def work_directory(keep, prefix):
+    """``keep`` (created if need be), or a new temporary directory named ``prefix``."""
+    directory = Path(keep or tempfile.mkdtemp(prefix=prefix))
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def kept_stat(dut, name, target, directory, kept):
+    """Synthesise ``dut`` in the out-of-context harness, as module ``name``, by ``target``'s Yosys
+    command with ``keep_hierarchy`` on the modules ``kept(rtlil_text)`` names; the RTLIL, script,
+    log and ``stat`` are written to ``directory``. Returns ``{module: Counter(cell: count)}``."""
+    command, pattern, _ = FLOWS[target]
+    text = rtlil.convert(OutOfContextHarness(dut), name=name,
+                         platform=OutOfContextPlatform(TARGETS[target]),
+                         missing_domain=_missing_domain)
+    (directory / f"{name}.il").write_text(text)
+    (directory / f"{name}.ys").write_text(
+        f"read_rtlil {name}.il\nsetattr -mod -set keep_hierarchy 1 {' '.join(kept(text))}\n"
+        f"{command} -top {name}\ntee -q -o stat.txt stat\n")
+    subprocess.run([find_tool("YOSYS"), "-q", "-l", "yosys.log", "-s", f"{name}.ys"],
+                   cwd=directory, check=True, stdout=subprocess.DEVNULL)
+    return _module_cells((directory / "stat.txt").read_text(), pattern)
+
+
+def print_header(title, columns):
+    """The title line and the head of the table."""
+    print(title)
+    print("| module | " + " | ".join(h for h, _ in columns) + " |\n|---|"
+          + "---|" * len(columns))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="icebreaker")
     parser.add_argument("--target", choices=tuple(FLOWS), default="ice40-up5k")
     parser.add_argument("--keep", help="directory for the RTLIL, script, log and stat")
     args = parser.parse_args(argv)
-    command, pattern, columns = FLOWS[args.target]
-    directory = Path(args.keep or tempfile.mkdtemp(prefix="npu-core-modules-"))
-    directory.mkdir(parents=True, exist_ok=True)
-    harness = OutOfContextHarness(NeuralEngine(preset(args.preset)))
-    (directory / "ne.il").write_text(rtlil.convert(
-        harness, name="ne", platform=OutOfContextPlatform(TARGETS[args.target]),
-        missing_domain=_missing_domain))
+    command, _, columns = FLOWS[args.target]
+    directory = work_directory(args.keep, "npu-core-modules-")
     kept = ["ne.dut", "ne.dut.control", "ne.dut.datapath"]
     kept += [f"ne.dut.datapath.{u}" for u in UNITS if u != "control"]
-    (directory / "ne.ys").write_text(
-        f"read_rtlil ne.il\nsetattr -mod -set keep_hierarchy 1 {' '.join(kept)}\n"
-        f"{command} -top ne\ntee -q -o stat.txt stat\n")
-    subprocess.run([find_tool("YOSYS"), "-q", "-l", "yosys.log", "-s", "ne.ys"],
-                   cwd=directory, check=True, stdout=subprocess.DEVNULL)
-    modules = _module_cells((directory / "stat.txt").read_text(), pattern)
+    modules = kept_stat(NeuralEngine(preset(args.preset)), "ne", args.target, directory,
+                        lambda text: kept)
 
-    print(f"preset {args.preset}, {command}")
-    print("| module | " + " | ".join(h for h, _ in columns) + " |\n|---|"
-          + "---|" * len(columns))
+    print_header(f"preset {args.preset}, {command}", columns)
     units = {u: _total(modules, "ne.dut." + ("control" if u == "control" else f"datapath.{u}"))
              for u in UNITS}
     for unit, cells in units.items():

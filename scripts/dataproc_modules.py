@@ -11,25 +11,21 @@ so no optimisation crosses a submodule's boundary; ``glue`` is the data processo
 """
 
 import argparse
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from amaranth.back import rtlil
-
 from npu.dataproc.dataproc import DataProcessor
-from npu_fpga.synth import (
-    TARGETS,
-    OutOfContextHarness,
-    OutOfContextPlatform,
-    _missing_domain,
-    find_tool,
-)
 from npu_spec.config import preset
 
 sys.path.insert(0, str(Path(__file__).parent))
-from core_modules import FLOWS, _module_cells, _row, _total  # noqa: E402
+from core_modules import (  # noqa: E402
+    FLOWS,
+    _row,
+    _total,
+    kept_stat,
+    print_header,
+    work_directory,
+)
 
 
 def main(argv=None):
@@ -38,29 +34,19 @@ def main(argv=None):
     parser.add_argument("--target", choices=tuple(FLOWS), default="ecp5-85f")
     parser.add_argument("--keep", help="directory for the RTLIL, script, log and stat")
     args = parser.parse_args(argv)
-    command, pattern, columns = FLOWS[args.target]
-    directory = Path(args.keep or tempfile.mkdtemp(prefix="npu-dataproc-modules-"))
-    directory.mkdir(parents=True, exist_ok=True)
-    dut = DataProcessor(preset(args.preset))
-    harness = OutOfContextHarness(dut)
-    (directory / "dp.il").write_text(rtlil.convert(
-        harness, name="dp", platform=OutOfContextPlatform(TARGETS[args.target]),
-        missing_domain=_missing_domain))
-    # The direct submodules of the data processor, from the RTLIL's module names.
-    text = (directory / "dp.il").read_text()
-    names = sorted({line.split()[-1].lstrip("\\") for line in text.splitlines()
-                    if line.startswith("module ")})
-    units = [n for n in names if n.startswith("dp.dut.") and n.count(".") == 2]
-    (directory / "dp.ys").write_text(
-        f"read_rtlil dp.il\nsetattr -mod -set keep_hierarchy 1 dp.dut {' '.join(units)}\n"
-        f"{command} -top dp\ntee -q -o stat.txt stat\n")
-    subprocess.run([find_tool("YOSYS"), "-q", "-l", "yosys.log", "-s", "dp.ys"],
-                   cwd=directory, check=True, stdout=subprocess.DEVNULL)
-    modules = _module_cells((directory / "stat.txt").read_text(), pattern)
+    command, _, columns = FLOWS[args.target]
+    directory = work_directory(args.keep, "npu-dataproc-modules-")
+    units = []
 
-    print(f"preset {args.preset}, {command}")
-    print("| module | " + " | ".join(h for h, _ in columns) + " |\n|---|"
-          + "---|" * len(columns))
+    def kept(text):
+        # The direct submodules of the data processor, from the RTLIL's module names.
+        names = {line.split()[-1].lstrip("\\") for line in text.splitlines()
+                 if line.startswith("module ")}
+        units.extend(sorted(n for n in names if n.startswith("dp.dut.") and n.count(".") == 2))
+        return ["dp.dut", *units]
+    modules = kept_stat(DataProcessor(preset(args.preset)), "dp", args.target, directory, kept)
+
+    print_header(f"preset {args.preset}, {command}", columns)
     total = _total(modules, "dp.dut")
     glue = total.copy()
     for unit in units:
