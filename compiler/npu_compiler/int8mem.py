@@ -322,19 +322,9 @@ class MemoryInt8(Transfers):
         out3 = self.new_view(out, (c, oh, ow))
 
         def engine(src, pad, _):
-            py, px = pad if isinstance(pad, tuple) else (pad, pad)
-            cc, hh, ww = src.shape
-            dst = self.buffer((cc, (hh + 2 * py - kh) // sy + 1, (ww + 2 * px - kw) // sx + 1))
-            self._temps.append(dst)
-            task = planar_spec.make_task(mode="pool", op=op, kh=kh, kw=kw, sy=sy, sx=sx, py=py,
-                                         px=px, channels=cc, height=hh, width=ww,
-                                         in_fmt=planar_spec.Fmt.INT8,
-                                         out_fmt=planar_spec.Fmt.INT8)
-            if not planar_spec.pool_fits(task, self.cfg):
-                self.fail(f"rows of {ww} elements do not fit the planar engine's line buffer")
-            self.b.planar(src, out=dst, mode="pool", op=op, kh=kh, kw=kw, sy=sy, sx=sx, py=py,
-                          px=px)
-            return dst
+            return ops.pool_band(self, src, pad, op=op, window=(kh, kw), stride=(sy, sx),
+                                 fmt=planar_spec.Fmt.INT8, planar=self.b.planar,
+                                 fail=self.fail)
 
         wp = w + left + r
         whole = not is_max and not include and bool(t or left)

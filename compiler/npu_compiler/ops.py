@@ -883,6 +883,24 @@ def _pool_attrs(node, x_shape):
     return _conv_geometry(fake, x_shape, (1, 1) + tuple(k))
 
 
+def pool_band(lw, src, pad, *, op, window, stride, fmt, planar, fail):
+    """One pooling task of a band: ``src`` (channels, rows, columns) pooled by the planar
+    engine with padding ``pad`` (one number or (rows, columns)) into a new buffer dataset of
+    ``lw`` (a temporary), through ``planar`` (the lowering's planar-task call); ``fail(why)``
+    when the rows do not fit the engine's line buffer. Returns the dataset."""
+    (kh, kw), (sy, sx) = window, stride
+    py, px = pad if isinstance(pad, tuple) else (pad, pad)
+    cc, hh, ww = src.shape
+    dst = lw.buffer((cc, (hh + 2 * py - kh) // sy + 1, (ww + 2 * px - kw) // sx + 1))
+    lw._temps.append(dst)
+    task = planar_spec.make_task(mode="pool", op=op, kh=kh, kw=kw, sy=sy, sx=sx, py=py, px=px,
+                                 channels=cc, height=hh, width=ww, in_fmt=fmt, out_fmt=fmt)
+    if not planar_spec.pool_fits(task, lw.cfg):
+        fail(f"rows of {ww} elements do not fit the planar engine's line buffer")
+    planar(src, out=dst, mode="pool", op=op, kh=kh, kw=kw, sy=sy, sx=sx, py=py, px=px)
+    return dst
+
+
 @lowers("MaxPool", "AveragePool")
 def _pool(lw, node):
     g = lw.g
@@ -918,18 +936,9 @@ def _pool(lw, node):
     op = "max" if is_max else "avg"
 
     def engine(src, pad, oshape):
-        py, px = pad if isinstance(pad, tuple) else (pad, pad)
-        cc, hh, ww = src.shape
-        dst = lw.buffer((cc, (hh + 2 * py - kh) // sy + 1, (ww + 2 * px - kw) // sx + 1))
-        lw._temps.append(dst)
-        task = planar_spec.make_task(mode="pool", op=op, kh=kh, kw=kw, sy=sy, sx=sx, py=py,
-                                     px=px, channels=src.shape[0], height=src.shape[1],
-                                     width=src.shape[2], in_fmt=1, out_fmt=1)
-        if not planar_spec.pool_fits(task, lw.cfg):
-            _unsupported(node, f"rows of {src.shape[2]} elements do not fit the planar "
-                               f"engine's line buffer")
-        lw.planar(src, out=dst, mode="pool", op=op, kh=kh, kw=kw, sy=sy, sx=sx, py=py, px=px)
-        return dst
+        return pool_band(lw, src, pad, op=op, window=(kh, kw), stride=(sy, sx),
+                         fmt=planar_spec.Fmt.FP16, planar=lw.planar,
+                         fail=lambda why: _unsupported(node, why))
 
     if not native and max(x3.shape) > MAX_DIM:
         _unsupported(node, "a plane dimension above 4095")
