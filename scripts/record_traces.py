@@ -51,7 +51,7 @@ def conv_model(cin, cout, size, k=3, pad=1, group=1, stride=1, zeros=0.0, seed=0
 
 
 def cases():
-    """``{name: (model, format, inputs, calibration)}``."""
+    """``{name: (model, format, inputs, calibration[, schedule])}``."""
     digits, cal, x1 = _digits()
     sys.path.insert(0, str(ROOT))
     from tests.compiler.models import small_cnn
@@ -79,6 +79,37 @@ def cases():
         calib = {"x": np.random.default_rng(20 + k).standard_normal((8,) + x.shape)
                  .astype(np.float32)} if fmt == "int8" else None
         out[f"{name}_{fmt}"] = (m, fmt, {"x": x}, calib)
+    out.update(held_out())
+    return out
+
+
+def held_out():
+    """Cases recorded after the model's constants were set: its validation, not its fit.
+    ``fire32_int8`` is ``tests/compiler/test_int8_memory.py::fire_net(32)`` in int8."""
+    from tests.compiler.models import activation_chain, small_cnn
+    from tests.compiler.test_int8_memory import fire_net
+    out = {}
+    x16 = np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    out["cnn16_mixed"] = (small_cnn(seed=1, size=16), "mixed", {"x": x16}, None)
+    xa = np.random.default_rng(6).standard_normal((1, 4, 5, 5)).astype(np.float32)
+    out["chain6_fp16"] = (activation_chain(6), "fp16", {"x": xa}, None)
+    convs = {
+        "conv3x3_32to24_int8": dict(cin=32, cout=24, size=14),
+        "conv1x1_64to16_fp16": dict(cin=64, cout=16, size=6, k=1, pad=0),
+        "dw5x5_16_fp16": dict(cin=16, cout=16, size=12, k=5, pad=2, group=16),
+        "conv3x3_s2_16to32_mixed": dict(cin=16, cout=32, size=16, stride=2),
+        "conv3x3_sparse75_fp16": dict(cin=8, cout=16, size=12, zeros=0.75),
+    }
+    for k, (name, kw) in enumerate(convs.items()):
+        fmt = name.rsplit("_", 1)[1]
+        x = np.random.default_rng(30 + k).standard_normal(
+            (1, kw["cin"], kw["size"], kw["size"])).astype(np.float32)
+        calib = {"x": np.random.default_rng(40 + k).standard_normal((8,) + x.shape)
+                 .astype(np.float32)} if fmt == "int8" else None
+        out[name] = (conv_model(seed=50 + k, **kw), fmt, {"x": x}, calib)
+    xf = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    cal = {"x": np.random.default_rng(1).standard_normal((16, 1, 3, 32, 32)).astype(np.float32)}
+    out["fire32_int8"] = (fire_net(32), "int8", {"x": xf}, cal)
     return out
 
 
@@ -86,8 +117,10 @@ def record(name, case, out_dir):
     from npu_compiler.compile import compile_model
     from npu_runtime.runtime import prepare, run, session
     from npu_spec.config import preset
-    model, fmt, inputs, calib = case
+    model, fmt, inputs, calib = case[:4]
+    schedule = case[4] if len(case) > 4 else "depth-first"
     compiled = compile_model(model, preset("small"), fmt=fmt, calibration=calib,
+                             schedule=schedule,
                              evaluator=session,
                              shapes={k: np.shape(v) for k, v in inputs.items()})
     prog = prepare(compiled.program, inputs)

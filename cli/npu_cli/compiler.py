@@ -175,6 +175,7 @@ def cmd_run(args):
     total = sum(r.get("macs") or 0 for r in plan)
     if main.cycles and total:
         summary["mac_utilization"] = round(total / (main.cycles * prog.config.macs), 4)
+    _add_estimate(summary, prog, plan, total)
     if main.trace_overflow:
         summary["trace_overflow"] = True
     status = 0
@@ -224,6 +225,10 @@ def cmd_run(args):
             util = summary.get("mac_utilization")
             print(f"cycles: {main.cycles}" + ("" if util is None else
                                                f", MAC utilization {util:.2%}"))
+        else:
+            util = summary.get("mac_utilization_estimate")
+            print(f"cycles (timing model estimate): {summary['cycles_estimate']}"
+                  + ("" if util is None else f", MAC utilization {util:.2%}"))
         if main.trace_overflow:
             print("trace: the NPU's trace buffer overflowed; per-layer cycles are incomplete")
         if "first_departure" in summary:
@@ -423,6 +428,29 @@ def _layers(plan, result, macs):
                 row["utilization"] = round(r["macs"] / (ne * macs), 4)
         layers.append(row)
     return layers
+
+
+def _add_estimate(summary, prog, plan, total):
+    """The timing model's figures (``npu_model.timing``): ``cycles_estimate``,
+    ``mac_utilization_estimate`` (the plan's MACs over the estimated cycles times every
+    core's MACs) and per layer ``cycles_estimate`` and ``utilization_estimate``."""
+    from npu_model.timing import estimate
+    est = estimate(prog)
+    summary["cycles_estimate"] = est.cycles
+    if total:
+        summary["mac_utilization_estimate"] = round(
+            total / (est.cycles * prog.config.macs * prog.config.cores), 4)
+    rows = _layers(plan, _Trace(est.trace()), prog.config.macs)
+    for layer, row in zip(summary["layers"], rows):
+        layer["cycles_estimate"] = row["cycles"]
+        layer["utilization_estimate"] = row["utilization"]
+
+
+class _Trace:
+    """A task list in the form ``_layers`` reads (``tasks``: the RTL trace's tuples)."""
+
+    def __init__(self, tasks):
+        self.tasks = tasks
 
 
 def _print_layers(layers):

@@ -336,3 +336,27 @@ def estimate(program, *, latency=4, slot_words=SLOT_WORDS):
             address += desc.length
         now = max([now] + [t.end for t in tasks])
     return Estimate(now + END_OVERHEAD, tasks)
+
+
+def trace_error(est, tasks, cycles):
+    """How far :class:`Estimate` ``est`` is from an RTL run: ``tasks`` the trace's ``(task ID,
+    engine, start, end, ...)`` and ``cycles`` its total. Returns ``{"total": relative error of
+    the cycles, engine name: (relative error of the engine's summed task cycles, the largest
+    relative error of one of its tasks of at least ``MIN_TASK`` cycles, tasks)}``; a task's
+    cycles are its end less its start, waits for a flow-controlled producer included."""
+    rtl = {(t[0], t[1]): t[3] - t[2] for t in tasks}
+    out = {"total": est.cycles / cycles - 1}
+    for engine in ("NEURAL", "PLANAR", "DMA"):
+        pairs = [(t.cycles, rtl[(t.task_id, t.engine)]) for t in est.tasks
+                 if t.engine == engine and (t.task_id, t.engine) in rtl]
+        if not pairs:
+            continue
+        got, want = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+        worst = max((abs(a / b - 1) for a, b in pairs if b >= MIN_TASK), default=0.0)
+        out[engine] = (got / want - 1, worst, len(pairs))
+    return out
+
+
+#: Tasks shorter than this many cycles are left out of :func:`trace_error`'s largest error
+#: (a few cycles of fixed cost are a large fraction of them).
+MIN_TASK = 200
