@@ -27,7 +27,7 @@ __all__ = ["main"]
 #: :class:`npu_spec.config.NPUConfig`), ``add_sim_commands(subparsers)``,
 #: ``add_bench_commands(subparsers)`` and ``add_commands(subparsers)`` (top-level commands).
 COMMAND_MODULES = ("npu_cli.neural", "npu_cli.planar", "npu_cli.tasks", "npu_cli.program",
-                   "npu_cli.system", "npu_cli.compiler", "npu_cli.board")
+                   "npu_cli.system", "npu_cli.compiler", "npu_cli.board", "npu_cli.models")
 
 
 def _command_modules():
