@@ -94,6 +94,10 @@ def cmd_compile(args):
         from npu_spec.dataproc import buffer_elements
         print(f"buffer peak {meta['buffer_peak']} of {buffer_elements(prog.config)} elements "
               f"(schedule {meta['schedule']})")
+    if len(meta.get("schedule_estimates") or {}) > 1:
+        print("schedule chosen by estimated cycles: " + ", ".join(
+            f"{s} {c:,}" for s, c in meta["schedule_estimates"].items()) +
+            f"; kept {meta['schedule']}")
     if meta.get("switch_points"):
         print(f"switch points: {len(meta['switch_points'])} (after tasks "
               f"{_short_list(meta['switch_points'])})")
@@ -507,10 +511,11 @@ def _compile_options(p, *, for_onnx=""):
                    help="store every layer's output to memory instead of keeping runs of "
                         "conv, pool, ReLU and add layers in the buffer, each conv streaming "
                         "into the planar layer after it (fp16, mixed)")
-    from npu_compiler.depthfirst import SCHEDULES
-    p.add_argument("--schedule", default=SCHEDULES[0], choices=SCHEDULES,
-                   help="chains of layers that do not fit the buffer: depth-first bands "
-                        "(default) or layer by layer (fp16; docs/scheduling.md)")
+    from npu_compiler.compile import SCHEDULE_CHOICES
+    p.add_argument("--schedule", default=SCHEDULE_CHOICES[0], choices=SCHEDULE_CHOICES,
+                   help="chains of layers that do not fit the buffer: auto (default: "
+                        "depth-first bands or layer by layer, whichever the timing model "
+                        "estimates faster), depth-first or layer (docs/scheduling.md)")
     from npu_compiler.compile import SWITCH_POINTS
     p.add_argument("--switch-points", default=SWITCH_POINTS[0], choices=SWITCH_POINTS,
                    help="where a more urgent program may preempt this one: after every task "

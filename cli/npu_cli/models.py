@@ -84,8 +84,7 @@ def cmd_models(args):
 
 def add_bench_commands(bsub):
     from npu_cli.compiler import _shape_arg
-    from npu_compiler.compile import FORMATS
-    from npu_compiler.depthfirst import SCHEDULES
+    from npu_compiler.compile import FORMATS, SCHEDULE_CHOICES
     p = bsub.add_parser("models", help="estimated cycles and MAC utilization of ONNX models "
                                        "on several presets (timing model)",
                         description="Compile each model for each preset and print the timing "
@@ -97,8 +96,8 @@ def add_bench_commands(bsub):
                    help="presets, comma-separated (default small,ane)")
     p.add_argument("--format", default="fp16", choices=FORMATS)
     p.add_argument("--calibration", metavar="FILE.npz|DIR", help="int8: sample inputs")
-    p.add_argument("--schedule", default=SCHEDULES[0], choices=SCHEDULES,
-                   help=f"the compiler's schedule (default {SCHEDULES[0]})")
+    p.add_argument("--schedule", default=SCHEDULE_CHOICES[0], choices=SCHEDULE_CHOICES,
+                   help=f"the compiler's schedule (default {SCHEDULE_CHOICES[0]})")
     p.add_argument("--mem-kib", type=positive, metavar="KIB",
                    help="system memory at least this large on every preset")
     p.add_argument("--shape", type=_shape_arg, action="append",

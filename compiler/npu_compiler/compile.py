@@ -14,10 +14,16 @@ from .frontend import load_graph
 from .graph import CompileError
 from .lower import lower
 
-__all__ = ["FORMATS", "SWITCH_POINTS", "Compiled", "compile_model", "io_metadata"]
+__all__ = ["FORMATS", "SCHEDULE_CHOICES", "SWITCH_POINTS", "Compiled", "choose_schedule",
+           "compile_model", "io_metadata"]
 
 #: Where ``--switch-points`` puts task-switch points (``compile_model``).
 SWITCH_POINTS = ("safe", "layers", "none")
+
+#: Values of ``--schedule``: ``auto`` compiles under both schedules of
+#: :data:`npu_compiler.depthfirst.SCHEDULES` and keeps the program the timing model
+#: (:mod:`npu_model.timing`) estimates faster (:func:`choose_schedule`); the others force one.
+SCHEDULE_CHOICES = ("auto", "depth-first", "layer")
 
 #: Formats of ``--format``: ``int8`` needs calibration inputs; ``mixed`` is binary16
 #: activations with int8 weights (per-channel scales folded into the post-processor).
@@ -76,7 +82,8 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
 
     ``schedule`` (``"depth-first"`` or ``"layer"``) is how chains of layers that do not fit
     the buffer run (:mod:`npu_compiler.depthfirst`; in int8, the layers of a network lowered
-    with its activations in system memory, :mod:`npu_compiler.int8mem`).
+    with its activations in system memory, :mod:`npu_compiler.int8mem`); ``"auto"`` takes the
+    one of the two with fewer estimated cycles (:func:`choose_schedule`).
 
     ``switch_points`` (one of :data:`SWITCH_POINTS`): ``"safe"`` (the default) marks every
     task boundary where no on-chip state is live as a point where a higher-priority network
@@ -97,6 +104,15 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
     if fmt not in FORMATS:
         raise CompileError(f"format {fmt!r} is not supported yet (supported: "
                            f"{', '.join(FORMATS)})")
+    if schedule == "auto":
+        return choose_schedule(source, config, fmt=fmt, shapes=shapes, name=name,
+                               batch_one=batch_one, fallback=fallback,
+                               calibration=calibration, evaluator=evaluator, palette=palette,
+                               prune=prune, raw_kernels=raw_kernels,
+                               switch_points=switch_points, cores=cores, chain=chain)
+    if schedule not in SCHEDULE_CHOICES:
+        raise CompileError(f"schedule must be one of {', '.join(SCHEDULE_CHOICES)}, not "
+                           f"{schedule!r}")
     t0 = time.perf_counter()
     check_cores(config, cores)
     compression = Compression(palette=palette, prune=prune, raw=raw_kernels)
@@ -169,6 +185,41 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
                      "kernel_encoding": "",
                      "first_task": 0, "last_task": -1})
     return Compiled(program, plan, graph, time.perf_counter() - t0)
+
+
+def _has_bands(compiled):
+    """Whether some layer of ``compiled`` runs in the bands of a depth-first segment (without
+    one, the layer-by-layer schedule gives the same program)."""
+    return any(", bands of " in (row.get("how") or "") for row in compiled.plan)
+
+
+def choose_schedule(source, config, **options):
+    """Compile ``source`` under the depth-first schedule and, when that made depth-first
+    segments, under the layer-by-layer one too; keep the program with fewer cycles by the
+    timing model (:func:`npu_model.timing.estimate`; a tie keeps depth first, the smaller
+    buffer peak). When only one schedule compiles, that one. The program's ``compiler``
+    metadata gets ``schedule`` (the one kept) and ``schedule_estimates`` (cycles by
+    schedule). ``options``: those of :func:`compile_model`."""
+    from npu_model.timing import estimate
+    t0 = time.perf_counter()
+    results, error = {}, None
+    for schedule in ("depth-first", "layer"):
+        try:
+            results[schedule] = compile_model(source, config, schedule=schedule, **options)
+        except CompileError as e:
+            error = error or e
+        if schedule in results and not _has_bands(results[schedule]):
+            break
+    if not results:
+        raise error
+    cycles = {s: estimate(c.program).cycles for s, c in results.items()} \
+        if len(results) > 1 else {s: None for s in results}
+    kept = min(results, key=lambda s: (cycles[s] or 0, s != "depth-first"))
+    compiled = results[kept]
+    meta = dict(compiled.program.metadata)
+    meta["compiler"] = dict(meta["compiler"], schedule=kept, schedule_estimates=cycles)
+    program = dataclasses.replace(compiled.program, metadata=meta)
+    return dataclasses.replace(compiled, program=program, seconds=time.perf_counter() - t0)
 
 
 def _compile_int8(source, graph, config, calibration, name, fallback, t0, evaluator,
