@@ -153,8 +153,9 @@ def _group_nnz(machine, core, layer):
 
 
 def neural_core_cycles(config, layer, groups_nnz):
-    """``(cycles, rows)`` of one core's layer: its estimated cycles and the input rows it
-    loads (which the cores of a task share the buffer's read port for)."""
+    """``(cycles, rows, writes)`` of one core's layer: its estimated cycles, the input rows it
+    loads and the output rows it writes (the cores of a task share the buffer's read port
+    and its write port, a run a cycle each)."""
     macs = config.macs
     w, h = neural.work_unit(macs, layer["log2w"])
     _, row_values, _ = neural.engine_geometry(config)
@@ -165,7 +166,7 @@ def neural_core_cycles(config, layer, groups_nnz):
     fmt = MacFormat(layer["fmt"])
     command = config.fp_share if fmt.is_float else 1
     taps = layer["icpg"] * layer["kh"] * layer["kw"]
-    cycles, rows = NE_TASK_OVERHEAD, 0
+    cycles, rows, writes = NE_TASK_OVERHEAD, 0, 0
     for g, nnz in enumerate(groups_nnz):
         base = g * config.acc_slots
         spanned = (base + len(nnz) - 1) // layer["ocpg"] - base // layer["ocpg"] + 1
@@ -179,7 +180,8 @@ def neural_core_cycles(config, layer, groups_nnz):
         unit = max(mac, loads * row_cost, post * len(nnz), h * len(nnz)) + UNIT_OVERHEAD
         cycles += HEADER_PER_CHANNEL * len(nnz) + GROUP_OVERHEAD + int(units * unit)
         rows += units * loads * row_cost
-    return cycles, rows
+        writes += units * h * len(nnz) * max(1, macs // banks)
+    return cycles, rows, writes
 
 
 def dense_macs(layer):
@@ -238,21 +240,22 @@ def task_cycles(machine, engine, latency=4):
                                               "channels": task["channels"]}
     mask = regs.get(dataproc.NE_CORES, 1)
     cores = [i for i in range(cfg.cores) if mask >> i & 1] or [0]
-    worst, rows, total = 0, 0, 0
+    worst, rows, writes, total = 0, 0, 0, 0
     info = {}
     for core in cores:
         layer = _fields(regs, neural.core_base(core), neural.LAYER_REGISTERS)
         if neural.layer_error(layer, cfg):
             continue
-        cycles, loaded = neural_core_cycles(cfg, layer, _group_nnz(machine, core, layer))
-        worst, rows = max(worst, cycles), rows + loaded
+        cycles, loaded, written = neural_core_cycles(cfg, layer,
+                                                     _group_nnz(machine, core, layer))
+        worst, rows, writes = max(worst, cycles), rows + loaded, writes + written
         total += dense_macs(layer)
         if core == 0:
             out = _dataset(regs, dataproc.ne_port_base(0, "OUT"))
             if out["slots"]:
                 info = {"ring_out": out["slots"] * max(1, out["planes"]),
                         "channels": layer["groups"] * layer["ocpg"]}
-    return max(worst, rows + NE_TASK_OVERHEAD), total, info
+    return max(worst, max(rows, writes) + NE_TASK_OVERHEAD), total, info
 
 
 # --------------------------------------------------------------------------------------------

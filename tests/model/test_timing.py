@@ -65,15 +65,15 @@ def _dense(layer, slots=8):
     ("ane", _layer(32, 32, 32, 3, 5, groups=32), 3336),
 ])
 def test_core_cycles_match_the_engine_bench(config, layer, rtl):
-    cycles, _ = neural_core_cycles(preset(config), layer, _dense(layer))
+    cycles, _, _ = neural_core_cycles(preset(config), layer, _dense(layer))
     assert abs(cycles / rtl - 1) <= 0.08, (cycles, rtl)
 
 
 def test_zero_coefficients_save_cycles_but_not_in_proportion():
     # docs/neural_engine.md: 50% zeros take 0.566 of the dense cycles on small (RTL)
     layer = _layer(16, 16, 16, 3, 4)
-    dense, _ = neural_core_cycles(preset("small"), layer, _dense(layer))
-    half, _ = neural_core_cycles(preset("small"), layer, [[72] * 8, [72] * 8])
+    dense, _, _ = neural_core_cycles(preset("small"), layer, _dense(layer))
+    half, _, _ = neural_core_cycles(preset("small"), layer, [[72] * 8, [72] * 8])
     assert abs(half / dense - 0.566) <= 0.05
 
 
@@ -81,5 +81,5 @@ def test_the_loader_limits_the_wide_core():
     # A depthwise layer on 256 MACs: rows to load, not MAC commands, set the pace
     # (docs/neural_engine.md, "One ane-shaped core").
     layer = _layer(32, 32, 32, 3, 5, groups=32)
-    cycles, rows = neural_core_cycles(preset("ane"), layer, _dense(layer))
+    cycles, rows, _ = neural_core_cycles(preset("ane"), layer, _dense(layer))
     assert rows > 0.9 * (cycles - 200)
