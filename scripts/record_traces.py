@@ -7,7 +7,10 @@ inputs written) and ``DIR/NAME.json`` (``cycles``: host start to idle; ``tasks``
 these files (``tests/model/test_timing.py``). Usage, from the repository root with
 ``PYTHONPATH`` as in ``scripts/env.sh`` plus ``compiler`` and the root::
 
-    python scripts/record_traces.py tests/model/traces [NAME ...]
+    python scripts/record_traces.py [--preset small:cores=2] tests/model/traces [NAME ...]
+
+With ``--preset`` the programs are compiled for that configuration (``npu --preset`` syntax)
+and the files are named ``NAME@PRESET``.
 """
 
 import importlib.util
@@ -113,13 +116,12 @@ def held_out():
     return out
 
 
-def record(name, case, out_dir):
+def record(name, case, out_dir, config):
     from npu_compiler.compile import compile_model
     from npu_runtime.runtime import prepare, run, session
-    from npu_spec.config import preset
     model, fmt, inputs, calib = case[:4]
     schedule = case[4] if len(case) > 4 else "depth-first"
-    compiled = compile_model(model, preset("small"), fmt=fmt, calibration=calib,
+    compiled = compile_model(model, config, fmt=fmt, calibration=calib,
                              schedule=schedule,
                              evaluator=session,
                              shapes={k: np.shape(v) for k, v in inputs.items()})
@@ -136,12 +138,17 @@ def record(name, case, out_dir):
 
 
 def main(argv):
+    from npu_cli.util import preset_arg
+    config = preset_arg("small")
+    if argv[:1] == ["--preset"]:
+        config, argv = preset_arg(argv[1]), argv[2:]
     out_dir = Path(argv[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     every = cases()
     names = argv[1:] or list(every)
+    suffix = "" if config.name == "small" else "@" + config.name.replace(":", "_")
     for name in names:
-        record(name, every[name], out_dir)
+        record(name + suffix, every[name], out_dir, config)
 
 
 if __name__ == "__main__":
