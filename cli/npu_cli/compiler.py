@@ -437,14 +437,15 @@ def _layers(plan, result, macs):
 def _add_estimate(summary, prog, plan, total):
     """The timing model's figures (``npu_model.timing``): ``cycles_estimate``,
     ``mac_utilization_estimate`` (the plan's MACs over the estimated cycles times every
-    core's MACs) and per layer ``cycles_estimate`` and ``utilization_estimate``."""
+    core's MACs) and per layer ``cycles_estimate`` and ``utilization_estimate`` (over every
+    core's MACs too)."""
     from npu_model.timing import estimate
     est = estimate(prog)
     summary["cycles_estimate"] = est.cycles
     if total:
         summary["mac_utilization_estimate"] = round(
             total / (est.cycles * prog.config.macs * prog.config.cores), 4)
-    rows = _layers(plan, _Trace(est.trace()), prog.config.macs)
+    rows = _layers(plan, _Trace(est.trace()), prog.config.macs * prog.config.cores)
     for layer, row in zip(summary["layers"], rows):
         layer["cycles_estimate"] = row["cycles"]
         layer["utilization_estimate"] = row["utilization"]
