@@ -16,8 +16,9 @@ Per task (:func:`task_cycles`):
   format on a shared-float build), the loader (input channels x kernel rows x work-unit rows,
   one row a cycle, ``row_values / E`` cycles on narrow buffer banks), the post-processor
   (``macs / post_lanes`` cycles a result) and the writer (a row a cycle), plus
-  ``UNIT_OVERHEAD``. The cores of a task share the buffer's read port: the task takes at
-  least every core's row loads together.
+  ``UNIT_OVERHEAD``; zero skipping slows the commands (``SPARSE_STALL``). The cores of a
+  task share the buffer's read and write ports: the task takes at least every core's row
+  loads, and every core's row writes, together.
 * **Planar engine** (``docs/planar.md``, "Throughput and latency"): elementwise, one beat a
   cycle over all operand streams together (they share the buffer's read port), a broadcast
   vector one cycle an element; pooling, per input row the slowest of loading, the horizontal
@@ -49,7 +50,8 @@ from npu_spec.planar import PLANAR_ENGINE, Axis, Bcast, Mode
 from .kernel_codec import KernelConfig, KernelFormatError, parse_header
 from .system import SLOT_WORDS, _apply_writes, _dataset, _fields, _Machine, _transfer
 
-__all__ = ["Estimate", "TaskTime", "estimate", "task_cycles"]
+__all__ = ["Estimate", "TaskTime", "dense_macs", "estimate", "neural_core_cycles", "task_cycles",
+           "trace_error"]
 
 #: Cycles between two MAC commands of one accumulator slot (the array's read-after-write
 #: interlock, ``docs/mac.md``).
