@@ -143,12 +143,13 @@ def _as3(shape):
 
 def _merge(sizes, s1, s2):
     """Drop size-1 dimensions and merge dimensions contiguous on both sides (innermost
-    first)."""
+    first), as long as the merged size fits a DMA size field."""
     out = []
     for n, a, b in zip(sizes, s1, s2):
         if n == 1:
             continue
-        if out and out[-1][1] * out[-1][0] == a and out[-1][2] * out[-1][0] == b:
+        if out and out[-1][1] * out[-1][0] == a and out[-1][2] * out[-1][0] == b \
+                and out[-1][0] * n < 1 << dma_spec.SIZE_BITS:
             m = out.pop()
             out.append((m[0] * n, m[1], m[2]))
         else:

@@ -276,3 +276,14 @@ def test_small_ranks_broadcast_and_decomposed_hardswish():
     assert {k: v.shape for k, v in out.items()} == {"mv": (2, 3), "tm": (3, 5), "hs": (3, 2, 5)}
     for name, e in compare(out, reference(model, feeds)).items():
         assert e["rel_err"] <= REL_TOL and e["cosine"] >= COS_TOL, (name, e)
+
+
+def test_merged_dma_dimensions_fit_the_size_field():
+    # A dense (3, 224, 224) copy is contiguous on both sides: merged into one dimension it
+    # would be 150,528 elements, beyond the 16-bit size field of a DMA transfer.
+    from npu_compiler.lower import _merge
+    from npu_spec.dma import SIZE_BITS
+    dims = _merge([224, 224, 3], [2, 448, 448 * 224], [1, 224, 224 * 224])
+    assert all(n < 1 << SIZE_BITS for n, _, _ in dims)
+    assert int(np.prod([n for n, _, _ in dims])) == 3 * 224 * 224
+    assert _merge([8, 4], [2, 16], [1, 8]) == [(32, 2, 1)]
