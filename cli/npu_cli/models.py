@@ -64,7 +64,8 @@ def cmd_models(args):
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"{'model':<28} {'preset':<6} {'tasks':>6} {'cycles (est.)':>14} {'MAC util':>9} "
+    print(f"{'model':<28} {'preset':<6} {'schedule':<11} {'tasks':>6} {'cycles (est.)':>14} "
+          f"{'MAC util':>9} "
           f"{'NE':>6} {'PE':>6} {'DMA':>6} {'buffer peak':>18} {'compile':>8}")
     for r in rows:
         busy = {k: r["engine_cycles"].get(k, 0) / r["cycles_estimate"]
@@ -74,7 +75,8 @@ def cmd_models(args):
         peak = "-" if r["buffer_peak"] is None else \
             f"{r['buffer_peak']:,} / {r['buffer_elements']:,}"
         name = r["model"].rsplit("/", 1)[-1]
-        print(f"{name:<28} {r['preset']:<6} {r['tasks']:>6} {r['cycles_estimate']:>14,} "
+        print(f"{name:<28} {r['preset']:<6} {r['schedule'] or '-':<11} {r['tasks']:>6} "
+              f"{r['cycles_estimate']:>14,} "
               f"{util:>9} {busy['NEURAL']:>6.0%} {busy['PLANAR']:>6.0%} {busy['DMA']:>6.0%} "
               f"{peak:>18} {r['compile_seconds']:>7.1f}s")
     print("cycles: npu_model.timing's estimate (not a simulation); NE/PE/DMA: each engine's "
