@@ -204,12 +204,13 @@ class FP32AddPipe(wiring.Component):
         m.d.comb += [mbig.eq(big.significand()), msmall.eq(small.significand())]
         small3 = Signal(27)
         m.d.comb += small3.eq(msmall.shift_left(3))
+        far = diff >= 27
         shifted = Signal(27)
-        m.d.comb += shifted.eq(Mux(diff >= 27, 0, small3 >> diff[:5]))
+        m.d.comb += shifted.eq(Mux(far, 0, small3 >> diff[:5]))
         # The sticky bit: a set bit of small3 below the shift distance (a thermometer mask of
-        # the distance, beside the shifter).
+        # the distance, a shift of a constant beside the shifter, no comparators).
         below = Signal(27, name="sa_below")
-        m.d.comb += below.eq(Cat(*[diff > j for j in range(27)]))
+        m.d.comb += below.eq(Mux(far, (1 << 27) - 1, ~(Const((1 << 27) - 1, 27) << diff[:5])))
         aligned = Signal(28)
         m.d.comb += aligned.eq(shifted | ((small3 & below) != 0))
         # big3 + aligned, or big3 - aligned (big3 + ~aligned + 1), on one carry chain:

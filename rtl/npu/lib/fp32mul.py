@@ -120,11 +120,11 @@ def f32_mul_denormalise(m, n, name):
     rsh = Signal(range(64), name=f"{name}_rsh")
     m.d.comb += rsh.eq(Mux(be >= 1, 0, Mux(be < -60, 63, 1 - be)))
     # The bits shifted out only matter as a sticky bit: those of `norm` below `rsh` (a
-    # thermometer mask), so the shifter is 48 bits wide.
+    # thermometer mask: a shift of a constant, no comparators), so the shifter is 48 bits wide.
     shifted = Signal(48, name=f"{name}_shifted")
     m.d.comb += shifted.eq(n.norm >> rsh)
     below = Signal(48, name=f"{name}_below")
-    m.d.comb += below.eq(Cat(*[rsh > j for j in range(48)]))
+    m.d.comb += below.eq(~(Const((1 << 48) - 1, 48) << rsh))
     m.d.comb += [
         out.mant.eq(shifted[24:48]),
         out.guard.eq(shifted[23]),
