@@ -93,7 +93,7 @@ def count_trailing_zeros(m, value, name):
 _STAGE_A = data.StructLayout({"op": MacOp, "a": 32, "b": 32, "a_ge_b": 1, "mag_eq": 1,
                               "nan": 1, "inf": 1, "d_ab": 8, "d_ba": 8})
 _STAGE_COMMON = {"is_add": 1, "sel": 32, "nan": 1, "inf": 1, "sign": 1}
-_STAGE_B = data.StructLayout({**_STAGE_COMMON, "sub": 1, "exp": 8, "total": 28})
+_STAGE_B = data.StructLayout({**_STAGE_COMMON, "sub": 1, "exp": 8, "floor": 27, "total": 28})
 _STAGE_C = data.StructLayout({**_STAGE_COMMON, "zero": 1, "field": 9, "norm": 27})
 
 
@@ -220,23 +220,32 @@ class FP32AddPipe(wiring.Component):
         m.d.comb += total.eq((Cat(Const(1, 1), big3, Const(0, 1))
                               + Cat(sub, aligned ^ sub.replicate(28)))[1:29])
 
+        # The left shift of stage C must not take the exponent below 1: a marker bit at
+        # 26 - (exponent - 1) (none for an exponent above 27) caps the leading-zero count.
+        big_exp = Signal(8, name="sa_big_exp")
+        m.d.comb += big_exp.eq(big.effective_exp())
+        floor = Signal(27, name="sa_floor")
+        m.d.comb += floor.eq(Mux(big_exp > 27, 0, Const(1 << 26, 27) >> (big_exp - 1)[:5]))
+
         sb = Signal(_STAGE_B, name="sb")
         with m.If(self.en):
             m.d.sync += [
                 sb.is_add.eq(sa.op == MacOp.MAC), sb.sel.eq(sel_val), sb.nan.eq(sa.nan),
                 # An infinite operand is the larger magnitude, so its sign is big.sign.
                 sb.inf.eq(sa.inf), sb.sign.eq(big.sign), sb.sub.eq(sub),
-                sb.exp.eq(big.effective_exp()),
+                sb.exp.eq(big_exp),
+                sb.floor.eq(floor),
                 sb.total.eq(total),
             ]
 
         # ---- Stage C: normalise (right by one on carry, else left, not below exponent 1) ----
         # `field` is the exponent field less one of the normalised value: a subnormal result
         # (exponent 1, no hidden bit) has 0, as the packing in stage D needs.
-        lz = count_leading_zeros(m, sb.total[:27], name="sb_lz")
+        # `floor` caps the count at `room` (no comparison after the count).
+        lz = count_leading_zeros(m, sb.total[:27] | sb.floor, name="sb_lz")
         room = sb.exp - 1
         shift = Signal(8)
-        m.d.comb += shift.eq(Mux(lz < room, lz, room))
+        m.d.comb += shift.eq(lz)
         norm = Signal(27)
         field = Signal(9)
         with m.If(sb.total[27]):
