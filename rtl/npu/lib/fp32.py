@@ -86,13 +86,15 @@ def count_trailing_zeros(m, value, name):
     return count_leading_zeros(m, Cat(*reversed(list(value))), name)
 
 
-#: What the adder's stages A, B and C hold (``is_add``: the operation is an add, else ``sel``
-#: holds the max / min / compare result already).
+#: What the adder's stages A, B and C hold. Stage A keeps the operands as they are, with the
+#: magnitude order and both exponent differences, so that the feedback of a result into an
+#: operand (a fold) passes through one comparison only; stage B swaps them and aligns. ``is_add``:
+#: the operation is an add, else ``sel`` holds the max / min / compare result already.
+_STAGE_A = data.StructLayout({"op": MacOp, "a": 32, "b": 32, "a_ge_b": 1, "mag_eq": 1,
+                              "nan": 1, "inf": 1, "d_ab": 8, "d_ba": 8})
 _STAGE_COMMON = {"is_add": 1, "sel": 32, "nan": 1, "inf": 1, "sign": 1}
-_STAGE_A = data.StructLayout({**_STAGE_COMMON, "sub": 1, "exp": 8, "mbig": 24, "msmall": 24,
-                              "diff": 8})
-_STAGE_B = data.StructLayout({**_STAGE_COMMON, "sub": 1, "exp": 8, "total": 28})
-_STAGE_C = data.StructLayout({**_STAGE_COMMON, "zero": 1, "exp": 9, "norm": 27})
+_STAGE_B = data.StructLayout({**_STAGE_COMMON, "sub": 1, "exp": 8, "floor": 27, "total": 28})
+_STAGE_C = data.StructLayout({**_STAGE_COMMON, "zero": 1, "field": 9, "norm": 27})
 
 
 #: Verilog module name of an :class:`FP32AddPipe` shared by a design's adders
@@ -135,104 +137,126 @@ class FP32AddPipe(wiring.Component):
     def elaborate(self, platform):
         m = Module()
 
-        # ---- Stage A: classify, order by magnitude, exponent difference, max/min/cmp ----
+        # ---- Stage A: classify, order by magnitude, both exponent differences ----
         a = F32(self.a)
         b = F32(self.b)
         a_nan, b_nan = a.is_nan(), b.is_nan()
         a_inf, b_inf = a.is_inf(), b.is_inf()
         mag_a = self.a[:31]
         mag_b = self.b[:31]
+        ea = a.effective_exp()
+        eb = b.effective_exp()
 
-        a_ge_b = mag_a >= mag_b
-        big = F32(Mux(a_ge_b, self.a, self.b))
-        small = F32(Mux(a_ge_b, self.b, self.a))
-        big_e = Mux(big.exp == 0, 1, big.exp)
-        small_e = Mux(small.exp == 0, 1, small.exp)
+        sa = Signal(_STAGE_A, name="sa", reset_less=True)   # datapath: no reset
+        with m.If(self.en):
+            m.d.sync += [
+                sa.op.eq(self.op), sa.a.eq(self.a), sa.b.eq(self.b),
+                sa.a_ge_b.eq(mag_a >= mag_b),
+                sa.mag_eq.eq(mag_a == mag_b),
+                sa.nan.eq(a_nan | b_nan | (a_inf & b_inf & (a.sign != b.sign))),
+                sa.inf.eq(a_inf | b_inf),
+                sa.d_ab.eq(ea - eb),
+                sa.d_ba.eq(eb - ea),
+            ]
 
-        # Order for max/min (-0 < +0), from the one magnitude comparison above.
-        unordered = a_nan | b_nan
-        both_zero = (mag_a == 0) & (mag_b == 0)
-        mag_eq = mag_a == mag_b
+        # ---- Stage B: max/min/cmp; swap, align the smaller significand and add ----
+        sa_a = F32(sa.a)
+        sa_b = F32(sa.b)
+        a_ge_b = sa.a_ge_b
+        mag_eq = sa.mag_eq
+        big = F32(Mux(a_ge_b, sa.a, sa.b))
+        small = F32(Mux(a_ge_b, sa.b, sa.a))
+        diff = Signal(8, name="sa_diff")
+        m.d.comb += diff.eq(Mux(a_ge_b, sa.d_ab, sa.d_ba))
+        sub = sa_a.sign != sa_b.sign
+
+        # Order for max/min (-0 < +0), from the one magnitude comparison of stage A.
+        unordered = sa_a.is_nan() | sa_b.is_nan()
+        both_zero = (sa.a[:31] == 0) & (sa.b[:31] == 0)
         b_gt = Signal()
         b_lt = Signal()
-        with m.If(a.sign != b.sign):
-            m.d.comb += [b_gt.eq(a.sign), b_lt.eq(b.sign)]
-        with m.Elif(a.sign):
+        with m.If(sub):
+            m.d.comb += [b_gt.eq(sa_a.sign), b_lt.eq(sa_b.sign)]
+        with m.Elif(sa_a.sign):
             m.d.comb += [b_gt.eq(a_ge_b & ~mag_eq), b_lt.eq(~a_ge_b)]
         with m.Else():
             m.d.comb += [b_gt.eq(~a_ge_b), b_lt.eq(a_ge_b & ~mag_eq)]
 
         cmp_val = Signal(32)
-        with m.If(unordered | both_zero | (mag_eq & (a.sign == b.sign))):
+        with m.If(unordered | both_zero | (mag_eq & ~sub)):
             m.d.comb += cmp_val.eq(0)
         with m.Elif(b_gt):
             m.d.comb += cmp_val.eq(F32_ONE)
         with m.Else():
             m.d.comb += cmp_val.eq(F32_ONE | (1 << 31))
 
-        sel_val = Signal(32)  # max / min / cmp result, known already
-        with m.Switch(self.op):
+        sel_val = Signal(32)  # max / min / cmp result
+        with m.Switch(sa.op):
             with m.Case(MacOp.MAX):
-                m.d.comb += sel_val.eq(Mux(unordered, F32_QNAN, Mux(b_gt, self.b, self.a)))
+                m.d.comb += sel_val.eq(Mux(unordered, F32_QNAN, Mux(b_gt, sa.b, sa.a)))
             with m.Case(MacOp.MIN):
-                m.d.comb += sel_val.eq(Mux(unordered, F32_QNAN, Mux(b_lt, self.b, self.a)))
+                m.d.comb += sel_val.eq(Mux(unordered, F32_QNAN, Mux(b_lt, sa.b, sa.a)))
             with m.Default():
                 m.d.comb += sel_val.eq(cmp_val)
 
-        sa = Signal(_STAGE_A, name="sa")
-        with m.If(self.en):
-            m.d.sync += [
-                sa.is_add.eq(self.op == MacOp.MAC),
-                sa.sel.eq(sel_val),
-                sa.nan.eq(a_nan | b_nan | (a_inf & b_inf & (a.sign != b.sign))),
-                sa.inf.eq(a_inf | b_inf),
-                # An infinite operand is the larger magnitude, so its sign is big.sign.
-                sa.sign.eq(big.sign),
-                sa.sub.eq(a.sign != b.sign),
-                sa.exp.eq(big_e),
-                sa.mbig.eq(Mux(big.exp != 0, (1 << 23) | big.frac, big.frac)),
-                sa.msmall.eq(Mux(small.exp != 0, (1 << 23) | small.frac, small.frac)),
-                sa.diff.eq(big_e - small_e),
-            ]
-
-        # ---- Stage B: align the smaller significand (guard, round, sticky) and add ----
+        mbig = Signal(24, name="sa_mbig")
+        msmall = Signal(24, name="sa_msmall")
+        m.d.comb += [mbig.eq(big.significand()), msmall.eq(small.significand())]
         small3 = Signal(27)
-        m.d.comb += small3.eq(sa.msmall.shift_left(3))
+        m.d.comb += small3.eq(msmall.shift_left(3))
+        far = diff >= 27
         shifted = Signal(27)
-        m.d.comb += shifted.eq(Mux(sa.diff >= 27, 0, small3 >> sa.diff[:5]))
-        # A set bit is shifted out iff the lowest set bit of small3 (at 3 + trailing zeros of
-        # the significand) lies below the shift distance.
-        small_tz = count_trailing_zeros(m, sa.msmall, name="sa_small_tz")
-        sticky = (sa.msmall != 0) & ((small_tz + 3) < sa.diff)
-        aligned = shifted | sticky
-        big3 = sa.mbig.shift_left(3)
+        m.d.comb += shifted.eq(Mux(far, 0, small3 >> diff[:5]))
+        # The sticky bit: a set bit of small3 below the shift distance (a thermometer mask of
+        # the distance, a shift of a constant beside the shifter, no comparators).
+        below = Signal(27, name="sa_below")
+        m.d.comb += below.eq(Mux(far, (1 << 27) - 1, ~(Const((1 << 27) - 1, 27) << diff[:5])))
+        aligned = Signal(28)
+        m.d.comb += aligned.eq(shifted | ((small3 & below) != 0))
+        # big3 + aligned, or big3 - aligned (big3 + ~aligned + 1), on one carry chain:
+        # (2 X + 1) + (2 Y + c) is 2 (X + Y + c) + 1 when c is 1.
+        big3 = mbig.shift_left(3)
         total = Signal(28)
-        m.d.comb += total.eq(Mux(sa.sub, big3 - aligned, big3 + aligned))
+        m.d.comb += total.eq((Cat(Const(1, 1), big3, Const(0, 1))
+                              + Cat(sub, aligned ^ sub.replicate(28)))[1:29])
+
+        # The left shift of stage C must not take the exponent below 1: a marker bit at
+        # 26 - (exponent - 1) (none for an exponent above 27) caps the leading-zero count.
+        big_exp = Signal(8, name="sa_big_exp")
+        m.d.comb += big_exp.eq(big.effective_exp())
+        floor = Signal(27, name="sa_floor")
+        m.d.comb += floor.eq(Mux(big_exp > 27, 0, Const(1 << 26, 27) >> (big_exp - 1)[:5]))
 
         sb = Signal(_STAGE_B, name="sb")
         with m.If(self.en):
             m.d.sync += [
-                sb.is_add.eq(sa.is_add), sb.sel.eq(sa.sel), sb.nan.eq(sa.nan),
-                sb.inf.eq(sa.inf), sb.sign.eq(sa.sign), sb.sub.eq(sa.sub), sb.exp.eq(sa.exp),
+                sb.is_add.eq(sa.op == MacOp.MAC), sb.sel.eq(sel_val), sb.nan.eq(sa.nan),
+                # An infinite operand is the larger magnitude, so its sign is big.sign.
+                sb.inf.eq(sa.inf), sb.sign.eq(big.sign), sb.sub.eq(sub),
+                sb.exp.eq(big_exp),
+                sb.floor.eq(floor),
                 sb.total.eq(total),
             ]
 
         # ---- Stage C: normalise (right by one on carry, else left, not below exponent 1) ----
-        lz = count_leading_zeros(m, sb.total[:27], name="sb_lz")
+        # `field` is the exponent field less one of the normalised value: a subnormal result
+        # (exponent 1, no hidden bit) has 0, as the packing in stage D needs.
+        # `floor` caps the count at `room` (no comparison after the count).
+        lz = count_leading_zeros(m, sb.total[:27] | sb.floor, name="sb_lz")
         room = sb.exp - 1
         shift = Signal(8)
-        m.d.comb += shift.eq(Mux(lz < room, lz, room))
+        m.d.comb += shift.eq(lz)
         norm = Signal(27)
-        norm_exp = Signal(9)
+        field = Signal(9)
         with m.If(sb.total[27]):
             m.d.comb += [
                 norm.eq(sb.total[1:28] | sb.total[0]),
-                norm_exp.eq(sb.exp + 1),
+                field.eq(sb.exp),
             ]
         with m.Else():
             m.d.comb += [
                 norm.eq((sb.total[:27] << shift[:5])[:27]),
-                norm_exp.eq(sb.exp - shift),
+                field.eq(room - shift),
             ]
 
         sc = Signal(_STAGE_C, name="sc")
@@ -242,33 +266,29 @@ class FP32AddPipe(wiring.Component):
                 # An exact zero sum is +0 unless both operands were -0.
                 sc.sign.eq(Mux(sb.total == 0, sb.sign & ~sb.sub, sb.sign)),
                 sc.zero.eq(sb.total == 0),
-                sc.exp.eq(norm_exp),
+                sc.field.eq(field),
                 sc.norm.eq(norm),
             ]
 
         # ---- Stage D (combinational): round to nearest even and pack ----
-        lsb = sc.norm[3]
-        guard = sc.norm[2]
-        rest = sc.norm[1] | sc.norm[0]
-        rounded = Signal(25)
-        m.d.comb += rounded.eq(sc.norm[3:27] + (guard & (rest | lsb)))
-        sig = Signal(24)
-        exp = Signal(9)
-        with m.If(rounded[24]):
-            m.d.comb += [sig.eq(rounded[1:25]), exp.eq(sc.exp + 1)]
-        with m.Else():
-            m.d.comb += [sig.eq(rounded[:24]), exp.eq(sc.exp)]
-        exp_field = Mux(sig[23], exp, 0)
+        # The encoding is monotonic in (exponent field, significand): the rounded significand
+        # (hidden bit included) added to field << 23 carries into the exponent when it rounds
+        # up to 2**24, or when a subnormal rounds up to the smallest normal. One carry chain:
+        # (2 X + 1) + (2 Y + inc) is 2 (X + Y + inc) + 1 when inc is 1.
+        inc = sc.norm[2] & (sc.norm[1] | sc.norm[0] | sc.norm[3])
+        packed = Signal(34)
+        m.d.comb += packed.eq((Cat(Const(1, 1), Const(0, 23), sc.field)
+                               + Cat(inc, sc.norm[3:27]))[1:])
 
         sum_val = Signal(32)
         with m.If(sc.nan):
             m.d.comb += sum_val.eq(F32_QNAN)
-        with m.Elif(sc.inf | (exp_field >= 0xFF)):
+        with m.Elif(sc.inf | (packed >= 0x7F80_0000)):
             m.d.comb += sum_val.eq(Mux(sc.sign, F32_NEG_INF, F32_POS_INF))
         with m.Elif(sc.zero):
             m.d.comb += sum_val.eq(sc.sign << 31)
         with m.Else():
-            m.d.comb += sum_val.eq(Cat(sig[:23], exp_field[:8], sc.sign))
+            m.d.comb += sum_val.eq(Cat(packed[:31], sc.sign))
 
         m.d.comb += self.result.eq(Mux(sc.is_add, sum_val, sc.sel))
         return m

@@ -148,38 +148,49 @@ class HFilter(wiring.Component):
         kx = Signal(4)
         phi = Signal(2)
         on = Signal()
+        starting = Signal()     # the first group is being computed (`next_group`)
         issue = Signal()
         current = Signal(layout)
         m.d.comb += current.eq(Array(group)[phi])
-        # The next group, or on ``start`` the first (the same chain of successors).
+        # The next group, or after ``start`` the first (the same chain of successors).
         initial = Signal(layout)
         m.d.comb += [initial.valid.eq(1), initial.row.eq(0), initial.gxb.eq(-task.px),
                      initial.ring.eq(0), initial.row_start.eq(0), initial.hw.eq(0)]
-        last, goes_on, following = next_group(m, group, layout, successor, "h",
-                                              restart=lambda _: (self.start, initial))
+        reload = Signal()
+        last, goes_on, following, ahead = next_group(m, group, layout, successor, "h",
+                                                     lambda _: (starting, initial), reload)
 
         # A group starts when the rows it reads are loaded and the H words it writes are free.
         ready = (at_least(self.loaded, last.row_start + task.width, g.count_bits)
                  & (~self.ring_keep.valid
                     | ~at_least(last.hw, self.ring_keep.word + g.h_depth, g.hword_bits)))
         group_start = (kx == 0) & (phi == 0)
-        m.d.comb += issue.eq(is_pool & on & (~group_start | ready))
+        group_end = (phi == 2) & (kx == task.kw - 1)
+        m.d.comb += issue.eq(is_pool & on & ~starting & (~group_start | ready)
+                             & (~group_end | ahead))
         with m.If(issue):
             m.d.sync += phi.eq(Mux(phi == 2, 0, phi + 1))
             with m.If(phi == 2):
                 with m.If(kx == task.kw - 1):
                     m.d.sync += kx.eq(0)
                     with m.If(goes_on):
+                        m.d.comb += reload.eq(1)
                         m.d.sync += [group[p].eq(following[p]) for p in range(3)]
                     with m.Else():
                         m.d.sync += on.eq(0)
                 with m.Else():
                     m.d.sync += kx.eq(kx + 1)
-        with m.If(self.clear):
-            m.d.sync += on.eq(0)
-        with m.If(self.start):
+        with m.If(starting & ahead):
+            m.d.comb += reload.eq(1)
             m.d.sync += [group[p].eq(following[p]) for p in range(3)]
-            m.d.sync += [kx.eq(0), phi.eq(0), on.eq(1)]
+            m.d.sync += starting.eq(0)
+        with m.If(self.clear):
+            m.d.sync += [on.eq(0), starting.eq(0)]
+        with m.If(self.start):
+            m.d.comb += reload.eq(1)
+            m.d.sync += [group[p].valid.eq(0) for p in range(3)]
+            m.d.sync += [group[0].row_start.eq(0), kx.eq(0), phi.eq(0), on.eq(1),
+                         starting.eq(1)]
 
         # The step's read; lane i's window starts at column gxb + sx i and reads column
         # gxb + sx i + kx (a padding column reads the identity).

@@ -5,7 +5,9 @@ entry leaves as up to ``K`` output beats of ``L`` lanes, one per lane pipeline s
 past the end of the output row are skipped. An output beat enters the lane pipeline as ``MUL``
 by the average's divisor ``recip(n)`` (``n`` the valid elements of each lane's window) or by
 1.0 (max, min). A group of the vertical filter reserves three entries when it starts, so the
-queue never overflows; output back-pressure reaches the vertical filter only through it.
+queue never overflows; output back-pressure reaches the vertical filter only through it. An
+output beat passes through a register (with its window's valid rows and columns, from which
+the divisor follows) on its way to the lane pipeline: one lane pipeline step later.
 
 The entries are a memory with a synchronous read port (block RAM or LUT RAM, not flip-flops):
 it is addressed with the head pointer of the next cycle and is transparent for the write port,
@@ -13,7 +15,7 @@ so its data is the head entry in every cycle, as a combinational read would give
 """
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -53,7 +55,7 @@ class ResultQueue(wiring.Component):
     room : Out(1)
         Room for a group's three results.
     busy : Out(1)
-        Entries are held or reserved.
+        Entries are held or reserved, or a beat is in the output register.
     en : In(1)
         The lane pipeline advances (takes ``beat``).
     beat : Out(lane_input_layout(L))
@@ -89,7 +91,7 @@ class ResultQueue(wiring.Component):
         rp = Signal(ptr_bits + 1)
         rp_next = Signal(ptr_bits + 1)      # the head pointer of the next cycle
         held = Signal(range(depth + 1))     # entries held and reserved
-        m.d.comb += [self.room.eq(held <= depth - 3), self.busy.eq(held != 0)]
+        m.d.comb += self.room.eq(held <= depth - 3)
         m.d.comb += [write.addr.eq(wp[:ptr_bits]), write.en.eq(self.push.valid),
                      write.data.eq(self.push.entry), head.addr.eq(rp_next[:ptr_bits])]
         with m.If(self.push.valid):
@@ -122,28 +124,42 @@ class ResultQueue(wiring.Component):
         m.d.comb += release.eq(self.push.empty + pop)
         m.d.sync += held.eq(held + Mux(self.push.start, 3, 0) - release)
 
-        # Divisors of the average: valid rows times valid columns of each lane's window.
+        # The output register: the head's output beat enters it on `en` and the lane pipeline
+        # takes it on the next `en`. It holds the valid rows and columns of each lane's window;
+        # the average's divisor (their product's reciprocal) follows from it.
+        staged_valid = Signal()
+        staged = Signal(data.StructLayout({
+            "mask": L, "a": data.ArrayLayout(g.word, L), "rows": 5,
+            "cols": data.ArrayLayout(5, L)}), reset_less=True)
+        m.d.comb += self.busy.eq((held != 0) | staged_valid)
+
+        # Valid rows times valid columns of each lane's window.
         oyb = head.data.oyb
         rows_lo = Mux(oyb < 0, 0, oyb)
         rows_hi = Mux(oyb + task.kh > task.height, task.height, oyb + task.kh)
-        rows = Signal(5)
-        m.d.comb += rows.eq(rows_hi - rows_lo)
-        recip = Array(Const(recip_bits(n), 32) for n in range(MAX_WINDOW * MAX_WINDOW + 1))
         outputs = Signal(L)
-        beat = self.beat
+        with m.If(self.en):
+            m.d.sync += [staged_valid.eq(outputs[0]), staged.mask.eq(outputs),
+                         staged.rows.eq(rows_hi - rows_lo)]
         for i in range(L):
             x0 = Signal(signed(18), name=f"x0_{i}")
             m.d.comb += x0.eq(gxb + task.sx * i)
             m.d.comb += outputs[i].eq(any_held & has_window(x0))
             cols_lo = Mux(x0 < 0, 0, x0)
             cols_hi = Mux(x0 + task.kw > task.width, task.width, x0 + task.kw)
-            cols = Signal(5, name=f"cols{i}")
-            m.d.comb += cols.eq(cols_hi - cols_lo)
             value = (Array(head.data.value[j * L + i] for j in range(K))[k] if K > 1
                      else head.data.value[i])
-            m.d.comb += beat.a[i].eq(value)
+            with m.If(self.en):
+                m.d.sync += [staged.cols[i].eq(cols_hi - cols_lo), staged.a[i].eq(value)]
+
+        recip = Array(Const(recip_bits(n), 32) for n in range(MAX_WINDOW * MAX_WINDOW + 1))
+        beat = self.beat
+        for i in range(L):
+            m.d.comb += beat.a[i].eq(staged.a[i])
             if not g.integer:   # the integer build has no average (its lanes pass MUL's A)
-                m.d.comb += beat.b[i].eq(Mux(task.op == PoolOp.AVG, recip[(rows * cols)[:7]],
-                                             F32_ONE))
-        m.d.comb += [beat.valid.eq(outputs[0]), beat.op.eq(EltOp.MUL), beat.mask.eq(outputs)]
+                m.d.comb += beat.b[i].eq(
+                    Mux(task.op == PoolOp.AVG, recip[(staged.rows * staged.cols[i])[:7]],
+                        F32_ONE))
+        m.d.comb += [beat.valid.eq(staged_valid), beat.op.eq(EltOp.MUL),
+                     beat.mask.eq(staged.mask)]
         return m

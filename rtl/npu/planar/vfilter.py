@@ -127,18 +127,20 @@ class VFilter(wiring.Component):
         phi = Signal(2)
         ky_owb = Signal(16)
         on = Signal()
+        starting = Signal()     # the first group is being computed (`next_group`)
         issue = Signal()
         plane = Signal(SHAPE_BITS)
         plane_word = Signal(hb)
         current = Signal(layout)
         m.d.comb += current.eq(Array(group)[phi])
-        # The next group: of this plane, or the first of the next plane, or on ``start`` of
+        # The next group: of this plane, or the first of the next plane, or after ``start`` of
         # the first plane (the same chain of successors).
-        plane_first = self._plane_start(m, Mux(self.start, 0, plane_word + sizes.h_owb),
+        plane_first = self._plane_start(m, Mux(starting, 0, plane_word + sizes.h_owb),
                                         "plane_first")
-        last, goes_on, following = next_group(
+        reload = Signal()
+        last, goes_on, following, ahead = next_group(
             m, group, layout, lambda d, name: self._successor(m, d, name), "v",
-            restart=lambda goes_on: (self.start | ~goes_on, plane_first))
+            lambda goes_on: (starting | ~goes_on, plane_first), reload)
 
         # A group starts when the H words of its rows are written (up to the plane's end) and
         # the queue has room.
@@ -151,27 +153,36 @@ class VFilter(wiring.Component):
                      self.keep.word.eq(Mux(at_least(group[0].roww, plane_word, hb),
                                            group[0].roww, plane_word))]
         group_start = (ky == 0) & (phi == 0)
-        m.d.comb += issue.eq(is_pool & on & (~group_start | (ready & self.room)))
+        group_end = (phi == 2) & (ky == task.kh - 1)
+        m.d.comb += issue.eq(is_pool & on & ~starting & (~group_start | (ready & self.room))
+                             & (~group_end | ahead))
         with m.If(issue):
             m.d.sync += phi.eq(Mux(phi == 2, 0, phi + 1))
             with m.If(phi == 2):
                 with m.If(ky == task.kh - 1):
                     m.d.sync += [ky.eq(0), ky_owb.eq(0)]
                     with m.If(goes_on):
+                        m.d.comb += reload.eq(1)
                         m.d.sync += [group[p].eq(following[p]) for p in range(3)]
                     with m.Elif(plane == task.channels - 1):
                         m.d.sync += on.eq(0)
                     with m.Else():
+                        m.d.comb += reload.eq(1)
                         m.d.sync += [plane.eq(plane + 1), plane_word.eq(plane_word + sizes.h_owb)]
                         m.d.sync += [group[p].eq(following[p]) for p in range(3)]
                 with m.Else():
                     m.d.sync += [ky.eq(ky + 1), ky_owb.eq(ky_owb + sizes.owb)]
-        with m.If(self.clear):
-            m.d.sync += on.eq(0)
-        with m.If(self.start):
+        with m.If(starting & ahead):
+            m.d.comb += reload.eq(1)
             m.d.sync += [group[p].eq(following[p]) for p in range(3)]
-            m.d.sync += [plane.eq(0), plane_word.eq(0), ky.eq(0), phi.eq(0), ky_owb.eq(0),
-                         on.eq(1)]
+            m.d.sync += starting.eq(0)
+        with m.If(self.clear):
+            m.d.sync += [on.eq(0), starting.eq(0)]
+        with m.If(self.start):
+            m.d.comb += reload.eq(1)
+            m.d.sync += [group[p].valid.eq(0) for p in range(3)]
+            m.d.sync += [group[0].roww.eq(0), plane.eq(0), plane_word.eq(0), ky.eq(0),
+                         phi.eq(0), ky_owb.eq(0), on.eq(1), starting.eq(1)]
 
         # The step's H word; its data arrives in the next cycle with the registered step.
         word = Signal(hb)

@@ -40,11 +40,8 @@ def expected(op, a, b):
     return np.where(c > 0, F32_ONE, np.where(c < 0, F32_MINUS_ONE, 0)).astype(np.uint32)
 
 
-@pytest.mark.parametrize("op", list(MacOp), ids=lambda op: op.name)
-def test_against_golden_model(op):
-    rng = np.random.default_rng(int(op.value) + 7)
-    a, b = operands(rng, 400)
-    want = expected(op, a, b)
+def run_adder(op, a, b, rng):
+    """The adder's results for the operand pairs ``a``, ``b``, with random stall cycles."""
     dut = FP32AddPipe()
     got = []
 
@@ -70,7 +67,41 @@ def test_against_golden_model(op):
                 got.append(ctx.get(dut.result))
 
     run_simulation(dut, [tb])
+    return got
+
+
+@pytest.mark.parametrize("op", list(MacOp), ids=lambda op: op.name)
+def test_against_golden_model(op):
+    rng = np.random.default_rng(int(op.value) + 7)
+    a, b = operands(rng, 400)
+    want = expected(op, a, b)
+    got = run_adder(op, a, b, rng)
     bad = [(hex(a[i]), hex(b[i]), hex(got[i]), hex(want[i]))
            for i in range(len(a)) if got[i] != want[i]]
     assert not bad, bad[:5]
 
+
+def test_rounding_edges():
+    """Sums whose rounding carries into the exponent: overflow to infinity at the top
+    exponents, subnormal sums that become normal, cancellations down to subnormals, ties."""
+    rng = np.random.default_rng(11)
+    k = 60
+
+    def with_exp(lo, hi, frac_mask=0x7FFFFF):
+        e = rng.integers(lo, hi + 1, k).astype(np.uint32)
+        f = rng.integers(0, 1 << 23, k).astype(np.uint32) & np.uint32(frac_mask)
+        s = rng.integers(0, 2, k).astype(np.uint32)
+        return (s << 31) | (e << 23) | f
+
+    top = with_exp(253, 254) | np.uint32(0x7FFF00)
+    tiny = with_exp(0, 1)
+    near = with_exp(1, 3)
+    ties = with_exp(120, 130, 0x7FFFF8)
+    a = np.concatenate([top, tiny, near, ties])
+    b = np.concatenate([(top & np.uint32(0x7FFFFFFF)) | (a[:k] & np.uint32(0x80000000)),
+                        with_exp(0, 1), near ^ np.uint32(0x80000001), ties + np.uint32(3 << 23)])
+    want = fp.f32_add(a, b)
+    got = run_adder(MacOp.MAC, a, b, rng)
+    bad = [(hex(a[i]), hex(b[i]), hex(got[i]), hex(want[i]))
+           for i in range(len(a)) if got[i] != want[i]]
+    assert not bad, bad[:5]
