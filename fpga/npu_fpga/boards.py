@@ -295,8 +295,9 @@ class BoardTop(Elaboratable):
         """The :class:`PLLSetting` for :attr:`clk_mhz` from ``in_mhz``, or ``None``."""
         return board_pll(self.board.name, in_mhz, self.clk_mhz)
 
-    def _pll_domain(self, m, platform, setting):
-        # The sync domain from the PLL, in reset until the PLL locks.
+    def _pll_domain(self, m, platform, setting, button):
+        # The sync domain from the PLL, in reset until the PLL locks and while ``button``
+        # (the reset button's pin, not synchronised) is pressed.
         m.domains.sync = sync = ClockDomain("sync")
         locked = Signal()
         clk_pin = platform.request(platform.default_clk, 0, dir="-")
@@ -328,18 +329,16 @@ class BoardTop(Elaboratable):
                 i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
                 i_ENCLKOP=Const(0), o_CLKOP=sync.clk, o_LOCK=locked)
         platform.add_clock_constraint(sync.clk, setting.out_mhz * 1e6)
-        m.submodules.pll_reset = ResetSynchronizer(~locked, domain="sync")
+        # One synchroniser for both reasons to reset (PLL not locked, button pressed): the
+        # domain's reset is then the output of its last flip-flop, with no gate between it and
+        # the thousands of flip-flops it resets (docs/boards.md, "Reset").
+        m.submodules.pll_reset = ResetSynchronizer(~locked | button, domain="sync")
 
     def elaborate(self, platform):
         m = Module()
         board = self.board
         in_mhz = platform.default_clk_frequency / 1e6
         setting = self.pll(in_mhz)
-        if setting is not None:
-            self._pll_domain(m, platform, setting)
-        clk_freq = setting.out_mhz * 1e6 if setting is not None else \
-            platform.default_clk_frequency
-        system = BoardSystem(self.config, clk_freq=clk_freq, **self.kwargs)
 
         def buffer(direction, port, name):
             m.submodules[name] = buf = io.Buffer(direction, port)
@@ -348,10 +347,21 @@ class BoardTop(Elaboratable):
         def pin(direction, name, number):
             return buffer(direction, platform.request(name, number, dir="-"), f"{name}_{number}")
 
-        # The reset button, synchronised, resets everything but the platform's clock logic.
-        reset = Signal()
-        m.submodules.reset_sync = FFSynchronizer(pin("i", *board.reset).i, reset)
-        m.submodules.system = ResetInserter(reset)(system)
+        button = pin("i", *board.reset).i
+        if setting is not None:
+            self._pll_domain(m, platform, setting, button)
+        clk_freq = setting.out_mhz * 1e6 if setting is not None else \
+            platform.default_clk_frequency
+        system = BoardSystem(self.config, clk_freq=clk_freq, **self.kwargs)
+
+        if setting is not None:
+            m.submodules.system = system
+        else:
+            # The platform's own domain: the button, synchronised, resets everything but the
+            # platform's clock logic.
+            reset = Signal()
+            m.submodules.reset_sync = FFSynchronizer(button, reset)
+            m.submodules.system = ResetInserter(reset)(system)
 
         uart = platform.request("uart", 0, dir="-")
         m.d.comb += [

@@ -180,6 +180,29 @@ def test_board_top_with_a_pll(board, mhz, cell, params):
         assert re.search(r'FREQUENCY NET "\S+" 60000000.0 HZ;', files["npu_board.lpf"])
 
 
+def _system_ports(files):
+    """The ports of the board top's ``system`` cell (the :class:`BoardSystem`) in the RTLIL."""
+    design = files["npu_board.il"]
+    top = design[design.index("module \\npu_board\n"):]
+    cell = top[top.index("cell \\npu_board.system "):]
+    cell = cell[:cell.index("\n  end\n")]
+    return set(re.findall(r"connect \\(\S+) ", cell))
+
+
+@pytest.mark.parametrize("board", ["icebreaker", "ulx3s"])
+def test_one_reset_net_with_a_pll(board):
+    """With a PLL, the button joins the PLL's lock in one reset synchroniser: the system gets
+    only the domain's reset (the synchroniser's last flip-flop), no second reset input that a
+    gate would have to merge in front of every flip-flop. Without a PLL the platform's domain
+    is kept and the synchronised button comes in beside it."""
+    config = PRESETS[board]
+    with_pll = board_files(board, config, npu=StandInNPU(config), mem_bytes=4096,
+                           clk_mhz=BOARDS[board].default_mhz)
+    assert _system_ports(with_pll) == {"clk", "rst", "rx", "tx", "busy", "error"}
+    without = board_files(board, config, npu=StandInNPU(config), mem_bytes=4096)
+    assert "reset" in _system_ports(without)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("board,preset", [("icebreaker", "ice40"), ("ulx3s", "ecp5")])
 def test_board_files_with_the_npu(board, preset):
