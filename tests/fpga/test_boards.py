@@ -57,12 +57,15 @@ class StandInNPU(wiring.Component):
         return m
 
 
-@pytest.mark.parametrize("preset", ["ice40", "ecp5"])
-def test_board_system_over_the_serial_pins(preset):
+@pytest.mark.parametrize("preset,registered", [("ice40", False), ("ecp5", False),
+                                               ("ecp5", True)])
+def test_board_system_over_the_serial_pins(preset, registered):
+    """``registered``: the system memory's request register (the ULX3S board's), answers a
+    cycle later to the bridge and to the stand-in NPU's bursts."""
     config = PRESETS[preset]
     npu = StandInNPU(config)
     dut = BoardSystem(config, clk_freq=4e6, baud=1e6, mem_bytes=512, timeout_bits=30,
-                      led_bits=4, npu=npu)
+                      led_bits=4, npu=npu, mem_request_register=registered)
     script = [encode_write(2, [0x1111_2222, 0x3333_4444, 0x5555_6666]), encode_read(1, 4),
               encode_read(NPU_REGS_BASE + NPU_INFO["ID"].offset, 1)]
     answer = bytearray()
