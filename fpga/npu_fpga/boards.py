@@ -63,6 +63,10 @@ class BoardSystem(wiring.Component):
         The busy LED stays on ``2 ** led_bits`` cycles after the last activity.
     npu : wiring.Component or None
         The NPU (default ``NPUTop(config)``); anything with its ``bus`` and ``mem`` members.
+    mem_request_register : bool
+        The system memory's request register (:class:`~npu.bridge.WishboneSRAM`
+        ``request_register``): the masters' requests, through the NPU's and the board's
+        arbiters, end at a flip-flop; every access is answered a cycle later.
 
     Members
     -------
@@ -77,7 +81,8 @@ class BoardSystem(wiring.Component):
     """
 
     def __init__(self, config, *, clk_freq, mem_bytes=None, baud=DEFAULT_BAUD,
-                 timeout_bits=DEFAULT_TIMEOUT_BITS, led_bits=20, npu=None):
+                 timeout_bits=DEFAULT_TIMEOUT_BITS, led_bits=20, npu=None,
+                 mem_request_register=False):
         if not isinstance(config, NPUConfig):
             raise TypeError(f"config must be an NPUConfig, not {config!r}")
         step = config.mem_width // 8
@@ -90,6 +95,7 @@ class BoardSystem(wiring.Component):
         self._mem_bytes = mem_bytes
         self._led_bits = led_bits
         self._npu = npu
+        self._mem_request_register = bool(mem_request_register)
         # The bridge is made in ``elaborate``; its parameters are checked here.
         self._bridge_args = dict(clk_freq=clk_freq, baud=baud, mem_bytes=mem_bytes,
                                  mem_width=config.mem_width, timeout_bits=timeout_bits)
@@ -116,7 +122,8 @@ class BoardSystem(wiring.Component):
         m.submodules.bridge = bridge = UARTBridge(**self._bridge_args)
         m.submodules.arbiter = arbiter = Arbiter(2, ADDR_BITS, cfg.mem_width)
         words = self._mem_bytes * 8 // cfg.mem_width
-        m.submodules.memory = memory = WishboneSRAM(words, cfg.mem_width)
+        m.submodules.memory = memory = WishboneSRAM(
+            words, cfg.mem_width, request_register=self._mem_request_register)
 
         m.d.comb += [bridge.rx.eq(self.rx), self.tx.eq(bridge.tx)]
         wiring.connect(m, bridge.csr, npu.bus)
@@ -250,6 +257,7 @@ class Board:
     esp32_gpio0: str | None = None      # pin of the ESP32's GPIO0, driven high
     family: str = "ice40"               # "ice40" or "ecp5": which PLL
     default_mhz: float | None = None    # clock of ``npu build`` (PLL); None: the oscillator
+    mem_request_register: bool = False  # BoardSystem(mem_request_register=)
 
     def make_platform(self):
         import importlib
@@ -263,7 +271,7 @@ BOARDS = {
                         default_mhz=25.0),
     "ulx3s": Board("ulx3s", "ULX3S_85F_Platform", "ulx3s", reset=("button_pwr", 0),
                    busy_led=("led", 0), error_led=("led", 1), esp32_gpio0="L2", family="ecp5",
-                   default_mhz=60.0),
+                   default_mhz=60.0, mem_request_register=True),
 }
 
 
@@ -279,8 +287,9 @@ class BoardTop(Elaboratable):
         Clock of the ``sync`` domain made by the device's PLL from the board's oscillator;
         ``None`` runs from the oscillator itself (12 MHz iCEBreaker, 25 MHz ULX3S).
     **kwargs
-        Passed to :class:`BoardSystem` (``mem_bytes``, ``baud``, ``timeout_bits``, ``npu``);
-        the clock frequency is the board's, or the PLL's.
+        Passed to :class:`BoardSystem` (``mem_bytes``, ``baud``, ``timeout_bits``, ``npu``,
+        ``mem_request_register``, by default the board's); the clock frequency is the board's,
+        or the PLL's.
     """
 
     def __init__(self, board, config, *, clk_mhz=None, **kwargs):
@@ -289,14 +298,15 @@ class BoardTop(Elaboratable):
         self.board = BOARDS[board]
         self.config = config
         self.clk_mhz = clk_mhz
-        self.kwargs = kwargs
+        self.kwargs = {"mem_request_register": self.board.mem_request_register, **kwargs}
 
     def pll(self, in_mhz):
         """The :class:`PLLSetting` for :attr:`clk_mhz` from ``in_mhz``, or ``None``."""
         return board_pll(self.board.name, in_mhz, self.clk_mhz)
 
-    def _pll_domain(self, m, platform, setting):
-        # The sync domain from the PLL, in reset until the PLL locks.
+    def _pll_domain(self, m, platform, setting, button):
+        # The sync domain from the PLL, in reset until the PLL locks and while ``button``
+        # (the reset button's pin, not synchronised) is pressed.
         m.domains.sync = sync = ClockDomain("sync")
         locked = Signal()
         clk_pin = platform.request(platform.default_clk, 0, dir="-")
@@ -328,18 +338,16 @@ class BoardTop(Elaboratable):
                 i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
                 i_ENCLKOP=Const(0), o_CLKOP=sync.clk, o_LOCK=locked)
         platform.add_clock_constraint(sync.clk, setting.out_mhz * 1e6)
-        m.submodules.pll_reset = ResetSynchronizer(~locked, domain="sync")
+        # One synchroniser for both reasons to reset (PLL not locked, button pressed): the
+        # domain's reset is then the output of its last flip-flop, with no gate between it and
+        # the thousands of flip-flops it resets (docs/boards.md, "Reset").
+        m.submodules.pll_reset = ResetSynchronizer(~locked | button, domain="sync")
 
     def elaborate(self, platform):
         m = Module()
         board = self.board
         in_mhz = platform.default_clk_frequency / 1e6
         setting = self.pll(in_mhz)
-        if setting is not None:
-            self._pll_domain(m, platform, setting)
-        clk_freq = setting.out_mhz * 1e6 if setting is not None else \
-            platform.default_clk_frequency
-        system = BoardSystem(self.config, clk_freq=clk_freq, **self.kwargs)
 
         def buffer(direction, port, name):
             m.submodules[name] = buf = io.Buffer(direction, port)
@@ -348,10 +356,21 @@ class BoardTop(Elaboratable):
         def pin(direction, name, number):
             return buffer(direction, platform.request(name, number, dir="-"), f"{name}_{number}")
 
-        # The reset button, synchronised, resets everything but the platform's clock logic.
-        reset = Signal()
-        m.submodules.reset_sync = FFSynchronizer(pin("i", *board.reset).i, reset)
-        m.submodules.system = ResetInserter(reset)(system)
+        button = pin("i", *board.reset).i
+        if setting is not None:
+            self._pll_domain(m, platform, setting, button)
+        clk_freq = setting.out_mhz * 1e6 if setting is not None else \
+            platform.default_clk_frequency
+        system = BoardSystem(self.config, clk_freq=clk_freq, **self.kwargs)
+
+        if setting is not None:
+            m.submodules.system = system
+        else:
+            # The platform's own domain: the button, synchronised, resets everything but the
+            # platform's clock logic.
+            reset = Signal()
+            m.submodules.reset_sync = FFSynchronizer(button, reset)
+            m.submodules.system = ResetInserter(reset)(system)
 
         uart = platform.request("uart", 0, dir="-")
         m.d.comb += [

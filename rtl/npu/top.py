@@ -21,7 +21,7 @@ from npu_spec.taskman import SLOT_WORDS
 from .dataproc.dataproc import DataProcessor
 from .dma.engine import DMAEngine
 from .lib.csr import CSRDecoder, CSRSignature, RegisterFile
-from .lib.engine import WriteLayout
+from .lib.engine import EngineSignature, WriteLayout
 from .lib.gate import gated_domain
 from .lib.pipe import SkidBuffer
 from .lib.wishbone import Arbiter, WishboneSignature, WordReader
@@ -31,8 +31,8 @@ from .planar.engine import PlanarEngine
 from .taskman.manager import TaskManager
 from .trace import TraceEntry, TraceRecorder
 
-__all__ = ["CORE_MODULE", "HOST_ADDR_BITS", "MEM_ADDR_BITS", "NPUInfo", "NPUTop", "broadcast",
-           "top_verilog"]
+__all__ = ["CORE_MODULE", "HOST_ADDR_BITS", "MEM_ADDR_BITS", "NPUInfo", "NPUTop", "StartRegister",
+           "broadcast", "top_verilog"]
 
 #: Width of the system-memory bus's word address.
 MEM_ADDR_BITS = 30
@@ -112,6 +112,51 @@ class NPUInfo(wiring.Component):
 
 #: Width of the host register bus's word address.
 HOST_ADDR_BITS = 16
+
+
+class StartRegister(wiring.Component):
+    """A dispatch port with its start beat through a register (``NPUConfig.dispatch_regs``,
+    ``docs/system.md``, "Dispatch registers").
+
+    A beat taken on ``up`` is offered on ``down`` from the next cycle on; ``up.start.ready``
+    is high only while the register is empty, so neither ``valid`` nor ``ready`` crosses it
+    combinationally (a task start every other cycle at most, far more than an engine takes).
+    An abort empties the register: the engine, still idle, sees only the abort. ``done``,
+    ``error``, ``done_mem`` and ``abort`` pass as they are.
+
+    Members
+    -------
+    up : In(EngineSignature())
+        From the dispatcher (the task manager or the core cluster).
+    down : Out(EngineSignature())
+        To the engine.
+    """
+
+    up: In(EngineSignature())
+    down: Out(EngineSignature())
+
+    def elaborate(self, platform):
+        m = Module()
+        up, down = self.up, self.down
+        full = Signal()
+        # The beat is looked at only while ``full``: it needs no reset.
+        entry = Signal.like(up.start.payload, reset_less=True)
+        take = up.start.valid & ~full
+        with m.If(take):
+            m.d.sync += entry.eq(up.start.payload)
+        with m.If(up.abort):
+            m.d.sync += full.eq(0)
+        with m.Elif(take):
+            m.d.sync += full.eq(1)
+        with m.Elif(down.start.ready):
+            m.d.sync += full.eq(0)
+        m.d.comb += [
+            up.start.ready.eq(~full),
+            down.start.valid.eq(full & ~up.abort), down.start.payload.eq(entry),
+            up.done.eq(down.done), up.error.eq(down.error),
+            down.done_mem.eq(up.done_mem), down.abort.eq(up.abort),
+        ]
+        return m
 
 
 def _window(name, regmap_size, base=None):
@@ -257,7 +302,12 @@ class NPUTop(wiring.Component):
         # Dispatch.
         wiring.connect(m, tm.ne, cluster.task)
         for i, core in enumerate(cores):
-            wiring.connect(m, cluster.core[i], core.task)
+            if cfg.dispatch_regs:
+                m.submodules[f"core{i}_start"] = reg = StartRegister()
+                wiring.connect(m, cluster.core[i], reg.up)
+                wiring.connect(m, reg.down, core.task)
+            else:
+                wiring.connect(m, cluster.core[i], core.task)
         m.d.comb += cluster.mask.eq(dp.ne_cores)
         if self._planar_boundary:
             boundary = _planar_boundary(m, tm.pe, pe, "pe" if gate else "sync")

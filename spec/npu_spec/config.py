@@ -184,6 +184,11 @@ class NPUConfig:
         issue pipeline). Results are unchanged; a command leaves one cycle later. The register
         keeps Yosys from spreading the shifter's levels over wide LUTs: fewer LUTs, more
         flip-flops (``docs/neural_engine.md``, "Input buffer and shifter").
+    dispatch_regs : int
+        0 (the default) or 1: a register on the task starts from the task manager to each
+        neural engine core (``npu.top``, ``docs/system.md``, "Dispatch registers"), so that no
+        combinational path runs from the task manager's dispatch into a core. A core then
+        starts its task one cycle later; results are unchanged.
     dp_banks : int
         Banks of the data processor's buffer (E, the widest run it serves in one cycle): 0 (the
         default) for the widest port access (a core's input row, its MAC row, the planar
@@ -224,6 +229,7 @@ class NPUConfig:
     planar_fp_share: int = 1
     taskman_impl: str = "full"
     ne_shift_stages: int = 0
+    dispatch_regs: int = 0
     dp_banks: int = 0
     target: str = field(default="", compare=False)
 
@@ -242,7 +248,7 @@ class NPUConfig:
                              ("ne_buffer_rows", 0, 4096),
                              ("ne_out_channels", 0, 4095 * 4095),
                              ("ne_kernel_queue", 0, 64), ("ne_out_size", 0, 4095),
-                             ("ne_shift_stages", 0, 1)):
+                             ("ne_shift_stages", 0, 1), ("dispatch_regs", 0, 1)):
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"NPUConfig.{name} must be in [{lo}, {hi}], not {value!r}")
@@ -375,7 +381,7 @@ PRESETS = {
         planar_lanes=1, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
         kernel_kib=8, mac_impl="ecp5_shared", fp_share=16,
         ne_post_lanes=1, ne_row_values=32, ne_out_channels=4096,
-        ne_shift_stages=1, dp_banks=8,
+        ne_shift_stages=1, dispatch_regs=1, dp_banks=8,
         target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory, "
                "8 buffer banks; FP16 and mixed at 1/16 of the INT8 rate (2 products a cycle "
                "against 32)"),

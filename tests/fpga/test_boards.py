@@ -57,12 +57,15 @@ class StandInNPU(wiring.Component):
         return m
 
 
-@pytest.mark.parametrize("preset", ["ice40", "ecp5"])
-def test_board_system_over_the_serial_pins(preset):
+@pytest.mark.parametrize("preset,registered", [("ice40", False), ("ecp5", False),
+                                               ("ecp5", True)])
+def test_board_system_over_the_serial_pins(preset, registered):
+    """``registered``: the system memory's request register (the ULX3S board's), answers a
+    cycle later to the bridge and to the stand-in NPU's bursts."""
     config = PRESETS[preset]
     npu = StandInNPU(config)
     dut = BoardSystem(config, clk_freq=4e6, baud=1e6, mem_bytes=512, timeout_bits=30,
-                      led_bits=4, npu=npu)
+                      led_bits=4, npu=npu, mem_request_register=registered)
     script = [encode_write(2, [0x1111_2222, 0x3333_4444, 0x5555_6666]), encode_read(1, 4),
               encode_read(NPU_REGS_BASE + NPU_INFO["ID"].offset, 1)]
     answer = bytearray()
@@ -178,6 +181,29 @@ def test_board_top_with_a_pll(board, mhz, cell, params):
         assert re.search(r"set_frequency \S+ 25.125\n", files["npu_board.pcf"])
     else:
         assert re.search(r'FREQUENCY NET "\S+" 60000000.0 HZ;', files["npu_board.lpf"])
+
+
+def _system_ports(files):
+    """The ports of the board top's ``system`` cell (the :class:`BoardSystem`) in the RTLIL."""
+    design = files["npu_board.il"]
+    top = design[design.index("module \\npu_board\n"):]
+    cell = top[top.index("cell \\npu_board.system "):]
+    cell = cell[:cell.index("\n  end\n")]
+    return set(re.findall(r"connect \\(\S+) ", cell))
+
+
+@pytest.mark.parametrize("board", ["icebreaker", "ulx3s"])
+def test_one_reset_net_with_a_pll(board):
+    """With a PLL, the button joins the PLL's lock in one reset synchroniser: the system gets
+    only the domain's reset (the synchroniser's last flip-flop), no second reset input that a
+    gate would have to merge in front of every flip-flop. Without a PLL the platform's domain
+    is kept and the synchronised button comes in beside it."""
+    config = PRESETS[board]
+    with_pll = board_files(board, config, npu=StandInNPU(config), mem_bytes=4096,
+                           clk_mhz=BOARDS[board].default_mhz)
+    assert _system_ports(with_pll) == {"clk", "rst", "rx", "tx", "busy", "error"}
+    without = board_files(board, config, npu=StandInNPU(config), mem_bytes=4096)
+    assert "reset" in _system_ports(without)
 
 
 @pytest.mark.slow

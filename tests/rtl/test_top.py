@@ -92,3 +92,59 @@ def test_npu_info_cycle_and_trace():
         assert ctx.get(dut.trace_pop) == 0
 
     run(dut, tb)
+
+
+# The start register of a dispatch port (npu.top.StartRegister, NPUConfig.dispatch_regs) -------
+
+def test_start_register():
+    """A start beat taken on ``up`` reaches the engine in the next cycle, never in the same
+    one; ``up`` is not ready while the register holds a beat; the engine's ``done`` and the
+    dispatcher's ``abort`` pass in the same cycle; an abort drops a beat still held."""
+    from amaranth.sim import Simulator
+
+    from npu.top import StartRegister
+    dut = StartRegister()
+    seen = []
+
+    async def tb(ctx):
+        up, down = dut.up, dut.down
+        ctx.set(down.start.ready, 1)
+        ctx.set(up.start.payload.task_id, 5)
+        ctx.set(up.start.valid, 1)
+        assert ctx.get(up.start.ready) == 1 and ctx.get(down.start.valid) == 0
+        await ctx.tick()
+        ctx.set(up.start.valid, 0)
+        # The beat is on the engine's side now, and the dispatcher waits.
+        assert ctx.get(down.start.valid) == 1 and ctx.get(down.start.payload.task_id) == 5
+        assert ctx.get(up.start.ready) == 0
+        await ctx.tick()
+        assert ctx.get(down.start.valid) == 0 and ctx.get(up.start.ready) == 1
+        # done, error and abort are not delayed.
+        ctx.set(down.done, 1)
+        ctx.set(down.error, 3)
+        ctx.set(up.abort, 1)
+        assert (ctx.get(up.done), ctx.get(up.error), ctx.get(down.abort)) == (1, 3, 1)
+        ctx.set(down.done, 0)
+        ctx.set(up.abort, 0)
+        # An engine that is not ready keeps the beat; an abort drops it.
+        ctx.set(down.start.ready, 0)
+        ctx.set(up.start.payload.task_id, 9)
+        ctx.set(up.start.valid, 1)
+        await ctx.tick()
+        ctx.set(up.start.valid, 0)
+        for _ in range(3):
+            assert ctx.get(down.start.valid) == 1 and ctx.get(up.start.ready) == 0
+            await ctx.tick()
+        ctx.set(up.abort, 1)
+        assert ctx.get(down.start.valid) == 0          # not offered in the abort's cycle
+        await ctx.tick()
+        ctx.set(up.abort, 0)
+        ctx.set(down.start.ready, 1)
+        assert ctx.get(down.start.valid) == 0 and ctx.get(up.start.ready) == 1
+        seen.append(True)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    assert seen == [True]

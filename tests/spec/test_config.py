@@ -44,6 +44,7 @@ def test_ulx3s_geometry():
     assert out_channel_limit(config).bit_length() == 13
     assert post_lanes(config) == 1
     assert config.ne_shift_stages == 1 and preset("small").ne_shift_stages == 0
+    assert config.dispatch_regs == 1 and preset("small").dispatch_regs == 0
 
 
 def test_icebreaker_geometry():
@@ -59,7 +60,7 @@ def test_icebreaker_geometry():
     ("ne_out_channels", 4095 * 4095 + 1), ("ne_kernel_queue", 1), ("ne_kernel_queue", 65),
     ("ne_out_size", -1), ("ne_out_size", 4096), ("ne_control", "small"),
     ("ne_post_lanes", -1), ("ne_post_lanes", 3), ("ne_post_lanes", 32),
-    ("ne_shift_stages", -1), ("ne_shift_stages", 2),
+    ("ne_shift_stages", -1), ("ne_shift_stages", 2), ("dispatch_regs", 2),
     ("dp_banks", -1), ("dp_banks", 8), ("dp_banks", 24), ("dp_banks", 2048)])
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"NPUConfig.{field}"):

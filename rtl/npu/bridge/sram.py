@@ -33,8 +33,9 @@ class WishboneSRAM(wiring.Component):
     """``words`` words of ``data_width`` bits on the system-memory bus (``docs/system.md``).
 
     Never stalls; a request taken in cycle ``t`` is answered in cycle ``t + 1`` (``ack``, with
-    ``dat_r`` on a read), one request a cycle. A write changes the bytes whose ``sel`` bit is
-    set. A request with ``adr >= words`` is answered by ``err`` and touches nothing.
+    ``dat_r`` on a read), or ``t + 2`` with ``request_register``, one request a cycle. A write
+    changes the bytes whose ``sel`` bit is set. A request with ``adr >= words`` is answered by
+    ``err`` and touches nothing.
 
     Two builds with that same behaviour:
 
@@ -58,13 +59,18 @@ class WishboneSRAM(wiring.Component):
         ``True``: the SPRAM build (``ValueError`` if ``init`` is given or the size does not
         fit); ``False``: block RAM; ``None`` (the default): SPRAM when elaborated for an
         iCE40 UltraPlus platform and the memory fits without ``init``, else block RAM.
+    request_register : bool
+        A register between the bus and the memory's address, data and enables: the request
+        path from the masters (through the arbiters) ends at a flip-flop instead of at the
+        block RAM's address pins, for one more cycle of latency
+        (``docs/bridge.md``, "Board tops").
 
     Members
     -------
     bus : In(WishboneSignature(ADDR_BITS, data_width))
     """
 
-    def __init__(self, words, data_width=32, *, init=(), spram=None):
+    def __init__(self, words, data_width=32, *, init=(), spram=None, request_register=False):
         if not isinstance(words, int) or isinstance(words, bool) or words < 1:
             raise ValueError(f"Words must be a positive integer, not {words!r}")
         self._words = words
@@ -77,6 +83,7 @@ class WishboneSRAM(wiring.Component):
             raise ValueError(f"WishboneSRAM(spram=True): {words} words of {data_width} bits "
                              f"need more than the {SPRAM_COUNT} SPRAMs of 16K x 16 bits")
         self._spram = spram
+        self._request_register = bool(request_register)
         super().__init__({"bus": In(WishboneSignature(ADDR_BITS, data_width))})
 
     @property
@@ -93,18 +100,36 @@ class WishboneSRAM(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        taken = bus.cyc & bus.stb
-        inside = bus.adr < self._words
         m.d.comb += bus.stall.eq(0)
+        req = self._request(m)
+        taken = req.cyc & req.stb
+        inside = req.adr < self._words
         m.d.sync += [bus.ack.eq(taken & inside), bus.err.eq(taken & ~inside)]
         if self.uses_spram(platform):
-            self._spram_build(m, taken & inside)
+            self._spram_build(m, req, taken & inside)
         else:
-            self._block_ram_build(m, taken & inside)
+            self._block_ram_build(m, req, taken & inside)
         return m
 
-    def _block_ram_build(self, m, go):
+    def _request(self, m):
+        """The request the memory serves: the bus's own, or (``request_register``) the bus's
+        of the cycle before."""
+        if not self._request_register:
+            return self.bus
         bus = self.bus
+        req = WishboneSignature(ADDR_BITS, self._data_width).flip().create(path=("req",))
+        # Only ``stb`` (a request is there) needs a reset; the rest is read only with it.
+        for name in ("cyc", "we", "adr", "sel", "dat_w"):
+            field = getattr(req, name)
+            held = Signal.like(field, name=f"req_{name}", reset_less=True)
+            m.d.sync += held.eq(getattr(bus, name))
+            m.d.comb += field.eq(held)
+        stb = Signal(name="req_stb")
+        m.d.sync += stb.eq(bus.cyc & bus.stb)
+        m.d.comb += req.stb.eq(stb)
+        return req
+
+    def _block_ram_build(self, m, bus, go):
         lanes = self._data_width // 8
         m.submodules.mem = mem = Memory(shape=self._data_width, depth=self._words,
                                         init=self._init)
@@ -114,11 +139,10 @@ class WishboneSRAM(wiring.Component):
             w.addr.eq(bus.adr), w.data.eq(bus.dat_w),
             w.en.eq(bus.sel & (go & bus.we).replicate(lanes)),
             r.addr.eq(bus.adr), r.en.eq(bus.cyc & bus.stb & ~bus.we),
-            bus.dat_r.eq(r.data),
+            self.bus.dat_r.eq(r.data),
         ]
 
-    def _spram_build(self, m, go):
-        bus = self.bus
+    def _spram_build(self, m, bus, go):
         per_bank = self._data_width // SPRAM_WIDTH
         banks = -(-self._words // SPRAM_WORDS)
         offset = bus.adr[:14]
@@ -144,4 +168,4 @@ class WishboneSRAM(wiring.Component):
                 )
                 outs.append(out)
             with m.If(read_bank == b):
-                m.d.comb += bus.dat_r.eq(Cat(*outs))
+                m.d.comb += self.bus.dat_r.eq(Cat(*outs))

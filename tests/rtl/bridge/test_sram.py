@@ -1,6 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """On-chip system memory of the boards (``npu.bridge.sram``): byte-lane writes, reads one
-cycle after the request, one request a cycle, ``err`` past its size."""
+cycle after the request (two with its request register), one request a cycle, ``err`` past its
+size."""
 
 import pytest
 
@@ -8,10 +9,13 @@ from npu.bridge import WishboneSRAM
 from npu_sim.streams import run_simulation
 
 
+@pytest.mark.parametrize("registered", [False, True])
 @pytest.mark.parametrize("width", [32, 64])
-def test_sram(width):
+def test_sram(width, registered):
+    """Requests back to back; with ``request_register`` every answer comes one cycle later."""
     lanes = width // 8
-    dut = WishboneSRAM(10, width, init=[0x0102030405060708 & ((1 << width) - 1)] * 10)
+    dut = WishboneSRAM(10, width, init=[0x0102030405060708 & ((1 << width) - 1)] * 10,
+                       request_register=registered)
     answers = []
 
     async def tb(ctx):
@@ -28,13 +32,20 @@ def test_sram(width):
             ctx.set(bus.dat_w, data)
             _, _, stall = await ctx.tick().sample(bus.stall)
             assert not stall
-            ack, err, dat_r = ctx.get(bus.ack), ctx.get(bus.err), ctx.get(bus.dat_r)
-            answers.append((ack, err, dat_r if not we else None))
+            answers.append((ctx.get(bus.ack), ctx.get(bus.err), ctx.get(bus.dat_r)))
         ctx.set(bus.stb, 0)
+        for _ in range(2):
+            await ctx.tick()
+            answers.append((ctx.get(bus.ack), ctx.get(bus.err), ctx.get(bus.dat_r)))
 
     run_simulation(dut, [tb])
     init = 0x0102030405060708 & ((1 << width) - 1)
     mask = 0xFF | 0xFF << 16
-    assert [a[:2] for a in answers] == [(1, 0), (1, 0), (0, 1), (1, 0), (1, 0), (0, 1)]
+    expected = [(1, 0), (1, 0), (0, 1), (1, 0), (1, 0), (0, 1), (0, 0)]
+    if registered:
+        # Nothing in the cycle after the first request: every answer is one cycle later.
+        assert answers[0][:2] == (0, 0)
+        answers = answers[1:]
+    assert [a[:2] for a in answers[:7]] == expected
     assert answers[3][2] == (init & ~mask) | mask
     assert answers[4][2] == 0xAB
