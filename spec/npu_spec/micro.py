@@ -10,7 +10,7 @@ register word is not kept: a descriptor write to it is dropped, a read returns 0
 from . import dataproc, dma, neural, planar
 from .registers import register_maps
 
-__all__ = ["BLOCK_WORDS", "REGISTER_BLOCKS", "ROWS", "register_row", "reset_rows"]
+__all__ = ["BLOCK_WORDS", "REGISTER_BLOCKS", "ROWS", "UNSUPPORTED", "register_row", "reset_rows"]
 
 #: Register words of a kept block (a power of two, so a block is aligned).
 BLOCK_WORDS = 32
@@ -62,3 +62,8 @@ def reset_rows():
 for _start in REGISTER_BLOCKS:
     if _start % BLOCK_WORDS:
         raise AssertionError(f"register block 0x{_start:X} is not aligned to {BLOCK_WORDS}")
+
+
+#: Error code with which a micro unit ends a task whose register values it does not implement
+#: (every engine's error field is 4 bits; the engines' own codes stay below it).
+UNSUPPORTED = 15
