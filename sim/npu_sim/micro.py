@@ -60,13 +60,15 @@ async def _read(ctx, bus, address):
     return ctx.get(bus.r_data)
 
 
-def run_micro(program, *, neural=None, planar=None, max_cycles=2_000_000, writes=None):
+def run_micro(program, *, neural=None, planar=None, max_cycles=2_000_000, writes=None,
+              onchip=False):
     """Run ``program`` (:class:`npu_spec.program.Program`) on the micro build in the Amaranth
     simulator; returns ``{"memory": bytes, "registers": {name: word}, "cycles": int}`` with
     the task manager's ``EXC_STATUS``, ``EXC_ADDR``, ``IRQ_STATUS``, ``STATUS`` and every
     queue's ``Qi_STATUS``, and ``NPU_INFO``'s identification words. ``writes`` replaces the
-    host's setup writes (``npu_sim.system.setup_writes``). :class:`TimeoutError` after
-    ``max_cycles`` without ``STATUS.idle``."""
+    host's setup writes (``npu_sim.system.setup_writes``). With ``onchip``, also ``"buffer"``
+    and ``"kernel"``: the buffer's elements and the kernel memory's words (lists of ints).
+    :class:`TimeoutError` after ``max_cycles`` without ``STATUS.idle``."""
     config = program.config
     dut = MicroSystem(MicroNPU(config, neural=neural, planar=planar), program.memory)
     tm = task_manager_map(config.task_queues)
@@ -96,6 +98,9 @@ def run_micro(program, *, neural=None, planar=None, max_cycles=2_000_000, writes
         out["cycles"] = cycles
         out["memory"] = b"".join(ctx.get(dut.memory.data[k]).to_bytes(4, "little")
                                  for k in range(dut.memory.depth))
+        if onchip:
+            for name, memory in (("buffer", dut.npu.buffer), ("kernel", dut.npu.kmem)):
+                out[name] = [ctx.get(memory.data[k]) for k in range(memory.depth)]
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
