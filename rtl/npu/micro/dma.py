@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from npu_spec import dataproc
 from npu_spec.config import NPUConfig
 from npu_spec.dma import DMA, RANK, SIZE_BITS, DmaDir, DmaError, DmaFormat
+from npu_spec.taskman import address_bits
 
 from .unit import BUF_ADDR_BITS, KMEM_ADDR_BITS, unit_members
 
@@ -15,6 +16,10 @@ __all__ = ["MicroDMA"]
 #: The task registers in the order the unit reads them at its start (consecutive words).
 _LOADED = ("MODE", "MEM_ADDR", "BUF_ADDR", "SIZE0", "SIZE1", "SIZE2") + tuple(
     f"MEM_STRIDE{k}" for k in range(RANK))
+
+
+#: The register holding size ``n_k``.
+_SIZE_WORD = ("SIZE0", "SIZE0", "SIZE1", "SIZE1", "SIZE2")
 
 
 def _consecutive(names):
@@ -32,24 +37,26 @@ def _field(word, register, name):
 
 class MicroDMA(wiring.Component):
     """Copies the elements of a rank-5 index space between system memory and the buffer or
-    the kernel memory, exactly as ``npu_model.system`` does (``docs/micro.md``).
+    the kernel memory, exactly as ``npu_model.system`` does (``docs/micro.md``, "The DMA
+    unit").
 
     At its start the unit reads ``MODE``, ``MEM_ADDR``, ``BUF_ADDR``, the sizes and the memory
     strides from the register file and checks mode, shape and alignment. It then walks the
-    index space twice, one element a step, keeping a memory and an on-chip pointer: a dry
-    pass checks every element against the window and the on-chip memory (the first element
-    outside the window ends it with ``WINDOW``; one outside the on-chip memory gives
-    ``BOUNDS`` unless a later one is outside the window), and the second pass copies. A
-    step reads the strides it needs from the register file: moving on along ``i_k`` adds
-    stride ``k`` to both pointers after walking the inner indices back to 0 by subtracting
-    their strides one step at a time, so every pointer value is an element's address and
-    the pointers are only as wide as an in-window address plus one stride.
+    index space twice, one element a step, with a memory and an on-chip pointer: a checking
+    pass (the first element outside the window ends it with ``WINDOW``; one outside the
+    on-chip memory gives ``BOUNDS`` unless a later one is outside the window), then the
+    copying pass. Each index ``i_k`` has a down counter; moving on along ``i_k`` walks every
+    inner index back to 0 by subtracting its stride one step at a time, then adds stride
+    ``k``; the strides and the sizes are read from the register file when a step needs them.
+    Every pointer value is so an element's address, and a pointer is only as wide as an
+    in-window address plus one stride.
 
     Parameters
     ----------
     config : NPUConfig
         Sizes of system memory (``mem_kib``), buffer (``buffer_kib``) and kernel memory
-        (``kernel_kib``), and ``cores`` (the kernel memory ``MODE.core`` may name).
+        (``kernel_kib``), ``cores`` (the kernel memory ``MODE.core`` may name), and the width
+        of the window's ``BASE`` and ``LIMIT`` (``npu_spec.taskman.address_bits``).
 
     Members
     -------
@@ -65,9 +72,9 @@ class MicroDMA(wiring.Component):
         Byte lanes of ``mem_wdata`` written to ``mem_addr`` in this cycle.
     kmem_waddr : Out(10), kmem_wdata : Out(32), kmem_we : Out(1)
         Kernel-memory write port.
-    base : In(32)
+    base : In(address_bits)
         ``BASE`` of the task's network window (32-bit words).
-    limit : In(32)
+    limit : In(address_bits)
         ``LIMIT`` of that window (32-bit words).
     """
 
@@ -87,6 +94,7 @@ class MicroDMA(wiring.Component):
                              f"{1 << KMEM_ADDR_BITS} words, not {self._kernel_words} "
                              f"(kernel_kib {config.kernel_kib})")
         self.mem_addr_bits = max(1, (self._mem_words - 1).bit_length())
+        self.address_bits = address_bits(config)
         super().__init__(unit_members() | {
             "mem_addr": Out(self.mem_addr_bits),
             "mem_re": Out(1),
@@ -96,8 +104,8 @@ class MicroDMA(wiring.Component):
             "kmem_waddr": Out(KMEM_ADDR_BITS),
             "kmem_wdata": Out(32),
             "kmem_we": Out(1),
-            "base": In(32),
-            "limit": In(32),
+            "base": In(self.address_bits),
+            "limit": In(self.address_bits),
         })
 
     @property
@@ -106,22 +114,27 @@ class MicroDMA(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        t = self._task_registers(m)
-        walk = self._walker(m, t)
-        self._control(m, t, walk)
+        w = {
+            # Down counters: i_k = n_k - c_k; c_k == 1 at the last value of i_k.
+            "c": Array(Signal(SIZE_BITS, name=f"c{k}") for k in range(RANK)),
+            # A memory byte offset: an in-window offset plus or minus one stride.
+            "pm": Signal(signed(self.address_bits + 2 + 32)),
+            # An on-chip address: inside the memory plus or minus one stride.
+            "pb": Signal(signed(max(BUF_ADDR_BITS, DMA["BUF_ADDR"]["addr"].width) + 1 + 32)),
+        }
+        t = self._task_registers(m, w)
+        self._checks(m, t, w)
+        self._control(m, t, w)
         return m
 
     # -- the task registers -----------------------------------------------------------------
 
-    def _task_registers(self, m):
-        """Read the task's registers at the start; their fields and the checks on them."""
+    def _task_registers(self, m, w):
+        """Read the task's registers (at the start of each pass): the mode fields, the
+        pointers' starts, the counters, and the checks on them."""
         first = _consecutive(_LOADED)
-        t = {
-            "dir": Signal(2), "fmt": Signal(2), "core": Signal(6),
-            "mem_addr": Signal(32), "buf_addr": Signal(DMA["BUF_ADDR"]["addr"].width),
-            "sizes": Array(Signal(SIZE_BITS, name=f"n{k}") for k in range(RANK)),
-            "align_bad": Signal(), "loading": Signal(), "loaded": Signal(),
-        }
+        t = {"dir": Signal(2), "fmt": Signal(2), "core": Signal(6),
+             "align_bad": Signal(), "loading": Signal(), "loaded": Signal()}
         # Register `step` is addressed in one cycle; its word is on reg_data in the next, when
         # `step` has moved on by one.
         step = Signal(range(len(_LOADED) + 2))
@@ -137,6 +150,8 @@ class MicroDMA(wiring.Component):
         size = Signal(3)
         m.d.comb += size.eq(Mux(t["fmt"] == DmaFormat.INT8, 1,
                                 Mux(t["fmt"] == DmaFormat.HALF, 2, 4)))
+        misaligned = (data[:2] & (size - 1)[:2]) != 0
+
         def got(name):
             return m.Case(_LOADED.index(name) + 1)
 
@@ -145,47 +160,41 @@ class MicroDMA(wiring.Component):
                 m.d.sync += [t[f].eq(_field(data, mode, f)) for f in ("dir", "fmt", "core")]
                 m.d.sync += t["align_bad"].eq(0)
             with got("MEM_ADDR"):
-                m.d.sync += t["mem_addr"].eq(data)
-                with m.If((data[:2] & (size - 1)[:2]) != 0):
+                m.d.sync += w["pm"].eq(data)
+                with m.If(misaligned):
                     m.d.sync += t["align_bad"].eq(1)
             with got("BUF_ADDR"):
-                m.d.sync += t["buf_addr"].eq(_field(data, DMA["BUF_ADDR"], "addr"))
-            with got("SIZE0"):
-                m.d.sync += [t["sizes"][k].eq(_field(data, DMA["SIZE0"], f"n{k}")) for k in (0, 1)]
-            with got("SIZE1"):
-                m.d.sync += [t["sizes"][k].eq(_field(data, DMA["SIZE1"], f"n{k}")) for k in (2, 3)]
-            with got("SIZE2"):
-                m.d.sync += t["sizes"][4].eq(_field(data, DMA["SIZE2"], "n4"))
+                m.d.sync += w["pb"].eq(_field(data, DMA["BUF_ADDR"], "addr"))
+            for name in dict.fromkeys(_SIZE_WORD):
+                with got(name):
+                    m.d.sync += [w["c"][k].eq(_field(data, DMA[name], f"n{k}"))
+                                 for k in range(RANK) if _SIZE_WORD[k] == name]
             for k in range(RANK):
                 with got(f"MEM_STRIDE{k}"):
-                    with m.If((t["sizes"][k] > 1) & ((data[:2] & (size - 1)[:2]) != 0)):
+                    with m.If((w["c"][k] > 1) & misaligned):
                         m.d.sync += t["align_bad"].eq(1)
+        t["size"] = size
+        return t
 
-        # The checks of npu_spec.dma.dma_error before the walk, in its order.
+    def _checks(self, m, t, w):
+        """The checks of ``npu_spec.dma.dma_error`` (combinational)."""
         kmem = t["dir"] == DmaDir.MEM_TO_KMEM
         word = t["fmt"] == DmaFormat.WORD
-        t["size"] = size
         t["kmem"] = kmem
         t["bad_mode"] = ((t["dir"] > DmaDir.MEM_TO_KMEM) | (t["fmt"] > DmaFormat.WORD)
                          | (word != kmem) | (kmem & (t["core"] >= self._config.cores)))
-        t["bad_shape"] = Cat(*(n == 0 for n in t["sizes"])).any()
-        return t
-
-    # -- the index walk ---------------------------------------------------------------------
-
-    def _walker(self, m, t):
-        """Counters, pointers and the stride steps that move them."""
-        w = {
-            "i": Array(Signal(SIZE_BITS, name=f"i{k}") for k in range(RANK)),
-            # A memory byte offset: in the window (< 2**34) plus or minus one stride.
-            "pm": Signal(signed(36)),
-            # An on-chip address: inside the memory (< 2**24) plus or minus one stride.
-            "pb": Signal(signed(34)),
-            "level": Signal(range(RANK)),    # the index a stride step moves
-            "target": Signal(range(RANK)),   # the index moving on
-            "sub": Signal(),                 # the step walks back (subtracts)
-        }
-        last = [w["i"][k] == t["sizes"][k] - 1 for k in range(RANK)]
+        t["bad_shape"] = Cat(*(c == 0 for c in w["c"])).any()
+        pm, pb = w["pm"], w["pb"]
+        # An aligned element lies inside the window when its first byte does (the window is
+        # whole words).
+        w["out_of_window"] = (pm < 0) | (pm[2:] >= self.limit)
+        onchip = Mux(kmem, self._kernel_words, self._buffer_elements)
+        w["out_of_bounds"] = (pb < 0) | (pb >= onchip)
+        address = Signal(self.address_bits + 1)
+        m.d.comb += address.eq(self.base + pm[2:2 + self.address_bits])
+        w["bus_error"] = address >= self._mem_words
+        m.d.comb += self.mem_addr.eq(address)
+        last = [c == 1 for c in w["c"]]
         w["finished"] = Cat(*last).all()
         # The innermost index that is not at its last value moves on.
         w["next"] = Signal(range(RANK))
@@ -193,31 +202,26 @@ class MicroDMA(wiring.Component):
             with m.If(~last[k]):
                 m.d.comb += w["next"].eq(k)
 
-        limit_bytes = Signal(35)
-        m.d.comb += limit_bytes.eq(self.limit << 2)
-        onchip = Mux(t["kmem"], self._kernel_words, self._buffer_elements)
-        w["out_of_window"] = (w["pm"] < 0) | (w["pm"] + t["size"] > limit_bytes)
-        w["out_of_bounds"] = (w["pb"] < 0) | (w["pb"] >= onchip)
-
-        word = Signal(34)
-        m.d.comb += word.eq(self.base + w["pm"][2:34])
-        w["bus_error"] = word >= self._mem_words
-        m.d.comb += self.mem_addr.eq(word)
-        return w
-
     # -- the control ------------------------------------------------------------------------
 
     def _control(self, m, t, w):
         code = Signal(4)
         real = Signal()          # the copying pass (else the checking pass)
         bounds_seen = Signal()
-        i, pm, pb = w["i"], w["pm"], w["pb"]
+        level = Signal(range(RANK))       # the index a step moves
+        target = Signal(range(RANK))      # the index moving on
+        sub = Signal()                    # the step walks back
+        left = Signal(SIZE_BITS)          # steps left walking `level` back, plus one
+        c, pm, pb = w["c"], w["pm"], w["pb"]
         stride_mem = _consecutive([f"MEM_STRIDE{k}" for k in range(RANK)])
         stride_buf = _consecutive([f"BUF_STRIDE{k}" for k in range(RANK)])
-        stride = self.reg_data.as_signed()
+        # One adder a pointer: +stride, or -stride as ~stride + 1.
+        stride = Signal(signed(32))
+        m.d.comb += stride.eq(self.reg_data ^ sub.replicate(32))
 
         with m.FSM():
             with m.State("IDLE"):
+                m.d.sync += real.eq(0)
                 with m.If(self.start):
                     m.next = "LOAD"
 
@@ -227,7 +231,6 @@ class MicroDMA(wiring.Component):
                     m.next = "CHECK"
 
             with m.State("CHECK"):
-                m.d.sync += [real.eq(0), bounds_seen.eq(0)]
                 with m.If(t["bad_mode"]):
                     m.d.sync += code.eq(DmaError.BAD_MODE)
                     m.next = "DONE"
@@ -238,12 +241,8 @@ class MicroDMA(wiring.Component):
                     m.d.sync += code.eq(DmaError.ALIGN)
                     m.next = "DONE"
                 with m.Else():
-                    m.next = "FIRST"
-
-            with m.State("FIRST"):
-                m.d.sync += [pm.eq(t["mem_addr"]), pb.eq(t["buf_addr"])]
-                m.d.sync += [i[k].eq(0) for k in range(RANK)]
-                m.next = "ELEMENT"
+                    m.d.sync += bounds_seen.eq(bounds_seen & real)
+                    m.next = "ELEMENT"
 
             with m.State("ELEMENT"):
                 self._element(m, t, w, real, bounds_seen, code)
@@ -253,47 +252,66 @@ class MicroDMA(wiring.Component):
                 m.next = "NEXT"
 
             with m.State("NEXT"):
-                with m.If(w["finished"]):
-                    with m.If(real):
-                        m.d.sync += code.eq(DmaError.NONE)
-                        m.next = "DONE"
-                    with m.Elif(bounds_seen):
-                        m.d.sync += code.eq(DmaError.BOUNDS)
-                        m.next = "DONE"
-                    with m.Else():
-                        m.d.sync += real.eq(1)
-                        m.next = "FIRST"
-                with m.Else():
-                    m.d.sync += [w["level"].eq(0), w["target"].eq(w["next"])]
+                m.d.sync += [level.eq(0), target.eq(w["next"])]
+                with m.If(~w["finished"]):
                     m.next = "UNWIND"
+                with m.Elif(real):
+                    m.d.sync += code.eq(DmaError.NONE)
+                    m.next = "DONE"
+                with m.Elif(bounds_seen):
+                    m.d.sync += code.eq(DmaError.BOUNDS)
+                    m.next = "DONE"
+                with m.Else():
+                    m.d.sync += real.eq(1)
+                    m.next = "LOAD"
 
             with m.State("UNWIND"):
                 # Walk the inner indices back to 0, then move the target index on.
-                with m.If(w["level"] == w["target"]):
-                    m.d.sync += w["sub"].eq(0)
+                with m.If(level == target):
+                    m.d.sync += sub.eq(0)
                     m.next = "STRIDE_MEM"
-                with m.Elif(i[w["level"]] == 0):
-                    m.d.sync += w["level"].eq(w["level"] + 1)
                 with m.Else():
-                    m.d.sync += w["sub"].eq(1)
+                    m.next = "SIZE"
+
+            with m.State("SIZE"):
+                with m.Switch(level):
+                    for k in range(RANK):
+                        with m.Case(k):
+                            m.d.comb += self.reg_addr.eq(DMA.address(_SIZE_WORD[k]))
+                m.next = "SIZE_GOT"
+
+            with m.State("SIZE_GOT"):
+                with m.Switch(level):
+                    for k in range(RANK):
+                        with m.Case(k):
+                            n = _field(self.reg_data, DMA[_SIZE_WORD[k]], f"n{k}")
+                            m.d.sync += [c[k].eq(n), left.eq(n)]
+                m.d.sync += sub.eq(1)
+                m.next = "BACK"
+
+            with m.State("BACK"):
+                with m.If(left == 1):
+                    m.d.sync += level.eq(level + 1)
+                    m.next = "UNWIND"
+                with m.Else():
+                    m.d.sync += left.eq(left - 1)
                     m.next = "STRIDE_MEM"
 
             with m.State("STRIDE_MEM"):
-                m.d.comb += self.reg_addr.eq(stride_mem + w["level"])
+                m.d.comb += self.reg_addr.eq(stride_mem + level)
                 m.next = "STRIDE_BUF"
 
             with m.State("STRIDE_BUF"):
-                m.d.comb += self.reg_addr.eq(stride_buf + w["level"])
-                m.d.sync += pm.eq(Mux(w["sub"], pm - stride, pm + stride))
+                m.d.comb += self.reg_addr.eq(stride_buf + level)
+                m.d.sync += pm.eq(pm + stride + sub)
                 m.next = "STRIDE_APPLY"
 
             with m.State("STRIDE_APPLY"):
-                m.d.sync += pb.eq(Mux(w["sub"], pb - stride, pb + stride))
-                with m.If(w["sub"]):
-                    m.d.sync += i[w["level"]].eq(i[w["level"]] - 1)
-                    m.next = "UNWIND"
+                m.d.sync += pb.eq(pb + stride + sub)
+                with m.If(sub):
+                    m.next = "BACK"
                 with m.Else():
-                    m.d.sync += i[w["level"]].eq(i[w["level"]] + 1)
+                    m.d.sync += c[level].eq(c[level] - 1)
                     m.next = "ELEMENT"
 
             with m.State("DONE"):
