@@ -15,6 +15,7 @@ from ..lib.csr import CSRSignature
 from .dma import MicroDMA
 from .regfile import MicroRegisterFile
 from .runner import MicroRunner
+from .spram import ElementRAM
 from .unit import unit_members
 
 __all__ = ["MicroAbsent", "MicroNPU"]
@@ -63,7 +64,7 @@ class MicroNPU(wiring.Component):
         self.dma = MicroDMA(config)
         self.neural = neural if neural is not None else MicroAbsent(kmem_read=True)
         self.planar = planar if planar is not None else MicroAbsent()
-        self.buffer = Memory(shape=16, depth=dataproc.buffer_elements(config), init=[])
+        self.buffer = ElementRAM(dataproc.buffer_elements(config))
         self.kmem = Memory(shape=32, depth=config.kernel_kib * 256, init=[])
         self.mem_addr_bits = self.dma.mem_addr_bits
         super().__init__({
@@ -91,19 +92,17 @@ class MicroNPU(wiring.Component):
                      dma.base.eq(runner.base), dma.limit.eq(runner.limit)]
 
         # The running unit owns the register-file read port and the buffer.
-        buf_r = self.buffer.read_port()
-        buf_w = self.buffer.write_port()
+        buf = self.buffer
         done = Signal()
         error = Signal(ERROR_BITS)
         for engine, unit in units.items():
             mine = runner.engine == engine
             m.d.comb += [unit.start.eq(runner.start & mine), unit.reg_data.eq(regfile.r_data),
-                         unit.buf_rdata.eq(buf_r.data)]
+                         unit.buf_rdata.eq(buf.rdata)]
             with m.If(mine):
                 m.d.comb += [regfile.r_addr.eq(unit.reg_addr), done.eq(unit.done),
-                             error.eq(unit.error), buf_r.addr.eq(unit.buf_addr),
-                             buf_w.addr.eq(unit.buf_addr), buf_w.data.eq(unit.buf_wdata),
-                             buf_w.en.eq(unit.buf_we & runner.running)]
+                             error.eq(unit.error), buf.addr.eq(unit.buf_addr),
+                             buf.wdata.eq(unit.buf_wdata), buf.we.eq(unit.buf_we & runner.running)]
         m.d.comb += [runner.done.eq(done & runner.running), runner.error.eq(error)]
 
         # Kernel memory: the DMA unit writes it, the neural unit reads it.
