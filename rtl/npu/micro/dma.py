@@ -29,6 +29,24 @@ def _consecutive(names):
     return first
 
 
+def _at_least(value, bound):
+    """``value >= bound`` for a non-negative ``value`` and a constant ``bound``; a bound that
+    is a power of two needs no comparator."""
+    if bound & (bound - 1) == 0:
+        bits = bound.bit_length() - 1
+        return value.as_unsigned()[bits:] != 0
+    return value >= bound
+
+
+def _add(a, b, carry):
+    """``a + b + carry`` modulo ``2**len(a)`` (``b`` signed and not wider than ``a``,
+    ``carry`` one bit) with a single adder: the carry enters below the lowest bit, as a pair
+    of bits that generate it."""
+    b = Cat(b, b[-1].replicate(len(a) - len(b)))
+    total = Cat(Const(1, 1), a) + Cat(carry, b)
+    return total[1:len(a) + 1]
+
+
 def _field(word, register, name):
     """Field ``name`` of ``register`` in ``word`` (a 32-bit value)."""
     f = register[name]
@@ -117,10 +135,11 @@ class MicroDMA(wiring.Component):
         w = {
             # Down counters: i_k = n_k - c_k; c_k == 1 at the last value of i_k.
             "c": Array(Signal(SIZE_BITS, name=f"c{k}") for k in range(RANK)),
-            # A memory byte offset: an in-window offset plus or minus one stride.
-            "pm": Signal(signed(self.address_bits + 2 + 32)),
-            # An on-chip address: inside the memory plus or minus one stride.
-            "pb": Signal(signed(max(BUF_ADDR_BITS, DMA["BUF_ADDR"]["addr"].width) + 1 + 32)),
+            # A memory byte offset: MEM_ADDR (32 bits), or an in-window offset (below
+            # 2**(address_bits + 2)) plus or minus one 32-bit stride.
+            "pm": Signal(signed(max(32, self.address_bits + 2) + 2)),
+            # An on-chip address: BUF_ADDR, or one inside the memory plus or minus a stride.
+            "pb": Signal(signed(max(32, DMA["BUF_ADDR"]["addr"].width) + 2)),
         }
         t = self._task_registers(m, w)
         self._checks(m, t, w)
@@ -188,11 +207,11 @@ class MicroDMA(wiring.Component):
         # An aligned element lies inside the window when its first byte does (the window is
         # whole words).
         w["out_of_window"] = (pm < 0) | (pm[2:] >= self.limit)
-        onchip = Mux(kmem, self._kernel_words, self._buffer_elements)
-        w["out_of_bounds"] = (pb < 0) | (pb >= onchip)
+        w["out_of_bounds"] = (pb < 0) | Mux(kmem, _at_least(pb, self._kernel_words),
+                                            _at_least(pb, self._buffer_elements))
         address = Signal(self.address_bits + 1)
         m.d.comb += address.eq(self.base + pm[2:2 + self.address_bits])
-        w["bus_error"] = address >= self._mem_words
+        w["bus_error"] = _at_least(address, self._mem_words)
         m.d.comb += self.mem_addr.eq(address)
         last = [c == 1 for c in w["c"]]
         w["finished"] = Cat(*last).all()
@@ -303,11 +322,11 @@ class MicroDMA(wiring.Component):
 
             with m.State("STRIDE_BUF"):
                 m.d.comb += self.reg_addr.eq(stride_buf + level)
-                m.d.sync += pm.eq(pm + stride + sub)
+                m.d.sync += pm.eq(_add(pm, stride, sub))
                 m.next = "STRIDE_APPLY"
 
             with m.State("STRIDE_APPLY"):
-                m.d.sync += pb.eq(pb + stride + sub)
+                m.d.sync += pb.eq(_add(pb, stride, sub))
                 with m.If(sub):
                     m.next = "BACK"
                 with m.Else():

@@ -150,17 +150,26 @@ class MicroRunner(wiring.Component):
             at("Q0_STATUS"): self._pack(tm["Q0_STATUS"], count=q["count"], retired=q["retired"]),
             at("Q0_PTR"): q["ptr"],
         }
-        r_data = Signal(32)
-        with m.If(bus.r_en):
-            with m.Switch(bus.addr):
-                for address, value in list(reads.items()) + list(live.items()):
+        # The read's word offset and window are registered; the word is chosen in the next
+        # cycle (0 unless a read was made).
+        offset_bits = 7
+        if max(a - tm.base for a in live) >> offset_bits or max(reads) >> offset_bits:
+            raise AssertionError("a host register lies beyond the decoded offset bits")
+        in_info = (bus.addr >> offset_bits) == NPU_INFO.base >> offset_bits
+        in_tm = (bus.addr >> offset_bits) == tm.base >> offset_bits
+        r_offset, r_info, r_tm = Signal(offset_bits), Signal(), Signal()
+        m.d.sync += [r_offset.eq(bus.addr), r_info.eq(bus.r_en & in_info),
+                     r_tm.eq(bus.r_en & in_tm)]
+        with m.If(r_info):
+            with m.Switch(r_offset):
+                for address, value in reads.items():
                     with m.Case(address):
-                        m.d.sync += r_data.eq(value)
-                with m.Default():
-                    m.d.sync += r_data.eq(0)
-        with m.Else():
-            m.d.sync += r_data.eq(0)
-        m.d.comb += bus.r_data.eq(r_data)
+                        m.d.comb += bus.r_data.eq(value)
+        with m.If(r_tm):
+            with m.Switch(r_offset):
+                for address, value in live.items():
+                    with m.Case(address - tm.base):
+                        m.d.comb += bus.r_data.eq(value)
 
         data = bus.w_data
         with m.If(bus.w_en):
