@@ -48,10 +48,11 @@ class MicroRunner(wiring.Component):
     error or an engine's nonzero error code retires the queue (``Q0_STATUS.retired``,
     ``EXC_STATUS``, ``EXC_ADDR``, ``IRQ_STATUS.error``).
 
-    Host registers (``bus``): ``NPU_INFO``'s identification and configuration words, and of
-    the task manager's map ``CTRL``, ``IRQ_STATUS``, ``IRQ_ENABLE``, ``EXC_STATUS``,
-    ``EXC_ADDR``, ``STATUS``, ``BASE0``, ``LIMIT0``, ``Q0_CTRL``, ``Q0_HEAD``, ``Q0_PUSH``,
-    ``Q0_TAIL``, ``Q0_STATUS``, ``Q0_PTR``. Other words read 0 and drop writes.
+    Host registers (``bus``): ``NPU_INFO``'s identification and configuration words; of the
+    task manager's map, ``CTRL``, ``IRQ_ENABLE``, ``BASE0``, ``LIMIT0``, ``Q0_CTRL``,
+    ``Q0_HEAD``, ``Q0_PUSH``, ``Q0_TAIL`` (written) and ``IRQ_STATUS`` (read, write 1 to
+    clear), ``EXC_STATUS``, ``EXC_ADDR``, ``STATUS``, ``Q0_STATUS``, ``Q0_PTR`` (read). Other
+    words read 0 and drop writes.
 
     Members
     -------
@@ -134,19 +135,14 @@ class MicroRunner(wiring.Component):
 
         idle = ~q["busy"] & (q["retired"] | (q["count"] == 0) | ~q["enable"])
         status = tm["STATUS"]
+        # What the runtime reads (npu_sim.board_host); the other registers are write-only.
         live = {
-            at("CTRL"): q["enable"],
             at("IRQ_STATUS"): Cat(q["irq_error"], q["irq_done"]),
-            at("IRQ_ENABLE"): Cat(q["en_error"], q["en_done"]),
             at("EXC_STATUS"): self._pack(tm["EXC_STATUS"], cause=q["cause"], count=q["exc_count"],
                                          engine=q["exc_engine"], error_code=q["exc_code"]),
             at("EXC_ADDR"): q["exc_addr"],
             at("STATUS"): self._pack(status, busy=q["busy"], idle=idle,
                                      current_valid=q["busy"]),
-            at("BASE0"): q["base"], at("LIMIT0"): q["limit"],
-            at("Q0_CTRL"): self._pack(tm["Q0_CTRL"], network=q["network"],
-                                      base_index=q["base_index"]),
-            at("Q0_TAIL"): q["tail"],
             at("Q0_STATUS"): self._pack(tm["Q0_STATUS"], count=q["count"], retired=q["retired"]),
             at("Q0_PTR"): q["ptr"],
         }
