@@ -99,8 +99,8 @@ def run_micro(program, *, neural=None, planar=None, max_cycles=2_000_000, writes
         out["memory"] = b"".join(ctx.get(dut.memory.data[k]).to_bytes(4, "little")
                                  for k in range(dut.memory.depth))
         if onchip:
-            for name, memory in (("buffer", dut.npu.buffer.memory), ("kernel", dut.npu.kmem)):
-                out[name] = [ctx.get(memory.data[k]) for k in range(memory.depth)]
+            for name, data in (("buffer", dut.npu.buffer.data), ("kernel", dut.npu.kmem.data)):
+                out[name] = [ctx.get(data[k]) for k in range(data.depth)]
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)

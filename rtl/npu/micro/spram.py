@@ -3,7 +3,7 @@ an iCE40 UltraPlus, an Amaranth memory elsewhere (the simulator's build)."""
 
 from amaranth.hdl import ClockSignal, Instance, Module
 from amaranth.lib import wiring
-from amaranth.lib.memory import Memory
+from amaranth.lib.memory import Memory, MemoryData
 from amaranth.lib.wiring import In, Out
 
 from ..bridge.sram import SPRAM_WIDTH, SPRAM_WORDS, has_spram
@@ -18,7 +18,8 @@ class ElementRAM(wiring.Component):
 
     On a platform with SPRAM (:func:`npu.bridge.sram.has_spram`) the RAM is one
     ``SB_SPRAM256KA`` (``depth`` at most 16K), which has no initial contents; elsewhere it is
-    :attr:`memory`, an Amaranth ``Memory`` (initially zero), which a testbench may read.
+    an Amaranth ``Memory`` of :attr:`data` (a ``MemoryData``, initially zero), which a
+    testbench may read (``ctx.get(ram.data[k])``).
 
     Members
     -------
@@ -37,7 +38,7 @@ class ElementRAM(wiring.Component):
         if not isinstance(depth, int) or not 1 <= depth <= SPRAM_WORDS:
             raise ValueError(f"Depth must be an integer in [1, {SPRAM_WORDS}], not {depth!r}")
         super().__init__()
-        self.memory = Memory(shape=SPRAM_WIDTH, depth=depth, init=[])
+        self.data = MemoryData(shape=SPRAM_WIDTH, depth=depth, init=[])
 
     def elaborate(self, platform):
         m = Module()
@@ -48,9 +49,9 @@ class ElementRAM(wiring.Component):
                 i_ADDRESS=self.addr, i_DATAIN=self.wdata, i_MASKWREN=0b1111,
                 i_STANDBY=0, i_SLEEP=0, i_POWEROFF=1, o_DATAOUT=self.rdata)
             return m
-        m.submodules.memory = self.memory
-        read = self.memory.read_port()
-        write = self.memory.write_port()
+        m.submodules.memory = memory = Memory(self.data)
+        read = memory.read_port()
+        write = memory.write_port()
         m.d.comb += [read.addr.eq(self.addr), self.rdata.eq(read.data),
                      write.addr.eq(self.addr), write.data.eq(self.wdata), write.en.eq(self.we)]
         return m
