@@ -1,15 +1,21 @@
 # amaranth: UnusedElaboratable=no
 """The micro NPU (``npu.micro.top``) on the digits CNN's int8 program for the ``icebreaker``
+preset (``docs/micro.md``), with a random int8 input: its DMA tasks leave the buffer, the
+kernel memory and system memory as the golden system model does; a task for an engine the
+build was given no unit for ends the queue with ``UNSUPPORTED``, never a hang; and (slow) the
+whole program with the micro neural and planar units leaves system memory as the golden model
+does, byte for byte."""The micro NPU (``npu.micro.top``) on the digits CNN's int8 program for the ``icebreaker``
 preset (``docs/micro.md``): its DMA tasks leave the buffer, the kernel memory and system
 memory as the golden system model does, and a task for an engine the build was given no unit
 for ends the queue with ``UNSUPPORTED``, never a hang."""
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from npu_compiler.compile import compile_model
-from npu_model.system import run_program
+from npu_model.system import read_tensor, run_program, write_tensor
 from npu_runtime.runtime import session
 from npu_sim.micro import run_micro
 from npu_spec.config import preset
@@ -23,15 +29,14 @@ from ...compiler.test_digits import MODEL, load_train_module
 
 @pytest.fixture(scope="module")
 def digits():
-    x_train, _, x_test, _ = load_train_module().load_split()
+    x_train = load_train_module().load_split()[0]
     compiled = compile_model(str(MODEL), preset("icebreaker"), fmt="int8",
                              calibration={"input": x_train[:50]}, evaluator=session)
     program = compiled.program
-    memory = bytearray(program.memory)
-    (tensor,) = [t for t in program.tensors if t.role == "input"]
-    values = (x_test[0].reshape(-1) * 127).round().astype("int8")
-    memory[tensor.addr:tensor.addr + values.size] = values.tobytes()
-    return dataclasses.replace(program, memory=bytes(memory))
+    memory = np.frombuffer(program.memory, np.uint8).copy()
+    (inp,) = [t for t in program.tensors if t.role == "input"]
+    write_tensor(memory, inp, np.random.default_rng(7).integers(-128, 128, inp.shape))
+    return dataclasses.replace(program, memory=memory.tobytes())
 
 
 def _engines(program):
@@ -73,3 +78,20 @@ def test_an_engine_without_a_unit_ends_the_queue(digits):
     status = tm["Q0_STATUS"].unpack(got["registers"]["Q0_STATUS"])
     assert status["retired"] == 1 and status["count"] == 0
     assert first == 2
+
+
+@pytest.mark.slow
+def test_whole_program_equals_golden(digits):
+    """The whole program with the micro neural and planar units (``npu.micro.ne``,
+    ``npu.micro.pe``, the other half of the micro build, built in parallel): the logits and the
+    whole system memory equal the golden model's, byte for byte, on a random int8 input."""
+    ne = pytest.importorskip("npu.micro.ne", reason="the micro neural unit is not merged yet")
+    pe = pytest.importorskip("npu.micro.pe", reason="the micro planar unit is not merged yet")
+    program = digits
+    golden = run_program(program)
+    got = run_micro(program, neural=ne.MicroNeural(), planar=pe.MicroPlanar())
+    assert not golden.queue(0).retired and golden.queue(0).completed == digits.queues[0].tasks
+    assert got["registers"]["EXC_STATUS"] == 0
+    (out,) = [t for t in digits.tensors if t.role == "output"]
+    assert (read_tensor(got["memory"], out) == read_tensor(golden.memory, out)).all()
+    assert got["memory"] == golden.memory
