@@ -4,10 +4,7 @@ preset (``docs/micro.md``), with a random int8 input: its DMA tasks leave the bu
 kernel memory and system memory as the golden system model does; a task for an engine the
 build was given no unit for ends the queue with ``UNSUPPORTED``, never a hang; and (slow) the
 whole program with the micro neural and planar units leaves system memory as the golden model
-does, byte for byte."""The micro NPU (``npu.micro.top``) on the digits CNN's int8 program for the ``icebreaker``
-preset (``docs/micro.md``): its DMA tasks leave the buffer, the kernel memory and system
-memory as the golden system model does, and a task for an engine the build was given no unit
-for ends the queue with ``UNSUPPORTED``, never a hang."""
+does, byte for byte."""
 
 import dataclasses
 
