@@ -1,19 +1,25 @@
 """Cycles of the micro build on the digits CNN's DMA tasks (``docs/micro.md``, "Measured
 cycles").
 
-Usage: ``python scripts/micro_cycles.py``. Compiles ``models/digits/digits_cnn.onnx`` for the
-``icebreaker`` preset (int8, calibrated on the first 50 training images), runs the first
+Usage: ``python scripts/micro_cycles.py [--whole]``. Compiles
+``models/digits/digits_cnn.onnx`` for the ``icebreaker`` preset (int8, calibrated on the first 50 training images), runs the first
 ``n`` tasks of its queue on the micro NPU in the Amaranth simulator (``npu_sim.micro``) for
 each ``n`` up to the first neural task, and prints each task's cycles (from ``CTRL.enable``
 to ``STATUS.idle``, the host polling every cycle, less the run of the tasks before it) with
-its element count.
+its element count. ``--whole`` also runs the whole program with the micro neural and planar
+units (``npu.micro.ne``, ``npu.micro.pe``) and prints its cycles and whether system memory
+equals the golden model's.
 """
 
+import argparse
 import dataclasses
+import importlib
 import importlib.util
+import sys
 from pathlib import Path
 
 from npu_compiler.compile import compile_model
+from npu_model.system import run_program
 from npu_runtime.runtime import session
 from npu_sim.micro import run_micro
 from npu_spec.config import preset
@@ -50,7 +56,24 @@ def _elements(words):
     return n
 
 
-def main():
+def _whole(program):
+    try:
+        ne = importlib.import_module("npu.micro.ne")
+        pe = importlib.import_module("npu.micro.pe")
+    except ImportError as error:
+        print(f"micro_cycles: --whole needs the micro neural and planar units ({error})",
+              file=sys.stderr)
+        sys.exit(2)
+    got = run_micro(program, neural=ne.MicroNeural(), planar=pe.MicroPlanar())
+    same = got["memory"] == run_program(program).memory
+    print(f"whole program: {got['cycles']} cycles, system memory equals the golden model's: "
+          f"{same}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--whole", action="store_true", help="also run the whole program")
+    args = parser.parse_args(argv)
     spec = importlib.util.spec_from_file_location("train", ROOT / "models/digits/train.py")
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)
@@ -70,6 +93,8 @@ def main():
         print(f"{n - 1:<5} DMA     {elements:<9} {cycles - before:<7} "
               f"{(cycles - before) / elements:.1f}")
         before = cycles
+    if args.whole:
+        _whole(program)
 
 
 if __name__ == "__main__":
