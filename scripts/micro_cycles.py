@@ -1,14 +1,13 @@
-"""Cycles of the micro build on the digits CNN's DMA tasks (``docs/micro.md``, "Measured
-cycles").
+"""Cycles of the micro build on the digits CNN (``docs/micro.md``, "Measured cycles").
 
 Usage: ``python scripts/micro_cycles.py [--whole]``. Compiles
-``models/digits/digits_cnn.onnx`` for the ``icebreaker`` preset (int8, calibrated on the first 50 training images), runs the first
-``n`` tasks of its queue on the micro NPU in the Amaranth simulator (``npu_sim.micro``) for
-each ``n`` up to the first neural task, and prints each task's cycles (from ``CTRL.enable``
-to ``STATUS.idle``, the host polling every cycle, less the run of the tasks before it) with
-its element count. ``--whole`` also runs the whole program with the micro neural and planar
-units (``npu.micro.ne``, ``npu.micro.pe``) and prints its cycles and whether system memory
-equals the golden model's.
+``models/digits/digits_cnn.onnx`` for the ``icebreaker`` preset (int8, calibrated on the
+first 50 training images) and runs the first ``n`` tasks of its queue on the micro NPU in the
+Amaranth simulator (``npu_sim.micro``), for each ``n`` up to the first neural task; prints
+each DMA task's cycles (from ``CTRL.enable`` to ``STATUS.idle``, the host polling every
+cycle, less the run of the tasks before it) and its element count. ``--whole`` also runs the
+whole program with the micro neural and planar units (``npu.micro.ne``, ``npu.micro.pe``) and
+prints its cycles and whether system memory equals the golden model's.
 """
 
 import argparse
