@@ -203,8 +203,9 @@ class MicroRunner(wiring.Component):
     # -- fetch, check, program, run ---------------------------------------------------------
 
     def _fetch(self, m, q):
-        k = Signal(range(SLOT_WORDS + 1))        # word of the descriptor
-        length = Signal(8)
+        k = Signal(range(HEADER_WORDS + 1))      # header word, HEADER_WORDS in the entries
+        rem = Signal(8)                          # words left, the current one included
+        address = Signal(self._abits + 1)        # the word read
         engine = Signal(2)
         irq_flag = Signal()
         left = Signal(16)                        # data words left in the current entry
@@ -212,15 +213,13 @@ class MicroRunner(wiring.Component):
         beyond = Signal()                        # the word read lies beyond system memory
         word = Signal(32)
         m.d.comb += word.eq(Mux(beyond, 0, self.mem_rdata))
-        address = Signal(self._abits + 1)
-        m.d.comb += [address.eq(q["ptr"] + k), self.mem_addr.eq(address),
-                     self.engine.eq(engine)]
+        m.d.comb += [self.mem_addr.eq(address), self.engine.eq(engine)]
         decode_error, window_error, address_error = Signal(), Signal(), Signal()
-        self._checks(m, q, word, k, left, length, decode_error, window_error, address_error)
+        self._checks(m, q, word, k, left, rem, decode_error, window_error, address_error)
 
         with m.FSM():
             with m.State("IDLE"):
-                m.d.sync += [k.eq(0), left.eq(0)]
+                m.d.sync += [k.eq(0), left.eq(0), address.eq(q["ptr"])]
                 with m.If(q["enable"] & (q["count"] != 0) & ~q["retired"]):
                     m.d.sync += q["busy"].eq(1)
                     m.next = "READ"
@@ -233,9 +232,11 @@ class MicroRunner(wiring.Component):
                 m.next = "WORD"
 
             with m.State("WORD"):
-                m.d.sync += k.eq(k + 1)
+                m.d.sync += [address.eq(address + 1), rem.eq(rem - 1)]
+                with m.If(k != HEADER_WORDS):
+                    m.d.sync += k.eq(k + 1)
                 with m.If(k == 0):
-                    m.d.sync += [length.eq(_field(word, H0, "length")),
+                    m.d.sync += [rem.eq(_field(word, H0, "length") - 1),
                                  engine.eq(_field(word, H0, "engine")),
                                  irq_flag.eq(_field(word, H0, "irq"))]
                 with m.Elif((k >= HEADER_WORDS) & (left == 0)):
@@ -255,7 +256,7 @@ class MicroRunner(wiring.Component):
                 with m.Elif(address_error):
                     m.d.sync += q["cause"].eq(Cause.ADDRESS)
                     m.next = "EXCEPTION"
-                with m.Elif((k != 0) & (k + 1 == length)):
+                with m.Elif((k != 0) & (rem == 1)):
                     m.next = "START"
                 with m.Else():
                     m.next = "READ"
@@ -279,7 +280,7 @@ class MicroRunner(wiring.Component):
                         m.next = "COMPLETE"
 
             with m.State("COMPLETE"):
-                m.d.sync += [q["ptr"].eq(q["ptr"] + length), q["count"].eq(q["count"] - 1)]
+                m.d.sync += [q["ptr"].eq(address), q["count"].eq(q["count"] - 1)]
                 with m.If(irq_flag):
                     m.d.sync += q["irq_done"].eq(1)
                 m.next = "IDLE"
@@ -294,9 +295,9 @@ class MicroRunner(wiring.Component):
                     m.d.sync += [q["exc_engine"].eq(0), q["exc_code"].eq(0)]
                 m.next = "IDLE"
 
-    def _checks(self, m, q, word, k, left, length, decode_error, window_error, address_error):
-        """The checks of :func:`npu_spec.descriptors.decode` on descriptor word ``k``
-        (combinational)."""
+    def _checks(self, m, q, word, k, left, rem, decode_error, window_error, address_error):
+        """The checks of :func:`npu_spec.descriptors.decode` on header word ``k`` or an entry
+        word (``rem`` words left in the descriptor, this one included; combinational)."""
         # Only base-table entry 0 is kept: another entry is an empty window.
         window = Signal(self._abits)
         m.d.comb += window.eq(Mux(q["base_index"] == 0, q["limit"], 0))
@@ -325,5 +326,5 @@ class MicroRunner(wiring.Component):
             m.d.comb += [decode_error.eq((word & reserved_mask(H3)) != 0),
                          window_error.eq(_field(word, H3, "dst") + 1 > window)]
         with m.Elif(left == 0):
-            m.d.comb += [decode_error.eq((count == 0) | (k + 1 + count > length)),
+            m.d.comb += [decode_error.eq((count == 0) | (count >= rem)),
                          address_error.eq(~inside)]
