@@ -199,3 +199,22 @@ def test_register_rows():
     reset = reset_rows()
     assert reset[register_row(neural.core_base(0) + neural.NEURAL_ENGINE["POST_SEED"].offset)] \
         == neural.NEURAL_ENGINE["POST_SEED"].reset
+
+
+def test_a_neural_task_without_core_0_runs_nothing():
+    """``NE_CORES`` 0: the golden model runs no core and the task ends with 0; so does the
+    micro runner, without starting the (absent) neural unit. Then ``NE_CORES`` 1: the absent
+    unit ends the next neural task with ``UNSUPPORTED``."""
+    from npu_spec import dataproc
+
+    def neural(task_id, mask):
+        return encode(Descriptor(task_id=task_id, engine=Engine.NEURAL,
+                                 blocks=(WriteBlock(dataproc.NE_CORES, 1, (mask,)),)))
+
+    _, golden = _compare(_program(_good(1) + [neural(7, 0)]))
+    assert not golden.queue(0).retired and golden.queue(0).completed == 3
+    got = run_micro(_program(_good(1) + [neural(7, 0), neural(8, 1)]))
+    tm = task_manager_map(SMALL.task_queues)
+    exc = tm["EXC_STATUS"].unpack(got["registers"]["EXC_STATUS"])
+    assert exc["cause"] == Cause.ENGINE and exc["error_code"] == UNSUPPORTED
+    assert got["registers"]["EXC_ADDR"] == HEAD + sum(len(d) for d in _good(1)) + 6
