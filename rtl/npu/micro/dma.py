@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from npu_spec import dataproc
 from npu_spec.config import NPUConfig
 from npu_spec.dma import DMA, RANK, SIZE_BITS, DmaDir, DmaError, DmaFormat
+from npu_spec.registers import ADDRESS_WINDOWS
 from npu_spec.taskman import address_bits
 
 from .unit import BUF_ADDR_BITS, KMEM_ADDR_BITS, unit_members
@@ -45,6 +46,17 @@ def _add(a, b, carry):
     b = Cat(b, b[-1].replicate(len(a) - len(b)))
     total = Cat(Const(1, 1), a) + Cat(carry, b)
     return total[1:len(a) + 1]
+
+
+#: Word offsets inside the DMA engine's window (its size, a power of two; the window is aligned).
+_WINDOW_BITS = (ADDRESS_WINDOWS["DMA"][1] - 1).bit_length()
+if DMA.base % (1 << _WINDOW_BITS):
+    raise AssertionError("the DMA window is not aligned to its size")
+
+
+def _register(offset):
+    """The register word at ``offset`` inside the DMA window (no adder for the base)."""
+    return Cat(offset[:_WINDOW_BITS], Const(DMA.base >> _WINDOW_BITS, 16 - _WINDOW_BITS))
 
 
 def _field(word, register, name):
@@ -159,7 +171,7 @@ class MicroDMA(wiring.Component):
         step = Signal(range(len(_LOADED) + 2))
         m.d.comb += t["loaded"].eq(step == len(_LOADED) + 1)
         with m.If(t["loading"]):
-            m.d.comb += self.reg_addr.eq(first + step)
+            m.d.comb += self.reg_addr.eq(_register(first - DMA.base + step))
             m.d.sync += step.eq(step + 1)
         with m.Else():
             m.d.sync += step.eq(0)
@@ -188,9 +200,11 @@ class MicroDMA(wiring.Component):
                 with got(name):
                     m.d.sync += [w["c"][k].eq(_field(data, DMA[name], f"n{k}"))
                                  for k in range(RANK) if _SIZE_WORD[k] == name]
+            # A stride matters when its size is above 1 (a size of 0 fails the shape check,
+            # which comes first).
             for k in range(RANK):
                 with got(f"MEM_STRIDE{k}"):
-                    with m.If((w["c"][k] > 1) & misaligned):
+                    with m.If((w["c"][k] != 1) & misaligned):
                         m.d.sync += t["align_bad"].eq(1)
         t["size"] = size
         return t
@@ -206,7 +220,8 @@ class MicroDMA(wiring.Component):
         pm, pb = w["pm"], w["pb"]
         # An aligned element lies inside the window when its first byte does (the window is
         # whole words).
-        w["out_of_window"] = (pm < 0) | (pm[2:] >= self.limit)
+        a = self.address_bits
+        w["out_of_window"] = (pm < 0) | (pm[2 + a:] != 0) | (pm[2:2 + a] >= self.limit)
         w["out_of_bounds"] = (pb < 0) | Mux(kmem, _at_least(pb, self._kernel_words),
                                             _at_least(pb, self._buffer_elements))
         address = Signal(self.address_bits + 1)
@@ -234,6 +249,9 @@ class MicroDMA(wiring.Component):
         c, pm, pb = w["c"], w["pm"], w["pb"]
         stride_mem = _consecutive([f"MEM_STRIDE{k}" for k in range(RANK)])
         stride_buf = _consecutive([f"BUF_STRIDE{k}" for k in range(RANK)])
+        # The counter of the index moving on, less one (one decrementer for all five).
+        counted = Signal(SIZE_BITS)
+        m.d.comb += counted.eq(c[level] - 1)
         # One adder a pointer: +stride, or -stride as ~stride + 1.
         stride = Signal(signed(32))
         m.d.comb += stride.eq(self.reg_data ^ sub.replicate(32))
@@ -317,11 +335,11 @@ class MicroDMA(wiring.Component):
                     m.next = "STRIDE_MEM"
 
             with m.State("STRIDE_MEM"):
-                m.d.comb += self.reg_addr.eq(stride_mem + level)
+                m.d.comb += self.reg_addr.eq(_register(stride_mem - DMA.base + level))
                 m.next = "STRIDE_BUF"
 
             with m.State("STRIDE_BUF"):
-                m.d.comb += self.reg_addr.eq(stride_buf + level)
+                m.d.comb += self.reg_addr.eq(_register(stride_buf - DMA.base + level))
                 m.d.sync += pm.eq(_add(pm, stride, sub))
                 m.next = "STRIDE_APPLY"
 
@@ -330,7 +348,10 @@ class MicroDMA(wiring.Component):
                 with m.If(sub):
                     m.next = "BACK"
                 with m.Else():
-                    m.d.sync += c[level].eq(c[level] - 1)
+                    with m.Switch(level):
+                        for k in range(RANK):
+                            with m.Case(k):
+                                m.d.sync += c[k].eq(counted)
                     m.next = "ELEMENT"
 
             with m.State("DONE"):
