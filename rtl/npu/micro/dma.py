@@ -56,7 +56,8 @@ if DMA.base % (1 << _WINDOW_BITS):
 
 def _register(offset):
     """The register word at ``offset`` inside the DMA window (no adder for the base)."""
-    return Cat(offset[:_WINDOW_BITS], Const(DMA.base >> _WINDOW_BITS, 16 - _WINDOW_BITS))
+    low = Cat(offset, Const(0, _WINDOW_BITS))[:_WINDOW_BITS]
+    return Cat(low, Const(DMA.base >> _WINDOW_BITS, 16 - _WINDOW_BITS))
 
 
 def _field(word, register, name):

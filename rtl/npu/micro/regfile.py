@@ -1,7 +1,7 @@
 """The micro build's register file: the register words its units read, in one RAM
 (``docs/micro.md``, "The register file")."""
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -54,7 +54,7 @@ class MicroRegisterFile(wiring.Component):
             hit = address[block_bits:] == start >> block_bits
             hits.append(hit)
             with m.If(hit):
-                m.d.comb += row.eq(BLOCK_WORDS * k + address[:block_bits])
+                m.d.comb += row.eq(Cat(address[:block_bits], Const(k, len(row) - block_bits)))
         return row, Cat(*hits).any()
 
     def elaborate(self, platform):

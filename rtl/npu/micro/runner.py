@@ -18,6 +18,14 @@ __all__ = ["MicroRunner"]
 H0, H1, H2, H3 = HEADER
 
 
+def _at_least(value, bound):
+    """``value >= bound`` for an unsigned ``value`` and a constant ``bound``; a bound that is a
+    power of two needs no comparator."""
+    if bound & (bound - 1) == 0:
+        return value[bound.bit_length() - 1:] != 0
+    return value >= bound
+
+
 def _field(word, register, name):
     """Field ``name`` of ``register`` in ``word``."""
     f = register[name]
@@ -228,7 +236,7 @@ class MicroRunner(wiring.Component):
 
             with m.State("READ"):
                 m.d.comb += self.mem_re.eq(1)
-                m.d.sync += beyond.eq(address >= self._mem_words)
+                m.d.sync += beyond.eq(_at_least(address, self._mem_words))
                 m.next = "WORD"
 
             with m.State("WORD"):
@@ -324,7 +332,7 @@ class MicroRunner(wiring.Component):
                                          > window)]
         with m.Elif(k == 3):
             m.d.comb += [decode_error.eq((word & reserved_mask(H3)) != 0),
-                         window_error.eq(_field(word, H3, "dst") + 1 > window)]
+                         window_error.eq(_field(word, H3, "dst") >= window)]
         with m.Elif(left == 0):
             m.d.comb += [decode_error.eq((count == 0) | (count >= rem)),
                          address_error.eq(~inside)]

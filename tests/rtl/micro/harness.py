@@ -2,17 +2,18 @@
 byte lanes), the buffer (16-bit elements) and the kernel memory (32-bit words), each a
 ``lib.memory.Memory`` with a synchronous read port, as the SPRAMs and EBRs of the board."""
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from npu_spec import dataproc
+from npu_spec import dataproc, dma
 
 
 class DMAHarness(wiring.Component):
     """A :class:`npu.micro.dma.MicroDMA` (``dut``) with its memories; the register file is a
-    RAM of the DMA window's words (``regs``, word ``a`` of the window at row ``a``)."""
+    RAM of the DMA window's words (``regs``, word ``a`` of the window at row ``a``; a word
+    outside the window reads 0)."""
 
     def __init__(self, dut, *, memory, buffer, kernel, registers):
         self.dut = dut
@@ -32,8 +33,12 @@ class DMAHarness(wiring.Component):
         m.d.comb += [dut.start.eq(self.start), self.done.eq(dut.done),
                      self.error.eq(dut.error), dut.base.eq(self.base), dut.limit.eq(self.limit)]
 
+        # The DMA window's words; any other register word reads 0 (as in the register file).
         regs = self.regs.read_port()
-        m.d.comb += [regs.addr.eq(dut.reg_addr), dut.reg_data.eq(regs.data)]
+        bits = (self.regs.depth - 1).bit_length()
+        inside = Signal()
+        m.d.sync += inside.eq((dut.reg_addr >> bits) == dma.BASE >> bits)
+        m.d.comb += [regs.addr.eq(dut.reg_addr), dut.reg_data.eq(Mux(inside, regs.data, 0))]
 
         mem_r = self.sysmem.read_port()
         mem_w = self.sysmem.write_port(granularity=8)
