@@ -1,13 +1,15 @@
 # amaranth: UnusedElaboratable=no
 """Area of the micro build's parts on the iCE40UP5K (``docs/micro.md``, "Measured area").
 
-Usage: ``python scripts/micro_area.py [--part dma runner top] [--seed 1] [--synth-opts OPTS]``.
+Usage: ``python scripts/micro_area.py [--part dma runner top sysmem] [--seed 1]
+[--synth-opts OPTS]``.
 Each part is synthesised and placed out of context with ``npu_fpga.synth.synthesize`` on
 ``ice40-up5k`` (Yosys ``-dsp -spram`` unless ``--synth-opts`` says otherwise; nextpnr, the
 target's default router); one row a part: logic cells, EBR, DSP, SPRAM, the harness's own
 flip-flops (a flip-flop a port bit, included in the logic cells) and Fmax. ``runner`` is the
 task runner with the register file; ``top`` the micro NPU with no engine units (their tasks
-end with ``UNSUPPORTED``): runner, register file, DMA unit, buffer and kernel memory.
+end with ``UNSUPPORTED``): runner, register file, DMA unit, buffer and kernel memory;
+``sysmem`` the board's system memory with its two ports (``npu.micro.sysmem``).
 """
 
 import argparse
@@ -20,6 +22,7 @@ from npu.lib.csr import CSRSignature
 from npu.micro.dma import MicroDMA
 from npu.micro.regfile import MicroRegisterFile
 from npu.micro.runner import MicroRunner
+from npu.micro.sysmem import MicroSystemMemory
 from npu.micro.top import MicroNPU
 from npu_fpga.synth import SynthError, synthesize
 from npu_spec.config import preset
@@ -54,7 +57,8 @@ class RunnerWithRegisters(wiring.Component):
         return m
 
 
-PARTS = {"dma": MicroDMA, "runner": RunnerWithRegisters, "top": MicroNPU}
+PARTS = {"dma": MicroDMA, "runner": RunnerWithRegisters, "top": MicroNPU,
+         "sysmem": lambda config: MicroSystemMemory(config.mem_kib * 256)}
 
 
 def main(argv=None):
