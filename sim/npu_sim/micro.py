@@ -4,11 +4,11 @@ memory and status read back (``docs/micro.md``)."""
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from npu.lib.csr import CSRSignature
+from npu.micro.sysmem import MicroSystemMemory
 from npu.micro.top import MicroNPU
 from npu_spec.registers import NPU_INFO
 from npu_spec.taskman import task_manager_map
@@ -19,15 +19,16 @@ __all__ = ["MicroSystem", "run_micro"]
 
 
 class MicroSystem(wiring.Component):
-    """A :class:`MicroNPU` (``npu``) with its system memory (``memory``, 32-bit words with
-    byte lanes, initialised with ``image``); the host bus is forwarded."""
+    """A :class:`MicroNPU` (``npu``) with its system memory (``memory``, the board's
+    :class:`npu.micro.sysmem.MicroSystemMemory`, initialised with ``image``; its bridge port
+    idle); the host bus is forwarded."""
 
     def __init__(self, npu, image=b""):
         self.npu = npu
         words = npu.config.mem_kib * 256
         image = bytes(image) + bytes(-len(image) % 4)
         init = [int.from_bytes(image[k:k + 4], "little") for k in range(0, len(image), 4)]
-        self.memory = Memory(shape=32, depth=words, init=init)
+        self.memory = MicroSystemMemory(words, init=init)
         super().__init__({"bus": In(CSRSignature(16)), "irq": Out(1)})
 
     def elaborate(self, platform):
@@ -36,11 +37,10 @@ class MicroSystem(wiring.Component):
         m.submodules.memory = self.memory
         wiring.connect(m, wiring.flipped(self.bus), npu.bus)
         m.d.comb += self.irq.eq(npu.irq)
-        read = self.memory.read_port()
-        write = self.memory.write_port(granularity=8)
-        m.d.comb += [read.addr.eq(npu.mem_addr), read.en.eq(npu.mem_re),
-                     npu.mem_rdata.eq(read.data), write.addr.eq(npu.mem_addr),
-                     write.data.eq(npu.mem_wdata), write.en.eq(npu.mem_we)]
+        memory = self.memory
+        m.d.comb += [memory.addr.eq(npu.mem_addr), memory.re.eq(npu.mem_re),
+                     npu.mem_rdata.eq(memory.rdata), memory.wdata.eq(npu.mem_wdata),
+                     memory.we.eq(npu.mem_we)]
         return m
 
 
@@ -96,8 +96,9 @@ def run_micro(program, *, neural=None, planar=None, max_cycles=2_000_000, writes
             regs[name] = await _read(ctx, bus, NPU_INFO[name].offset)
         out["registers"] = regs
         out["cycles"] = cycles
-        out["memory"] = b"".join(ctx.get(dut.memory.data[k]).to_bytes(4, "little")
-                                 for k in range(dut.memory.depth))
+        data = dut.memory.data
+        out["memory"] = b"".join(ctx.get(data[k]).to_bytes(4, "little")
+                                 for k in range(data.depth))
         if onchip:
             for name, data in (("buffer", dut.npu.buffer.data), ("kernel", dut.npu.kmem.data)):
                 out[name] = [ctx.get(data[k]) for k in range(data.depth)]
