@@ -10,8 +10,7 @@ register-file port, checks the task as :func:`npu_spec.planar.task_error` does f
         for ky, kx: if (oy sy - py + ky, ox sx - px + kx) inside H x W: v = op(v, A[c, y, x])
         OUT[c, oy, ox] = v
 
-reading ``A[c, y, x]`` at ``A.base + ring(c) A.cstride + y A.rstride + x`` (``ring(c)`` the
-flow-control ring plane, ``c mod slots * planes``, when ``A.slots`` is set) and writing
+reading ``A[c, y, x]`` at ``A.base + c A.cstride + y A.rstride + x`` and writing
 ``OUT.base + c OUT.cstride + oy OUT.rstride + ox``: the golden model's result
 (:func:`npu_model.planar.pool`: a window's valid elements folded in order, padding never
 taken) written where its result beats land (``npu_model.system``) when the datasets are laid
@@ -20,7 +19,12 @@ out as the task (below).
 Errors: :class:`npu_spec.planar.PlanarError` in the golden order, and :data:`UNSUPPORTED` for
 what the unit does not do: the elementwise and reduction modes, and datasets whose width or
 height differ from the task's (operand ``A``: ``W x H``; ``OUT``: ``OW x OH``) or with fewer
-channels (the golden model reinterprets such streams beat by beat).
+channels (the golden model reinterprets such streams beat by beat), and a flow-controlled
+operand whose ring (``slots * max(1, planes)`` planes) is smaller than the task's channels: the
+golden model takes such an operand from its producer as it streams, while the ring planes
+are reused, and the buffer no longer holds the early channels when a micro task runs after
+its producer. With a ring of at least the channels, plane ``c`` is at ``c`` and the buffer
+holds what the producer wrote.
 """
 
 from types import SimpleNamespace
@@ -211,7 +215,7 @@ class MicroPlanar(wiring.Component):
         fits = (lines <= PLANE_DEPTH) & (p.ring + 2 <= RING_WORDS)
         zero = Cat(t.c == 0, t.h == 0, t.w == 0).any()
         layout = ((t.a_w != t.w) | (t.a_h != t.h) | (t.a_c < t.c) | (t.o_w != p.ow)
-                  | (t.o_h != p.oh) | (t.o_c < t.c))
+                  | (t.o_h != p.oh) | (t.o_c < t.c) | ((t.slots != 0) & (p.aring < t.c)))
         checks = [
             (bad_mode, PlanarError.BAD_MODE),
             (t.in_fmt | t.out_fmt, PlanarError.BAD_FORMAT),
@@ -234,7 +238,7 @@ class MicroPlanar(wiring.Component):
             c=Signal(12), oy=Signal(12), ox=Signal(12), ky=Signal(4), kx=Signal(4),
             iy0=Signal(signed(15)), ix0=Signal(signed(15)), iy=Signal(signed(15)),
             ix=Signal(signed(15)), ya0=Signal(ABITS), ya=Signal(ABITS),
-            ca=Signal(ABITS), cplane=Signal(20), ob=Signal(ABITS), orow=Signal(ABITS),
+            ca=Signal(ABITS), ob=Signal(ABITS), orow=Signal(ABITS),
             best=Signal(signed(8)), first=Signal(), st_valid=Signal(),
         )
 
@@ -289,7 +293,7 @@ class MicroPlanar(wiring.Component):
 
             with m.State("CHECK"):
                 m.d.sync += [s.c.eq(0), s.oy.eq(0), s.ox.eq(0), s.ca.eq(t.a_base),
-                             s.cplane.eq(0), s.ob.eq(t.o_base), s.orow.eq(0),
+                             s.ob.eq(t.o_base), s.orow.eq(0),
                              s.iy0.eq(-t.py), s.ix0.eq(-t.px), s.ya0.eq(-p.pyr)]
                 m.d.sync += s.err.eq(code)
                 with m.If(code != 0):
@@ -334,10 +338,7 @@ class MicroPlanar(wiring.Component):
                 m.d.sync += [s.oy.eq(s.oy + 1), s.iy0.eq(s.iy0 + t.sy),
                              s.ya0.eq(s.ya0 + p.syr), s.orow.eq(s.orow + t.o_rs)]
             with m.Else():
-                ring_end = (t.slots != 0) & (s.cplane + 1 == p.aring)
                 m.d.sync += [s.oy.eq(0), s.iy0.eq(-t.py), s.ya0.eq(-p.pyr), s.orow.eq(0),
-                             s.c.eq(s.c + 1), s.ob.eq(s.ob + t.o_cs),
-                             s.ca.eq(Mux(ring_end, t.a_base, s.ca + t.a_cs)),
-                             s.cplane.eq(Mux(ring_end, 0, s.cplane + 1))]
+                             s.c.eq(s.c + 1), s.ob.eq(s.ob + t.o_cs), s.ca.eq(s.ca + t.a_cs)]
                 with m.If(s.c == t.c - 1):
                     m.next = "DONE"

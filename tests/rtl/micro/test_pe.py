@@ -177,6 +177,7 @@ def test_error(fields, expect):
     dict(fields=dict(mode=Mode.REDUCE)),
     dict(out_shape=(2, 2, 3)),
     dict(out_shape=(1, 2, 2)),
+    dict(slots=1, planes=1),
 ])
 def test_unsupported(kw):
     """What the unit does not do ends with UNSUPPORTED, nothing written."""
