@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec import dataproc, neural
@@ -186,7 +187,7 @@ class MicroNeural(wiring.Component):
         adds them up, one addition each a cycle, while ``count`` runs from 0."""
         p = {
             "dr": Signal(ABITS), "sr": Signal(ABITS), "pr": Signal(ABITS),   # d, s, pad x rstride
-            "halo": Signal(8), "rows": Signal(17), "k": Signal(24), "ring": Signal(20),
+            "halo": Signal(8), "rows": Signal(13), "ring": Signal(11),
             "count": Signal(12), "busy": Signal(),
         }
         j = p["count"]
@@ -197,9 +198,10 @@ class MicroNeural(wiring.Component):
             (j < lay.pad, p["pr"], lay.in_rs),
             (j < w1, p["halo"], lay.stride),
             (j + 1 < lay.kw, p["halo"], lay.dilation),
-            (j < lay.kh, p["rows"], lay.icpg),
-            (j < lay.groups, p["k"], lay.ocpg),
-            (j < lay.slots, p["ring"], Mux(lay.planes == 0, 1, lay.planes)),
+            # saturating: only "above the limit" matters
+            ((j < lay.kh) & (p["rows"] <= BUFFER_ROWS), p["rows"], lay.icpg),
+            ((j < lay.slots) & (p["ring"] <= OUT_CHANNELS), p["ring"],
+             Mux(lay.planes == 0, 1, lay.planes)),
         ]
         p["terms"] = terms
         m.d.comb += p["busy"].eq(Cat(t[0] for t in terms).any())
@@ -225,7 +227,8 @@ class MicroNeural(wiring.Component):
                    lay.dilation == 0).any()
         checks = [
             (lay.fmt != MacFormat.INT8, NeuralError.FORMAT),
-            (zero | (p["k"] > OUT_CHANNELS) | (lay.out_h > OUT_SIZE) | (lay.out_w > OUT_SIZE),
+            (zero | ((lay.groups == 1) & (lay.ocpg > OUT_CHANNELS)) | (lay.out_h > OUT_SIZE)
+             | (lay.out_w > OUT_SIZE),
              NeuralError.SHAPE),
             ((lay.kh > MAX_KERNEL) | (lay.kw > MAX_KERNEL) | (lay.log2w < LOG2W[0])
              | (lay.log2w > LOG2W[-1]), NeuralError.KERNEL),
@@ -255,7 +258,6 @@ class MicroNeural(wiring.Component):
         body_words = Signal(16)
         tcount = Signal(3)
         # accumulators, one per channel of the group
-        acc = Array(Signal(32, name=f"acc{i}") for i in range(SLOTS))
         # output position and its input origin
         oy = Signal(12)
         ox = Signal(12)
@@ -281,9 +283,9 @@ class MicroNeural(wiring.Component):
         st_inside = Signal()
         # output channel address (ring planes of a flow-controlled dataset)
         gaddr = Signal(ABITS)
-        gplane = Signal(20)
+        gplane = Signal(11)
         caddr = Signal(ABITS)
-        cplane = Signal(20)
+        cplane = Signal(11)
         # post-processor
         o = Signal(3)
         scale_a = Signal(signed(32))
@@ -295,7 +297,7 @@ class MicroNeural(wiring.Component):
 
         return SimpleNamespace(
             ocg=ocg, gbase=gbase, err=err, hdr=hdr, hdr_words=hdr_words, body=body,
-            body_words=body_words, tcount=tcount, acc=acc, oy=oy, ox=ox, iy0=iy0, ix0=ix0,
+            body_words=body_words, tcount=tcount, oy=oy, ox=ox, iy0=iy0, ix0=ix0,
             ya0=ya0, orow=orow, ic=ic, ky=ky, kx=kx, oc=oc, iy=iy, ix=ix, ya=ya, cb=cb,
             b=b, counting=counting, st_valid=st_valid, st_lane=st_lane, st_byte=st_byte,
             st_inside=st_inside, gaddr=gaddr, gplane=gplane, caddr=caddr, cplane=cplane,
@@ -312,11 +314,15 @@ class MicroNeural(wiring.Component):
             w.eq(self.kmem_data.word_select(s.st_byte, 8)),
             x.eq(Mux(s.st_inside, self.buf_rdata[:8], 0)),
         ]
+        # the accumulators: a RAM, read when a byte is issued, written a cycle on (the read
+        # sees a write to the same channel in that cycle: transparent)
+        m.submodules.acc = acc = Memory(shape=32, depth=SLOTS, init=[])
+        s.acc_w = acc.write_port()
+        s.acc_r = acc.read_port(transparent_for=(s.acc_w,))
+        m.d.comb += [s.acc_r.addr.eq(s.o), s.acc_w.addr.eq(s.o)]
         with m.If(s.st_valid):
-            with m.If(s.counting):
-                m.d.sync += s.acc[s.st_lane].eq(s.acc[s.st_lane] + (w != 0))
-            with m.Else():
-                m.d.sync += s.acc[s.st_lane].eq(s.acc[s.st_lane] + x * w)
+            m.d.comb += [s.acc_w.addr.eq(s.st_lane), s.acc_w.en.eq(1),
+                         s.acc_w.data.eq(s.acc_r.data + Mux(s.counting, w != 0, x * w))]
         m.d.sync += s.st_valid.eq(0)
 
         last_oc = s.oc == s.ocg - 1
@@ -332,6 +338,7 @@ class MicroNeural(wiring.Component):
             """Issue the current byte and element, then s.step the walker (s.oc fastest)."""
             inside = ((s.iy >= 0) & (s.iy < lay.in_h) & (s.ix >= 0) & (s.ix < lay.in_w))
             m.d.comb += [
+                s.acc_r.addr.eq(s.oc),
                 self.kmem_addr.eq(s.body + s.b[2:]),
                 self.buf_addr.eq(lay.in_base + s.cb + s.ya + s.ix[:ABITS]),
             ]
@@ -381,8 +388,8 @@ class MicroNeural(wiring.Component):
                             m.d.sync += stmts
                 m.d.sync += idx.eq(idx + 1)
                 with m.If(idx == len(_READS)):
-                    m.d.sync += [p[n].eq(0) for n in ("dr", "sr", "pr", "halo", "rows", "k",
-                                                      "ring", "count")]
+                    m.d.sync += [p[n].eq(0) for n in ("dr", "sr", "pr", "halo", "rows", "ring",
+                                                      "count")]
                     m.next = "PRODUCTS"
 
             with m.State("PRODUCTS"):
@@ -422,11 +429,18 @@ class MicroNeural(wiring.Component):
                         m.next = "HEADER_LEN"
 
             with m.State("HEADER_LEN"):
-                m.d.sync += [a.eq(0) for a in s.acc]
-                m.d.sync += [s.counting.eq(1), s.iy0.eq(0), s.ix0.eq(0), s.ya0.eq(0)]
+                m.d.sync += [s.counting.eq(1), s.iy0.eq(0), s.ix0.eq(0), s.ya0.eq(0),
+                             s.o.eq(0)]
                 with m.If(s.hdr_words != CHANNEL_WORDS * s.ocg):
                     finish(NeuralError.EXTRACT)
                 with m.Else():
+                    m.next = "CLEAR"
+
+            with m.State("CLEAR"):
+                # the count pass counts from 0
+                m.d.comb += [s.acc_w.data.eq(0), s.acc_w.en.eq(1)]
+                m.d.sync += s.o.eq(s.o + 1)
+                with m.If(s.o == s.ocg - 1):
                     m.next = "COUNT_START"
 
             with m.State("COUNT_START"):
@@ -451,7 +465,7 @@ class MicroNeural(wiring.Component):
             with m.State("NNZ_CHECK"):
                 sw = data.View(register_layout(SHIFT_WORD), self.kmem_data)
                 with m.If((sw.reserved != 0) | (sw.shift > MAX_SHIFT) |
-                          (sw.nnz != s.acc[s.o][:16]) | (s.acc[s.o][16:] != 0)):
+                          (sw.nnz != s.acc_r.data[:16]) | (s.acc_r.data[16:] != 0)):
                     finish(NeuralError.EXTRACT)
                 with m.Elif(s.o == s.ocg - 1):
                     m.d.sync += [s.o.eq(0), s.counting.eq(0), s.oy.eq(0), s.ox.eq(0), s.orow.eq(0),
@@ -475,7 +489,7 @@ class MicroNeural(wiring.Component):
             m.next = "SEED"
 
         with m.State("SEED"):
-            m.d.sync += s.acc[s.o].eq(self.kmem_data)
+            m.d.comb += [s.acc_w.data.eq(self.kmem_data), s.acc_w.en.eq(1)]
             with m.If(s.o == s.ocg - 1):
                 m.d.sync += walk_start()
                 m.next = "MAC"
@@ -494,7 +508,7 @@ class MicroNeural(wiring.Component):
 
         with m.State("SHIFT_ADDR"):
             m.d.comb += self.kmem_addr.eq(s.hdr + CHANNEL_WORDS * s.o + 2)
-            m.d.sync += [s.scale_a.eq(s.acc[s.o]), s.lo.eq(self.kmem_data), s.hi.eq(0),
+            m.d.sync += [s.scale_a.eq(s.acc_r.data), s.lo.eq(self.kmem_data), s.hi.eq(0),
                          s.step.eq(0)]
             m.next = "SHIFT_LATCH"
 

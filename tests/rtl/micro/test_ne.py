@@ -210,6 +210,8 @@ BASE = dict(icpg=2, k=10, kh=1, kw=1, out_h=2, out_w=2)
     (dict(fmt=1), NeuralError.FORMAT),
     (dict(out_w=0), NeuralError.SHAPE),
     (dict(ocpg=1025), NeuralError.SHAPE),
+    (dict(out_h=256), NeuralError.SHAPE),
+    (dict(ocpg=1025), NeuralError.SHAPE),
     (dict(kh=17), NeuralError.KERNEL),
     (dict(log2w=1), NeuralError.KERNEL),
     (dict(kw=3, stride=2), NeuralError.HALO),
