@@ -2,17 +2,13 @@
 """The micro neural unit against the golden model's neural task (``npu_model.system``), bit for
 bit: the whole buffer after the task and the error code."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
-from amaranth.hdl import Cat, Elaboratable, Module, Signal
-from amaranth.lib.memory import Memory
-from amaranth.sim import Simulator
 
 from npu.micro.ne import UNSUPPORTED, MicroNeural
 from npu_model.kernel_codec import encode, kernel_memory
-from npu_model.system import _Machine
+from npu_model.system import run_neural_task
+from npu_sim.micro_units import run_unit
 from npu_spec import dataproc, neural
 from npu_spec.config import preset
 from npu_spec.neural import NeuralError
@@ -20,80 +16,17 @@ from npu_spec.neural import NeuralError
 CONFIG = preset("icebreaker")
 BUF = dataproc.buffer_elements(CONFIG)
 KWORDS = CONFIG.kernel_kib * 256
-#: The register blocks the harness keeps: core 0's and the neural-side datasets'.
-BLOCKS = (neural.core_base(0), dataproc.ne_port_base(0, "IN"))
-
-
-class Harness(Elaboratable):
-    """The unit with a buffer, a kernel memory and a register file (32 words a block of
-    :data:`BLOCKS`; other words read 0), each a synchronous-read RAM."""
-
-    def __init__(self, buffer, kmem, regs):
-        self.dut = MicroNeural()
-        self.buf = Memory(shape=16, depth=BUF, init=[int(v) for v in buffer])
-        self.kmem = Memory(shape=32, depth=KWORDS, init=[int(v) for v in kmem])
-        rows = [0] * (32 * len(BLOCKS))
-        for addr, value in regs.items():
-            for k, start in enumerate(BLOCKS):
-                if start <= addr < start + 32:
-                    rows[32 * k + addr - start] = value
-        self.regs = Memory(shape=32, depth=len(rows), init=rows)
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.dut = dut = self.dut
-        m.submodules.buf = self.buf
-        m.submodules.kmem = self.kmem
-        m.submodules.regs = self.regs
-        br = self.buf.read_port()
-        bw = self.buf.write_port()
-        m.d.comb += [br.addr.eq(dut.buf_addr), dut.buf_rdata.eq(br.data),
-                     bw.addr.eq(dut.buf_addr), bw.data.eq(dut.buf_wdata), bw.en.eq(dut.buf_we)]
-        kr = self.kmem.read_port()
-        m.d.comb += [kr.addr.eq(dut.kmem_addr), dut.kmem_data.eq(kr.data)]
-        rr = self.regs.read_port()
-        block = dut.reg_addr[5:]
-        kept = Signal()
-        m.d.sync += kept.eq((block == BLOCKS[0] >> 5) | (block == BLOCKS[1] >> 5))
-        m.d.comb += [rr.addr.eq(Cat(dut.reg_addr[:5], block == BLOCKS[1] >> 5)),
-                     dut.reg_data.eq(kept.replicate(32) & rr.data)]
-        return m
 
 
 def golden(buffer, kmem, regs):
     """``(error code, buffer)`` of the golden model's neural task."""
-    mach = _Machine(SimpleNamespace(config=CONFIG, memory=b"", memory_bytes=CONFIG.mem_kib
-                                    * 1024))
-    mach.buf[:] = buffer
-    mach.kmem[0][:] = kmem
-    mach.regs.update(regs)
-    code = mach.run_neural()
-    return code, mach.buf
+    return run_neural_task(CONFIG, regs, buffer, kmem)
 
 
-def rtl(buffer, kmem, regs, limit=2_000_000):
+def rtl(buffer, kmem, regs):
     """``(error code, buffer, cycles)`` of the unit."""
-    h = Harness(buffer, kmem, regs)
-    sim = Simulator(h)
-    sim.add_clock(1e-6)
-    out = {}
-
-    async def tb(ctx):
-        ctx.set(h.dut.start, 1)
-        await ctx.tick()
-        ctx.set(h.dut.start, 0)
-        cycles = 1
-        while not ctx.get(h.dut.done):
-            await ctx.tick()
-            cycles += 1
-            assert cycles < limit, "the unit did not finish"
-        out["error"] = ctx.get(h.dut.error)
-        out["cycles"] = cycles
-        out["buf"] = np.array([ctx.get(h.buf.data[i]) for i in range(BUF)], np.uint16)
-
-    sim.add_testbench(tb)
-    sim.run()
-    return out["error"], out["buf"], out["cycles"]
+    err, buf, cycles = run_unit(MicroNeural(), buffer, regs, kmem, limit=2_000_000)
+    return err, np.array(buf, np.uint16), cycles
 
 
 def _params(rng, ocg, n, shift_max):

@@ -2,16 +2,12 @@
 """The micro planar unit against the golden model's planar task (``npu_model.system``), bit
 for bit: the whole buffer after the task and the error code."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
-from amaranth.hdl import Cat, Elaboratable, Module, Signal
-from amaranth.lib.memory import Memory
-from amaranth.sim import Simulator
 
 from npu.micro.pe import UNSUPPORTED, MicroPlanar
-from npu_model.system import _Machine
+from npu_model.system import run_planar_task
+from npu_sim.micro_units import run_unit
 from npu_spec import dataproc
 from npu_spec import planar as spec
 from npu_spec.config import preset
@@ -19,77 +15,18 @@ from npu_spec.planar import Mode, PlanarError, PoolOp
 
 CONFIG = preset("icebreaker")
 BUF = dataproc.buffer_elements(CONFIG)
-#: The register blocks the harness keeps: the planar engine's and the planar-side datasets'.
-BLOCKS = (spec.BASE, dataproc.pe_port_base("A"))
-
-
-class Harness(Elaboratable):
-    """The unit with a buffer and a register file (32 words a block of :data:`BLOCKS`; other
-    words read 0), each a synchronous-read RAM."""
-
-    def __init__(self, buffer, regs):
-        self.dut = MicroPlanar()
-        self.buf = Memory(shape=16, depth=BUF, init=[int(v) for v in buffer])
-        rows = [0] * (32 * len(BLOCKS))
-        for addr, value in regs.items():
-            for k, start in enumerate(BLOCKS):
-                if start <= addr < start + 32:
-                    rows[32 * k + addr - start] = value
-        self.regs = Memory(shape=32, depth=len(rows), init=rows)
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.dut = dut = self.dut
-        m.submodules.buf = self.buf
-        m.submodules.regs = self.regs
-        br = self.buf.read_port()
-        bw = self.buf.write_port()
-        m.d.comb += [br.addr.eq(dut.buf_addr), dut.buf_rdata.eq(br.data),
-                     bw.addr.eq(dut.buf_addr), bw.data.eq(dut.buf_wdata), bw.en.eq(dut.buf_we)]
-        rr = self.regs.read_port()
-        block = dut.reg_addr[5:]
-        kept = Signal()
-        m.d.sync += kept.eq((block == BLOCKS[0] >> 5) | (block == BLOCKS[1] >> 5))
-        m.d.comb += [rr.addr.eq(Cat(dut.reg_addr[:5], block == BLOCKS[1] >> 5)),
-                     dut.reg_data.eq(kept.replicate(32) & rr.data)]
-        return m
 
 
 def golden(buffer, regs, flow=None):
     """``(error code, buffer)`` of the golden model's planar task; ``flow`` what a neural task
     with a flow-controlled output left for it (``(values, dataset)``)."""
-    mach = _Machine(SimpleNamespace(config=CONFIG, memory=b"", memory_bytes=CONFIG.mem_kib
-                                    * 1024))
-    mach.buf[:] = buffer
-    mach.regs.update(regs)
-    mach.flow = flow
-    code = mach.run_planar()
-    return code, mach.buf
+    return run_planar_task(CONFIG, regs, buffer, flow)
 
 
-def rtl(buffer, regs, limit=500_000):
+def rtl(buffer, regs):
     """``(error code, buffer, cycles)`` of the unit."""
-    h = Harness(buffer, regs)
-    sim = Simulator(h)
-    sim.add_clock(1e-6)
-    out = {}
-
-    async def tb(ctx):
-        ctx.set(h.dut.start, 1)
-        await ctx.tick()
-        ctx.set(h.dut.start, 0)
-        cycles = 1
-        while not ctx.get(h.dut.done):
-            await ctx.tick()
-            cycles += 1
-            assert cycles < limit, "the unit did not finish"
-        out["error"] = ctx.get(h.dut.error)
-        out["cycles"] = cycles
-        out["buf"] = np.array([ctx.get(h.buf.data[i]) for i in range(BUF)], np.uint16)
-
-    sim.add_testbench(tb)
-    sim.run()
-    return out["error"], out["buf"], out["cycles"]
+    err, buf, cycles = run_unit(MicroPlanar(), buffer, regs, limit=500_000)
+    return err, np.array(buf, np.uint16), cycles
 
 
 def build(rng, *, c, h, w, kh, kw, sy, sx, py=0, px=0, op=PoolOp.MAX, slots=0, planes=0,
