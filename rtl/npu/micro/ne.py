@@ -93,6 +93,8 @@ Layer = data.StructLayout({
     "out_base": 14, "slots": 10, "planes": 10, "out_cs": 14, "out_rs": 14,
 })
 
+if CHANNEL_WORDS != 3:
+    raise AssertionError("the header walk assumes 3 words a channel")
 if GROUP_TABLE_WORDS != 4:
     raise AssertionError("the table walk assumes 4-word group-table entries")
 
@@ -273,7 +275,7 @@ class MicroNeural(wiring.Component):
         iy = Signal(signed(ABITS + 1))
         ix = Signal(signed(ABITS + 1))
         ya = Signal(ABITS)
-        cb = Signal(ABITS)
+        cb = Signal(ABITS)                   # input channel address
         b = Signal(16)
         counting = Signal()
         # the walker's issued access, one cycle on: the multiply-add
@@ -288,7 +290,6 @@ class MicroNeural(wiring.Component):
         cplane = Signal(11)
         # post-processor
         o = Signal(3)
-        scale_a = Signal(signed(32))
         hi = Signal(signed(34))
         lo = Signal(32)
         step = Signal(6)
@@ -301,7 +302,7 @@ class MicroNeural(wiring.Component):
             ya0=ya0, orow=orow, ic=ic, ky=ky, kx=kx, oc=oc, iy=iy, ix=ix, ya=ya, cb=cb,
             b=b, counting=counting, st_valid=st_valid, st_lane=st_lane, st_byte=st_byte,
             st_inside=st_inside, gaddr=gaddr, gplane=gplane, caddr=caddr, cplane=cplane,
-            o=o, scale_a=scale_a, hi=hi, lo=lo, step=step, shift=shift, rbit=rbit)
+            o=o, hi=hi, lo=lo, step=step, shift=shift, rbit=rbit)
 
     def _walker(self, m, lay, p, s):
         """The multiply-add of the issued byte, and the walker over the body's scan order:
@@ -332,7 +333,7 @@ class MicroNeural(wiring.Component):
 
         def walk_start():
             return [s.ic.eq(0), s.ky.eq(0), s.kx.eq(0), s.oc.eq(0), s.iy.eq(s.iy0), s.ix.eq(s.ix0),
-                    s.ya.eq(s.ya0), s.cb.eq(0), s.b.eq(0)]
+                    s.ya.eq(s.ya0), s.cb.eq(lay.in_base), s.b.eq(0)]
 
         def walk_issue():
             """Issue the current byte and element, then s.step the walker (s.oc fastest)."""
@@ -340,7 +341,7 @@ class MicroNeural(wiring.Component):
             m.d.comb += [
                 s.acc_r.addr.eq(s.oc),
                 self.kmem_addr.eq(s.body + s.b[2:]),
-                self.buf_addr.eq(lay.in_base + s.cb + s.ya + s.ix[:ABITS]),
+                self.buf_addr.eq(s.cb + s.ya + s.ix[:ABITS]),
             ]
             m.d.sync += [s.st_valid.eq(1), s.st_lane.eq(s.oc), s.st_byte.eq(s.b[:2]),
                          s.st_inside.eq(inside), s.b.eq(s.b + 1)]
@@ -369,6 +370,10 @@ class MicroNeural(wiring.Component):
     def _run(self, m, lay, p, code, load):
         idx, load_latch = load
         s = self._state()
+        # header word offsets, CHANNEL_WORDS (3) a channel, without a multiplier (Yosys would
+        # give even a constant multiplication a DSP)
+        s.o3 = (s.o << 1) + s.o
+        s.ocg3 = (s.ocg << 1) + s.ocg
         walk_start, walk_issue = self._walker(m, lay, p, s)
 
         def finish(value):
@@ -431,7 +436,7 @@ class MicroNeural(wiring.Component):
             with m.State("HEADER_LEN"):
                 m.d.sync += [s.counting.eq(1), s.iy0.eq(0), s.ix0.eq(0), s.ya0.eq(0),
                              s.o.eq(0)]
-                with m.If(s.hdr_words != CHANNEL_WORDS * s.ocg):
+                with m.If(s.hdr_words != s.ocg3):
                     finish(NeuralError.EXTRACT)
                 with m.Else():
                     m.next = "CLEAR"
@@ -459,7 +464,7 @@ class MicroNeural(wiring.Component):
                     m.next = "NNZ_ADDR"
 
             with m.State("NNZ_ADDR"):
-                m.d.comb += self.kmem_addr.eq(s.hdr + CHANNEL_WORDS * s.o + 2)
+                m.d.comb += self.kmem_addr.eq(s.hdr + s.o3 + 2)
                 m.next = "NNZ_CHECK"
 
             with m.State("NNZ_CHECK"):
@@ -485,7 +490,7 @@ class MicroNeural(wiring.Component):
     def _position_states(self, m, lay, p, s, walk_start, walk_issue):
         """The states of an output position: seed, multiply-add, post-process, step."""
         with m.State("SEED_ADDR"):
-            m.d.comb += self.kmem_addr.eq(s.hdr + CHANNEL_WORDS * s.o)
+            m.d.comb += self.kmem_addr.eq(s.hdr + s.o3)
             m.next = "SEED"
 
         with m.State("SEED"):
@@ -503,12 +508,12 @@ class MicroNeural(wiring.Component):
                 m.next = "SCALE_ADDR"
 
         with m.State("SCALE_ADDR"):
-            m.d.comb += self.kmem_addr.eq(s.hdr + CHANNEL_WORDS * s.o + 1)
+            m.d.comb += self.kmem_addr.eq(s.hdr + s.o3 + 1)
             m.next = "SHIFT_ADDR"
 
         with m.State("SHIFT_ADDR"):
-            m.d.comb += self.kmem_addr.eq(s.hdr + CHANNEL_WORDS * s.o + 2)
-            m.d.sync += [s.scale_a.eq(s.acc_r.data), s.lo.eq(self.kmem_data), s.hi.eq(0),
+            m.d.comb += self.kmem_addr.eq(s.hdr + s.o3 + 2)
+            m.d.sync += [s.lo.eq(self.kmem_data), s.hi.eq(0),
                          s.step.eq(0)]
             m.next = "SHIFT_LATCH"
 
@@ -519,7 +524,9 @@ class MicroNeural(wiring.Component):
         with m.State("MULTIPLY"):
             # {hi, lo} = acc * scale, one bit of the scale (in lo) a cycle; its sign bit
             # (the last) subtracts.
-            add = Mux(s.lo[0], Mux(s.step == 31, -s.scale_a, s.scale_a), 0)
+            # the accumulator: the RAM's read data, held (its address stays at o)
+            a = s.acc_r.data.as_signed()
+            add = Mux(s.lo[0], Mux(s.step == 31, -a, a), 0)
             t = Signal(signed(34))
             m.d.comb += t.eq(s.hi + add)
             m.d.sync += [s.lo.eq(Cat(s.lo[1:], t[0])), s.hi.eq(t >> 1), s.step.eq(s.step + 1)]

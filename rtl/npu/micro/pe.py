@@ -49,6 +49,7 @@ UNSUPPORTED = 15
 LANES = 4
 PLANE_DEPTH = spec.LINE_BUFFER_DEPTH
 RING_WORDS = spec.h_ring_depth(LANES, PLANE_DEPTH)
+# (no multiplications in the unit: Yosys would give even a constant one a DSP)
 ABITS = 14
 
 _PE = spec.PLANAR_ENGINE
@@ -158,10 +159,10 @@ class MicroPlanar(wiring.Component):
         # (H + 2 py - kh) and (W + 2 px - kw): the last window origin, if any
         p.ylast = Signal(signed(15))
         p.xlast = Signal(signed(15))
-        m.d.comb += [p.ylast.eq(t.h + 2 * t.py - t.kh), p.xlast.eq(t.w + 2 * t.px - t.kw)]
+        m.d.comb += [p.ylast.eq(t.h + (t.py << 1) - t.kh), p.xlast.eq(t.w + (t.px << 1) - t.kw)]
         # min(H, kh + 2 sy): rows of the H ring; the ring holds that many times ceil(OW / L)
         rows = Signal(6)
-        m.d.comb += rows.eq(Mux(t.h < t.kh + 2 * t.sy, t.h, t.kh + 2 * t.sy))
+        m.d.comb += rows.eq(Mux(t.h < t.kh + (t.sy << 1), t.h, t.kh + (t.sy << 1)))
         p.ring_rows = rows
         p.steps = [
             (p.ypos <= p.ylast, "oh"),
@@ -211,7 +212,7 @@ class MicroPlanar(wiring.Component):
         # min(C H, 3) W <= plane depth
         ch3 = Mux((t.c >= 3) | (t.h >= 3) | ((t.c == 2) & (t.h == 2)), 3,
                   Mux(t.c == 1, t.h, t.c))
-        lines = Mux(ch3 == 3, 3 * t.w, Mux(ch3 == 2, t.w << 1, t.w))
+        lines = Mux(ch3 == 3, (t.w << 1) + t.w, Mux(ch3 == 2, t.w << 1, t.w))
         fits = (lines <= PLANE_DEPTH) & (p.ring + 2 <= RING_WORDS)
         zero = Cat(t.c == 0, t.h == 0, t.w == 0).any()
         layout = ((t.a_w != t.w) | (t.a_h != t.h) | (t.a_c < t.c) | (t.o_w != p.ow)
