@@ -16,7 +16,8 @@ channels, ``acc_slots`` of the ``icebreaker`` preset)::
 Every input element a position needs is read from the buffer once per output position and
 group (``icpg * kh * kw`` reads, each feeding the group's channels); each kernel byte is read
 once per position, the body streamed in order. One multiplier serves every channel; the
-post-processor multiplies 32 x 32 bits one bit a cycle and shifts one bit a cycle.
+post-processor multiplies 32 x 32 bits one bit a cycle and shifts right 32 bits in one step,
+then one bit a cycle.
 
 Errors (``error`` with ``done``): the golden model's :class:`npu_spec.neural.NeuralError` in
 its order, and :data:`UNSUPPORTED` for a layer with ``groups != 1``. A group whose kernel the
@@ -534,9 +535,13 @@ class MicroNeural(wiring.Component):
                 m.next = "SHIFT"
 
         with m.State("SHIFT"):
-            # arithmetic shift right by ``shift``; rbit is the last bit shifted out
+            # arithmetic shift right by ``shift``, 32 bits in one step while at least 32 are
+            # left, then one a cycle; rbit is the last bit shifted out
             with m.If(s.shift == 0):
                 m.next = "WRITE"
+            with m.Elif(s.shift >= 32):
+                m.d.sync += [s.rbit.eq(s.lo[31]), s.lo.eq(s.hi[:32]), s.hi.eq(s.hi >> 32),
+                             s.shift.eq(s.shift - 32)]
             with m.Else():
                 m.d.sync += [s.rbit.eq(s.lo[0]), s.lo.eq(Cat(s.lo[1:], s.hi[0])),
                              s.hi.eq(s.hi >> 1), s.shift.eq(s.shift - 1)]
