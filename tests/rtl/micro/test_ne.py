@@ -122,6 +122,22 @@ def test_conv(name):
     assert check(list(CONVS).index(name), expect=0, **CONVS[name]) == 0
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_random_conv(seed):
+    """Random geometry: kernels 1..3 a side, strides and dilations 1..2, padding, channel
+    counts that are not multiples of 8, every activation; the golden code (0, or ``HALO``
+    where the work unit's halo row does not fit) and buffer."""
+    rng = np.random.default_rng(100 + seed)
+    kh, kw = (int(v) for v in rng.integers(1, 4, 2))
+    geometry = dict(icpg=int(rng.integers(1, 7)), k=int(rng.integers(1, 13)), kh=kh, kw=kw,
+                    out_h=int(rng.integers(1, 4)), out_w=int(rng.integers(1, 5)),
+                    stride=int(rng.integers(1, 3)), dilation=int(rng.integers(1, 3)),
+                    pad=int(rng.integers(0, max(kh, kw))), act=int(rng.integers(0, 3)),
+                    zero_point=int(rng.integers(-20, 21)), lo=int(rng.integers(-128, 0)),
+                    hi=int(rng.integers(0, 128)))
+    assert check(1000 + seed, **geometry) in (0, NeuralError.HALO)
+
+
 def _short_body(kmem, table):
     kmem[table + 4 + 3] -= 1                  # group 1's body one word short
 
