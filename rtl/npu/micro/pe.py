@@ -75,13 +75,25 @@ _READS = (
     (_OUT + 4, _DP["PE_OUT_RSTRIDE"]),
 )
 
+#: The task as the unit keeps it: the fields the loops use, and flags of those only the checks
+#: use (decided as each register is read).
 Task = data.StructLayout({
-    "mode": 2, "op": 4, "in_fmt": 1, "out_fmt": 1, "bcast": 3, "pre": 4, "post": 2, "axis": 2,
+    "bad_mode": 1, "bad_fmt": 1, "avg": 1, "not_pool": 1, "min": 1,
     "w": 12, "h": 12, "c": 12, "kh": 4, "kw": 4, "sy": 4, "sx": 4, "py": 4, "px": 4,
-    "a_base": ABITS, "a_w": 12, "a_h": 12, "a_c": 12, "slots": 10, "planes": 10,
-    "a_cs": ABITS, "a_rs": ABITS,
-    "o_base": ABITS, "o_w": 12, "o_h": 12, "o_c": 12, "o_cs": ABITS, "o_rs": ABITS,
+    "a_base": ABITS, "a_bad": 1, "slots": 10, "planes": 10, "a_cs": ABITS, "a_rs": ABITS,
+    "o_base": ABITS, "o_w": 12, "o_h": 12, "o_bad": 1, "o_cs": ABITS, "o_rs": ABITS,
 })
+
+
+def _bad_mode(mode):
+    """Whether the ``MODE`` register's view ``mode`` holds an unknown code
+    (:class:`npu_spec.planar.PlanarError` ``BAD_MODE``; combinational)."""
+    elt = (mode.op > max(EltOp)) | (mode.bcast > max(Bcast))
+    pool = mode.op > max(PoolOp)
+    red = ((mode.op > max(RedOp)) | (mode.pre > EltOp.SQUARE) | (mode.axis > max(Axis))
+           | ((mode.axis == Axis.CHANNEL) & (mode.post != PostFn.NONE)))
+    return Mux(mode.mode == Mode.ELTWISE, elt,
+               Mux(mode.mode == Mode.POOL, pool, Mux(mode.mode == Mode.REDUCE, red, 1)))
 
 
 class MicroPlanar(wiring.Component):
@@ -129,21 +141,22 @@ class MicroPlanar(wiring.Component):
             Mux(idx < len(_READS), idx, 0)])
         v = [data.View(register_layout(reg), self.reg_data) for _, reg in _READS]
         latch = {
-            1: [t.mode.eq(v[0].mode), t.op.eq(v[0].op), t.in_fmt.eq(v[0].in_fmt),
-                t.out_fmt.eq(v[0].out_fmt), t.bcast.eq(v[0].bcast), t.pre.eq(v[0].pre),
-                t.post.eq(v[0].post), t.axis.eq(v[0].axis)],
+            1: [t.bad_mode.eq(_bad_mode(v[0])), t.bad_fmt.eq(v[0].in_fmt | v[0].out_fmt),
+                t.avg.eq((v[0].mode == Mode.POOL) & (v[0].op == PoolOp.AVG)),
+                t.not_pool.eq(v[0].mode != Mode.POOL), t.min.eq(v[0].op == PoolOp.MIN)],
             2: [t.w.eq(v[1].width), t.h.eq(v[1].height)],
             3: [t.c.eq(v[2].channels)],
             4: [t.kh.eq(v[3].kh), t.kw.eq(v[3].kw), t.sy.eq(v[3].sy), t.sx.eq(v[3].sx),
                 t.py.eq(v[3].py), t.px.eq(v[3].px)],
             5: [t.a_base.eq(v[4].addr)],
-            6: [t.a_w.eq(v[5].width), t.a_h.eq(v[5].height)],
-            7: [t.a_c.eq(v[6].channels), t.slots.eq(v[6].slots), t.planes.eq(v[6].planes)],
+            6: [t.a_bad.eq((v[5].width != t.w) | (v[5].height != t.h))],
+            7: [t.a_bad.eq(t.a_bad | (v[6].channels < t.c)), t.slots.eq(v[6].slots),
+                t.planes.eq(v[6].planes)],
             8: [t.a_cs.eq(v[7].stride)],
             9: [t.a_rs.eq(v[8].stride)],
             10: [t.o_base.eq(v[9].addr)],
             11: [t.o_w.eq(v[10].width), t.o_h.eq(v[10].height)],
-            12: [t.o_c.eq(v[11].channels)],
+            12: [t.o_bad.eq(v[11].channels < t.c)],
             13: [t.o_cs.eq(v[12].stride)],
             14: [t.o_rs.eq(v[13].stride)],
         }
@@ -194,18 +207,6 @@ class MicroPlanar(wiring.Component):
         """The task's error (combinational), from the fields, ``OH``, ``OW`` and the H-ring
         words ``p.ring`` (valid once state ``SIZES`` and ``RING`` are over)."""
         code = Signal(4)
-        bad_mode = Signal()
-        with m.Switch(t.mode):
-            with m.Case(Mode.ELTWISE):
-                m.d.comb += bad_mode.eq((t.op > max(EltOp)) | (t.bcast > max(Bcast)))
-            with m.Case(Mode.POOL):
-                m.d.comb += bad_mode.eq(t.op > max(PoolOp))
-            with m.Case(Mode.REDUCE):
-                m.d.comb += bad_mode.eq((t.op > max(RedOp)) | (t.pre > EltOp.SQUARE)
-                                        | (t.axis > max(Axis))
-                                        | ((t.axis == Axis.CHANNEL) & (t.post != PostFn.NONE)))
-            with m.Default():
-                m.d.comb += bad_mode.eq(1)
         bad_window = ((Cat(t.kh == 0, t.kw == 0, t.sy == 0, t.sx == 0).any())
                       | (t.kh > spec.MAX_WINDOW) | (t.kw > spec.MAX_WINDOW)
                       | (t.py >= t.kh) | (t.px >= t.kw) | (p.ylast < 0) | (p.xlast < 0))
@@ -215,13 +216,13 @@ class MicroPlanar(wiring.Component):
         lines = Mux(ch3 == 3, (t.w << 1) + t.w, Mux(ch3 == 2, t.w << 1, t.w))
         fits = (lines <= PLANE_DEPTH) & (p.ring + 2 <= RING_WORDS)
         zero = Cat(t.c == 0, t.h == 0, t.w == 0).any()
-        layout = ((t.a_w != t.w) | (t.a_h != t.h) | (t.a_c < t.c) | (t.o_w != p.ow)
-                  | (t.o_h != p.oh) | (t.o_c < t.c) | ((t.slots != 0) & (p.aring < t.c)))
+        layout = (t.a_bad | (t.o_w != p.ow) | (t.o_h != p.oh) | t.o_bad
+                  | ((t.slots != 0) & (p.aring < t.c)))
         checks = [
-            (bad_mode, PlanarError.BAD_MODE),
-            (t.in_fmt | t.out_fmt, PlanarError.BAD_FORMAT),
-            ((t.mode == Mode.POOL) & (t.op == PoolOp.AVG), PlanarError.UNSUPPORTED),
-            (t.mode != Mode.POOL, UNSUPPORTED),
+            (t.bad_mode, PlanarError.BAD_MODE),
+            (t.bad_fmt, PlanarError.BAD_FORMAT),
+            (t.avg, PlanarError.UNSUPPORTED),
+            (t.not_pool, UNSUPPORTED),
             (zero | (~bad_window & ~fits), PlanarError.BAD_SHAPE),
             (bad_window, PlanarError.BAD_WINDOW),
             (layout, UNSUPPORTED),
@@ -250,7 +251,7 @@ class MicroPlanar(wiring.Component):
         inside = (s.iy >= 0) & (s.iy < t.h) & (s.ix >= 0) & (s.ix < t.w)
         # the element read last cycle, folded into the window's value
         v = self.buf_rdata[:8].as_signed()
-        take = Mux(t.op == PoolOp.MAX, v > s.best, v < s.best) | s.first
+        take = Mux(t.min, v < s.best, v > s.best) | s.first
         folded = Mux(s.st_valid & take, v, s.best)
         with m.If(s.st_valid & take):
             m.d.sync += [s.best.eq(v), s.first.eq(0)]
