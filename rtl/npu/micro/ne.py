@@ -84,12 +84,13 @@ _READS = (
     (_OUT + 4, _DP["NE0_OUT_RSTRIDE"]),
 )
 
-#: The layer as the unit keeps it (fields trimmed to what the checks and loops need).
+#: The layer as the unit keeps it: the fields the loops use (trimmed to the widths they need),
+#: and flags of those only the checks use (decided as each register is read).
 Layer = data.StructLayout({
-    "fmt": 2, "log2w": 4, "sparse": 1, "palette": 4,
-    "groups": 12, "icpg": 12, "ocpg": 12, "in_zero": 1,
+    "bad_fmt": 1, "log2w": 4, "bad_kernel": 1, "groups_zero": 1, "grouped": 1,
+    "icpg": 12, "ocpg": 12, "in_zero": 1,
     "out_h": 12, "out_w": 12, "kh": 5, "kw": 5, "stride": 3, "dilation": 3, "pad": 4,
-    "ktable": 10, "out_fp16": 1, "act": 4, "zp": 8, "lo": 8, "hi": 8,
+    "ktable": 10, "bad_post": 1, "relu": 1, "clamp": 1, "zp": 8, "lo": 8, "hi": 8,
     "in_base": 14, "in_w": 12, "in_h": 12, "in_cs": 14, "in_rs": 14,
     "out_base": 14, "slots": 10, "planes": 10, "out_cs": 14, "out_rs": 14,
 })
@@ -158,9 +159,11 @@ class MicroNeural(wiring.Component):
                               "ob", "os1", "ocs", "ors"))}
         v = views
         latch = {
-            1: [lay.fmt.eq(v["format"].fmt), lay.log2w.eq(v["format"].log2w),
-                lay.sparse.eq(v["format"].sparse), lay.palette.eq(v["format"].palette)],
-            2: [lay.groups.eq(v["groups"].groups), lay.icpg.eq(v["groups"].icpg)],
+            1: [lay.bad_fmt.eq(v["format"].fmt != MacFormat.INT8),
+                lay.log2w.eq(v["format"].log2w),
+                lay.bad_kernel.eq(v["format"].sparse | (v["format"].palette != 0))],
+            2: [lay.groups_zero.eq(v["groups"].groups == 0),
+                lay.grouped.eq(v["groups"].groups > 1), lay.icpg.eq(v["groups"].icpg)],
             3: [lay.ocpg.eq(v["ocpg"].ocpg)],
             4: [lay.in_zero.eq((v["in_size"].in_h == 0) | (v["in_size"].in_w == 0))],
             5: [lay.out_h.eq(v["out_size"].out_h), lay.out_w.eq(v["out_size"].out_w)],
@@ -168,7 +171,8 @@ class MicroNeural(wiring.Component):
                 lay.stride.eq(v["kernel"].stride), lay.dilation.eq(v["kernel"].dilation),
                 lay.pad.eq(v["kernel"].pad)],
             7: [lay.ktable.eq(v["ktable"].addr)],
-            8: [lay.out_fp16.eq(v["post"].out_fp16), lay.act.eq(v["post"].act),
+            8: [lay.bad_post.eq(v["post"].out_fp16 | (v["post"].act > Act.CLAMP)),
+                lay.relu.eq(v["post"].act == Act.RELU), lay.clamp.eq(v["post"].act == Act.CLAMP),
                 lay.zp.eq(v["post"].zero_point)],
             9: [lay.lo.eq(v["lo"].lo)],
             10: [lay.hi.eq(v["hi"].hi)],
@@ -225,21 +229,21 @@ class MicroNeural(wiring.Component):
 
     def _checks(self, m, lay, p, code):
         """``code``: the layer's error, combinational from the fields and the products."""
-        zero = Cat(lay.groups == 0, lay.icpg == 0, lay.ocpg == 0, lay.out_h == 0,
+        zero = Cat(lay.groups_zero, lay.icpg == 0, lay.ocpg == 0, lay.out_h == 0,
                    lay.out_w == 0, lay.in_zero, lay.kh == 0, lay.kw == 0, lay.stride == 0,
                    lay.dilation == 0).any()
         checks = [
-            (lay.fmt != MacFormat.INT8, NeuralError.FORMAT),
-            (zero | ((lay.groups == 1) & (lay.ocpg > OUT_CHANNELS)) | (lay.out_h > OUT_SIZE)
+            (lay.bad_fmt, NeuralError.FORMAT),
+            (zero | (~lay.grouped & (lay.ocpg > OUT_CHANNELS)) | (lay.out_h > OUT_SIZE)
              | (lay.out_w > OUT_SIZE),
              NeuralError.SHAPE),
             ((lay.kh > MAX_KERNEL) | (lay.kw > MAX_KERNEL) | (lay.log2w < LOG2W[0])
              | (lay.log2w > LOG2W[-1]), NeuralError.KERNEL),
             (p["halo"] + 1 > ROW_VALUES, NeuralError.HALO),
-            (lay.groups != 1, UNSUPPORTED),
+            (lay.grouped, UNSUPPORTED),
             (p["rows"] > BUFFER_ROWS, NeuralError.BUFFER),
-            (lay.sparse | (lay.palette != 0), NeuralError.EXTRACT),
-            (lay.out_fp16 | (lay.act > Act.CLAMP), NeuralError.POSTPROC),
+            (lay.bad_kernel, NeuralError.EXTRACT),
+            (lay.bad_post, NeuralError.POSTPROC),
         ]
         with m.If(checks[0][0]):
             m.d.comb += code.eq(checks[0][1])
@@ -256,7 +260,7 @@ class MicroNeural(wiring.Component):
         err = Signal(4)
         # the group's table entry
         hdr = Signal(10)
-        hdr_words = Signal(16)
+        hdr_bad = Signal()                   # the header is not 3 ocg words
         body = Signal(10)
         body_words = Signal(16)
         tcount = Signal(3)
@@ -298,7 +302,7 @@ class MicroNeural(wiring.Component):
         rbit = Signal()
 
         return SimpleNamespace(
-            ocg=ocg, gbase=gbase, err=err, hdr=hdr, hdr_words=hdr_words, body=body,
+            ocg=ocg, gbase=gbase, err=err, hdr=hdr, hdr_bad=hdr_bad, body=body,
             body_words=body_words, tcount=tcount, oy=oy, ox=ox, iy0=iy0, ix0=ix0,
             ya0=ya0, orow=orow, ic=ic, ky=ky, kx=kx, oc=oc, iy=iy, ix=ix, ya=ya, cb=cb,
             b=b, counting=counting, st_valid=st_valid, st_lane=st_lane, st_byte=st_byte,
@@ -427,7 +431,7 @@ class MicroNeural(wiring.Component):
                     with m.Case(1):
                         m.d.sync += s.hdr.eq(word)
                     with m.Case(2):
-                        m.d.sync += s.hdr_words.eq(word)
+                        m.d.sync += s.hdr_bad.eq(word != s.ocg3)
                     with m.Case(3):
                         m.d.sync += s.body.eq(word)
                     with m.Case(4):
@@ -437,7 +441,7 @@ class MicroNeural(wiring.Component):
             with m.State("HEADER_LEN"):
                 m.d.sync += [s.counting.eq(1), s.iy0.eq(0), s.ix0.eq(0), s.ya0.eq(0),
                              s.o.eq(0)]
-                with m.If(s.hdr_words != s.ocg3):
+                with m.If(s.hdr_bad):
                     finish(NeuralError.EXTRACT)
                 with m.Else():
                     m.next = "CLEAR"
@@ -592,9 +596,9 @@ class MicroNeural(wiring.Component):
             m.d.comb += y.eq(v)
         out = Signal(signed(9))
         lo8, hi8, zp = lay.lo.as_signed(), lay.hi.as_signed(), lay.zp.as_signed()
-        with m.If(lay.act == Act.RELU):
+        with m.If(lay.relu):
             m.d.comb += out.eq(Mux(y < zp, zp, y))
-        with m.Elif(lay.act == Act.CLAMP):
+        with m.Elif(lay.clamp):
             clamped = Mux(y < lo8, lo8, y)
             m.d.comb += out.eq(Mux(clamped > hi8, hi8, clamped))
         with m.Else():
