@@ -4,8 +4,8 @@
 
 Usage: ``python scripts/micro_unit_cycles.py [--seed 1]``. Each task is built with the
 digits program's shapes (``npu compile models/digits/digits_cnn.onnx --preset icebreaker``,
-``npu disasm``), random int8 data and kernels, and a rescale shift of 38 (what int8
-calibration gives these layers, ``2**31``-scaled multipliers), run on the unit in the Amaranth
+``npu disasm``), random int8 data and kernels, and a rescale shift of 38 (the digits
+program's kernel headers carry shifts of 37 to 40), run on the unit in the Amaranth
 simulator and checked bit for bit against the golden model's task; one row a task: the
 cycles from start to done, the multiply-add cycles among them and the output elements.
 """
