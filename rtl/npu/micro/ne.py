@@ -33,6 +33,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec import dataproc, neural
+from npu_spec.config import preset
 from npu_spec.kernel import CHANNEL_WORDS, GROUP_TABLE_WORDS, MAX_KERNEL, MAX_SHIFT, SHIFT_WORD
 from npu_spec.mac import MacFormat
 from npu_spec.neural import NeuralError
@@ -45,17 +46,24 @@ __all__ = ["UNSUPPORTED", "MicroNeural"]
 #: Error code of a layer the micro unit does not run (grouped convolutions).
 UNSUPPORTED = 15
 
-#: Output channels accumulated together (the ``icebreaker`` preset's ``acc_slots``).
-SLOTS = 8
-#: Largest input-channels x kernel-rows of a group (``ne_buffer_rows``).
-BUFFER_ROWS = 128
-#: Input-buffer row values (``ne_row_values``): the widest halo row.
-ROW_VALUES = 8
+#: The build whose neural engine the unit stands for: its limits are the layer checks'.
+CONFIG = preset("icebreaker")
+#: Output channels accumulated together (``acc_slots``).
+SLOTS = CONFIG.acc_slots
+#: The widest halo row (``ne_row_values``) and the most input-channels x kernel-rows of a group
+#: (``ne_buffer_rows``).
+_, ROW_VALUES, BUFFER_ROWS = neural.engine_geometry(CONFIG)
 #: Most output channels (``ne_out_channels``) and output rows or columns (``ne_out_size``).
-OUT_CHANNELS = 1024
-OUT_SIZE = 255
-#: Work-unit widths the 8-MAC core offers: ``log2w`` 2 (4 x 2) and 3 (8 x 1).
-LOG2W = (2, 3)
+OUT_CHANNELS = neural.out_channel_limit(CONFIG)
+OUT_SIZE = neural.out_size_limit(CONFIG)
+#: Work-unit shapes (``log2w``) the build's core offers, a run of consecutive values.
+LOG2W = neural.work_unit_shapes(CONFIG)
+
+if CONFIG.formats != ("int8",) or CONFIG.kernel_extract != "dense_int8" or SLOTS != 8:
+    raise AssertionError("the micro neural unit is built for int8, dense int8 kernels and 8 "
+                         "accumulator slots")
+if LOG2W != tuple(range(LOG2W[0], LOG2W[-1] + 1)):
+    raise AssertionError(f"work-unit shapes {LOG2W} are not consecutive")
 
 _NE = neural.NEURAL_ENGINE
 _DP = dataproc.DATA_PROCESSOR

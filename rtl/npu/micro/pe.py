@@ -35,6 +35,7 @@ from amaranth.lib.wiring import In, Out
 
 from npu_spec import dataproc
 from npu_spec import planar as spec
+from npu_spec.config import preset
 from npu_spec.planar import Axis, Bcast, EltOp, Mode, PlanarError, PoolOp, PostFn, RedOp
 
 from ..lib.csr import register_layout
@@ -44,11 +45,17 @@ __all__ = ["UNSUPPORTED", "MicroPlanar"]
 #: Error code of a task the micro unit does not run.
 UNSUPPORTED = 15
 
-#: Lanes of the ``icebreaker`` build's planar engine (``planar_lanes ** 2``) and its line
-#: buffer: the limits of :func:`npu_spec.planar.pool_fits`.
-LANES = 4
+#: The build whose planar engine the unit stands for.
+CONFIG = preset("icebreaker")
+#: Its lanes (``planar_lanes ** 2``), pooling words and line buffer: the limits of
+#: :func:`npu_spec.planar.pool_fits`.
+LANES = CONFIG.planar_lanes ** 2
 PLANE_DEPTH = spec.LINE_BUFFER_DEPTH
 RING_WORDS = spec.h_ring_depth(LANES, PLANE_DEPTH)
+
+if LANES != 4 or CONFIG.planar_pool_beats != 1 or CONFIG.has_fp16:
+    raise AssertionError("the micro planar unit is built for 4 lanes, 1-beat pooling words and "
+                         "no binary16")
 # (no multiplications in the unit: Yosys would give even a constant one a DSP)
 ABITS = 14
 
