@@ -68,7 +68,7 @@ def build(rng, *, icpg, k, kh, kw, out_h, out_w, stride=1, dilation=1, pad=0, ac
                              palette_bits=0, bias=bias, scale=scale, shift=shift))
     words = kernel_memory(groups, base=ktable)
     kmem = np.zeros(KWORDS, np.uint32)
-    kmem[ktable:ktable + len(words)] = words
+    kmem[(ktable + np.arange(len(words))) % KWORDS] = words    # addresses wrap
     if corrupt:
         corrupt(kmem, ktable)
     layer = neural.make_layer(fmt=0, log2w=log2w, groups=1, icpg=icpg, ocpg=k, in_h=in_h,
@@ -114,6 +114,7 @@ CONVS = {
     "ring_output": dict(icpg=2, k=11, kh=1, kw=1, out_h=2, out_w=2, slots=2, planes=3),
     "gemm_2x2": dict(icpg=16, k=10, kh=2, kw=2, out_h=1, out_w=1),
     "gemm_1x1_batch": dict(icpg=20, k=3, kh=1, kw=1, out_h=1, out_w=2),
+    "kernel_memory_wraps": dict(icpg=3, k=12, kh=2, kw=2, out_h=2, out_w=2, ktable=1010),
 }
 
 
