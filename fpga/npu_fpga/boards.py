@@ -21,6 +21,11 @@ and an error LED (a flag of the bridge's ``STATUS``), and on the ULX3S the ESP32
 driven high so that the ESP32 does not reset the FPGA. :func:`board_files` elaborates a board
 top and returns the files the toolchain would get (``platform.prepare``): no synthesis.
 
+For a configuration with ``npu_impl="micro"`` (the ``icebreaker`` preset) the NPU is the micro
+build (``npu.micro.top.MicroNPU`` with its neural and planar units, ``docs/micro.md``) and the
+memory and arbiter are one ``npu.micro.sysmem.MicroSystemMemory``: the micro NPU's port first,
+the bridge's Wishbone master in the cycles it leaves free.
+
 With ``clk_mhz`` the ``sync`` domain runs from the device's PLL instead of the oscillator
 (``docs/boards.md``): ``SB_PLL40_PAD`` on the iCE40 (fed straight from the clock pad) and
 ``EHXPLLL`` on the ECP5, both through ``Instance`` with dividers from :func:`ice40_pll` and
@@ -36,13 +41,18 @@ from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from npu.bridge import UARTBridge, WishboneSRAM
+from npu.bridge.sram import SPRAM_WORDS
 from npu.lib.wishbone import ADDR_BITS, Arbiter
+from npu.micro.ne import MicroNeural
+from npu.micro.pe import MicroPlanar
+from npu.micro.sysmem import MicroSystemMemory
+from npu.micro.top import MicroNPU
 from npu.top import NPUTop
 from npu_spec.bridge import DEFAULT_BAUD, DEFAULT_TIMEOUT_BITS
 from npu_spec.config import NPUConfig
 
 __all__ = ["BOARDS", "Board", "BoardSystem", "BoardTop", "PLLSetting", "board_files", "ecp5_pll",
-           "board_plan", "board_pll", "ice40_pll", "make_platform"]
+           "board_plan", "board_pll", "ice40_pll", "make_platform", "micro_npu"]
 
 
 class BoardSystem(wiring.Component):
@@ -63,10 +73,13 @@ class BoardSystem(wiring.Component):
         The busy LED stays on ``2 ** led_bits`` cycles after the last activity.
     npu : wiring.Component or None
         The NPU (default ``NPUTop(config)``); anything with its ``bus`` and ``mem`` members.
+        With ``config.npu_impl == "micro"`` the default is :func:`micro_npu` and the NPU is
+        anything with ``MicroNPU``'s ``bus`` and system-memory port.
     mem_request_register : bool
         The system memory's request register (:class:`~npu.bridge.WishboneSRAM`
         ``request_register``): the masters' requests, through the NPU's and the board's
-        arbiters, end at a flip-flop; every access is answered a cycle later.
+        arbiters, end at a flip-flop; every access is answered a cycle later (the blocks build
+        only; the micro build's memory has its own fixed latency).
 
     Members
     -------
@@ -91,6 +104,9 @@ class BoardSystem(wiring.Component):
         if not isinstance(mem_bytes, int) or mem_bytes < step or mem_bytes % step:
             raise ValueError(f"mem_bytes must be a positive multiple of {step} (the bus word), "
                              f"not {mem_bytes!r}")
+        if config.npu_impl == "micro" and mem_bytes > 8 * SPRAM_WORDS:
+            raise ValueError(f"mem_bytes of the micro build must be at most {8 * SPRAM_WORDS} "
+                             f"(two SPRAM pairs), not {mem_bytes!r}")
         self._config = config
         self._mem_bytes = mem_bytes
         self._led_bits = led_bits
@@ -118,27 +134,42 @@ class BoardSystem(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        m.submodules.npu = npu = self._npu if self._npu is not None else NPUTop(cfg)
         m.submodules.bridge = bridge = UARTBridge(**self._bridge_args)
-        m.submodules.arbiter = arbiter = Arbiter(2, ADDR_BITS, cfg.mem_width)
         words = self._mem_bytes * 8 // cfg.mem_width
-        m.submodules.memory = memory = WishboneSRAM(
-            words, cfg.mem_width, request_register=self._mem_request_register)
+        if cfg.npu_impl == "micro":
+            m.submodules.npu = npu = self._npu if self._npu is not None else micro_npu(cfg)
+            m.submodules.memory = memory = MicroSystemMemory(words)
+            m.d.comb += [memory.addr.eq(npu.mem_addr), memory.re.eq(npu.mem_re),
+                         npu.mem_rdata.eq(memory.rdata), memory.wdata.eq(npu.mem_wdata),
+                         memory.we.eq(npu.mem_we)]
+            wiring.connect(m, bridge.mem, memory.bus)
+            npu_active = npu.mem_re | npu.mem_we.any()
+        else:
+            m.submodules.npu = npu = self._npu if self._npu is not None else NPUTop(cfg)
+            m.submodules.arbiter = arbiter = Arbiter(2, ADDR_BITS, cfg.mem_width)
+            m.submodules.memory = memory = WishboneSRAM(
+                words, cfg.mem_width, request_register=self._mem_request_register)
+            wiring.connect(m, npu.mem, arbiter.masters[0])
+            wiring.connect(m, bridge.mem, arbiter.masters[1])
+            wiring.connect(m, arbiter.bus, memory.bus)
+            npu_active = npu.mem.cyc
 
         m.d.comb += [bridge.rx.eq(self.rx), self.tx.eq(bridge.tx)]
         wiring.connect(m, bridge.csr, npu.bus)
-        wiring.connect(m, npu.mem, arbiter.masters[0])
-        wiring.connect(m, bridge.mem, arbiter.masters[1])
-        wiring.connect(m, arbiter.bus, memory.bus)
 
         # LEDs: activity stretched so that a person sees it.
         stretch = Signal(self._led_bits + 1)
-        with m.If(bridge.busy | npu.mem.cyc):
+        with m.If(bridge.busy | npu_active):
             m.d.sync += stretch.eq(0)
         with m.Elif(~stretch[-1]):
             m.d.sync += stretch.eq(stretch + 1)
         m.d.comb += [self.busy.eq(~stretch[-1]), self.error.eq(bridge.error)]
         return m
+
+
+def micro_npu(config):
+    """The micro NPU of ``config`` with its neural and planar units (``docs/micro.md``)."""
+    return MicroNPU(config, neural=MicroNeural(), planar=MicroPlanar())
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ manager's watchdog: the queue is retired with cause ``TIMEOUT`` (the host must s
 """
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import numpy as np
@@ -77,6 +78,8 @@ __all__ = [
     "SystemResult",
     "TaskRecord",
     "read_tensor",
+    "run_neural_task",
+    "run_planar_task",
     "run_program",
     "write_tensor",
 ]
@@ -734,3 +737,43 @@ def run_program(program, *, slot_words=SLOT_WORDS, arrivals=None):
                         queues=[runs[i].status for i in sorted(runs)], tasks=tasks,
                         buffer=machine.buf, kernel_memories=machine.kmem,
                         registers=machine.regs, switches=switches)
+
+
+
+# --------------------------------------------------------------------------------------------
+# one engine task on its own
+
+
+def _task_machine(config, regs, buffer):
+    """A machine with no system memory, the registers at reset updated with ``regs`` and
+    ``buffer`` as its buffer."""
+    mach = _Machine(SimpleNamespace(config=config, memory=b"", memory_bytes=0))
+    mach.buf[:] = buffer
+    mach.regs.update(regs)
+    return mach
+
+
+def run_neural_task(config, regs, buffer, kernel_memory):
+    """One neural task, as a program's ``NEURAL`` task runs it: ``(error code, buffer)``.
+
+    ``regs`` are register words ``{word address: value}`` written over the reset values,
+    ``buffer`` the buffer's elements before the task, ``kernel_memory`` core 0's kernel-memory
+    words (every core's, if a list of arrays)."""
+    mach = _task_machine(config, regs, buffer)
+    memories = kernel_memory if isinstance(kernel_memory, list) else [kernel_memory]
+    for core, words in enumerate(memories):
+        mach.kmem[core][:] = words
+    code = mach.run_neural()
+    return code, mach.buf
+
+
+def run_planar_task(config, regs, buffer, flow=None):
+    """One planar task, as a program's ``PLANAR`` task runs it: ``(error code, buffer)``.
+
+    ``flow`` is what the neural task before it left on a flow-controlled output dataset
+    (``(values [K, OH, OW], dataset)``), for a flow-controlled operand ``A``. Raises
+    :class:`HangError` where the RTL would wait forever."""
+    mach = _task_machine(config, regs, buffer)
+    mach.flow = flow
+    code = mach.run_planar()
+    return code, mach.buf

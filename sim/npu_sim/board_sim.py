@@ -30,7 +30,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu.bridge import UARTRx, UARTTx
-from npu_fpga.boards import BoardSystem
+from npu_fpga.boards import BoardSystem, micro_npu
 from npu_spec.bridge import MAX_WORDS, NPU_REGS_BASE, Command
 
 from .uart_host import bytes_of, decode_words, encode_read, encode_write, words_of
@@ -81,7 +81,11 @@ class BoardSimBench(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         from npu.top import NPUTop
-        npu = NPUTop(self.config, shared=self.shared)
+        # The micro build (``npu_impl="micro"``, the icebreaker preset) has its own NPU.
+        if self.config.npu_impl == "micro":
+            npu = micro_npu(self.config)
+        else:
+            npu = NPUTop(self.config, shared=self.shared)
         m.submodules.system = system = BoardSystem(
             self.config, clk_freq=self.clk_freq, baud=self.baud, mem_bytes=self.mem_bytes,
             timeout_bits=1000, npu=npu)

@@ -22,5 +22,6 @@ module                       contents
 :mod:`npu_spec.planar`       the planar engine's registers, codes, rules and result order
 :mod:`npu_spec.taskman`      the task manager's registers and exception causes
 :mod:`npu_spec.descriptors`  the task-descriptor format, its encoder and strict decoder
+:mod:`npu_spec.micro`        the micro build's register file: kept register blocks and rows
 ============================ =====================================================================
 """

@@ -7,7 +7,7 @@ the RTL can all read the same configuration.
 from dataclasses import dataclass, field, fields, replace
 
 __all__ = ["FORMATS", "KERNEL_EXTRACTS", "MAC_IMPLS", "NE_CONTROLS", "NPUConfig", "PLANAR_IMPLS",
-           "POSTPROC_IMPLS", "PRESETS", "TASKMAN_IMPLS", "preset"]
+           "NPU_IMPLS", "POSTPROC_IMPLS", "PRESETS", "TASKMAN_IMPLS", "preset"]
 
 
 #: MAC datapaths (``NPUConfig.mac_impl``): the generic one, and the ones built from a device's
@@ -50,6 +50,13 @@ NE_CONTROLS = ("full", "lean")
 #: addresses in the bits the system memory needs; a program beyond it is refused
 #: (``npu_spec.taskman.lean_error``; ``docs/task_manager.md``).
 TASKMAN_IMPLS = ("full", "lean")
+
+#: Builds of the whole NPU (``NPUConfig.npu_impl``): ``"blocks"`` (``npu.top.NPUTop``, the
+#: engines, data processor, DMA engine and task manager every preset is built from) or
+#: ``"micro"`` (``npu.micro.top.MicroNPU``, the sequential build of the same program contract
+#: for the iCEBreaker, ``docs/micro.md``). Same programs, same numbers; only the board top
+#: (``npu_fpga.boards``) looks at it.
+NPU_IMPLS = ("blocks", "micro")
 
 
 @dataclass(frozen=True)
@@ -196,6 +203,12 @@ class NPUConfig:
         and MAC widths it is narrower than; a core's row read or write then takes one run of E
         elements a cycle (results unchanged, ``npu_spec.dataproc.buffer_banks``;
         ``docs/system.md``, "Banks and conflicts").
+    npu_impl : str
+        Build of the whole NPU on a board, one of :data:`NPU_IMPLS`: ``"blocks"`` (the default)
+        or ``"micro"`` (``docs/micro.md``: int8 only, 32-bit system memory words, the queue-0
+        program contract; needs ``formats == ("int8",)`` and ``mem_width`` 32). A program
+        file's check (``npu_spec.program.check_config``) ignores it: both builds run the same
+        programs.
     target : str
         What the preset is sized for (documentation only).
     """
@@ -231,6 +244,7 @@ class NPUConfig:
     ne_shift_stages: int = 0
     dispatch_regs: int = 0
     dp_banks: int = 0
+    npu_impl: str = "blocks"
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -272,7 +286,8 @@ class NPUConfig:
                               ("postproc_impl", POSTPROC_IMPLS),
                               ("planar_impl", PLANAR_IMPLS),
                               ("ne_control", NE_CONTROLS),
-                              ("taskman_impl", TASKMAN_IMPLS)):
+                              ("taskman_impl", TASKMAN_IMPLS),
+                              ("npu_impl", NPU_IMPLS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"NPUConfig.{name} must be one of {', '.join(choices)}, "
                                  f"not {getattr(self, name)!r}")
@@ -318,6 +333,10 @@ class NPUConfig:
             raise ValueError(f"NPUConfig.planar_fp_share {share!r} needs planar_impl 'float' "
                              f"(the integer build has no binary32 units), "
                              f"not {self.planar_impl!r}")
+        if self.npu_impl == "micro" and (set(self.formats) != {"int8"} or self.mem_width != 32):
+            raise ValueError(f"NPUConfig.npu_impl 'micro' is int8 only on 32-bit system memory "
+                             f"words: formats must be ('int8',) and mem_width 32, not "
+                             f"{tuple(self.formats)!r} and {self.mem_width!r}")
         banks = self.dp_banks
         if banks and (banks & (banks - 1) or not lanes <= banks <= 1024):
             raise ValueError(f"NPUConfig.dp_banks must be 0 or a power of two from "
@@ -369,9 +388,10 @@ PRESETS = {
         postproc_impl="sequential", planar_impl="int8", result_queue=1, ne_row_values=8,
         ne_buffer_rows=128, ne_out_channels=1024,
         ne_kernel_queue=3, ne_out_size=255, ne_control="lean", taskman_impl="lean",
-        dp_banks=4,
-        target="iCEBreaker board, iCE40UP5K: int8 only, 2 task queues (lean task manager: one "
-               "task at a time), 64 KiB system memory, "
+        dp_banks=4, npu_impl="micro",
+        target="iCEBreaker board, iCE40UP5K, the micro build (docs/micro.md; the blocks' "
+               "sizes below are those of the program contract): int8 only, 2 task queues "
+               "(lean task manager: one task at a time), 64 KiB system memory, "
                "dense int8 kernels, sequential post-processor, integer planar engine, no "
                "result queue, input-buffer rows of 8 values, 128 rows a bank, at "
                "most 1024 output channels a layer, a 3-word kernel queue, outputs of at most "
@@ -391,6 +411,13 @@ PRESETS = {
         mem_width=256, mem_kib=1 << 16, kernel_kib=64,
         target="Verilog and simulation only: the full Neural Engine shape"),
 }
+
+# The iCEBreaker preset built from the blocks (``npu_impl="blocks"``), kept for the record:
+# 38,116 logic cells against the UP5K's 5,280 (docs/synthesis.md, "iCEBreaker (iCE40UP5K)").
+PRESETS["icebreaker_blocks"] = PRESETS["icebreaker"].replace(
+    name="icebreaker_blocks", npu_impl="blocks",
+    target="iCEBreaker board, iCE40UP5K, built from the blocks (does not fit: 38,116 LC); "
+           "the icebreaker preset's contract")
 
 
 def preset(name):

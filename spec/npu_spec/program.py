@@ -60,6 +60,10 @@ ROLES = ("input", "output", "constant", "scratch")
 TENSOR_FORMATS = {"int8": 1, "fp16": 2}
 #: Configuration fields that do not describe the hardware (ignored by :func:`check_config`).
 _LABELS = ("name", "target")
+#: Configuration fields that choose how the same contract is built (the blocks or the micro
+#: build, ``NPUConfig.npu_impl``): a program runs on either, so :func:`check_config` ignores
+#: them too.
+_BUILD_ONLY = ("npu_impl",)
 
 
 class ProgramError(ValueError):
@@ -351,9 +355,10 @@ def load(path):
 
 def config_differences(a, b):
     """``[(field, a's value, b's value)]`` for every hardware field (all but the labels
-    ``name`` and ``target``) in which configurations ``a`` and ``b`` differ."""
+    ``name`` and ``target`` and the build choice ``npu_impl``) in which configurations ``a``
+    and ``b`` differ."""
     return [(f.name, getattr(a, f.name), getattr(b, f.name)) for f in fields(NPUConfig)
-            if f.name not in _LABELS and getattr(a, f.name) != getattr(b, f.name)]
+            if f.name not in _LABELS + _BUILD_ONLY and getattr(a, f.name) != getattr(b, f.name)]
 
 
 def check_config(program, config):

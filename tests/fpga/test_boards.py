@@ -16,8 +16,16 @@ from npu.lib.csr import CSRSignature
 from npu.lib.wishbone import WishboneSignature
 from npu.top import NPUInfo
 from npu_fpga.boards import BOARDS, BoardSystem, BoardTop, board_files, ecp5_pll, ice40_pll
+from npu_sim.board_host import BoardConfigError, check_board_config
 from npu_sim.streams import run_simulation
-from npu_sim.uart_host import decode_words, encode_read, encode_write, uart_receive, uart_send
+from npu_sim.uart_host import (
+    BridgeClient,
+    decode_words,
+    encode_read,
+    encode_write,
+    uart_receive,
+    uart_send,
+)
 from npu_spec.bridge import NPU_REGS_BASE
 from npu_spec.config import PRESETS
 from npu_spec.registers import MAGIC, NPU_INFO
@@ -91,6 +99,62 @@ def test_board_system_over_the_serial_pins(preset, registered):
     assert words[5:] == [0]
     assert seen["error_before"] == 0 and seen["error_after"] == 1
     assert seen["reads"] > 100          # the stand-in NPU kept using the bus
+
+
+class _WordsClient:
+    """A host client whose register reads come from words read over the serial pins, for
+    ``npu_sim.board_host.check_board_config``."""
+    name = "the simulated micro board"
+
+    def __init__(self, words):
+        self.words = words
+
+    def read_reg(self, offset):
+        return self.words[offset]
+
+    def identify(self):
+        return BridgeClient.identify(self)
+
+
+def test_micro_board_system_over_the_serial_pins():
+    """The ``icebreaker`` preset's board system is the micro build (``MicroNPU`` with its
+    units, ``MicroSystemMemory``): the bridge writes and reads system memory, an address
+    beyond it sets the error flag, and ``NPU_INFO`` passes the runtime's identity check for
+    the ``icebreaker`` preset (and fails it for another preset)."""
+    config = PRESETS["icebreaker"]
+    dut = BoardSystem(config, clk_freq=4e6, baud=1e6, timeout_bits=30, led_bits=4)
+    assert config.npu_impl == "micro"
+    script = [encode_write(5, [0x1111_2222, 0x3333_4444, 0x5555_6666]), encode_read(4, 5),
+              encode_read(NPU_REGS_BASE, 7)]
+    answer = bytearray()
+    seen = {}
+
+    async def host(ctx):
+        for frame in script:
+            await uart_send(ctx, dut.rx, frame, 4)
+        for _ in range(4000):                   # the 12 answer words, 40 cycles a byte
+            if len(answer) >= 48:
+                break
+            await ctx.tick()
+        seen["error_before"] = ctx.get(dut.error)
+        await uart_send(ctx, dut.rx, encode_read(config.mem_kib * 256, 1), 4)  # beyond memory
+        await ctx.tick().repeat(300)
+        seen["error_after"] = ctx.get(dut.error)
+
+    async def receiver(ctx):
+        while True:
+            answer.extend(await uart_receive(ctx, dut.tx, 1, 4, timeout=1 << 40))
+
+    run_simulation(dut, [host], background=[receiver])
+    words = decode_words(bytes(answer))
+    assert words[1:4] == [0x1111_2222, 0x3333_4444, 0x5555_6666]
+    info = words[5:12]
+    assert info[0] == MAGIC
+    check_board_config(_WordsClient(info), config)
+    check_board_config(_WordsClient(info), PRESETS["icebreaker_blocks"])
+    with pytest.raises(BoardConfigError, match="buffer_kib board 32 program 64"):
+        check_board_config(_WordsClient(info), PRESETS["ice40"])
+    assert seen["error_before"] == 0 and seen["error_after"] == 1
 
 
 def test_board_system_checks_memory_size():
@@ -168,7 +232,7 @@ def test_impossible_pll_frequencies_are_refused():
 ])
 def test_board_top_with_a_pll(board, mhz, cell, params):
     """The PLL instance with its dividers, and the clock constraint of its output."""
-    config = PRESETS[board]
+    config = PRESETS[board].replace(npu_impl="blocks")      # the stand-in is a bus master
     files = board_files(board, config, npu=StandInNPU(config), mem_bytes=4096, clk_mhz=mhz)
     design = files["npu_board.il"]
     instance = design[design.index(f"cell \\{cell} "):]

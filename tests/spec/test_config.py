@@ -17,7 +17,7 @@ from npu_spec.neural import (
 
 def test_defaults_keep_the_presets_geometry():
     for name, config in PRESETS.items():
-        if name in ("icebreaker", "ulx3s"):
+        if name in ("icebreaker", "icebreaker_blocks", "ulx3s"):
             continue
         assert (config.result_queue, config.ne_row_values, config.ne_buffer_rows,
                 config.ne_out_channels, config.ne_kernel_queue, config.ne_out_size,
@@ -142,7 +142,7 @@ def test_buffer_banks():
     and a width it does not divide is refused."""
     from npu_spec.dataproc import buffer_banks
     for name, config in PRESETS.items():
-        if name not in ("icebreaker", "ulx3s"):
+        if name not in ("icebreaker", "icebreaker_blocks", "ulx3s"):
             assert config.dp_banks == 0
             row_values = engine_geometry(config)[1]
             assert buffer_banks(config, row_values) == max(row_values, config.macs,

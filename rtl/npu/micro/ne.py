@@ -1,0 +1,614 @@
+"""The micro build's neural unit: one int8 convolution task, sequentially (``docs/micro.md``).
+
+The unit reads the layer registers of neural engine core 0 and its ``NE0_IN`` / ``NE0_OUT``
+datasets through the register-file port, then for each output-channel group (up to 8
+channels, ``acc_slots`` of the ``icebreaker`` preset)::
+
+    read the group's kernel-table entry; check its header and body lengths
+    count pass: every body byte, channel oc += (byte != 0); compare with the header's nnz,
+                check each shift word (reserved 0, shift <= 63)
+    for oy, ox:                                   # every output position
+        acc[oc] = bias[oc]                        # header word 3 oc
+        for ic, ky, kx, oc in the body's scan order (oc fastest): one byte a cycle
+            acc[oc] += in[ic, oy*s + ky*d - pad, ox*s + kx*d - pad] * w   # 0 outside H, W
+        for oc: y = sat8(((acc * scale) >> shift) + round + zp), ReLU / clamp; write it
+
+Every input element a position needs is read from the buffer once per output position and
+group (``icpg * kh * kw`` reads, each feeding the group's channels); each kernel byte is read
+once per position, the body streamed in order. One multiplier serves every channel; the
+post-processor multiplies 32 x 32 bits one bit a cycle and shifts right 32 bits in one step,
+then one bit a cycle.
+
+Errors (``error`` with ``done``): the golden model's :class:`npu_spec.neural.NeuralError` in
+its order, and :data:`UNSUPPORTED` for a layer with ``groups != 1``. A group whose kernel the
+golden extractor rejects ends the task with ``EXTRACT`` after the groups before it wrote their
+outputs, as :mod:`npu_model.system` does.
+"""
+
+from types import SimpleNamespace
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from npu_spec import dataproc, neural
+from npu_spec.config import preset
+from npu_spec.kernel import CHANNEL_WORDS, GROUP_TABLE_WORDS, MAX_KERNEL, MAX_SHIFT, SHIFT_WORD
+from npu_spec.mac import MacFormat
+from npu_spec.neural import NeuralError
+from npu_spec.postproc import Act
+
+from ..lib.csr import register_layout
+
+__all__ = ["UNSUPPORTED", "MicroNeural"]
+
+#: Error code of a layer the micro unit does not run (grouped convolutions).
+UNSUPPORTED = 15
+
+#: The build whose neural engine the unit stands for: its limits are the layer checks'.
+CONFIG = preset("icebreaker")
+#: Output channels accumulated together (``acc_slots``).
+SLOTS = CONFIG.acc_slots
+#: The widest halo row (``ne_row_values``) and the most input-channels x kernel-rows of a group
+#: (``ne_buffer_rows``).
+_, ROW_VALUES, BUFFER_ROWS = neural.engine_geometry(CONFIG)
+#: Most output channels (``ne_out_channels``) and output rows or columns (``ne_out_size``).
+OUT_CHANNELS = neural.out_channel_limit(CONFIG)
+OUT_SIZE = neural.out_size_limit(CONFIG)
+#: Work-unit shapes (``log2w``) the build's core offers, a run of consecutive values.
+LOG2W = neural.work_unit_shapes(CONFIG)
+
+if CONFIG.formats != ("int8",) or CONFIG.kernel_extract != "dense_int8" or SLOTS != 8:
+    raise AssertionError("the micro neural unit is built for int8, dense int8 kernels and 8 "
+                         "accumulator slots")
+if LOG2W != tuple(range(LOG2W[0], LOG2W[-1] + 1)):
+    raise AssertionError(f"work-unit shapes {LOG2W} are not consecutive")
+
+_NE = neural.NEURAL_ENGINE
+_DP = dataproc.DATA_PROCESSOR
+_IN = dataproc.ne_port_base(0, "IN")
+_OUT = dataproc.ne_port_base(0, "OUT")
+
+#: The register words the unit reads at its start, in order: (word address, register).
+_READS = (
+    (_NE.address("FORMAT"), _NE["FORMAT"]),
+    (_NE.address("GROUPS"), _NE["GROUPS"]),
+    (_NE.address("OCPG"), _NE["OCPG"]),
+    (_NE.address("IN_SIZE"), _NE["IN_SIZE"]),
+    (_NE.address("OUT_SIZE"), _NE["OUT_SIZE"]),
+    (_NE.address("KERNEL"), _NE["KERNEL"]),
+    (_NE.address("KTABLE"), _NE["KTABLE"]),
+    (_NE.address("POST_CTRL"), _NE["POST_CTRL"]),
+    (_NE.address("POST_LO"), _NE["POST_LO"]),
+    (_NE.address("POST_HI"), _NE["POST_HI"]),
+    (_IN + 0, _DP["NE0_IN_BASE"]),
+    (_IN + 1, _DP["NE0_IN_SHAPE0"]),
+    (_IN + 3, _DP["NE0_IN_CSTRIDE"]),
+    (_IN + 4, _DP["NE0_IN_RSTRIDE"]),
+    (_OUT + 0, _DP["NE0_OUT_BASE"]),
+    (_OUT + 2, _DP["NE0_OUT_SHAPE1"]),
+    (_OUT + 3, _DP["NE0_OUT_CSTRIDE"]),
+    (_OUT + 4, _DP["NE0_OUT_RSTRIDE"]),
+)
+
+#: The layer as the unit keeps it: the fields the loops use (trimmed to the widths they need),
+#: and flags of those only the checks use (decided as each register is read).
+Layer = data.StructLayout({
+    "bad_fmt": 1, "log2w": 4, "bad_kernel": 1, "groups_zero": 1, "grouped": 1,
+    "icpg": 12, "ocpg": 12, "in_zero": 1,
+    "out_h": 12, "out_w": 12, "kh": 5, "kw": 5, "stride": 3, "dilation": 3, "pad": 4,
+    "ktable": 10, "bad_post": 1, "relu": 1, "clamp": 1, "zp": 8, "lo": 8, "hi": 8,
+    "in_base": 14, "in_w": 12, "in_h": 12, "in_cs": 14, "in_rs": 14,
+    "out_base": 14, "slots": 10, "planes": 10, "out_cs": 14, "out_rs": 14,
+})
+
+if CHANNEL_WORDS != 3:
+    raise AssertionError("the header walk assumes 3 words a channel")
+if GROUP_TABLE_WORDS != 4:
+    raise AssertionError("the table walk assumes 4-word group-table entries")
+
+#: Addresses are element addresses of the 16K-element buffer: all arithmetic modulo 2**14.
+ABITS = 14
+
+
+class MicroNeural(wiring.Component):
+    """Neural unit of the micro build: one int8 convolution task at a time.
+
+    Members
+    -------
+    start : In(1)
+        Pulse: the task's registers are written; run it.
+    done : Out(1)
+        Pulse: the task ended.
+    error : Out(4)
+        Valid with ``done``: 0, a :class:`npu_spec.neural.NeuralError` code or
+        :data:`UNSUPPORTED`.
+    reg_addr, reg_data : Out(16), In(32)
+        Register-file read port (``reg_data`` valid the cycle after ``reg_addr``).
+    buf_addr, buf_wdata, buf_we, buf_rdata : Out(14), Out(16), Out(1), In(16)
+        Buffer port (``buf_rdata`` valid the cycle after ``buf_addr``).
+    kmem_addr, kmem_data : Out(10), In(32)
+        Kernel-memory read port (``kmem_data`` valid the cycle after ``kmem_addr``).
+    """
+
+    start: In(1)
+    done: Out(1)
+    error: Out(4)
+    reg_addr: Out(16)
+    reg_data: In(32)
+    buf_addr: Out(ABITS)
+    buf_wdata: Out(16)
+    buf_we: Out(1)
+    buf_rdata: In(16)
+    kmem_addr: Out(10)
+    kmem_data: In(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        lay = Signal(Layer)
+        code = Signal(4)
+        load = self._load(m, lay)
+        prod = self._products(m, lay)
+        self._checks(m, lay, prod, code)
+        self._run(m, lay, prod, code, load)
+        return m
+
+    # -- register reads -----------------------------------------------------------------------
+
+    def _load(self, m, lay):
+        """Register reads, one a cycle from ``start`` on (state ``LOAD``): latch the fields."""
+        idx = Signal(range(len(_READS) + 1))
+        m.d.comb += self.reg_addr.eq(Array(Const(a, 16) for a, _ in _READS)[
+            Mux(idx < len(_READS), idx, 0)])
+        views = {name: data.View(register_layout(reg), self.reg_data) for (_, reg), name in
+                 zip(_READS, ("format", "groups", "ocpg", "in_size", "out_size", "kernel",
+                              "ktable", "post", "lo", "hi", "ib", "is0", "ics", "irs",
+                              "ob", "os1", "ocs", "ors"))}
+        v = views
+        latch = {
+            1: [lay.bad_fmt.eq(v["format"].fmt != MacFormat.INT8),
+                lay.log2w.eq(v["format"].log2w),
+                lay.bad_kernel.eq(v["format"].sparse | (v["format"].palette != 0))],
+            2: [lay.groups_zero.eq(v["groups"].groups == 0),
+                lay.grouped.eq(v["groups"].groups > 1), lay.icpg.eq(v["groups"].icpg)],
+            3: [lay.ocpg.eq(v["ocpg"].ocpg)],
+            4: [lay.in_zero.eq((v["in_size"].in_h == 0) | (v["in_size"].in_w == 0))],
+            5: [lay.out_h.eq(v["out_size"].out_h), lay.out_w.eq(v["out_size"].out_w)],
+            6: [lay.kh.eq(v["kernel"].kh), lay.kw.eq(v["kernel"].kw),
+                lay.stride.eq(v["kernel"].stride), lay.dilation.eq(v["kernel"].dilation),
+                lay.pad.eq(v["kernel"].pad)],
+            7: [lay.ktable.eq(v["ktable"].addr)],
+            8: [lay.bad_post.eq(v["post"].out_fp16 | (v["post"].act > Act.CLAMP)),
+                lay.relu.eq(v["post"].act == Act.RELU), lay.clamp.eq(v["post"].act == Act.CLAMP),
+                lay.zp.eq(v["post"].zero_point)],
+            9: [lay.lo.eq(v["lo"].lo)],
+            10: [lay.hi.eq(v["hi"].hi)],
+            11: [lay.in_base.eq(v["ib"].addr)],
+            12: [lay.in_w.eq(v["is0"].width), lay.in_h.eq(v["is0"].height)],
+            13: [lay.in_cs.eq(v["ics"].stride)],
+            14: [lay.in_rs.eq(v["irs"].stride)],
+            15: [lay.out_base.eq(v["ob"].addr)],
+            16: [lay.slots.eq(v["os1"].slots), lay.planes.eq(v["os1"].planes)],
+            17: [lay.out_cs.eq(v["ocs"].stride)],
+            18: [lay.out_rs.eq(v["ors"].stride)],
+        }
+        return idx, latch
+
+    # -- small products by repeated addition (no multiplier) ----------------------------------
+
+    def _products(self, m, lay):
+        """Signals of the products the checks and address steps need; state ``PRODUCTS``
+        adds them up, one addition each a cycle, while ``count`` runs from 0."""
+        p = {
+            "dr": Signal(ABITS), "sr": Signal(ABITS), "pr": Signal(ABITS),   # d, s, pad x rstride
+            "halo": Signal(8), "rows": Signal(13), "ring": Signal(11),
+            "count": Signal(12), "busy": Signal(),
+        }
+        j = p["count"]
+        w1 = Mux(lay.log2w > 3, 7, (Const(1, 8) << lay.log2w[:2]) - 1)
+        terms = [
+            (j < lay.dilation, p["dr"], lay.in_rs),
+            (j < lay.stride, p["sr"], lay.in_rs),
+            (j < lay.pad, p["pr"], lay.in_rs),
+            (j < w1, p["halo"], lay.stride),
+            (j + 1 < lay.kw, p["halo"], lay.dilation),
+            # saturating: only "above the limit" matters
+            ((j < lay.kh) & (p["rows"] <= BUFFER_ROWS), p["rows"], lay.icpg),
+            ((j < lay.slots) & (p["ring"] <= OUT_CHANNELS), p["ring"],
+             Mux(lay.planes == 0, 1, lay.planes)),
+        ]
+        p["terms"] = terms
+        m.d.comb += p["busy"].eq(Cat(t[0] for t in terms).any())
+        return p
+
+    def _step_products(self, m, p):
+        halo_add = 0
+        for cond, target, add in p["terms"]:
+            if target is p["halo"]:
+                halo_add = halo_add + Mux(cond, add, 0)
+            else:
+                with m.If(cond):
+                    m.d.sync += target.eq(target + add)
+        m.d.sync += p["halo"].eq(Mux(p["halo"] > ROW_VALUES, p["halo"], p["halo"] + halo_add))
+        m.d.sync += p["count"].eq(p["count"] + 1)
+
+    # -- the layer checks ---------------------------------------------------------------------
+
+    def _checks(self, m, lay, p, code):
+        """``code``: the layer's error, combinational from the fields and the products."""
+        zero = Cat(lay.groups_zero, lay.icpg == 0, lay.ocpg == 0, lay.out_h == 0,
+                   lay.out_w == 0, lay.in_zero, lay.kh == 0, lay.kw == 0, lay.stride == 0,
+                   lay.dilation == 0).any()
+        checks = [
+            (lay.bad_fmt, NeuralError.FORMAT),
+            (zero | (~lay.grouped & (lay.ocpg > OUT_CHANNELS)) | (lay.out_h > OUT_SIZE)
+             | (lay.out_w > OUT_SIZE),
+             NeuralError.SHAPE),
+            ((lay.kh > MAX_KERNEL) | (lay.kw > MAX_KERNEL) | (lay.log2w < LOG2W[0])
+             | (lay.log2w > LOG2W[-1]), NeuralError.KERNEL),
+            (p["halo"] + 1 > ROW_VALUES, NeuralError.HALO),
+            (lay.grouped, UNSUPPORTED),
+            (p["rows"] > BUFFER_ROWS, NeuralError.BUFFER),
+            (lay.bad_kernel, NeuralError.EXTRACT),
+            (lay.bad_post, NeuralError.POSTPROC),
+        ]
+        with m.If(checks[0][0]):
+            m.d.comb += code.eq(checks[0][1])
+        for cond, value in checks[1:]:
+            with m.Elif(cond):
+                m.d.comb += code.eq(value)
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def _state(self):
+        """The unit's registers, as a namespace."""
+        ocg = Signal(4)                      # channels of the running group
+        gbase = Signal(12)                   # its first output channel
+        err = Signal(4)
+        # the group's table entry
+        hdr = Signal(10)
+        hdr_bad = Signal()                   # the header is not 3 ocg words
+        body = Signal(10)
+        body_words = Signal(16)
+        tcount = Signal(3)
+        # accumulators, one per channel of the group
+        # output position and its input origin
+        oy = Signal(12)
+        ox = Signal(12)
+        iy0 = Signal(signed(ABITS + 1))
+        ix0 = Signal(signed(ABITS + 1))
+        ya0 = Signal(ABITS)
+        orow = Signal(ABITS)
+        # walker over the body's scan order
+        ic = Signal(12)
+        ky = Signal(5)
+        kx = Signal(5)
+        oc = Signal(3)
+        iy = Signal(signed(ABITS + 1))
+        ix = Signal(signed(ABITS + 1))
+        ya = Signal(ABITS)
+        cb = Signal(ABITS)                   # input channel address
+        b = Signal(16)
+        counting = Signal()
+        # the walker's issued access, one cycle on: the multiply-add
+        st_valid = Signal()
+        st_lane = Signal(3)
+        st_byte = Signal(2)
+        st_inside = Signal()
+        # output channel address (ring planes of a flow-controlled dataset)
+        gaddr = Signal(ABITS)
+        gplane = Signal(11)
+        caddr = Signal(ABITS)
+        cplane = Signal(11)
+        # post-processor
+        o = Signal(3)
+        hi = Signal(signed(34))
+        lo = Signal(32)
+        step = Signal(6)
+        shift = Signal(6)
+        rbit = Signal()
+
+        return SimpleNamespace(
+            ocg=ocg, gbase=gbase, err=err, hdr=hdr, hdr_bad=hdr_bad, body=body,
+            body_words=body_words, tcount=tcount, oy=oy, ox=ox, iy0=iy0, ix0=ix0,
+            ya0=ya0, orow=orow, ic=ic, ky=ky, kx=kx, oc=oc, iy=iy, ix=ix, ya=ya, cb=cb,
+            b=b, counting=counting, st_valid=st_valid, st_lane=st_lane, st_byte=st_byte,
+            st_inside=st_inside, gaddr=gaddr, gplane=gplane, caddr=caddr, cplane=cplane,
+            o=o, hi=hi, lo=lo, step=step, shift=shift, rbit=rbit)
+
+    def _walker(self, m, lay, p, s):
+        """The multiply-add of the issued byte, and the walker over the body's scan order:
+        ``(start, issue)``, the statements that restart it and a function that issues one
+        byte and element, steps the walker and returns whether it was the last."""
+        # multiply-add of the issued byte
+        w = Signal(signed(8))
+        x = Signal(signed(8))
+        m.d.comb += [
+            w.eq(self.kmem_data.word_select(s.st_byte, 8)),
+            x.eq(Mux(s.st_inside, self.buf_rdata[:8], 0)),
+        ]
+        # the accumulators: a RAM, read when a byte is issued, written a cycle on (the read
+        # sees a write to the same channel in that cycle: transparent)
+        m.submodules.acc = acc = Memory(shape=32, depth=SLOTS, init=[])
+        s.acc_w = acc.write_port()
+        s.acc_r = acc.read_port(transparent_for=(s.acc_w,))
+        m.d.comb += [s.acc_r.addr.eq(s.o), s.acc_w.addr.eq(s.o)]
+        with m.If(s.st_valid):
+            m.d.comb += [s.acc_w.addr.eq(s.st_lane), s.acc_w.en.eq(1),
+                         s.acc_w.data.eq(s.acc_r.data + Mux(s.counting, w != 0, x * w))]
+        m.d.sync += s.st_valid.eq(0)
+
+        last_oc = s.oc == s.ocg - 1
+        last_kx = s.kx == lay.kw - 1
+        last_ky = s.ky == lay.kh - 1
+        last_ic = s.ic == lay.icpg - 1
+
+        def walk_start():
+            return [s.ic.eq(0), s.ky.eq(0), s.kx.eq(0), s.oc.eq(0), s.iy.eq(s.iy0), s.ix.eq(s.ix0),
+                    s.ya.eq(s.ya0), s.cb.eq(lay.in_base), s.b.eq(0)]
+
+        def walk_issue():
+            """Issue the current byte and element, then s.step the walker (s.oc fastest)."""
+            inside = ((s.iy >= 0) & (s.iy < lay.in_h) & (s.ix >= 0) & (s.ix < lay.in_w))
+            m.d.comb += [
+                s.acc_r.addr.eq(s.oc),
+                self.kmem_addr.eq(s.body + s.b[2:]),
+                self.buf_addr.eq(s.cb + s.ya + s.ix[:ABITS]),
+            ]
+            m.d.sync += [s.st_valid.eq(1), s.st_lane.eq(s.oc), s.st_byte.eq(s.b[:2]),
+                         s.st_inside.eq(inside), s.b.eq(s.b + 1)]
+            with m.If(~last_oc):
+                m.d.sync += s.oc.eq(s.oc + 1)
+            with m.Else():
+                m.d.sync += s.oc.eq(0)
+                with m.If(~last_kx):
+                    m.d.sync += [s.kx.eq(s.kx + 1), s.ix.eq(s.ix + lay.dilation)]
+                with m.Else():
+                    m.d.sync += [s.kx.eq(0), s.ix.eq(s.ix0)]
+                    with m.If(~last_ky):
+                        m.d.sync += [s.ky.eq(s.ky + 1), s.iy.eq(s.iy + lay.dilation),
+                                     s.ya.eq(s.ya + p["dr"])]
+                    with m.Else():
+                        m.d.sync += [s.ky.eq(0), s.iy.eq(s.iy0), s.ya.eq(s.ya0), s.ic.eq(s.ic + 1),
+                                     s.cb.eq(s.cb + lay.in_cs)]
+            return last_oc & last_kx & last_ky & last_ic
+
+        return walk_start, walk_issue
+
+    def _finish(self, m, s, value):
+        m.d.sync += s.err.eq(value)
+        m.next = "DONE"
+
+    def _run(self, m, lay, p, code, load):
+        idx, load_latch = load
+        s = self._state()
+        # header word offsets, CHANNEL_WORDS (3) a channel, without a multiplier (Yosys would
+        # give even a constant multiplication a DSP)
+        s.o3 = (s.o << 1) + s.o
+        s.ocg3 = (s.ocg << 1) + s.ocg
+        walk_start, walk_issue = self._walker(m, lay, p, s)
+
+        def finish(value):
+            self._finish(m, s, value)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.sync += idx.eq(0)
+                with m.If(self.start):
+                    m.d.sync += idx.eq(1)
+                    m.next = "LOAD"
+
+            with m.State("LOAD"):
+                with m.Switch(idx):
+                    for k, stmts in load_latch.items():
+                        with m.Case(k):
+                            m.d.sync += stmts
+                m.d.sync += idx.eq(idx + 1)
+                with m.If(idx == len(_READS)):
+                    m.d.sync += [p[n].eq(0) for n in ("dr", "sr", "pr", "halo", "rows", "ring",
+                                                      "count")]
+                    m.next = "PRODUCTS"
+
+            with m.State("PRODUCTS"):
+                self._step_products(m, p)
+                with m.If(~p["busy"]):
+                    m.next = "CHECK"
+
+            with m.State("CHECK"):
+                m.d.sync += [s.gbase.eq(0), s.gaddr.eq(lay.out_base), s.gplane.eq(0)]
+                with m.If(code != 0):
+                    finish(code)
+                with m.Else():
+                    m.next = "GROUP"
+
+            # -- a group: its table entry, its length checks, its count pass ----------------
+            with m.State("GROUP"):
+                left = lay.ocpg - s.gbase
+                m.d.sync += [s.ocg.eq(Mux(left > SLOTS, SLOTS, left)), s.tcount.eq(0)]
+                with m.If(s.gbase >= lay.ocpg):
+                    finish(0)
+                with m.Else():
+                    m.next = "TABLE"
+
+            with m.State("TABLE"):
+                m.d.comb += self.kmem_addr.eq(lay.ktable + (s.gbase[3:] << 2) + s.tcount)
+                m.d.sync += s.tcount.eq(s.tcount + 1)
+                word = self.kmem_data[:16]
+                with m.Switch(s.tcount):
+                    with m.Case(1):
+                        m.d.sync += s.hdr.eq(word)
+                    with m.Case(2):
+                        m.d.sync += s.hdr_bad.eq(word != s.ocg3)
+                    with m.Case(3):
+                        m.d.sync += s.body.eq(word)
+                    with m.Case(4):
+                        m.d.sync += s.body_words.eq(word)
+                        m.next = "HEADER_LEN"
+
+            with m.State("HEADER_LEN"):
+                m.d.sync += [s.counting.eq(1), s.iy0.eq(0), s.ix0.eq(0), s.ya0.eq(0),
+                             s.o.eq(0)]
+                with m.If(s.hdr_bad):
+                    finish(NeuralError.EXTRACT)
+                with m.Else():
+                    m.next = "CLEAR"
+
+            with m.State("CLEAR"):
+                # the count pass counts from 0
+                m.d.comb += [s.acc_w.data.eq(0), s.acc_w.en.eq(1)]
+                m.d.sync += s.o.eq(s.o + 1)
+                with m.If(s.o == s.ocg - 1):
+                    m.next = "COUNT_START"
+
+            with m.State("COUNT_START"):
+                m.d.sync += walk_start()
+                m.next = "COUNT"
+
+            with m.State("COUNT"):
+                with m.If(walk_issue()):
+                    m.d.sync += s.o.eq(0)
+                    m.next = "BODY_LEN"
+
+            with m.State("BODY_LEN"):
+                with m.If(s.body_words != (s.b + 3)[2:]):
+                    finish(NeuralError.EXTRACT)
+                with m.Else():
+                    m.next = "NNZ_ADDR"
+
+            with m.State("NNZ_ADDR"):
+                m.d.comb += self.kmem_addr.eq(s.hdr + s.o3 + 2)
+                m.next = "NNZ_CHECK"
+
+            with m.State("NNZ_CHECK"):
+                sw = data.View(register_layout(SHIFT_WORD), self.kmem_data)
+                with m.If((sw.reserved != 0) | (sw.shift > MAX_SHIFT) |
+                          (sw.nnz != s.acc_r.data[:16]) | (s.acc_r.data[16:] != 0)):
+                    finish(NeuralError.EXTRACT)
+                with m.Elif(s.o == s.ocg - 1):
+                    m.d.sync += [s.o.eq(0), s.counting.eq(0), s.oy.eq(0), s.ox.eq(0), s.orow.eq(0),
+                                 s.iy0.eq(-lay.pad), s.ix0.eq(-lay.pad), s.ya0.eq(-p["pr"])]
+                    m.next = "SEED_ADDR"
+                with m.Else():
+                    m.d.sync += s.o.eq(s.o + 1)
+                    m.next = "NNZ_ADDR"
+
+            # -- an output position: seed, multiply-add, post-process ------------------------
+            self._position_states(m, lay, p, s, walk_start, walk_issue)
+
+            with m.State("DONE"):
+                m.d.comb += [self.done.eq(1), self.error.eq(s.err)]
+                m.next = "IDLE"
+
+    def _position_states(self, m, lay, p, s, walk_start, walk_issue):
+        """The states of an output position: seed, multiply-add, post-process, step."""
+        with m.State("SEED_ADDR"):
+            m.d.comb += self.kmem_addr.eq(s.hdr + s.o3)
+            m.next = "SEED"
+
+        with m.State("SEED"):
+            m.d.comb += [s.acc_w.data.eq(self.kmem_data), s.acc_w.en.eq(1)]
+            with m.If(s.o == s.ocg - 1):
+                m.d.sync += walk_start()
+                m.next = "MAC"
+            with m.Else():
+                m.d.sync += s.o.eq(s.o + 1)
+                m.next = "SEED_ADDR"
+
+        with m.State("MAC"):
+            with m.If(walk_issue()):
+                m.d.sync += [s.o.eq(0), s.caddr.eq(s.gaddr), s.cplane.eq(s.gplane)]
+                m.next = "SCALE_ADDR"
+
+        with m.State("SCALE_ADDR"):
+            m.d.comb += self.kmem_addr.eq(s.hdr + s.o3 + 1)
+            m.next = "SHIFT_ADDR"
+
+        with m.State("SHIFT_ADDR"):
+            m.d.comb += self.kmem_addr.eq(s.hdr + s.o3 + 2)
+            m.d.sync += [s.lo.eq(self.kmem_data), s.hi.eq(0),
+                         s.step.eq(0)]
+            m.next = "SHIFT_LATCH"
+
+        with m.State("SHIFT_LATCH"):
+            m.d.sync += [s.shift.eq(self.kmem_data[:6]), s.rbit.eq(0)]
+            m.next = "MULTIPLY"
+
+        with m.State("MULTIPLY"):
+            # {hi, lo} = acc * scale, one bit of the scale (in lo) a cycle; its sign bit
+            # (the last) subtracts.
+            # the accumulator: the RAM's read data, held (its address stays at o)
+            a = s.acc_r.data.as_signed()
+            add = Mux(s.lo[0], Mux(s.step == 31, -a, a), 0)
+            t = Signal(signed(34))
+            m.d.comb += t.eq(s.hi + add)
+            m.d.sync += [s.lo.eq(Cat(s.lo[1:], t[0])), s.hi.eq(t >> 1), s.step.eq(s.step + 1)]
+            with m.If(s.step == 31):
+                m.next = "SHIFT"
+
+        with m.State("SHIFT"):
+            # arithmetic shift right by ``shift``, 32 bits in one step while at least 32 are
+            # left, then one a cycle; rbit is the last bit shifted out
+            with m.If(s.shift == 0):
+                m.next = "WRITE"
+            with m.Elif(s.shift >= 32):
+                m.d.sync += [s.rbit.eq(s.lo[31]), s.lo.eq(s.hi[:32]), s.hi.eq(s.hi >> 32),
+                             s.shift.eq(s.shift - 32)]
+            with m.Else():
+                m.d.sync += [s.rbit.eq(s.lo[0]), s.lo.eq(Cat(s.lo[1:], s.hi[0])),
+                             s.hi.eq(s.hi >> 1), s.shift.eq(s.shift - 1)]
+
+        with m.State("WRITE"):
+            m.d.comb += [self.buf_addr.eq(s.caddr + s.orow + s.ox[:ABITS]),
+                         self.buf_wdata.eq(self._post_value(m, lay, s.hi, s.lo, s.rbit)),
+                         self.buf_we.eq(1)]
+            ring_end = (lay.slots != 0) & (s.cplane + 1 == p["ring"])
+            m.d.sync += [s.caddr.eq(Mux(ring_end, lay.out_base, s.caddr + lay.out_cs)),
+                         s.cplane.eq(Mux(ring_end, 0, s.cplane + 1))]
+            with m.If(s.o != s.ocg - 1):
+                m.d.sync += s.o.eq(s.o + 1)
+                m.next = "SCALE_ADDR"
+            with m.Else():
+                m.d.sync += s.o.eq(0)
+                m.next = "NEXT_POSITION"
+
+        with m.State("NEXT_POSITION"):
+            m.next = "SEED_ADDR"
+            with m.If(s.ox != lay.out_w - 1):
+                m.d.sync += [s.ox.eq(s.ox + 1), s.ix0.eq(s.ix0 + lay.stride)]
+            with m.Else():
+                m.d.sync += [s.ox.eq(0), s.ix0.eq(-lay.pad), s.oy.eq(s.oy + 1),
+                             s.iy0.eq(s.iy0 + lay.stride), s.ya0.eq(s.ya0 + p["sr"]),
+                             s.orow.eq(s.orow + lay.out_rs)]
+                with m.If(s.oy == lay.out_h - 1):
+                    # the group is done: the next one starts at the channel after it
+                    m.d.sync += [s.gbase.eq(s.gbase + SLOTS), s.gaddr.eq(s.caddr),
+                                 s.gplane.eq(s.cplane)]
+                    m.next = "GROUP"
+
+    def _post_value(self, m, lay, hi, lo, rbit):
+        """The int8 result (sign-extended to 16 bits) of the rescaled value ``{hi, lo}`` and
+        its rounding bit: plus the zero point, saturated, then ReLU or clamp (combinational)."""
+        upper = Cat(lo[9:], hi)
+        small = (upper == 0) | (upper == (1 << len(upper)) - 1)
+        v = Signal(signed(12))
+        m.d.comb += v.eq(lo[:10].as_signed() + rbit + lay.zp.as_signed())
+        y = Signal(signed(9))
+        with m.If(~small):
+            m.d.comb += y.eq(Mux(hi[-1], -128, 127))
+        with m.Elif(v > 127):
+            m.d.comb += y.eq(127)
+        with m.Elif(v < -128):
+            m.d.comb += y.eq(-128)
+        with m.Else():
+            m.d.comb += y.eq(v)
+        out = Signal(signed(9))
+        lo8, hi8, zp = lay.lo.as_signed(), lay.hi.as_signed(), lay.zp.as_signed()
+        with m.If(lay.relu):
+            m.d.comb += out.eq(Mux(y < zp, zp, y))
+        with m.Elif(lay.clamp):
+            clamped = Mux(y < lo8, lo8, y)
+            m.d.comb += out.eq(Mux(clamped > hi8, hi8, clamped))
+        with m.Else():
+            m.d.comb += out.eq(y)
+        return Cat(out[:8], out[7].replicate(8))

@@ -1,0 +1,353 @@
+"""The micro build's planar unit: int8 max and min pooling, one buffer element a cycle
+(``docs/micro.md``).
+
+The unit reads the planar task registers and the ``PE_A`` / ``PE_OUT`` datasets through the
+register-file port, checks the task as :func:`npu_spec.planar.task_error` does for the
+``icebreaker`` build, then::
+
+    for c, oy, ox:                                     # raster order of the result
+        v = the first valid element of the window
+        for ky, kx: if (oy sy - py + ky, ox sx - px + kx) inside H x W: v = op(v, A[c, y, x])
+        OUT[c, oy, ox] = v
+
+reading ``A[c, y, x]`` at ``A.base + c A.cstride + y A.rstride + x`` and writing
+``OUT.base + c OUT.cstride + oy OUT.rstride + ox``: the golden model's result
+(:func:`npu_model.planar.pool`: a window's valid elements folded in order, padding never
+taken) written where its result beats land (``npu_model.system``) when the datasets are laid
+out as the task (below).
+
+Errors: :class:`npu_spec.planar.PlanarError` in the golden order, and :data:`UNSUPPORTED` for
+what the unit does not do: the elementwise and reduction modes, and datasets whose width or
+height differ from the task's (operand ``A``: ``W x H``; ``OUT``: ``OW x OH``) or with fewer
+channels (the golden model reinterprets such streams beat by beat), and a flow-controlled
+operand whose ring (``slots * max(1, planes)`` planes) is smaller than the task's channels: the
+golden model takes such an operand from its producer as it streams, while the ring planes
+are reused, and the buffer no longer holds the early channels when a micro task runs after
+its producer. With a ring of at least the channels, plane ``c`` is at ``c`` and the buffer
+holds what the producer wrote.
+"""
+
+from types import SimpleNamespace
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from npu_spec import dataproc
+from npu_spec import planar as spec
+from npu_spec.config import preset
+from npu_spec.planar import Axis, Bcast, EltOp, Mode, PlanarError, PoolOp, PostFn, RedOp
+
+from ..lib.csr import register_layout
+
+__all__ = ["UNSUPPORTED", "MicroPlanar"]
+
+#: Error code of a task the micro unit does not run.
+UNSUPPORTED = 15
+
+#: The build whose planar engine the unit stands for.
+CONFIG = preset("icebreaker")
+#: Its lanes (``planar_lanes ** 2``), pooling words and line buffer: the limits of
+#: :func:`npu_spec.planar.pool_fits`.
+LANES = CONFIG.planar_lanes ** 2
+PLANE_DEPTH = spec.LINE_BUFFER_DEPTH
+RING_WORDS = spec.h_ring_depth(LANES, PLANE_DEPTH)
+
+if LANES != 4 or CONFIG.planar_pool_beats != 1 or CONFIG.has_fp16:
+    raise AssertionError("the micro planar unit is built for 4 lanes, 1-beat pooling words and "
+                         "no binary16")
+# (no multiplications in the unit: Yosys would give even a constant one a DSP)
+ABITS = 14
+
+_PE = spec.PLANAR_ENGINE
+_DP = dataproc.DATA_PROCESSOR
+_A = dataproc.pe_port_base("A")
+_OUT = dataproc.pe_port_base("OUT")
+
+#: The register words the unit reads at its start, in order.
+_READS = (
+    (_PE.address("MODE"), _PE["MODE"]),
+    (_PE.address("SHAPE0"), _PE["SHAPE0"]),
+    (_PE.address("SHAPE1"), _PE["SHAPE1"]),
+    (_PE.address("WINDOW"), _PE["WINDOW"]),
+    (_A + 0, _DP["PE_A_BASE"]),
+    (_A + 1, _DP["PE_A_SHAPE0"]),
+    (_A + 2, _DP["PE_A_SHAPE1"]),
+    (_A + 3, _DP["PE_A_CSTRIDE"]),
+    (_A + 4, _DP["PE_A_RSTRIDE"]),
+    (_OUT + 0, _DP["PE_OUT_BASE"]),
+    (_OUT + 1, _DP["PE_OUT_SHAPE0"]),
+    (_OUT + 2, _DP["PE_OUT_SHAPE1"]),
+    (_OUT + 3, _DP["PE_OUT_CSTRIDE"]),
+    (_OUT + 4, _DP["PE_OUT_RSTRIDE"]),
+)
+
+#: The task as the unit keeps it: the fields the loops use, and flags of those only the checks
+#: use (decided as each register is read).
+Task = data.StructLayout({
+    "bad_mode": 1, "bad_fmt": 1, "avg": 1, "not_pool": 1, "min": 1,
+    "w": 12, "h": 12, "c": 12, "kh": 4, "kw": 4, "sy": 4, "sx": 4, "py": 4, "px": 4,
+    "a_base": ABITS, "a_bad": 1, "slots": 10, "planes": 10, "a_cs": ABITS, "a_rs": ABITS,
+    "o_base": ABITS, "o_w": 12, "o_h": 12, "o_bad": 1, "o_cs": ABITS, "o_rs": ABITS,
+})
+
+
+def _bad_mode(mode):
+    """Whether the ``MODE`` register's view ``mode`` holds an unknown code
+    (:class:`npu_spec.planar.PlanarError` ``BAD_MODE``; combinational)."""
+    elt = (mode.op > max(EltOp)) | (mode.bcast > max(Bcast))
+    pool = mode.op > max(PoolOp)
+    red = ((mode.op > max(RedOp)) | (mode.pre > EltOp.SQUARE) | (mode.axis > max(Axis))
+           | ((mode.axis == Axis.CHANNEL) & (mode.post != PostFn.NONE)))
+    return Mux(mode.mode == Mode.ELTWISE, elt,
+               Mux(mode.mode == Mode.POOL, pool, Mux(mode.mode == Mode.REDUCE, red, 1)))
+
+
+class MicroPlanar(wiring.Component):
+    """Planar unit of the micro build: int8 max and min pooling.
+
+    Members
+    -------
+    start : In(1)
+        Pulse: the task's registers are written; run it.
+    done : Out(1)
+        Pulse: the task ended.
+    error : Out(4)
+        Valid with ``done``: 0, a :class:`npu_spec.planar.PlanarError` code or
+        :data:`UNSUPPORTED`.
+    reg_addr, reg_data : Out(16), In(32)
+        Register-file read port (``reg_data`` valid the cycle after ``reg_addr``).
+    buf_addr, buf_wdata, buf_we, buf_rdata : Out(14), Out(16), Out(1), In(16)
+        Buffer port (``buf_rdata`` valid the cycle after ``buf_addr``).
+    """
+
+    start: In(1)
+    done: Out(1)
+    error: Out(4)
+    reg_addr: Out(16)
+    reg_data: In(32)
+    buf_addr: Out(ABITS)
+    buf_wdata: Out(16)
+    buf_we: Out(1)
+    buf_rdata: In(16)
+
+    def elaborate(self, platform):
+        m = Module()
+        t = Signal(Task)
+        idx, latch = self._load(m, t)
+        p = self._sizes(m, t)
+        code = self._checks(m, t, p)
+        self._run(m, t, p, code, idx, latch)
+        return m
+
+    def _load(self, m, t):
+        """Register reads, one a cycle from ``start`` on: the statements that latch read
+        ``k - 1`` when the read counter is ``k``."""
+        idx = Signal(range(len(_READS) + 1))
+        m.d.comb += self.reg_addr.eq(Array(Const(a, 16) for a, _ in _READS)[
+            Mux(idx < len(_READS), idx, 0)])
+        v = [data.View(register_layout(reg), self.reg_data) for _, reg in _READS]
+        latch = {
+            1: [t.bad_mode.eq(_bad_mode(v[0])), t.bad_fmt.eq(v[0].in_fmt | v[0].out_fmt),
+                t.avg.eq((v[0].mode == Mode.POOL) & (v[0].op == PoolOp.AVG)),
+                t.not_pool.eq(v[0].mode != Mode.POOL), t.min.eq(v[0].op == PoolOp.MIN)],
+            2: [t.w.eq(v[1].width), t.h.eq(v[1].height)],
+            3: [t.c.eq(v[2].channels)],
+            4: [t.kh.eq(v[3].kh), t.kw.eq(v[3].kw), t.sy.eq(v[3].sy), t.sx.eq(v[3].sx),
+                t.py.eq(v[3].py), t.px.eq(v[3].px)],
+            5: [t.a_base.eq(v[4].addr)],
+            6: [t.a_bad.eq((v[5].width != t.w) | (v[5].height != t.h))],
+            7: [t.a_bad.eq(t.a_bad | (v[6].channels < t.c)), t.slots.eq(v[6].slots),
+                t.planes.eq(v[6].planes)],
+            8: [t.a_cs.eq(v[7].stride)],
+            9: [t.a_rs.eq(v[8].stride)],
+            10: [t.o_base.eq(v[9].addr)],
+            11: [t.o_w.eq(v[10].width), t.o_h.eq(v[10].height)],
+            12: [t.o_bad.eq(v[11].channels < t.c)],
+            13: [t.o_cs.eq(v[12].stride)],
+            14: [t.o_rs.eq(v[13].stride)],
+        }
+        return idx, latch
+
+    def _sizes(self, m, t):
+        """The output size, the H-ring words and the small products of the task, added up one
+        step a cycle in state ``SIZES`` (no multiplier, no divider)."""
+        p = SimpleNamespace(
+            oh=Signal(13), ow=Signal(13), ypos=Signal(14), xpos=Signal(14),
+            ring_rows=Signal(6), ring=Signal(10), j=Signal(6),
+            syr=Signal(ABITS), pyr=Signal(ABITS), aring=Signal(20), k=Signal(10), busy=Signal())
+        # (H + 2 py - kh) and (W + 2 px - kw): the last window origin, if any
+        p.ylast = Signal(signed(15))
+        p.xlast = Signal(signed(15))
+        m.d.comb += [p.ylast.eq(t.h + (t.py << 1) - t.kh), p.xlast.eq(t.w + (t.px << 1) - t.kw)]
+        # min(H, kh + 2 sy): rows of the H ring; the ring holds that many times ceil(OW / L)
+        rows = Signal(6)
+        m.d.comb += rows.eq(Mux(t.h < t.kh + (t.sy << 1), t.h, t.kh + (t.sy << 1)))
+        p.ring_rows = rows
+        p.steps = [
+            (p.ypos <= p.ylast, "oh"),
+            (p.xpos <= p.xlast, "ow"),
+            (p.j < t.sy, "syr"),
+            (p.j < t.py, "pyr"),
+            (p.k < t.slots, "aring"),
+        ]
+        m.d.comb += p.busy.eq(Cat(c for c, _ in p.steps).any())
+        return p
+
+    def _step_sizes(self, m, t, p):
+        for cond, name in p.steps:
+            with m.If(cond):
+                if name == "oh":
+                    m.d.sync += [p.oh.eq(p.oh + 1), p.ypos.eq(p.ypos + t.sy)]
+                elif name == "ow":
+                    m.d.sync += [p.ow.eq(p.ow + 1), p.xpos.eq(p.xpos + t.sx)]
+                elif name == "syr":
+                    m.d.sync += p.syr.eq(p.syr + t.a_rs)
+                elif name == "pyr":
+                    m.d.sync += p.pyr.eq(p.pyr + t.a_rs)
+                else:
+                    m.d.sync += p.aring.eq(p.aring + Mux(t.planes == 0, 1, t.planes))
+        m.d.sync += [p.j.eq(Mux(p.j == 63, 63, p.j + 1)),
+                     p.k.eq(Mux(p.k == 1023, 1023, p.k + 1))]
+
+    def _checks(self, m, t, p):
+        """The task's error (combinational), from the fields, ``OH``, ``OW`` and the H-ring
+        words ``p.ring`` (valid once state ``SIZES`` and ``RING`` are over)."""
+        code = Signal(4)
+        bad_window = ((Cat(t.kh == 0, t.kw == 0, t.sy == 0, t.sx == 0).any())
+                      | (t.kh > spec.MAX_WINDOW) | (t.kw > spec.MAX_WINDOW)
+                      | (t.py >= t.kh) | (t.px >= t.kw) | (p.ylast < 0) | (p.xlast < 0))
+        # min(C H, 3) W <= plane depth
+        ch3 = Mux((t.c >= 3) | (t.h >= 3) | ((t.c == 2) & (t.h == 2)), 3,
+                  Mux(t.c == 1, t.h, t.c))
+        lines = Mux(ch3 == 3, (t.w << 1) + t.w, Mux(ch3 == 2, t.w << 1, t.w))
+        fits = (lines <= PLANE_DEPTH) & (p.ring + 2 <= RING_WORDS)
+        zero = Cat(t.c == 0, t.h == 0, t.w == 0).any()
+        layout = (t.a_bad | (t.o_w != p.ow) | (t.o_h != p.oh) | t.o_bad
+                  | ((t.slots != 0) & (p.aring < t.c)))
+        checks = [
+            (t.bad_mode, PlanarError.BAD_MODE),
+            (t.bad_fmt, PlanarError.BAD_FORMAT),
+            (t.avg, PlanarError.UNSUPPORTED),
+            (t.not_pool, UNSUPPORTED),
+            (zero | (~bad_window & ~fits), PlanarError.BAD_SHAPE),
+            (bad_window, PlanarError.BAD_WINDOW),
+            (layout, UNSUPPORTED),
+        ]
+        with m.If(checks[0][0]):
+            m.d.comb += code.eq(checks[0][1])
+        for cond, value in checks[1:]:
+            with m.Elif(cond):
+                m.d.comb += code.eq(value)
+        return code
+
+    def _state(self):
+        return SimpleNamespace(
+            err=Signal(4),
+            c=Signal(12), oy=Signal(12), ox=Signal(12), ky=Signal(4), kx=Signal(4),
+            iy0=Signal(signed(15)), ix0=Signal(signed(15)), iy=Signal(signed(15)),
+            ix=Signal(signed(15)), ya0=Signal(ABITS), ya=Signal(ABITS),
+            ca=Signal(ABITS), ob=Signal(ABITS), orow=Signal(ABITS),
+            best=Signal(signed(8)), first=Signal(), st_valid=Signal(),
+        )
+
+    def _run(self, m, t, p, code, idx, latch):
+        s = self._state()
+        last_kx = s.kx == t.kw - 1
+        last_ky = s.ky == t.kh - 1
+        inside = (s.iy >= 0) & (s.iy < t.h) & (s.ix >= 0) & (s.ix < t.w)
+        # the element read last cycle, folded into the window's value
+        v = self.buf_rdata[:8].as_signed()
+        take = Mux(t.min, v < s.best, v > s.best) | s.first
+        folded = Mux(s.st_valid & take, v, s.best)
+        with m.If(s.st_valid & take):
+            m.d.sync += [s.best.eq(v), s.first.eq(0)]
+        m.d.sync += s.st_valid.eq(0)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.sync += idx.eq(0)
+                with m.If(self.start):
+                    m.d.sync += idx.eq(1)
+                    m.next = "LOAD"
+
+            with m.State("LOAD"):
+                with m.Switch(idx):
+                    for k, stmts in latch.items():
+                        with m.Case(k):
+                            m.d.sync += stmts
+                m.d.sync += idx.eq(idx + 1)
+                with m.If(idx == len(_READS)):
+                    m.d.sync += [getattr(p, n).eq(0) for n in ("oh", "ow", "ypos", "xpos",
+                                                               "j", "k", "syr", "pyr",
+                                                               "aring", "ring")]
+                    m.next = "SIZES"
+
+            with m.State("SIZES"):
+                # no loop for a zero stride (a bad window: never used)
+                with m.If(~p.busy | (t.sy == 0) | (t.sx == 0)):
+                    m.d.sync += p.j.eq(0)
+                    m.next = "RING"
+                with m.Else():
+                    self._step_sizes(m, t, p)
+
+            with m.State("RING"):
+                # H-ring words: min(H, kh + 2 sy) x ceil(OW / L), saturating
+                owb = (p.ow + LANES - 1) >> 2
+                with m.If((p.j < p.ring_rows) & (p.ring <= RING_WORDS)):
+                    m.d.sync += [p.ring.eq(p.ring + Mux(owb > RING_WORDS, RING_WORDS + 1, owb)),
+                                 p.j.eq(p.j + 1)]
+                with m.Else():
+                    m.next = "CHECK"
+
+            with m.State("CHECK"):
+                m.d.sync += [s.c.eq(0), s.oy.eq(0), s.ox.eq(0), s.ca.eq(t.a_base),
+                             s.ob.eq(t.o_base), s.orow.eq(0),
+                             s.iy0.eq(-t.py), s.ix0.eq(-t.px), s.ya0.eq(-p.pyr)]
+                m.d.sync += s.err.eq(code)
+                with m.If(code != 0):
+                    m.next = "DONE"
+                with m.Else():
+                    m.next = "WINDOW_START"
+
+            with m.State("WINDOW_START"):
+                m.d.sync += [s.ky.eq(0), s.kx.eq(0), s.iy.eq(s.iy0), s.ix.eq(s.ix0),
+                             s.ya.eq(s.ya0), s.first.eq(1)]
+                m.next = "WINDOW"
+
+            with m.State("WINDOW"):
+                m.d.comb += self.buf_addr.eq(s.ca + s.ya + s.ix[:ABITS])
+                m.d.sync += s.st_valid.eq(inside)
+                with m.If(~last_kx):
+                    m.d.sync += [s.kx.eq(s.kx + 1), s.ix.eq(s.ix + 1)]
+                with m.Else():
+                    m.d.sync += [s.kx.eq(0), s.ix.eq(s.ix0), s.ky.eq(s.ky + 1),
+                                 s.iy.eq(s.iy + 1), s.ya.eq(s.ya + t.a_rs)]
+                    with m.If(last_ky):
+                        m.next = "WRITE"
+
+            with m.State("WRITE"):
+                m.d.comb += [self.buf_addr.eq(s.ob + s.orow + s.ox[:ABITS]),
+                             self.buf_wdata.eq(Cat(folded, folded[7].replicate(8))),
+                             self.buf_we.eq(1)]
+                self._next_output(m, t, p, s)
+
+            with m.State("DONE"):
+                m.d.comb += [self.done.eq(1), self.error.eq(s.err)]
+                m.next = "IDLE"
+
+    def _next_output(self, m, t, p, s):
+        """Step to the next output (ox fastest, then oy, then the channel)."""
+        m.next = "WINDOW_START"
+        with m.If(s.ox != p.ow - 1):
+            m.d.sync += [s.ox.eq(s.ox + 1), s.ix0.eq(s.ix0 + t.sx)]
+        with m.Else():
+            m.d.sync += [s.ox.eq(0), s.ix0.eq(-t.px)]
+            with m.If(s.oy != p.oh - 1):
+                m.d.sync += [s.oy.eq(s.oy + 1), s.iy0.eq(s.iy0 + t.sy),
+                             s.ya0.eq(s.ya0 + p.syr), s.orow.eq(s.orow + t.o_rs)]
+            with m.Else():
+                m.d.sync += [s.oy.eq(0), s.iy0.eq(-t.py), s.ya0.eq(-p.pyr), s.orow.eq(0),
+                             s.c.eq(s.c + 1), s.ob.eq(s.ob + t.o_cs), s.ca.eq(s.ca + t.a_cs)]
+                with m.If(s.c == t.c - 1):
+                    m.next = "DONE"
