@@ -108,6 +108,10 @@ if CHANNEL_WORDS != 3:
 if GROUP_TABLE_WORDS != 4:
     raise AssertionError("the table walk assumes 4-word group-table entries")
 
+#: Rows of the weight cache: the most input elements (``icpg * kh * kw``) a group's kernel may
+#: have; a layer with more is :data:`UNSUPPORTED`.
+CACHE_DEPTH = 512
+
 #: Addresses are element addresses of the 16K-element buffer: all arithmetic modulo 2**14.
 ABITS = 14
 
@@ -296,6 +300,9 @@ class MicroNeural(wiring.Component):
         st_lane = Signal(3)
         st_byte = Signal(2)
         st_inside = Signal()
+        # weight-cache row of the walker's element, and of the issued byte
+        pos = Signal(range(CACHE_DEPTH + 1))
+        st_pos = Signal(range(CACHE_DEPTH))
         # output channel address (ring planes of a flow-controlled dataset)
         gaddr = Signal(ABITS)
         gplane = Signal(11)
@@ -314,54 +321,65 @@ class MicroNeural(wiring.Component):
             body_words=body_words, tcount=tcount, oy=oy, ox=ox, iy0=iy0, ix0=ix0,
             ya0=ya0, orow=orow, ic=ic, ky=ky, kx=kx, oc=oc, iy=iy, ix=ix, ya=ya, cb=cb,
             b=b, counting=counting, st_valid=st_valid, st_lane=st_lane, st_byte=st_byte,
-            st_inside=st_inside, gaddr=gaddr, gplane=gplane, caddr=caddr, cplane=cplane,
+            st_inside=st_inside, pos=pos, st_pos=st_pos, gaddr=gaddr, gplane=gplane, caddr=caddr, cplane=cplane,
             o=o, hi=hi, lo=lo, step=step, shift=shift, rbit=rbit)
 
     def _walker(self, m, lay, p, s):
-        """The multiply-add of the issued byte, and the walker over the body's scan order:
+        """The multiply-add of the issued element, and the walker over the body's scan order:
         ``(start, issue)``, the statements that restart it and a function that issues one
-        byte and element, steps the walker and returns whether it was the last."""
-        # multiply-add of the issued byte
+        step (a byte in the count pass, an input element in the multiply-add pass), steps the
+        walker and returns whether it was the last."""
+        # the weight cache: the group's body regrouped by input element, the channels' bytes
+        # of one element side by side (written a byte a cycle by the count pass)
+        m.submodules.wcache = wc = Memory(shape=8 * SLOTS, depth=CACHE_DEPTH, init=[])
+        wr = wc.write_port(granularity=8)
+        rd = wc.read_port()
+        # the issued byte (count pass) and element (multiply-add pass)
         w = Signal(signed(8))
         x = Signal(signed(8))
         m.d.comb += [
             w.eq(self.kmem_data.word_select(s.st_byte, 8)),
             x.eq(Mux(s.st_inside, self.buf_rdata[:8], 0)),
+            rd.addr.eq(s.pos),
+            wr.addr.eq(s.st_pos),
+            wr.data.eq(w.as_unsigned().replicate(SLOTS)),
         ]
-        # the accumulators: a RAM, read when a byte is issued, written a cycle on (the read
-        # sees a write to the same channel in that cycle: transparent)
-        m.submodules.acc = acc = Memory(shape=32, depth=SLOTS, init=[])
-        s.acc_w = acc.write_port()
-        s.acc_r = acc.read_port(transparent_for=(s.acc_w,))
-        m.d.comb += [s.acc_r.addr.eq(s.o), s.acc_w.addr.eq(s.o)]
-        with m.If(s.st_valid):
-            m.d.comb += [s.acc_w.addr.eq(s.st_lane), s.acc_w.en.eq(1),
-                         s.acc_w.data.eq(s.acc_r.data + Mux(s.counting, w != 0, x * w))]
+        # the accumulators, one per lane (channel of the group)
+        s.acc = [Signal(signed(32), name=f"acc{lane}") for lane in range(SLOTS)]
+        s.acc_o = Array(s.acc)[s.o]
+        with m.If(s.st_valid & s.counting):
+            lane = Array(s.acc)[s.st_lane]
+            m.d.comb += wr.en.eq(1 << s.st_lane)
+            m.d.sync += lane.eq(lane + (w != 0))
+        with m.If(s.st_valid & ~s.counting):
+            for k, acc in enumerate(s.acc):
+                m.d.sync += acc.eq(acc + x * rd.data.word_select(k, 8).as_signed())
         m.d.sync += s.st_valid.eq(0)
 
-        last_oc = s.oc == s.ocg - 1
+        # the count pass steps through the channels of an element, the multiply-add pass
+        # takes them all at once
+        last_oc = ~s.counting | (s.oc == s.ocg - 1)
         last_kx = s.kx == lay.kw - 1
         last_ky = s.ky == lay.kh - 1
         last_ic = s.ic == lay.icpg - 1
 
         def walk_start():
             return [s.ic.eq(0), s.ky.eq(0), s.kx.eq(0), s.oc.eq(0), s.iy.eq(s.iy0), s.ix.eq(s.ix0),
-                    s.ya.eq(s.ya0), s.cb.eq(lay.in_base), s.b.eq(0)]
+                    s.ya.eq(s.ya0), s.cb.eq(lay.in_base), s.b.eq(0), s.pos.eq(0)]
 
         def walk_issue():
-            """Issue the current byte and element, then s.step the walker (s.oc fastest)."""
+            """Issue the current byte and element, then step the walker (s.oc fastest)."""
             inside = ((s.iy >= 0) & (s.iy < lay.in_h) & (s.ix >= 0) & (s.ix < lay.in_w))
             m.d.comb += [
-                s.acc_r.addr.eq(s.oc),
                 self.kmem_addr.eq(s.body + s.b[2:]),
                 self.buf_addr.eq(s.cb + s.ya + s.ix[:ABITS]),
             ]
             m.d.sync += [s.st_valid.eq(1), s.st_lane.eq(s.oc), s.st_byte.eq(s.b[:2]),
-                         s.st_inside.eq(inside), s.b.eq(s.b + 1)]
+                         s.st_inside.eq(inside), s.st_pos.eq(s.pos), s.b.eq(s.b + 1)]
             with m.If(~last_oc):
                 m.d.sync += s.oc.eq(s.oc + 1)
             with m.Else():
-                m.d.sync += s.oc.eq(0)
+                m.d.sync += [s.oc.eq(0), s.pos.eq(s.pos + 1)]
                 with m.If(~last_kx):
                     m.d.sync += [s.kx.eq(s.kx + 1), s.ix.eq(s.ix + lay.dilation)]
                 with m.Else():
@@ -456,19 +474,20 @@ class MicroNeural(wiring.Component):
 
             with m.State("CLEAR"):
                 # the count pass counts from 0
-                m.d.comb += [s.acc_w.data.eq(0), s.acc_w.en.eq(1)]
-                m.d.sync += s.o.eq(s.o + 1)
-                with m.If(s.o == s.ocg - 1):
-                    m.next = "COUNT_START"
+                m.d.sync += [acc.eq(0) for acc in s.acc]
+                m.next = "COUNT_START"
 
             with m.State("COUNT_START"):
                 m.d.sync += walk_start()
                 m.next = "COUNT"
 
             with m.State("COUNT"):
-                with m.If(walk_issue()):
-                    m.d.sync += s.o.eq(0)
-                    m.next = "BODY_LEN"
+                with m.If(s.pos == CACHE_DEPTH):
+                    finish(UNSUPPORTED)
+                with m.Else():
+                    with m.If(walk_issue()):
+                        m.d.sync += s.o.eq(0)
+                        m.next = "BODY_LEN"
 
             with m.State("BODY_LEN"):
                 with m.If(s.body_words != (s.b + 3)[2:]):
@@ -483,7 +502,7 @@ class MicroNeural(wiring.Component):
             with m.State("NNZ_CHECK"):
                 sw = data.View(register_layout(SHIFT_WORD), self.kmem_data)
                 with m.If((sw.reserved != 0) | (sw.shift > MAX_SHIFT) |
-                          (sw.nnz != s.acc_r.data[:16]) | (s.acc_r.data[16:] != 0)):
+                          (sw.nnz != s.acc_o[:16]) | (s.acc_o[16:] != 0)):
                     finish(NeuralError.EXTRACT)
                 with m.Elif(s.o == s.ocg - 1):
                     m.d.sync += [s.o.eq(0), s.counting.eq(0), s.oy.eq(0), s.ox.eq(0), s.orow.eq(0),
@@ -507,7 +526,7 @@ class MicroNeural(wiring.Component):
             m.next = "SEED"
 
         with m.State("SEED"):
-            m.d.comb += [s.acc_w.data.eq(self.kmem_data), s.acc_w.en.eq(1)]
+            m.d.sync += s.acc_o.eq(self.kmem_data)
             with m.If(s.o == s.ocg - 1):
                 m.d.sync += walk_start()
                 m.next = "MAC"
@@ -537,8 +556,7 @@ class MicroNeural(wiring.Component):
         with m.State("MULTIPLY"):
             # {hi, lo} = acc * scale, one bit of the scale (in lo) a cycle; its sign bit
             # (the last) subtracts.
-            # the accumulator: the RAM's read data, held (its address stays at o)
-            a = s.acc_r.data.as_signed()
+            a = s.acc_o
             add = Mux(s.lo[0], Mux(s.step == 31, -a, a), 0)
             t = Signal(signed(34))
             m.d.comb += t.eq(s.hi + add)
