@@ -321,7 +321,8 @@ class MicroNeural(wiring.Component):
             body_words=body_words, tcount=tcount, oy=oy, ox=ox, iy0=iy0, ix0=ix0,
             ya0=ya0, orow=orow, ic=ic, ky=ky, kx=kx, oc=oc, iy=iy, ix=ix, ya=ya, cb=cb,
             b=b, counting=counting, st_valid=st_valid, st_lane=st_lane, st_byte=st_byte,
-            st_inside=st_inside, pos=pos, st_pos=st_pos, gaddr=gaddr, gplane=gplane, caddr=caddr, cplane=cplane,
+            st_inside=st_inside, pos=pos, st_pos=st_pos, gaddr=gaddr, gplane=gplane,
+            caddr=caddr, cplane=cplane,
             o=o, hi=hi, lo=lo, step=step, shift=shift, rbit=rbit)
 
     def _walker(self, m, lay, p, s):
