@@ -310,7 +310,7 @@ class MicroNeural(wiring.Component):
         cplane = Signal(11)
         # post-processor
         o = Signal(3)
-        hi = Signal(signed(34))
+        hi = Signal(signed(35))
         lo = Signal(32)
         step = Signal(6)
         shift = Signal(6)
@@ -555,14 +555,24 @@ class MicroNeural(wiring.Component):
             m.next = "MULTIPLY"
 
         with m.State("MULTIPLY"):
-            # {hi, lo} = acc * scale, one bit of the scale (in lo) a cycle; its sign bit
-            # (the last) subtracts.
+            # {hi, lo} = acc * scale, two bits of the scale (in lo) a cycle, radix-4 Booth:
+            # the digit -2 b[i+1] + b[i] + b[i-1] (b[i-1] in rbit, 0 at first) adds 0, +-a or
+            # +-2a; 16 digits give the signed product
             a = s.acc_o
-            add = Mux(s.lo[0], Mux(s.step == 31, -a, a), 0)
-            t = Signal(signed(34))
-            m.d.comb += t.eq(s.hi + add)
-            m.d.sync += [s.lo.eq(Cat(s.lo[1:], t[0])), s.hi.eq(t >> 1), s.step.eq(s.step + 1)]
-            with m.If(s.step == 31):
+            bits = Cat(s.rbit, s.lo[:2])
+            neg = bits[2] & ~(bits[0] & bits[1])
+            two = (bits == 0b011) | (bits == 0b100)
+            zero = (bits == 0b000) | (bits == 0b111)
+            mag = Signal(signed(34))
+            m.d.comb += mag.eq(Mux(zero, 0, Mux(two, a << 1, a)))
+            inv = Signal(signed(34))                  # -x = ~x + 1
+            m.d.comb += inv.eq(mag.as_unsigned() ^ neg.replicate(34))
+            t = Signal(signed(35))
+            m.d.comb += t.eq(s.hi + inv + neg)
+            m.d.sync += [s.lo.eq(Cat(s.lo[2:], t[:2])), s.hi.eq(t >> 2), s.rbit.eq(s.lo[1]),
+                         s.step.eq(s.step + 1)]
+            with m.If(s.step == 15):
+                m.d.sync += s.rbit.eq(0)
                 m.next = "SHIFT"
 
         with m.State("SHIFT"):
