@@ -303,6 +303,10 @@ class MicroNeural(wiring.Component):
         # weight-cache row of the walker's element, and of the issued byte
         pos = Signal(range(CACHE_DEPTH + 1))
         st_pos = Signal(range(CACHE_DEPTH))
+        elems = Signal(range(CACHE_DEPTH + 1))  # the group's input elements
+        st_mac = Signal()                    # the accumulators add, a cycle on
+        acc_clr = Signal()                   # the accumulators clear (combinational)
+        bacc = Signal(signed(32))            # accumulator plus bias, for the rescale
         # output channel address (ring planes of a flow-controlled dataset)
         gaddr = Signal(ABITS)
         gplane = Signal(11)
@@ -321,7 +325,8 @@ class MicroNeural(wiring.Component):
             body_words=body_words, tcount=tcount, oy=oy, ox=ox, iy0=iy0, ix0=ix0,
             ya0=ya0, orow=orow, ic=ic, ky=ky, kx=kx, oc=oc, iy=iy, ix=ix, ya=ya, cb=cb,
             b=b, counting=counting, st_valid=st_valid, st_lane=st_lane, st_byte=st_byte,
-            st_inside=st_inside, pos=pos, st_pos=st_pos, gaddr=gaddr, gplane=gplane,
+            st_inside=st_inside, pos=pos, st_pos=st_pos, elems=elems, st_mac=st_mac,
+            acc_clr=acc_clr, bacc=bacc, gaddr=gaddr, gplane=gplane,
             caddr=caddr, cplane=cplane,
             o=o, hi=hi, lo=lo, step=step, shift=shift, rbit=rbit)
 
@@ -345,17 +350,22 @@ class MicroNeural(wiring.Component):
             wr.addr.eq(s.st_pos),
             wr.data.eq(w.as_unsigned().replicate(SLOTS)),
         ]
-        # the accumulators, one per lane (channel of the group)
+        # the accumulators, one per lane (channel of the group): cleared, or each adds its
+        # product (a multiply-accumulate an SB_MAC16 holds); the tally pass of a group's checks
+        # adds 1 x (w != 0) to count its nonzero coefficients
         s.acc = [Signal(signed(32), name=f"acc{lane}") for lane in range(SLOTS)]
         s.acc_o = Array(s.acc)[s.o]
         with m.If(s.st_valid & s.counting):
-            lane = Array(s.acc)[s.st_lane]
             m.d.comb += wr.en.eq(1 << s.st_lane)
-            m.d.sync += lane.eq(lane + (w != 0))
-        with m.If(s.st_valid & ~s.counting):
-            for k, acc in enumerate(s.acc):
-                m.d.sync += acc.eq(acc + x * rd.data.word_select(k, 8).as_signed())
-        m.d.sync += s.st_valid.eq(0)
+        xm = Mux(s.counting, 1, x)
+        for k, acc in enumerate(s.acc):
+            wk = rd.data.word_select(k, 8).as_signed()
+            with m.If(s.acc_clr):
+                m.d.sync += acc.eq(0)
+            with m.Elif(s.st_mac):
+                m.d.sync += acc.eq(acc + xm * Mux(s.counting, wk != 0, wk))
+        m.d.sync += [s.st_valid.eq(0), s.st_mac.eq(0)]
+        m.d.comb += s.acc_clr.eq(0)
 
         # the count pass steps through the channels of an element, the multiply-add pass
         # takes them all at once
@@ -376,7 +386,8 @@ class MicroNeural(wiring.Component):
                 self.buf_addr.eq(s.cb + s.ya + s.ix[:ABITS]),
             ]
             m.d.sync += [s.st_valid.eq(1), s.st_lane.eq(s.oc), s.st_byte.eq(s.b[:2]),
-                         s.st_inside.eq(inside), s.st_pos.eq(s.pos), s.b.eq(s.b + 1)]
+                         s.st_inside.eq(inside), s.st_pos.eq(s.pos), s.b.eq(s.b + 1),
+                         s.st_mac.eq(~s.counting)]
             with m.If(~last_oc):
                 m.d.sync += s.oc.eq(s.oc + 1)
             with m.Else():
@@ -475,7 +486,7 @@ class MicroNeural(wiring.Component):
 
             with m.State("CLEAR"):
                 # the count pass counts from 0
-                m.d.sync += [acc.eq(0) for acc in s.acc]
+                m.d.comb += s.acc_clr.eq(1)
                 m.next = "COUNT_START"
 
             with m.State("COUNT_START"):
@@ -487,8 +498,18 @@ class MicroNeural(wiring.Component):
                     finish(UNSUPPORTED)
                 with m.Else():
                     with m.If(walk_issue()):
-                        m.d.sync += s.o.eq(0)
-                        m.next = "BODY_LEN"
+                        m.d.sync += [s.o.eq(0), s.elems.eq(s.pos + 1), s.pos.eq(0)]
+                        m.next = "TALLY_START"
+
+            with m.State("TALLY_START"):
+                # the count pass's last byte lands in the weight cache
+                m.next = "TALLY"
+
+            with m.State("TALLY"):
+                # every weight-cache row once: each lane counts its nonzero coefficients
+                m.d.sync += [s.st_mac.eq(1), s.pos.eq(s.pos + 1)]
+                with m.If(s.pos + 1 == s.elems):
+                    m.next = "BODY_LEN"
 
             with m.State("BODY_LEN"):
                 with m.If(s.body_words != (s.b + 3)[2:]):
@@ -523,25 +544,23 @@ class MicroNeural(wiring.Component):
     def _position_states(self, m, lay, p, s, walk_start, walk_issue):
         """The states of an output position: seed, multiply-add, post-process, step."""
         with m.State("SEED_ADDR"):
-            m.d.comb += self.kmem_addr.eq(s.hdr + s.o3)
-            m.next = "SEED"
-
-        with m.State("SEED"):
-            m.d.sync += s.acc_o.eq(self.kmem_data)
-            with m.If(s.o == s.ocg - 1):
-                m.d.sync += walk_start()
-                m.next = "MAC"
-            with m.Else():
-                m.d.sync += s.o.eq(s.o + 1)
-                m.next = "SEED_ADDR"
+            # the accumulators from 0 (the biases are added at the rescale)
+            m.d.comb += s.acc_clr.eq(1)
+            m.d.sync += walk_start()
+            m.next = "MAC"
 
         with m.State("MAC"):
             with m.If(walk_issue()):
                 m.d.sync += [s.o.eq(0), s.caddr.eq(s.gaddr), s.cplane.eq(s.gplane)]
-                m.next = "SCALE_ADDR"
+                m.next = "BIAS_ADDR"
+
+        with m.State("BIAS_ADDR"):
+            m.d.comb += self.kmem_addr.eq(s.hdr + s.o3)
+            m.next = "SCALE_ADDR"
 
         with m.State("SCALE_ADDR"):
             m.d.comb += self.kmem_addr.eq(s.hdr + s.o3 + 1)
+            m.d.sync += s.bacc.eq(s.acc_o + self.kmem_data.as_signed())
             m.next = "SHIFT_ADDR"
 
         with m.State("SHIFT_ADDR"):
@@ -558,7 +577,7 @@ class MicroNeural(wiring.Component):
             # {hi, lo} = acc * scale, two bits of the scale (in lo) a cycle, radix-4 Booth:
             # the digit -2 b[i+1] + b[i] + b[i-1] (b[i-1] in rbit, 0 at first) adds 0, +-a or
             # +-2a; 16 digits give the signed product
-            a = s.acc_o
+            a = s.bacc
             bits = Cat(s.rbit, s.lo[:2])
             neg = bits[2] & ~(bits[0] & bits[1])
             two = (bits == 0b011) | (bits == 0b100)
@@ -596,7 +615,7 @@ class MicroNeural(wiring.Component):
                          s.cplane.eq(Mux(ring_end, 0, s.cplane + 1))]
             with m.If(s.o != s.ocg - 1):
                 m.d.sync += s.o.eq(s.o + 1)
-                m.next = "SCALE_ADDR"
+                m.next = "BIAS_ADDR"
             with m.Else():
                 m.d.sync += s.o.eq(0)
                 m.next = "NEXT_POSITION"
