@@ -357,13 +357,16 @@ class MicroNeural(wiring.Component):
         s.acc_o = Array(s.acc)[s.o]
         with m.If(s.st_valid & s.counting):
             m.d.comb += wr.en.eq(1 << s.st_lane)
+        # (no enable: a cycle that adds nothing adds 0 x 0, so Yosys packs each accumulator
+        # register into its SB_MAC16, which it does not for one with an enable)
         xm = Mux(s.counting, 1, x)
         for k, acc in enumerate(s.acc):
             wk = rd.data.word_select(k, 8).as_signed()
+            wm = Mux(s.st_mac, Mux(s.counting, wk != 0, wk), 0)
             with m.If(s.acc_clr):
                 m.d.sync += acc.eq(0)
-            with m.Elif(s.st_mac):
-                m.d.sync += acc.eq(acc + xm * Mux(s.counting, wk != 0, wk))
+            with m.Else():
+                m.d.sync += acc.eq(acc + xm * wm)
         m.d.sync += [s.st_valid.eq(0), s.st_mac.eq(0)]
         m.d.comb += s.acc_clr.eq(0)
 
