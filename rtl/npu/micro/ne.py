@@ -354,7 +354,10 @@ class MicroNeural(wiring.Component):
         # product (a multiply-accumulate an SB_MAC16 holds); the tally pass of a group's checks
         # adds 1 x (w != 0) to count its nonzero coefficients
         s.acc = [Signal(signed(32), name=f"acc{lane}") for lane in range(SLOTS)]
-        s.acc_o = Array(s.acc)[s.o]
+        # channel o's accumulator, registered: valid a cycle after o and the accumulator
+        # settle (the 8-way multiplexer is off the paths that decide the next state)
+        s.acc_o = Signal(signed(32))
+        m.d.sync += s.acc_o.eq(Array(s.acc)[s.o])
         with m.If(s.st_valid & s.counting):
             m.d.comb += wr.en.eq(1 << s.st_lane)
         # (no enable: a cycle that adds nothing adds 0 x 0, so Yosys packs each accumulator
@@ -555,7 +558,11 @@ class MicroNeural(wiring.Component):
         with m.State("MAC"):
             with m.If(walk_issue()):
                 m.d.sync += [s.o.eq(0), s.caddr.eq(s.gaddr), s.cplane.eq(s.gplane)]
-                m.next = "BIAS_ADDR"
+                m.next = "MAC_END"
+
+        with m.State("MAC_END"):
+            # the last products land in the accumulators
+            m.next = "BIAS_ADDR"
 
         with m.State("BIAS_ADDR"):
             m.d.comb += self.kmem_addr.eq(s.hdr + s.o3)
