@@ -319,6 +319,7 @@ class MicroNeural(wiring.Component):
         step = Signal(6)
         shift = Signal(6)
         rbit = Signal()
+        y = Signal(8)                        # the int8 result
 
         return SimpleNamespace(
             ocg=ocg, gbase=gbase, err=err, hdr=hdr, hdr_bad=hdr_bad, body=body,
@@ -328,7 +329,7 @@ class MicroNeural(wiring.Component):
             st_inside=st_inside, pos=pos, st_pos=st_pos, elems=elems, st_mac=st_mac,
             acc_clr=acc_clr, bacc=bacc, gaddr=gaddr, gplane=gplane,
             caddr=caddr, cplane=cplane,
-            o=o, hi=hi, lo=lo, step=step, shift=shift, rbit=rbit)
+            o=o, hi=hi, lo=lo, step=step, shift=shift, rbit=rbit, y=y)
 
     def _walker(self, m, lay, p, s):
         """The multiply-add of the issued element, and the walker over the body's scan order:
@@ -608,7 +609,7 @@ class MicroNeural(wiring.Component):
             # arithmetic shift right by ``shift``, 32 bits in one step while at least 32 are
             # left, then one a cycle; rbit is the last bit shifted out
             with m.If(s.shift == 0):
-                m.next = "WRITE"
+                m.next = "ROUND"
             with m.Elif(s.shift >= 32):
                 m.d.sync += [s.rbit.eq(s.lo[31]), s.lo.eq(s.hi[:32]), s.hi.eq(s.hi >> 32),
                              s.shift.eq(s.shift - 32)]
@@ -616,9 +617,15 @@ class MicroNeural(wiring.Component):
                 m.d.sync += [s.rbit.eq(s.lo[0]), s.lo.eq(Cat(s.lo[1:], s.hi[0])),
                              s.hi.eq(s.hi >> 1), s.shift.eq(s.shift - 1)]
 
+        with m.State("ROUND"):
+            # the result, registered (the rounding, saturation and activation off the
+            # buffer's write path)
+            m.d.sync += s.y.eq(self._post_value(m, lay, s.hi, s.lo, s.rbit))
+            m.next = "WRITE"
+
         with m.State("WRITE"):
             m.d.comb += [self.buf_addr.eq(s.caddr + s.orow + s.ox[:ABITS]),
-                         self.buf_wdata.eq(self._post_value(m, lay, s.hi, s.lo, s.rbit)),
+                         self.buf_wdata.eq(s.y.as_signed()),
                          self.buf_we.eq(1)]
             ring_end = (lay.slots != 0) & (s.cplane + 1 == p["ring"])
             m.d.sync += [s.caddr.eq(Mux(ring_end, lay.out_base, s.caddr + lay.out_cs)),
@@ -645,7 +652,7 @@ class MicroNeural(wiring.Component):
                     m.next = "GROUP"
 
     def _post_value(self, m, lay, hi, lo, rbit):
-        """The int8 result (sign-extended to 16 bits) of the rescaled value ``{hi, lo}`` and
+        """The int8 result of the rescaled value ``{hi, lo}`` and
         its rounding bit: plus the zero point, saturated, then ReLU or clamp (combinational)."""
         upper = Cat(lo[9:], hi)
         small = (upper == 0) | (upper == (1 << len(upper)) - 1)
@@ -669,4 +676,4 @@ class MicroNeural(wiring.Component):
             m.d.comb += out.eq(Mux(clamped > hi8, hi8, clamped))
         with m.Else():
             m.d.comb += out.eq(y)
-        return Cat(out[:8], out[7].replicate(8))
+        return out[:8]
