@@ -425,6 +425,8 @@ class MicroNeural(wiring.Component):
         s.o3 = (s.o << 1) + s.o
         s.ocg3 = (s.ocg << 1) + s.ocg
         walk_start, walk_issue = self._walker(m, lay, p, s)
+        code_r = Signal(4)
+        m.d.sync += code_r.eq(code)
 
         def finish(value):
             self._finish(m, s, value)
@@ -453,9 +455,11 @@ class MicroNeural(wiring.Component):
                     m.next = "CHECK"
 
             with m.State("CHECK"):
+                # the checks' code as it was when the products settled (the last PRODUCTS
+                # cycle), registered: the comparators are off the state's paths
                 m.d.sync += [s.gbase.eq(0), s.gaddr.eq(lay.out_base), s.gplane.eq(0)]
-                with m.If(code != 0):
-                    finish(code)
+                with m.If(code_r != 0):
+                    finish(code_r)
                 with m.Else():
                     m.next = "GROUP"
 
