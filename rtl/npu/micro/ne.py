@@ -624,7 +624,11 @@ class MicroNeural(wiring.Component):
         with m.State("ROUND"):
             # the result, registered (the rounding, saturation and activation off the
             # buffer's write path)
-            m.d.sync += s.y.eq(self._post_value(m, lay, s.hi, s.lo, s.rbit))
+            m.d.sync += s.y.eq(self._saturate(m, lay, s.hi, s.lo, s.rbit))
+            m.next = "ACTIVATE"
+
+        with m.State("ACTIVATE"):
+            m.d.sync += s.y.eq(self._activate(m, lay, s.y.as_signed()))
             m.next = "WRITE"
 
         with m.State("WRITE"):
@@ -655,9 +659,9 @@ class MicroNeural(wiring.Component):
                                  s.gplane.eq(s.cplane)]
                     m.next = "GROUP"
 
-    def _post_value(self, m, lay, hi, lo, rbit):
-        """The int8 result of the rescaled value ``{hi, lo}`` and
-        its rounding bit: plus the zero point, saturated, then ReLU or clamp (combinational)."""
+    def _saturate(self, m, lay, hi, lo, rbit):
+        """The rescaled value ``{hi, lo}`` with its rounding bit, plus the zero point,
+        saturated to int8 (combinational)."""
         upper = Cat(lo[9:], hi)
         small = (upper == 0) | (upper == (1 << len(upper)) - 1)
         v = Signal(signed(12))
@@ -671,6 +675,10 @@ class MicroNeural(wiring.Component):
             m.d.comb += y.eq(-128)
         with m.Else():
             m.d.comb += y.eq(v)
+        return y[:8]
+
+    def _activate(self, m, lay, y):
+        """The saturated int8 ``y`` after ReLU or clamp (combinational)."""
         out = Signal(signed(9))
         lo8, hi8, zp = lay.lo.as_signed(), lay.hi.as_signed(), lay.zp.as_signed()
         with m.If(lay.relu):
