@@ -108,6 +108,10 @@ if CHANNEL_WORDS != 3:
 if GROUP_TABLE_WORDS != 4:
     raise AssertionError("the table walk assumes 4-word group-table entries")
 
+#: Rows of the weight cache: the most input elements (``icpg * kh * kw``) a group's kernel may
+#: have; a layer with more is :data:`UNSUPPORTED`.
+CACHE_DEPTH = 512
+
 #: Addresses are element addresses of the 16K-element buffer: all arithmetic modulo 2**14.
 ABITS = 14
 
@@ -296,6 +300,13 @@ class MicroNeural(wiring.Component):
         st_lane = Signal(3)
         st_byte = Signal(2)
         st_inside = Signal()
+        # weight-cache row of the walker's element, and of the issued byte
+        pos = Signal(range(CACHE_DEPTH + 1))
+        st_pos = Signal(range(CACHE_DEPTH))
+        elems = Signal(range(CACHE_DEPTH + 1))  # the group's input elements
+        st_mac = Signal()                    # the accumulators add, a cycle on
+        acc_clr = Signal()                   # the accumulators clear (combinational)
+        bacc = Signal(signed(32))            # accumulator plus bias, for the rescale
         # output channel address (ring planes of a flow-controlled dataset)
         gaddr = Signal(ABITS)
         gplane = Signal(11)
@@ -303,65 +314,91 @@ class MicroNeural(wiring.Component):
         cplane = Signal(11)
         # post-processor
         o = Signal(3)
-        hi = Signal(signed(34))
+        hi = Signal(signed(35))
         lo = Signal(32)
         step = Signal(6)
         shift = Signal(6)
         rbit = Signal()
+        y = Signal(8)                        # the int8 result
 
         return SimpleNamespace(
             ocg=ocg, gbase=gbase, err=err, hdr=hdr, hdr_bad=hdr_bad, body=body,
             body_words=body_words, tcount=tcount, oy=oy, ox=ox, iy0=iy0, ix0=ix0,
             ya0=ya0, orow=orow, ic=ic, ky=ky, kx=kx, oc=oc, iy=iy, ix=ix, ya=ya, cb=cb,
             b=b, counting=counting, st_valid=st_valid, st_lane=st_lane, st_byte=st_byte,
-            st_inside=st_inside, gaddr=gaddr, gplane=gplane, caddr=caddr, cplane=cplane,
-            o=o, hi=hi, lo=lo, step=step, shift=shift, rbit=rbit)
+            st_inside=st_inside, pos=pos, st_pos=st_pos, elems=elems, st_mac=st_mac,
+            acc_clr=acc_clr, bacc=bacc, gaddr=gaddr, gplane=gplane,
+            caddr=caddr, cplane=cplane,
+            o=o, hi=hi, lo=lo, step=step, shift=shift, rbit=rbit, y=y)
 
     def _walker(self, m, lay, p, s):
-        """The multiply-add of the issued byte, and the walker over the body's scan order:
+        """The multiply-add of the issued element, and the walker over the body's scan order:
         ``(start, issue)``, the statements that restart it and a function that issues one
-        byte and element, steps the walker and returns whether it was the last."""
-        # multiply-add of the issued byte
+        step (a byte in the count pass, an input element in the multiply-add pass), steps the
+        walker and returns whether it was the last."""
+        # the weight cache: the group's body regrouped by input element, the channels' bytes
+        # of one element side by side (written a byte a cycle by the count pass)
+        m.submodules.wcache = wc = Memory(shape=8 * SLOTS, depth=CACHE_DEPTH, init=[])
+        wr = wc.write_port(granularity=8)
+        rd = wc.read_port()
+        # the issued byte (count pass) and element (multiply-add pass)
         w = Signal(signed(8))
         x = Signal(signed(8))
         m.d.comb += [
             w.eq(self.kmem_data.word_select(s.st_byte, 8)),
             x.eq(Mux(s.st_inside, self.buf_rdata[:8], 0)),
+            rd.addr.eq(s.pos),
+            wr.addr.eq(s.st_pos),
+            wr.data.eq(w.as_unsigned().replicate(SLOTS)),
         ]
-        # the accumulators: a RAM, read when a byte is issued, written a cycle on (the read
-        # sees a write to the same channel in that cycle: transparent)
-        m.submodules.acc = acc = Memory(shape=32, depth=SLOTS, init=[])
-        s.acc_w = acc.write_port()
-        s.acc_r = acc.read_port(transparent_for=(s.acc_w,))
-        m.d.comb += [s.acc_r.addr.eq(s.o), s.acc_w.addr.eq(s.o)]
-        with m.If(s.st_valid):
-            m.d.comb += [s.acc_w.addr.eq(s.st_lane), s.acc_w.en.eq(1),
-                         s.acc_w.data.eq(s.acc_r.data + Mux(s.counting, w != 0, x * w))]
-        m.d.sync += s.st_valid.eq(0)
+        # the accumulators, one per lane (channel of the group): cleared, or each adds its
+        # product (a multiply-accumulate an SB_MAC16 holds); the tally pass of a group's checks
+        # adds 1 x (w != 0) to count its nonzero coefficients
+        s.acc = [Signal(signed(32), name=f"acc{lane}") for lane in range(SLOTS)]
+        # channel o's accumulator, registered: valid a cycle after o and the accumulator
+        # settle (the 8-way multiplexer is off the paths that decide the next state)
+        s.acc_o = Signal(signed(32))
+        m.d.sync += s.acc_o.eq(Array(s.acc)[s.o])
+        with m.If(s.st_valid & s.counting):
+            m.d.comb += wr.en.eq(1 << s.st_lane)
+        # (no enable: a cycle that adds nothing adds 0 x 0, so Yosys packs each accumulator
+        # register into its SB_MAC16, which it does not for one with an enable)
+        xm = Mux(s.counting, 1, x)
+        for k, acc in enumerate(s.acc):
+            wk = rd.data.word_select(k, 8).as_signed()
+            wm = Mux(s.st_mac, Mux(s.counting, wk != 0, wk), 0)
+            with m.If(s.acc_clr):
+                m.d.sync += acc.eq(0)
+            with m.Else():
+                m.d.sync += acc.eq(acc + xm * wm)
+        m.d.sync += [s.st_valid.eq(0), s.st_mac.eq(0)]
+        m.d.comb += s.acc_clr.eq(0)
 
-        last_oc = s.oc == s.ocg - 1
+        # the count pass steps through the channels of an element, the multiply-add pass
+        # takes them all at once
+        last_oc = ~s.counting | (s.oc == s.ocg - 1)
         last_kx = s.kx == lay.kw - 1
         last_ky = s.ky == lay.kh - 1
         last_ic = s.ic == lay.icpg - 1
 
         def walk_start():
             return [s.ic.eq(0), s.ky.eq(0), s.kx.eq(0), s.oc.eq(0), s.iy.eq(s.iy0), s.ix.eq(s.ix0),
-                    s.ya.eq(s.ya0), s.cb.eq(lay.in_base), s.b.eq(0)]
+                    s.ya.eq(s.ya0), s.cb.eq(lay.in_base), s.b.eq(0), s.pos.eq(0)]
 
         def walk_issue():
-            """Issue the current byte and element, then s.step the walker (s.oc fastest)."""
+            """Issue the current byte and element, then step the walker (s.oc fastest)."""
             inside = ((s.iy >= 0) & (s.iy < lay.in_h) & (s.ix >= 0) & (s.ix < lay.in_w))
             m.d.comb += [
-                s.acc_r.addr.eq(s.oc),
                 self.kmem_addr.eq(s.body + s.b[2:]),
                 self.buf_addr.eq(s.cb + s.ya + s.ix[:ABITS]),
             ]
             m.d.sync += [s.st_valid.eq(1), s.st_lane.eq(s.oc), s.st_byte.eq(s.b[:2]),
-                         s.st_inside.eq(inside), s.b.eq(s.b + 1)]
+                         s.st_inside.eq(inside), s.st_pos.eq(s.pos), s.b.eq(s.b + 1),
+                         s.st_mac.eq(~s.counting)]
             with m.If(~last_oc):
                 m.d.sync += s.oc.eq(s.oc + 1)
             with m.Else():
-                m.d.sync += s.oc.eq(0)
+                m.d.sync += [s.oc.eq(0), s.pos.eq(s.pos + 1)]
                 with m.If(~last_kx):
                     m.d.sync += [s.kx.eq(s.kx + 1), s.ix.eq(s.ix + lay.dilation)]
                 with m.Else():
@@ -388,6 +425,8 @@ class MicroNeural(wiring.Component):
         s.o3 = (s.o << 1) + s.o
         s.ocg3 = (s.ocg << 1) + s.ocg
         walk_start, walk_issue = self._walker(m, lay, p, s)
+        code_r = Signal(4)
+        m.d.sync += code_r.eq(code)
 
         def finish(value):
             self._finish(m, s, value)
@@ -416,9 +455,11 @@ class MicroNeural(wiring.Component):
                     m.next = "CHECK"
 
             with m.State("CHECK"):
+                # the checks' code as it was when the products settled (the last PRODUCTS
+                # cycle), registered: the comparators are off the state's paths
                 m.d.sync += [s.gbase.eq(0), s.gaddr.eq(lay.out_base), s.gplane.eq(0)]
-                with m.If(code != 0):
-                    finish(code)
+                with m.If(code_r != 0):
+                    finish(code_r)
                 with m.Else():
                     m.next = "GROUP"
 
@@ -456,18 +497,29 @@ class MicroNeural(wiring.Component):
 
             with m.State("CLEAR"):
                 # the count pass counts from 0
-                m.d.comb += [s.acc_w.data.eq(0), s.acc_w.en.eq(1)]
-                m.d.sync += s.o.eq(s.o + 1)
-                with m.If(s.o == s.ocg - 1):
-                    m.next = "COUNT_START"
+                m.d.comb += s.acc_clr.eq(1)
+                m.next = "COUNT_START"
 
             with m.State("COUNT_START"):
                 m.d.sync += walk_start()
                 m.next = "COUNT"
 
             with m.State("COUNT"):
-                with m.If(walk_issue()):
-                    m.d.sync += s.o.eq(0)
+                with m.If(s.pos == CACHE_DEPTH):
+                    finish(UNSUPPORTED)
+                with m.Else():
+                    with m.If(walk_issue()):
+                        m.d.sync += [s.o.eq(0), s.elems.eq(s.pos + 1), s.pos.eq(0)]
+                        m.next = "TALLY_START"
+
+            with m.State("TALLY_START"):
+                # the count pass's last byte lands in the weight cache
+                m.next = "TALLY"
+
+            with m.State("TALLY"):
+                # every weight-cache row once: each lane counts its nonzero coefficients
+                m.d.sync += [s.st_mac.eq(1), s.pos.eq(s.pos + 1)]
+                with m.If(s.pos + 1 == s.elems):
                     m.next = "BODY_LEN"
 
             with m.State("BODY_LEN"):
@@ -483,7 +535,7 @@ class MicroNeural(wiring.Component):
             with m.State("NNZ_CHECK"):
                 sw = data.View(register_layout(SHIFT_WORD), self.kmem_data)
                 with m.If((sw.reserved != 0) | (sw.shift > MAX_SHIFT) |
-                          (sw.nnz != s.acc_r.data[:16]) | (s.acc_r.data[16:] != 0)):
+                          (sw.nnz != s.acc_o[:16]) | (s.acc_o[16:] != 0)):
                     finish(NeuralError.EXTRACT)
                 with m.Elif(s.o == s.ocg - 1):
                     m.d.sync += [s.o.eq(0), s.counting.eq(0), s.oy.eq(0), s.ox.eq(0), s.orow.eq(0),
@@ -503,25 +555,27 @@ class MicroNeural(wiring.Component):
     def _position_states(self, m, lay, p, s, walk_start, walk_issue):
         """The states of an output position: seed, multiply-add, post-process, step."""
         with m.State("SEED_ADDR"):
-            m.d.comb += self.kmem_addr.eq(s.hdr + s.o3)
-            m.next = "SEED"
-
-        with m.State("SEED"):
-            m.d.comb += [s.acc_w.data.eq(self.kmem_data), s.acc_w.en.eq(1)]
-            with m.If(s.o == s.ocg - 1):
-                m.d.sync += walk_start()
-                m.next = "MAC"
-            with m.Else():
-                m.d.sync += s.o.eq(s.o + 1)
-                m.next = "SEED_ADDR"
+            # the accumulators from 0 (the biases are added at the rescale)
+            m.d.comb += s.acc_clr.eq(1)
+            m.d.sync += walk_start()
+            m.next = "MAC"
 
         with m.State("MAC"):
             with m.If(walk_issue()):
                 m.d.sync += [s.o.eq(0), s.caddr.eq(s.gaddr), s.cplane.eq(s.gplane)]
-                m.next = "SCALE_ADDR"
+                m.next = "MAC_END"
+
+        with m.State("MAC_END"):
+            # the last products land in the accumulators
+            m.next = "BIAS_ADDR"
+
+        with m.State("BIAS_ADDR"):
+            m.d.comb += self.kmem_addr.eq(s.hdr + s.o3)
+            m.next = "SCALE_ADDR"
 
         with m.State("SCALE_ADDR"):
             m.d.comb += self.kmem_addr.eq(s.hdr + s.o3 + 1)
+            m.d.sync += s.bacc.eq(s.acc_o + self.kmem_data.as_signed())
             m.next = "SHIFT_ADDR"
 
         with m.State("SHIFT_ADDR"):
@@ -535,22 +589,31 @@ class MicroNeural(wiring.Component):
             m.next = "MULTIPLY"
 
         with m.State("MULTIPLY"):
-            # {hi, lo} = acc * scale, one bit of the scale (in lo) a cycle; its sign bit
-            # (the last) subtracts.
-            # the accumulator: the RAM's read data, held (its address stays at o)
-            a = s.acc_r.data.as_signed()
-            add = Mux(s.lo[0], Mux(s.step == 31, -a, a), 0)
-            t = Signal(signed(34))
-            m.d.comb += t.eq(s.hi + add)
-            m.d.sync += [s.lo.eq(Cat(s.lo[1:], t[0])), s.hi.eq(t >> 1), s.step.eq(s.step + 1)]
-            with m.If(s.step == 31):
+            # {hi, lo} = acc * scale, two bits of the scale (in lo) a cycle, radix-4 Booth:
+            # the digit -2 b[i+1] + b[i] + b[i-1] (b[i-1] in rbit, 0 at first) adds 0, +-a or
+            # +-2a; 16 digits give the signed product
+            a = s.bacc
+            bits = Cat(s.rbit, s.lo[:2])
+            neg = bits[2] & ~(bits[0] & bits[1])
+            two = (bits == 0b011) | (bits == 0b100)
+            zero = (bits == 0b000) | (bits == 0b111)
+            mag = Signal(signed(34))
+            m.d.comb += mag.eq(Mux(zero, 0, Mux(two, a << 1, a)))
+            inv = Signal(signed(34))                  # -x = ~x + 1
+            m.d.comb += inv.eq(mag.as_unsigned() ^ neg.replicate(34))
+            t = Signal(signed(35))
+            m.d.comb += t.eq(s.hi + inv + neg)
+            m.d.sync += [s.lo.eq(Cat(s.lo[2:], t[:2])), s.hi.eq(t >> 2), s.rbit.eq(s.lo[1]),
+                         s.step.eq(s.step + 1)]
+            with m.If(s.step == 15):
+                m.d.sync += s.rbit.eq(0)
                 m.next = "SHIFT"
 
         with m.State("SHIFT"):
             # arithmetic shift right by ``shift``, 32 bits in one step while at least 32 are
             # left, then one a cycle; rbit is the last bit shifted out
             with m.If(s.shift == 0):
-                m.next = "WRITE"
+                m.next = "ROUND"
             with m.Elif(s.shift >= 32):
                 m.d.sync += [s.rbit.eq(s.lo[31]), s.lo.eq(s.hi[:32]), s.hi.eq(s.hi >> 32),
                              s.shift.eq(s.shift - 32)]
@@ -558,16 +621,26 @@ class MicroNeural(wiring.Component):
                 m.d.sync += [s.rbit.eq(s.lo[0]), s.lo.eq(Cat(s.lo[1:], s.hi[0])),
                              s.hi.eq(s.hi >> 1), s.shift.eq(s.shift - 1)]
 
+        with m.State("ROUND"):
+            # the result, registered (the rounding, saturation and activation off the
+            # buffer's write path)
+            m.d.sync += s.y.eq(self._saturate(m, lay, s.hi, s.lo, s.rbit))
+            m.next = "ACTIVATE"
+
+        with m.State("ACTIVATE"):
+            m.d.sync += s.y.eq(self._activate(m, lay, s.y.as_signed()))
+            m.next = "WRITE"
+
         with m.State("WRITE"):
             m.d.comb += [self.buf_addr.eq(s.caddr + s.orow + s.ox[:ABITS]),
-                         self.buf_wdata.eq(self._post_value(m, lay, s.hi, s.lo, s.rbit)),
+                         self.buf_wdata.eq(s.y.as_signed()),
                          self.buf_we.eq(1)]
             ring_end = (lay.slots != 0) & (s.cplane + 1 == p["ring"])
             m.d.sync += [s.caddr.eq(Mux(ring_end, lay.out_base, s.caddr + lay.out_cs)),
                          s.cplane.eq(Mux(ring_end, 0, s.cplane + 1))]
             with m.If(s.o != s.ocg - 1):
                 m.d.sync += s.o.eq(s.o + 1)
-                m.next = "SCALE_ADDR"
+                m.next = "BIAS_ADDR"
             with m.Else():
                 m.d.sync += s.o.eq(0)
                 m.next = "NEXT_POSITION"
@@ -586,9 +659,9 @@ class MicroNeural(wiring.Component):
                                  s.gplane.eq(s.cplane)]
                     m.next = "GROUP"
 
-    def _post_value(self, m, lay, hi, lo, rbit):
-        """The int8 result (sign-extended to 16 bits) of the rescaled value ``{hi, lo}`` and
-        its rounding bit: plus the zero point, saturated, then ReLU or clamp (combinational)."""
+    def _saturate(self, m, lay, hi, lo, rbit):
+        """The rescaled value ``{hi, lo}`` with its rounding bit, plus the zero point,
+        saturated to int8 (combinational)."""
         upper = Cat(lo[9:], hi)
         small = (upper == 0) | (upper == (1 << len(upper)) - 1)
         v = Signal(signed(12))
@@ -602,6 +675,10 @@ class MicroNeural(wiring.Component):
             m.d.comb += y.eq(-128)
         with m.Else():
             m.d.comb += y.eq(v)
+        return y[:8]
+
+    def _activate(self, m, lay, y):
+        """The saturated int8 ``y`` after ReLU or clamp (combinational)."""
         out = Signal(signed(9))
         lo8, hi8, zp = lay.lo.as_signed(), lay.hi.as_signed(), lay.zp.as_signed()
         with m.If(lay.relu):
@@ -611,4 +688,4 @@ class MicroNeural(wiring.Component):
             m.d.comb += out.eq(Mux(clamped > hi8, hi8, clamped))
         with m.Else():
             m.d.comb += out.eq(y)
-        return Cat(out[:8], out[7].replicate(8))
+        return out[:8]

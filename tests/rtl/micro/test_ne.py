@@ -5,7 +5,7 @@ bit: the whole buffer after the task and the error code."""
 import numpy as np
 import pytest
 
-from npu.micro.ne import UNSUPPORTED, MicroNeural
+from npu.micro.ne import CACHE_DEPTH, UNSUPPORTED, MicroNeural
 from npu_model.kernel_codec import encode, kernel_memory
 from npu_model.system import run_neural_task
 from npu_sim.micro_units import run_unit
@@ -185,6 +185,24 @@ def test_grouped_unsupported():
     """A grouped convolution (which the golden model runs) ends with UNSUPPORTED, nothing
     written."""
     task = build(np.random.default_rng(1), **BASE, fields=dict(groups=2, ocpg=5))
+    err, got, _ = rtl(*task)
+    assert err == UNSUPPORTED
+    assert np.array_equal(got, task[0])
+
+
+def test_weight_cache_full():
+    """A kernel of exactly ``CACHE_DEPTH`` input elements (32 x 4 x 4; 4 channels, so the body
+    fits the 4 KiB kernel memory): every row of the weight cache used, the same numbers as the
+    golden model."""
+    assert 32 * 4 * 4 == CACHE_DEPTH
+    assert check(7, expect=0, icpg=32, k=4, kh=4, kw=4, out_h=1, out_w=2) == 0
+
+
+def test_weight_cache_overflow_unsupported():
+    """More input elements than the weight cache holds (26 x 4 x 5 = 520, which the golden model
+    runs): UNSUPPORTED, nothing written."""
+    task = build(np.random.default_rng(2), icpg=26, k=4, kh=4, kw=5, out_h=1, out_w=1)
+    assert golden(*task)[0] == 0
     err, got, _ = rtl(*task)
     assert err == UNSUPPORTED
     assert np.array_equal(got, task[0])
