@@ -172,7 +172,10 @@ class IntLaneECP5(wiring.Component):
     wr_slot, wr_en : In
         The entry in S10: its slot, and whether it writes this lane's slot.
     f_data : Out(32)
-        The slot read for the entry in S3 (the float unit's accumulator input).
+        The accumulator input of the entry in S3 (its slot as read now, or the bias if
+        ``rd_first``), combinational: what ``f_acc`` takes next.
+    f_acc : Out(32)
+        The accumulator input register: ``f_data`` of the entry that was in S3 a cycle ago.
     f_result : In(32)
         The float unit's result for the entry in S10.
     result : Out(32)
@@ -188,7 +191,7 @@ class IntLaneECP5(wiring.Component):
             "rd_slot": In(slot), "rd_first": In(1), "bias": In(32), "rd_op": In(MacOp),
             "load": In(1), "use_float": In(1), "kill": In(1),
             "wr_slot": In(slot), "wr_en": In(1),
-            "f_data": Out(32), "f_result": In(32),
+            "f_data": Out(32), "f_acc": Out(32), "f_result": In(32),
             "result": Out(32),
         })
 
@@ -201,10 +204,15 @@ class IntLaneECP5(wiring.Component):
         # multiplexer).
         m.submodules.acc = acc = Memory(shape=32, depth=cfg.acc_slots, init=[])
         rd = acc.read_port(domain="comb")
-        m.d.comb += [rd.addr.eq(self.rd_slot), self.f_data.eq(rd.data)]
+        m.d.comb += [rd.addr.eq(self.rd_slot),
+                     self.f_data.eq(Mux(self.rd_first, self.bias, rd.data))]
+        # S4: the accumulator input (slot or bias), for the int8 path and the float gather.
+        acc4 = Signal(32, reset_less=True)
+        m.d.sync += acc4.eq(self.f_data)
+        m.d.comb += self.f_acc.eq(acc4)
         int_res = Const(0, 32)
         if cfg.has_int8:
-            int_res = self._int_path(m, rd.data)
+            int_res = self._int_path(m, acc4)
 
         # S11: the result register (a killed entry clears it: a synchronous reset, no logic),
         # and the slot write (never for a killed entry).
@@ -220,8 +228,9 @@ class IntLaneECP5(wiring.Component):
         m.d.comb += [wr.addr.eq(self.wr_slot), wr.data.eq(value), wr.en.eq(self.wr_en)]
         return m
 
-    def _int_path(self, m, slot_data):
-        """The int8 product and int32 accumulate; the value of the entry in S10."""
+    def _int_path(self, m, acc4):
+        """The int8 product and int32 accumulate from the accumulator input register ``acc4``;
+        the value of the entry in S10."""
         def reg(shape, name, init=0):
             # ECP5 flip-flops start at their set / reset value, so a register set
             # synchronously by a condition (no logic) starts at that value too.
@@ -238,9 +247,9 @@ class IntLaneECP5(wiring.Component):
         m.d.comb += [mult.a.eq(a.as_signed()), mult.b.eq(b.as_signed())]
         p4 = mult.p[:16].as_signed()
 
-        # S4: the accumulator input (the slot is read as the entry leaves S3) and the op.
-        acc4, op4 = reg(32, "acc4"), reg(MacOp, "op4")
-        m.d.sync += [acc4.eq(Mux(self.rd_first, self.bias, slot_data)), op4.eq(self.rd_op)]
+        # S4: the op beside the accumulator input.
+        op4 = reg(MacOp, "op4")
+        m.d.sync += op4.eq(self.rd_op)
 
         # S5: one carry chain, acc + p for MAC, else acc - p (33 bits: its sign says p > acc,
         # and the low 32 bits are zero when p == acc). The candidates of MAX and MIN are kept;
@@ -270,6 +279,58 @@ class IntLaneECP5(wiring.Component):
             m.d.sync += value_i.eq(value)
             value = value_i
         return value
+
+
+def _gather(m, lanes, sub2, sub3, name):
+    """The accumulator input of float sub-beat ``sub3`` (in S3) from its lane, ``lanes[sub3]``.
+
+    Every lane reads the slot of the entry in S3 in every cycle, and all sub-beats of a float
+    command read the same slot, so a lane's accumulator input register (``f_acc``) holds its
+    value for the command from the cycle after the command's first read on. Sub-beat 0 takes
+    lane 0's read as it happens (``f_data``), sub-beat 1 lane 1's register (read with sub-beat
+    0), and sub-beat ``k >= 2`` lane ``k``'s register as read with sub-beat ``k - 2``, through
+    two levels of multiplexers with a register between: level 1 (groups of 4 lanes, selected
+    by ``sub2``, the sub-beat in S2) and level 2 (selected by ``sub3``). So no multiplexer
+    takes a slot read, and no path runs from a lane's memory to the float unit.
+
+    Reading lane ``k >= 2`` two cycles early sees the same value. The interlock lets a
+    command's first read (sub-beat 0's) come no earlier than the cycle after the last write of
+    its slot by an earlier command. An int8 writer writes every lane at once, before that
+    read, and lane ``k`` is read ``k - 2 >= 0`` cycles after it. A float writer wrote lane
+    ``k`` with its sub-beat ``k``, ``share - 1 - k`` cycles before its last write, so lane
+    ``k``'s early read comes at least ``(share - 1 - k) + (k - 2) + 1 = share - 2`` cycles
+    after it: at least one once ``share >= 3``, the only case with a sub-beat 2. The
+    sub-beats of one command write other lanes than they read.
+    """
+    share = len(lanes)
+    groups = []
+    for base in range(0, share, 4):
+        members = [k for k in range(base, min(base + 4, share)) if k >= 2]
+        reg = Signal(32, name=f"{name}_l1_{base // 4}", reset_less=True)
+        if members:
+            with m.Switch(sub2[:2]):
+                for k in members[:-1]:
+                    with m.Case(k % 4):
+                        m.d.sync += reg.eq(lanes[k].f_acc)
+                with m.Default():
+                    m.d.sync += reg.eq(lanes[members[-1]].f_acc)
+        groups.append(reg)
+    head = lanes[0].f_data
+    if share > 1:
+        head = Mux(sub3[0], lanes[1].f_acc, head)
+    if share > 2:
+        head = Mux(sub3[1], groups[0], head)
+    addend = Signal(32, name=f"{name}_addend")
+    if len(groups) > 1:
+        with m.Switch(sub3[2:]):
+            for i, reg in enumerate(groups[1:], 1):
+                with m.Case(i):
+                    m.d.comb += addend.eq(reg)
+            with m.Default():
+                m.d.comb += addend.eq(head)
+    else:
+        m.d.comb += addend.eq(head)
+    return addend
 
 
 class MacArrayECP5Shared(wiring.Component):
@@ -413,19 +474,17 @@ class MacArrayECP5Shared(wiring.Component):
         for g in range(cfg.macs // share):
             unit = FloatUnitECP5(cfg, primitive=self._primitive)
             m.submodules[f"float{g}"] = unit
-            a_sel, b_sel, f_data = Signal(16), Signal(16), Signal(32)
+            a_sel, b_sel = Signal(16), Signal(16)
             with m.Switch(sub):
                 for k in range(share):
                     a_k, b_k = lane_operands(cmd, g * share + k)
                     with m.Case(k):
                         m.d.comb += [a_sel.eq(a_k), b_sel.eq(b_k)]
-            with m.Switch(c3.sub):
-                for k in range(share):
-                    with m.Case(k):
-                        m.d.comb += f_data.eq(lanes[g * share + k].f_data)
+            addend = _gather(m, lanes[g * share:(g + 1) * share], ctl[FLOAT_READ - 2].sub,
+                             c3.sub, f"gather{g}")
             m.d.comb += [
                 unit.a.eq(a_sel), unit.b.eq(b_sel), unit.fmt.eq(cmd.fmt), unit.op.eq(cmd.op),
-                unit.addend.eq(Mux(c3.first, bias[FLOAT_READ - 1], f_data)),
+                unit.addend.eq(addend),
             ]
             for k in range(share):
                 m.d.comb += lanes[g * share + k].f_result.eq(unit.result)

@@ -67,6 +67,22 @@ def test_other_shapes_shared(cfg):
             check(cfg, random_program(cfg.macs, cfg.acc_slots, fmt, 40 * cfg.macs, 7))
 
 
+def test_early_gather_one_slot():
+    """Two float units of three lanes each and one slot: every float command reads the slot the
+    command before it writes, the closest case of the float gather's early reads (lane 2
+    read with sub-beat 0, one cycle after the interlock lets the earlier command's write
+    land); int8 commands between them write every lane at once."""
+    cfg = NPUConfig(macs=6, acc_slots=1, mac_impl="ecp5_shared", fp_share=3)
+    prog = random_program(cfg.macs, cfg.acc_slots, "fp16", 120, 3)
+    int8 = random_program(cfg.macs, cfg.acc_slots, "int8", 120, 4)
+    for field in prog:
+        prog[field][::7] = int8[field][::7]
+    beats = len(prog["first"])
+    prog["first"][:] = np.arange(beats) % 13 == 0
+    prog["last"][:] = True
+    check(cfg, prog, seed=3, stall=0)
+
+
 @pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_formats_mixed_on_the_same_slots(seed):
     """Int8 and float commands interleaved on the same slots: the int8 path and the float
