@@ -1,7 +1,7 @@
 """The descriptor DMA and the fetch queue: reads the target queue's head descriptor into the
 fetch slot and checks every word as it arrives."""
 
-from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.hdl import Array, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -30,7 +30,9 @@ class Fetch(wiring.Component):
     """Descriptor DMA and fetch queue.
 
     When the fetch queue is empty and there is a target, the DMA reads the target queue's head
-    descriptor: word 0 first, then, once the length is known, the rest, pipelined (a request a
+    descriptor: in the first cycle it computes the bounds of the window and tail checks from the
+    descriptor's address (so that no adder sits in the checks of an arriving word), then it
+    requests word 0, then, once the length is known, the rest, pipelined (a request a
     cycle while the memory takes them, up to ``max_in_flight`` reads in flight). The responses
     come back in order after any latency. Each word is written into the fetch slot and checked
     in the cycle it arrives (a :class:`~npu_spec.descriptors.DecodeError` check of a word comes
@@ -127,6 +129,7 @@ class Fetch(wiring.Component):
         self.drain = Signal(range(max_in_flight + 1))       # ... of them, of dropped fetches
         self.hold = Signal()            # a request offered and not taken is offered again
         self.stale = Signal()           # the fetch no longer matches the target
+        self.primed = Signal()          # the window's bounds for the checks are computed
         super().__init__({
             "queue": In(data.ArrayLayout(QueueStatus, queues)),
             "control": In(data.ArrayLayout(QueueControl, queues)),
@@ -172,7 +175,8 @@ class Fetch(wiring.Component):
         req = self.mem.req
         held_addr = Signal(self._addr_width + 1)
         issue = Signal()
-        m.d.comb += issue.eq(busy & ~stale & ~hold & (in_flight < self._max_in_flight) &
+        m.d.comb += issue.eq(busy & self.primed & ~stale & ~hold &
+                             (in_flight < self._max_in_flight) &
                              ((issued == 0) | (length_known & (issued < fetched.length))))
         m.d.comb += [req.valid.eq(hold | issue),
                      req.payload.eq(Mux(hold, held_addr, slot.addr + issued))]
@@ -198,10 +202,30 @@ class Fetch(wiring.Component):
         h0, h1, h2, h3 = (data.View(register_layout(r), word) for r in HEADER)
         entry = data.View(register_layout(ENTRY), word)
         reserved = [(word & reserved_mask(r)) != 0 for r in HEADER]
-        desc_end = Signal(self._addr_width + 1)
-        window_end = Signal(self._addr_width + 1)
         tail = Signal(self._addr_width)     # the queue's TAIL, read when the fetch starts
-        m.d.comb += [desc_end.eq(slot.addr + h0.length), window_end.eq(slot.base + slot.limit)]
+        # The bounds of the checks, computed in the first cycle of a fetch (no word is
+        # requested before): the room left in the window and before the tail from the
+        # descriptor's address, saturated at the largest length, and the limit saturated above
+        # the largest source or destination end.
+        length_max = (1 << HEADER[0]["length"].width) - 1
+        end_max = (1 << (max(HEADER[2]["src"].width, HEADER[3]["dst"].width) + 1)) - 1
+        room_window = Signal(range(length_max + 1))
+        room_tail = Signal(range(length_max + 1))
+        outside = Signal()                  # the window or the tail is already passed
+        tail_passed = Signal()
+        limit = Signal(range(end_max + 1))
+        window_left = Signal(signed(self._addr_width + 2))
+        tail_left = Signal(signed(self._addr_width + 2))
+        m.d.comb += [window_left.eq(slot.base + slot.limit - slot.addr),
+                     tail_left.eq(tail - slot.addr)]
+        with m.If(busy & ~self.primed):
+            m.d.sync += [self.primed.eq(1),
+                         outside.eq((slot.addr < slot.base) | (window_left < 0)),
+                         room_window.eq(Mux(window_left > length_max, length_max, window_left)),
+                         tail_passed.eq((tail != 0) & (tail_left < 0)),
+                         room_tail.eq(Mux((tail == 0) | (tail_left > length_max), length_max,
+                                          tail_left)),
+                         limit.eq(Mux(slot.limit > end_max, end_max, slot.limit))]
         reg_end = Signal(ENTRY["address"].width + 1)
         m.d.comb += reg_end.eq(entry.address + entry.count)
         in_map = 0
@@ -218,8 +242,8 @@ class Fetch(wiring.Component):
                     undecodable.eq((h0.magic != MAGIC) | (h0.engine >= len(Engine)) |
                                    reserved[0] | (h0.length < HEADER_WORDS) |
                                    (h0.length > self._slot_words)),
-                    misplaced.eq((slot.addr < slot.base) | (desc_end > window_end) |
-                                 ((tail != 0) & (desc_end > tail))),
+                    misplaced.eq(outside | (h0.length > room_window) |
+                                 tail_passed | (h0.length > room_tail)),
                     misplaced_cause.eq(CauseCode.WINDOW),
                 ]
             with m.Case(1):
@@ -227,11 +251,11 @@ class Fetch(wiring.Component):
                                            (h1.network != control[slot.queue].network))
             with m.Case(2):
                 m.d.comb += [undecodable.eq(reserved[2]),
-                             misplaced.eq(h2.src + h2.src_len > slot.limit),
+                             misplaced.eq(h2.src + h2.src_len > limit),
                              misplaced_cause.eq(CauseCode.WINDOW)]
             with m.Case(3):
                 m.d.comb += [undecodable.eq(reserved[3]),
-                             misplaced.eq(h3.dst + 1 > slot.limit),
+                             misplaced.eq(h3.dst + 1 > limit),
                              misplaced_cause.eq(CauseCode.WINDOW)]
             with m.Default():
                 with m.If(entry_left == 0):
@@ -286,6 +310,7 @@ class Fetch(wiring.Component):
             m.d.sync += [busy.eq(1), slot.queue.eq(self.target),
                          slot.addr.eq(queue[self.target].head),
                          issued.eq(0), received.eq(0), length_known.eq(0), entry_left.eq(0),
+                         self.primed.eq(0),
                          slot.base.eq(table.base), slot.limit.eq(table.limit),
                          tail.eq(control[self.target].tail)]
         with m.If(self.descriptor.valid & self.descriptor.ready):

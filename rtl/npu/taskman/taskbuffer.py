@@ -94,6 +94,15 @@ class TaskBuffer(wiring.Component):
         self.entry = [Signal(TaskEntry, name=f"entry{i}") for i in range(depth)]
         self.running = [Signal(range(depth), name=f"running{e}") for e in range(ENGINES)]
         self.running_valid = [Signal(name=f"running_valid{e}") for e in range(ENGINES)]
+        # ``older[j][i]``: entry ``j`` was loaded before entry ``i`` (meaningful while both are
+        # valid); ``producer[i]``: the sequence number entry ``i`` depends on.
+        self.older = [[Signal(name=f"older{j}_{i}") for i in range(depth)]
+                      for j in range(depth)]
+        self.producer = [Signal(SEQ_WIDTH, name=f"producer{i}") for i in range(depth)]
+        # Per engine: the granted task waits in the start register (``start[e]``) for its
+        # engine to take it.
+        self.offered = [Signal(name=f"offered{e}") for e in range(ENGINES)]
+        self.offer = [Signal(TaskEntry, name=f"offer{e}") for e in range(ENGINES)]
 
     @property
     def depth(self):
@@ -106,13 +115,14 @@ class TaskBuffer(wiring.Component):
         running, running_valid = self.running, self.running_valid
         last_queue = Signal(QUEUE_WIDTH)
 
-        # Age of each entry: how many loads ago it was loaded (larger is older).
+        # Age of each entry: how many loads ago it was loaded (for the skew limit only; the
+        # start conditions use the age matrix ``older``, which needs no arithmetic).
         age = [Signal(SEQ_WIDTH, name=f"age{i}") for i in range(n)]
         for i in range(n):
             m.d.comb += age[i].eq(self.next_seq - entry[i].seq)
 
         def older(j, i):
-            return valid[j] & (age[j] > age[i])
+            return valid[j] & self.older[j][i]
 
         # Start conditions per entry.
         grant = [[Signal(name=f"grant{e}_{i}") for i in range(n)] for e in range(ENGINES)]
@@ -121,8 +131,7 @@ class TaskBuffer(wiring.Component):
             first = Signal(name=f"first{i}")       # oldest pending task of its engine
             dep_ok = Signal(name=f"dep_ok{i}")
             barrier_ok = Signal(name=f"barrier_ok{i}")
-            producer = Signal(SEQ_WIDTH, name=f"producer{i}")
-            m.d.comb += producer.eq(entry[i].seq - entry[i].dep)
+            producer = self.producer[i]
             blockers = []
             waits = []
             older_any = []
@@ -149,25 +158,39 @@ class TaskBuffer(wiring.Component):
                 m.d.comb += grant[e][i].eq(first & dep_ok & barrier_ok & ~running_valid[e] &
                                            (entry[i].engine == e))
 
-        # Start streams: at most one grant per engine (only the oldest pending task of an
-        # engine may be granted).
+        # Start streams, registered: at most one grant per engine (only the oldest pending task
+        # of an engine may be granted, and only while the engine has none); the granted task
+        # counts as started and running, and waits in the start register until its engine
+        # takes it. A task of a dropped queue waiting there is withdrawn and removed.
         for e in range(ENGINES):
             start = self.start[e]
+            offered = self.offered[e]
+            payload = self.offer[e]
+            withdrawn = Signal(name=f"withdrawn{e}")
+            m.d.comb += [withdrawn.eq(self.drop.bit_select(payload.queue, 1)),
+                         start.valid.eq(offered & ~withdrawn), start.payload.eq(payload)]
+            with m.If(start.valid & start.ready):
+                m.d.sync += offered.eq(0)
+            with m.If(offered & withdrawn):
+                m.d.sync += [offered.eq(0), running_valid[e].eq(0)]
+                for i in range(n):
+                    with m.If(running[e] == i):
+                        m.d.sync += valid[i].eq(0)
+            granted = Signal(name=f"granted{e}")
+            m.d.comb += granted.eq(Cat(grant[e]).any())
             for i in range(n):
                 with m.If(grant[e][i]):
-                    m.d.comb += [start.valid.eq(1), start.payload.eq(entry[i])]
-                    with m.If(start.ready):
-                        m.d.sync += [started[i].eq(1), running[e].eq(i),
-                                     running_valid[e].eq(1)]
+                    m.d.sync += [started[i].eq(1), running[e].eq(i), running_valid[e].eq(1),
+                                 offered.eq(1), payload.eq(entry[i])]
             pending = 0
             for i in range(n):
                 pending = pending | (valid[i] & ~started[i] & (entry[i].engine == e))
-            m.d.comb += self.waiting[e].eq(~running_valid[e] & pending & ~start.valid)
+            m.d.comb += self.waiting[e].eq(~running_valid[e] & pending & ~granted)
 
-        # Completion: free the running entry.
+        # Completion: free the running entry (once its engine has taken it).
         entries = Array(entry)
         for e in range(ENGINES):
-            finish = running_valid[e] & (self.done[e] | self.kill[e])
+            finish = running_valid[e] & ~self.offered[e] & (self.done[e] | self.kill[e])
             m.d.comb += [self.finished_valid[e].eq(finish),
                          self.finished[e].eq(entries[running[e]])]
             with m.If(finish):
@@ -211,5 +234,10 @@ class TaskBuffer(wiring.Component):
                 with m.If(free == i):
                     m.d.sync += [valid[i].eq(1), started[i].eq(0),
                                  entry[i].eq(self.load.payload),
-                                 entry[i].seq.eq(self.next_seq)]
+                                 entry[i].seq.eq(self.next_seq),
+                                 self.producer[i].eq(self.next_seq - self.load.payload.dep)]
+                    for j in range(n):
+                        if j != i:
+                            m.d.sync += [self.older[j][i].eq(valid[j]),
+                                         self.older[i][j].eq(0)]
         return m
