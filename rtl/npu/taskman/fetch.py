@@ -209,11 +209,11 @@ class Fetch(wiring.Component):
         # the largest source or destination end.
         length_max = (1 << HEADER[0]["length"].width) - 1
         end_max = (1 << (max(HEADER[2]["src"].width, HEADER[3]["dst"].width) + 1)) - 1
-        room_window = Signal(range(length_max + 1))
-        room_tail = Signal(range(length_max + 1))
-        outside = Signal()                  # the window or the tail is already passed
-        tail_passed = Signal()
-        limit = Signal(range(end_max + 1))
+        room_window = Signal(range(length_max + 1), reset_less=True)
+        room_tail = Signal(range(length_max + 1), reset_less=True)
+        outside = Signal(reset_less=True)   # the window or the tail is already passed
+        tail_passed = Signal(reset_less=True)
+        limit = Signal(range(end_max + 1), reset_less=True)
         window_left = Signal(signed(self._addr_width + 2))
         tail_left = Signal(signed(self._addr_width + 2))
         m.d.comb += [window_left.eq(slot.base + slot.limit - slot.addr),

@@ -1,7 +1,7 @@
 """The task buffer: asynchronous dispatch to the neural engine, the planar engine and the DMA
 engine, with dependencies."""
 
-from amaranth.hdl import Array, Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -96,13 +96,15 @@ class TaskBuffer(wiring.Component):
         self.running_valid = [Signal(name=f"running_valid{e}") for e in range(ENGINES)]
         # ``older[j][i]``: entry ``j`` was loaded before entry ``i`` (meaningful while both are
         # valid); ``producer[i]``: the sequence number entry ``i`` depends on.
-        self.older = [[Signal(name=f"older{j}_{i}") for i in range(depth)]
+        self.older = [[Signal(name=f"older{j}_{i}", reset_less=True) for i in range(depth)]
                       for j in range(depth)]
-        self.producer = [Signal(SEQ_WIDTH, name=f"producer{i}") for i in range(depth)]
+        self.producer = [Signal(SEQ_WIDTH, name=f"producer{i}", reset_less=True)
+                         for i in range(depth)]
         # Per engine: the granted task waits in the start register (``start[e]``) for its
         # engine to take it.
         self.offered = [Signal(name=f"offered{e}") for e in range(ENGINES)]
-        self.offer = [Signal(TaskEntry, name=f"offer{e}") for e in range(ENGINES)]
+        self.offer = [Signal(TaskEntry, name=f"offer{e}", reset_less=True)
+                      for e in range(ENGINES)]
 
     @property
     def depth(self):
@@ -187,12 +189,12 @@ class TaskBuffer(wiring.Component):
                 pending = pending | (valid[i] & ~started[i] & (entry[i].engine == e))
             m.d.comb += self.waiting[e].eq(~running_valid[e] & pending & ~granted)
 
-        # Completion: free the running entry (once its engine has taken it).
-        entries = Array(entry)
+        # Completion: free the running entry (once its engine has taken it); the start
+        # register still holds the running task.
         for e in range(ENGINES):
             finish = running_valid[e] & ~self.offered[e] & (self.done[e] | self.kill[e])
             m.d.comb += [self.finished_valid[e].eq(finish),
-                         self.finished[e].eq(entries[running[e]])]
+                         self.finished[e].eq(self.offer[e])]
             with m.If(finish):
                 m.d.sync += running_valid[e].eq(0)
                 for i in range(n):

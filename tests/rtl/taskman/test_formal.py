@@ -193,6 +193,7 @@ class TaskBufferProof(wiring.Component):
             for e in range(ENGINES):
                 with m.If(dut.offered[e]):
                     m.d.comb += Assert(dut.running_valid[e])
+                with m.If(dut.running_valid[e]):
                     for i in range(n):
                         with m.If(dut.running[e] == i):
                             m.d.comb += [Assert(dut.valid[i] & dut.started[i]),
