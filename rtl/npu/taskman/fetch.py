@@ -35,8 +35,10 @@ class Fetch(wiring.Component):
     requests word 0, then, once the length is known, the rest, pipelined (a request a
     cycle while the memory takes them, up to ``max_in_flight`` reads in flight). The responses
     come back in order after any latency. Each word is written into the fetch slot and checked
-    in the cycle it arrives (a :class:`~npu_spec.descriptors.DecodeError` check of a word comes
-    before its window or address check, and the first failing word decides the cause, as in
+    in the cycle it arrives; the outcome is registered and acted on in the next cycle (an
+    exception, or the completion by the last word), unless the fetch is stale by then (a
+    :class:`~npu_spec.descriptors.DecodeError` check of a word comes before its window or
+    address check, and the first failing word decides the cause, as in
     :func:`npu_spec.descriptors.decode`):
 
     * any word answered with a bus error (``BUS``);
@@ -49,8 +51,9 @@ class Fetch(wiring.Component):
     * an entry word: count 0 or running past the length (``DECODE``); registers outside every
       window of ``ADDRESS_WINDOWS`` (``ADDRESS``).
 
-    An error ends the fetch (the descriptor is dropped; the caller retires the queue). The last
-    word completes the descriptor, which waits in the fetch queue until it is committed. The
+    An error ends the fetch (the descriptor is dropped; the caller retires the queue); a word
+    arriving in the cycle the error is raised is not checked. The last word, once checked,
+    completes the descriptor, which waits in the fetch queue until it is committed. The
     fetch queue has no side effects: when it no longer matches the target (another target, the
     head moved, the queue retired) it is dropped, and the new target is fetched.
 
@@ -93,8 +96,8 @@ class Fetch(wiring.Component):
     descriptor : Out(stream.Signature(fetched_layout(addr_width)))
         The complete, checked descriptor in the fetch queue; a transfer is its commit.
     exception : Out(ExceptionEvent)
-        A word of the descriptor failed its check (``cause`` is ``NONE`` otherwise;
-        combinational).
+        A word of the descriptor failed its check, in the cycle after the word arrived
+        (``cause`` is ``NONE`` otherwise; from registers, gated by ``stale``).
     """
 
     def __init__(self, queues, slot_words, *, max_in_flight=8, addr_width=ADDR_WIDTH,
@@ -130,6 +133,8 @@ class Fetch(wiring.Component):
         self.hold = Signal()            # a request offered and not taken is offered again
         self.stale = Signal()           # the fetch no longer matches the target
         self.primed = Signal()          # the window's bounds for the checks are computed
+        self.checked = Signal()         # a word arrived in the previous cycle; its check is due
+        self.check_cause = Signal(CauseCode, reset_less=True)   # ... and its outcome
         super().__init__({
             "queue": In(data.ArrayLayout(QueueStatus, queues)),
             "control": In(data.ArrayLayout(QueueControl, queues)),
@@ -263,32 +268,43 @@ class Fetch(wiring.Component):
                                                 (k + 1 + entry.count > fetched.length)),
                                  misplaced.eq(~in_map),
                                  misplaced_cause.eq(CauseCode.ADDRESS)]
+        # The outcome of the check is registered and acted on in the next cycle (the exception,
+        # or the completion by the last word), unless the fetch has become stale meanwhile.
+        checked = self.checked
+        cause = self.check_cause
+        last = Signal(reset_less=True)
+        m.d.sync += [checked.eq(arrive), last.eq(length_known & (k + 1 == fetched.length)),
+                     cause.eq(CauseCode.NONE)]
+        with m.If(resp.payload.err):
+            m.d.sync += cause.eq(CauseCode.BUS)
+        with m.Elif(undecodable):
+            m.d.sync += cause.eq(CauseCode.DECODE)
+        with m.Elif(misplaced):
+            m.d.sync += cause.eq(misplaced_cause)
         error = self.exception
         m.d.comb += [error.queue.eq(slot.queue), error.addr.eq(slot.addr)]
-        with m.If(arrive):
-            with m.If(resp.payload.err):
-                m.d.comb += error.cause.eq(CauseCode.BUS)
-            with m.Elif(undecodable):
-                m.d.comb += error.cause.eq(CauseCode.DECODE)
-            with m.Elif(misplaced):
-                m.d.comb += error.cause.eq(misplaced_cause)
+        with m.If(checked & busy & ~stale):
+            m.d.comb += error.cause.eq(cause)
         failed = Signal()
         m.d.comb += failed.eq(error.cause != CauseCode.NONE)
 
-        # Progress: the length from H0, the entry headers' counts; the last word completes the
-        # descriptor (word 0 never is the last: a descriptor has the 4 header words at least).
+        # Progress: the length from H0 (known only when it is a length the slot takes, so that
+        # no word beyond the slot is requested while word 0's check is pending), the entry
+        # headers' counts; the last word, once checked, completes the descriptor (word 0 never
+        # is the last: a descriptor has the 4 header words at least).
         with m.If(arrive):
             m.d.sync += received.eq(received + 1)
             with m.If(k == 0):
-                m.d.sync += [fetched.length.eq(h0.length), length_known.eq(1),
-                             slot.tsr.eq(h0.tsr)]
+                m.d.sync += [fetched.length.eq(h0.length), slot.tsr.eq(h0.tsr),
+                             length_known.eq((h0.length >= HEADER_WORDS) &
+                                             (h0.length <= self._slot_words))]
             with m.Elif(k >= HEADER_WORDS):
                 with m.If(entry_left == 0):
                     m.d.sync += entry_left.eq(entry.count)
                 with m.Else():
                     m.d.sync += entry_left.eq(entry_left - 1)
-            with m.If(length_known & (k + 1 == fetched.length) & ~failed):
-                m.d.sync += [busy.eq(0), valid.eq(1)]
+        with m.If(checked & busy & ~stale & last & ~failed):
+            m.d.sync += [busy.eq(0), valid.eq(1)]
 
         # A dropped fetch (failed or stale) leaves its reads in flight to be discarded.
         dropped = Signal()
