@@ -20,9 +20,9 @@ class Scheduler(wiring.Component):
 
     * A queue **has work** when it has uncommitted descriptors and is not retired. The arbiter
       chooses among queues with work while ``enable`` is set; in secure mode, or while a secure
-      queue has work (a secure request), only secure queues take part. Its requests and its
-      choice are registered (the choice is two cycles behind the queue state, off the
-      critical path); a choice whose queue has meanwhile lost its work is ignored.
+      queue has work (a secure request), only secure queues take part. Its choice is
+      registered (one cycle behind the queue state, off the critical path); a choice whose
+      queue has meanwhile lost its work is ignored.
     * The **current queue** is the queue of the latest commit. It **stays** the fetch target
       while it has work, unless GTSP is set and its TSR task is committed (the switch is then
       certain, so the next queue's descriptor is prefetched); otherwise the target is the
@@ -131,14 +131,13 @@ class Scheduler(wiring.Component):
         m.d.sync += self.secure_request.eq(
             Cat(has_work[i] & self.control[i].secure for i in range(nq)).any())
 
-        # The arbiter, on registered requests, and its registered choice (two cycles behind
-        # the queue state; the priorities are host registers).
+        # The arbiter and its registered choice.
         m.submodules.arbiter = arbiter = Arbiter(nq, PRIORITY_WIDTH)
         exclusive = self.secure_mode | self.secure_request
         for i in range(nq):
-            m.d.sync += arbiter.request[i].eq(has_work[i] & self.enable &
-                                              (self.control[i].secure | ~exclusive))
-            m.d.comb += arbiter.priority[i].eq(self.control[i].priority)
+            m.d.comb += [arbiter.request[i].eq(has_work[i] & self.enable &
+                                               (self.control[i].secure | ~exclusive)),
+                         arbiter.priority[i].eq(self.control[i].priority)]
         choice_valid = Signal()
         choice = Signal(QUEUE_WIDTH)
         choice_priority = Signal(PRIORITY_WIDTH)

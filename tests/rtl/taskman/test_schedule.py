@@ -16,7 +16,6 @@ class SchedulerModel:
 
     def __init__(self, queues):
         self.queues = queues
-        self.requests = [False] * queues  # eligible queues of the previous cycle
         self.choice = None            # (queue, priority) chosen in the previous cycle
         self.secure_request = False
         self.secure_mode = False
@@ -61,16 +60,13 @@ class SchedulerModel:
         queue, control = x["queue"], x["control"]
         work = [self.has_work(q) for q in queue]
         exclusive = self.secure_mode or self.secure_request
-        # The arbiter: highest priority among the queues eligible in the previous cycle (the
-        # requests are registered), ties to the lower index.
+        # The arbiter: highest priority among eligible queues, ties to the lower index.
         best = None
         for i in range(self.queues):
-            if self.requests[i]:
+            if work[i] and x["enable"] and (control[i]["secure"] or not exclusive):
                 if best is None or control[i]["priority"] > control[best]["priority"]:
                     best = i
         self.choice = None if best is None else (best, control[best]["priority"])
-        self.requests = [work[i] and x["enable"] and (control[i]["secure"] or not exclusive)
-                         for i in range(self.queues)]
         if x["commit"]:
             self.current, self.current_valid = x["fetched_queue"], True
             if x["commit_tsr"]:
