@@ -51,6 +51,12 @@ class TaskBuffer(wiring.Component):
       older than it (``skew = 0``: the buffer depth), and only into an empty buffer when its
       queue differs from the previous task's (a queue change drains the buffer).
 
+    The start streams are registered: a granted task counts as started (its engine as busy) and
+    waits in its engine's start register until the engine takes it; a task of a dropped queue
+    waiting there is withdrawn and removed. Order comes from an age matrix (``older``) written
+    at each load and dependencies from each entry's producer sequence number computed at its
+    load, so the grant has no arithmetic.
+
     Parameters
     ----------
     depth : int
@@ -67,13 +73,16 @@ class TaskBuffer(wiring.Component):
     skew : In(8)
         Skew limit.
     start : Out(stream.Signature(TaskEntry)).array(ENGINES)
-        Per engine: the task to start.
+        Per engine: the task to start (registered; ``valid`` falls without a transfer only when
+        the task's queue is dropped).
     done, kill : In(1).array(ENGINES)
         Per engine: the running task completed / is aborted.
     finished : Out(TaskEntry).array(ENGINES); finished_valid : Out(1).array(ENGINES)
-        Per engine: the task leaving the buffer this cycle (combinational).
+        Per engine: the task leaving the buffer this cycle (the entry from the start register;
+        ``finished_valid`` combinational).
     drop : In(queues)
-        Entries not started whose queue bit is set are removed, and none of them starts.
+        Entries not started, or waiting in a start register, whose queue bit is set are
+        removed, and none of them starts.
     empty : Out(1)
         No entry is valid.
     waiting : Out(1).array(ENGINES)
