@@ -1,6 +1,6 @@
 """Fixed-priority arbiter over the task queues."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -53,23 +53,24 @@ class Arbiter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # A chain from queue 0 upwards; a later queue wins only with a strictly higher priority.
-        valid, index, prio = 0, 0, 0
-        for i in range(self._queues):
-            take = Signal(name=f"take{i}")
-            if i == 0:
-                m.d.comb += take.eq(self.request[0])
-            else:
-                m.d.comb += take.eq(self.request[i] & (~valid | (self.priority[i] > prio)))
-            n_valid, n_index = Signal(name=f"valid{i}"), Signal(5, name=f"index{i}")
-            n_prio = Signal.like(self.chosen_priority, name=f"prio{i}")
-            m.d.comb += [
-                n_valid.eq(valid | self.request[i]),
-                n_index.eq(index),
-                n_prio.eq(prio),
-            ]
-            with m.If(take):
-                m.d.comb += [n_index.eq(i), n_prio.eq(self.priority[i])]
-            valid, index, prio = n_valid, n_index, n_prio
+        # A tree of pairwise choices (depth log2(queues)): of two groups, the upper one (higher
+        # indices) wins only with a strictly higher priority, so ties go to the lower index.
+        def choose(lo, hi):
+            if hi - lo == 1:
+                return self.request[lo], lo, self.priority[lo]
+            mid = (lo + hi + 1) // 2
+            a_valid, a_index, a_prio = choose(lo, mid)
+            b_valid, b_index, b_prio = choose(mid, hi)
+            take_b = Signal(name=f"take{mid}_{lo}_{hi}")
+            valid = Signal(name=f"valid{lo}_{hi}")
+            index = Signal(5, name=f"index{lo}_{hi}")
+            prio = Signal.like(self.chosen_priority, name=f"prio{lo}_{hi}")
+            m.d.comb += [take_b.eq(b_valid & (~a_valid | (b_prio > a_prio))),
+                         valid.eq(a_valid | b_valid),
+                         index.eq(Mux(take_b, b_index, a_index)),
+                         prio.eq(Mux(take_b, b_prio, a_prio))]
+            return valid, index, prio
+
+        valid, index, prio = choose(0, self._queues)
         m.d.comb += [self.valid.eq(valid), self.index.eq(index), self.chosen_priority.eq(prio)]
         return m

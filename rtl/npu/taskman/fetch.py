@@ -1,7 +1,7 @@
 """The descriptor DMA and the fetch queue: reads the target queue's head descriptor into the
 fetch slot and checks every word as it arrives."""
 
-from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.hdl import Array, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -30,11 +30,15 @@ class Fetch(wiring.Component):
     """Descriptor DMA and fetch queue.
 
     When the fetch queue is empty and there is a target, the DMA reads the target queue's head
-    descriptor: word 0 first, then, once the length is known, the rest, pipelined (a request a
+    descriptor: in the first cycle it computes the bounds of the window and tail checks from the
+    descriptor's address (so that no adder sits in the checks of an arriving word), then it
+    requests word 0, then, once the length is known, the rest, pipelined (a request a
     cycle while the memory takes them, up to ``max_in_flight`` reads in flight). The responses
     come back in order after any latency. Each word is written into the fetch slot and checked
-    in the cycle it arrives (a :class:`~npu_spec.descriptors.DecodeError` check of a word comes
-    before its window or address check, and the first failing word decides the cause, as in
+    in the cycle it arrives; the outcome is registered and acted on in the next cycle (an
+    exception, or the completion by the last word), unless the fetch is stale by then (a
+    :class:`~npu_spec.descriptors.DecodeError` check of a word comes before its window or
+    address check, and the first failing word decides the cause, as in
     :func:`npu_spec.descriptors.decode`):
 
     * any word answered with a bus error (``BUS``);
@@ -47,8 +51,9 @@ class Fetch(wiring.Component):
     * an entry word: count 0 or running past the length (``DECODE``); registers outside every
       window of ``ADDRESS_WINDOWS`` (``ADDRESS``).
 
-    An error ends the fetch (the descriptor is dropped; the caller retires the queue). The last
-    word completes the descriptor, which waits in the fetch queue until it is committed. The
+    An error ends the fetch (the descriptor is dropped; the caller retires the queue); a word
+    arriving in the cycle the error is raised is not checked. The last word, once checked,
+    completes the descriptor, which waits in the fetch queue until it is committed. The
     fetch queue has no side effects: when it no longer matches the target (another target, the
     head moved, the queue retired) it is dropped, and the new target is fetched.
 
@@ -91,8 +96,8 @@ class Fetch(wiring.Component):
     descriptor : Out(stream.Signature(fetched_layout(addr_width)))
         The complete, checked descriptor in the fetch queue; a transfer is its commit.
     exception : Out(ExceptionEvent)
-        A word of the descriptor failed its check (``cause`` is ``NONE`` otherwise;
-        combinational).
+        A word of the descriptor failed its check, in the cycle after the word arrived
+        (``cause`` is ``NONE`` otherwise; from registers, gated by ``stale``).
     """
 
     def __init__(self, queues, slot_words, *, max_in_flight=8, addr_width=ADDR_WIDTH,
@@ -127,6 +132,9 @@ class Fetch(wiring.Component):
         self.drain = Signal(range(max_in_flight + 1))       # ... of them, of dropped fetches
         self.hold = Signal()            # a request offered and not taken is offered again
         self.stale = Signal()           # the fetch no longer matches the target
+        self.primed = Signal()          # the window's bounds for the checks are computed
+        self.checked = Signal()         # a word arrived in the previous cycle; its check is due
+        self.check_cause = Signal(CauseCode, reset_less=True)   # ... and its outcome
         super().__init__({
             "queue": In(data.ArrayLayout(QueueStatus, queues)),
             "control": In(data.ArrayLayout(QueueControl, queues)),
@@ -172,7 +180,8 @@ class Fetch(wiring.Component):
         req = self.mem.req
         held_addr = Signal(self._addr_width + 1)
         issue = Signal()
-        m.d.comb += issue.eq(busy & ~stale & ~hold & (in_flight < self._max_in_flight) &
+        m.d.comb += issue.eq(busy & self.primed & ~stale & ~hold &
+                             (in_flight < self._max_in_flight) &
                              ((issued == 0) | (length_known & (issued < fetched.length))))
         m.d.comb += [req.valid.eq(hold | issue),
                      req.payload.eq(Mux(hold, held_addr, slot.addr + issued))]
@@ -198,10 +207,30 @@ class Fetch(wiring.Component):
         h0, h1, h2, h3 = (data.View(register_layout(r), word) for r in HEADER)
         entry = data.View(register_layout(ENTRY), word)
         reserved = [(word & reserved_mask(r)) != 0 for r in HEADER]
-        desc_end = Signal(self._addr_width + 1)
-        window_end = Signal(self._addr_width + 1)
         tail = Signal(self._addr_width)     # the queue's TAIL, read when the fetch starts
-        m.d.comb += [desc_end.eq(slot.addr + h0.length), window_end.eq(slot.base + slot.limit)]
+        # The bounds of the checks, computed in the first cycle of a fetch (no word is
+        # requested before): the room left in the window and before the tail from the
+        # descriptor's address, saturated at the largest length, and the limit saturated above
+        # the largest source or destination end.
+        length_max = (1 << HEADER[0]["length"].width) - 1
+        end_max = (1 << (max(HEADER[2]["src"].width, HEADER[3]["dst"].width) + 1)) - 1
+        room_window = Signal(range(length_max + 1), reset_less=True)
+        room_tail = Signal(range(length_max + 1), reset_less=True)
+        outside = Signal(reset_less=True)   # the window or the tail is already passed
+        tail_passed = Signal(reset_less=True)
+        limit = Signal(range(end_max + 1), reset_less=True)
+        window_left = Signal(signed(self._addr_width + 2))
+        tail_left = Signal(signed(self._addr_width + 2))
+        m.d.comb += [window_left.eq(slot.base + slot.limit - slot.addr),
+                     tail_left.eq(tail - slot.addr)]
+        with m.If(busy & ~self.primed):
+            m.d.sync += [self.primed.eq(1),
+                         outside.eq((slot.addr < slot.base) | (window_left < 0)),
+                         room_window.eq(Mux(window_left > length_max, length_max, window_left)),
+                         tail_passed.eq((tail != 0) & (tail_left < 0)),
+                         room_tail.eq(Mux((tail == 0) | (tail_left > length_max), length_max,
+                                          tail_left)),
+                         limit.eq(Mux(slot.limit > end_max, end_max, slot.limit))]
         reg_end = Signal(ENTRY["address"].width + 1)
         m.d.comb += reg_end.eq(entry.address + entry.count)
         in_map = 0
@@ -218,8 +247,8 @@ class Fetch(wiring.Component):
                     undecodable.eq((h0.magic != MAGIC) | (h0.engine >= len(Engine)) |
                                    reserved[0] | (h0.length < HEADER_WORDS) |
                                    (h0.length > self._slot_words)),
-                    misplaced.eq((slot.addr < slot.base) | (desc_end > window_end) |
-                                 ((tail != 0) & (desc_end > tail))),
+                    misplaced.eq(outside | (h0.length > room_window) |
+                                 tail_passed | (h0.length > room_tail)),
                     misplaced_cause.eq(CauseCode.WINDOW),
                 ]
             with m.Case(1):
@@ -227,11 +256,11 @@ class Fetch(wiring.Component):
                                            (h1.network != control[slot.queue].network))
             with m.Case(2):
                 m.d.comb += [undecodable.eq(reserved[2]),
-                             misplaced.eq(h2.src + h2.src_len > slot.limit),
+                             misplaced.eq(h2.src + h2.src_len > limit),
                              misplaced_cause.eq(CauseCode.WINDOW)]
             with m.Case(3):
                 m.d.comb += [undecodable.eq(reserved[3]),
-                             misplaced.eq(h3.dst + 1 > slot.limit),
+                             misplaced.eq(h3.dst + 1 > limit),
                              misplaced_cause.eq(CauseCode.WINDOW)]
             with m.Default():
                 with m.If(entry_left == 0):
@@ -239,32 +268,43 @@ class Fetch(wiring.Component):
                                                 (k + 1 + entry.count > fetched.length)),
                                  misplaced.eq(~in_map),
                                  misplaced_cause.eq(CauseCode.ADDRESS)]
+        # The outcome of the check is registered and acted on in the next cycle (the exception,
+        # or the completion by the last word), unless the fetch has become stale meanwhile.
+        checked = self.checked
+        cause = self.check_cause
+        last = Signal(reset_less=True)
+        m.d.sync += [checked.eq(arrive), last.eq(length_known & (k + 1 == fetched.length)),
+                     cause.eq(CauseCode.NONE)]
+        with m.If(resp.payload.err):
+            m.d.sync += cause.eq(CauseCode.BUS)
+        with m.Elif(undecodable):
+            m.d.sync += cause.eq(CauseCode.DECODE)
+        with m.Elif(misplaced):
+            m.d.sync += cause.eq(misplaced_cause)
         error = self.exception
         m.d.comb += [error.queue.eq(slot.queue), error.addr.eq(slot.addr)]
-        with m.If(arrive):
-            with m.If(resp.payload.err):
-                m.d.comb += error.cause.eq(CauseCode.BUS)
-            with m.Elif(undecodable):
-                m.d.comb += error.cause.eq(CauseCode.DECODE)
-            with m.Elif(misplaced):
-                m.d.comb += error.cause.eq(misplaced_cause)
+        with m.If(checked & busy & ~stale):
+            m.d.comb += error.cause.eq(cause)
         failed = Signal()
         m.d.comb += failed.eq(error.cause != CauseCode.NONE)
 
-        # Progress: the length from H0, the entry headers' counts; the last word completes the
-        # descriptor (word 0 never is the last: a descriptor has the 4 header words at least).
+        # Progress: the length from H0 (known only when it is a length the slot takes, so that
+        # no word beyond the slot is requested while word 0's check is pending), the entry
+        # headers' counts; the last word, once checked, completes the descriptor (word 0 never
+        # is the last: a descriptor has the 4 header words at least).
         with m.If(arrive):
             m.d.sync += received.eq(received + 1)
             with m.If(k == 0):
-                m.d.sync += [fetched.length.eq(h0.length), length_known.eq(1),
-                             slot.tsr.eq(h0.tsr)]
+                m.d.sync += [fetched.length.eq(h0.length), slot.tsr.eq(h0.tsr),
+                             length_known.eq((h0.length >= HEADER_WORDS) &
+                                             (h0.length <= self._slot_words))]
             with m.Elif(k >= HEADER_WORDS):
                 with m.If(entry_left == 0):
                     m.d.sync += entry_left.eq(entry.count)
                 with m.Else():
                     m.d.sync += entry_left.eq(entry_left - 1)
-            with m.If(length_known & (k + 1 == fetched.length) & ~failed):
-                m.d.sync += [busy.eq(0), valid.eq(1)]
+        with m.If(checked & busy & ~stale & last & ~failed):
+            m.d.sync += [busy.eq(0), valid.eq(1)]
 
         # A dropped fetch (failed or stale) leaves its reads in flight to be discarded.
         dropped = Signal()
@@ -286,6 +326,7 @@ class Fetch(wiring.Component):
             m.d.sync += [busy.eq(1), slot.queue.eq(self.target),
                          slot.addr.eq(queue[self.target].head),
                          issued.eq(0), received.eq(0), length_known.eq(0), entry_left.eq(0),
+                         self.primed.eq(0),
                          slot.base.eq(table.base), slot.limit.eq(table.limit),
                          tail.eq(control[self.target].tail)]
         with m.If(self.descriptor.valid & self.descriptor.ready):

@@ -1,7 +1,7 @@
 """The task buffer: asynchronous dispatch to the neural engine, the planar engine and the DMA
 engine, with dependencies."""
 
-from amaranth.hdl import Array, Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -51,6 +51,12 @@ class TaskBuffer(wiring.Component):
       older than it (``skew = 0``: the buffer depth), and only into an empty buffer when its
       queue differs from the previous task's (a queue change drains the buffer).
 
+    The start streams are registered: a granted task counts as started (its engine as busy) and
+    waits in its engine's start register until the engine takes it; a task of a dropped queue
+    waiting there is withdrawn and removed. Order comes from an age matrix (``older``) written
+    at each load and dependencies from each entry's producer sequence number computed at its
+    load, so the grant has no arithmetic.
+
     Parameters
     ----------
     depth : int
@@ -67,13 +73,16 @@ class TaskBuffer(wiring.Component):
     skew : In(8)
         Skew limit.
     start : Out(stream.Signature(TaskEntry)).array(ENGINES)
-        Per engine: the task to start.
+        Per engine: the task to start (registered; ``valid`` falls without a transfer only when
+        the task's queue is dropped).
     done, kill : In(1).array(ENGINES)
         Per engine: the running task completed / is aborted.
     finished : Out(TaskEntry).array(ENGINES); finished_valid : Out(1).array(ENGINES)
-        Per engine: the task leaving the buffer this cycle (combinational).
+        Per engine: the task leaving the buffer this cycle (the entry from the start register;
+        ``finished_valid`` combinational).
     drop : In(queues)
-        Entries not started whose queue bit is set are removed, and none of them starts.
+        Entries not started, or waiting in a start register, whose queue bit is set are
+        removed, and none of them starts.
     empty : Out(1)
         No entry is valid.
     waiting : Out(1).array(ENGINES)
@@ -94,6 +103,17 @@ class TaskBuffer(wiring.Component):
         self.entry = [Signal(TaskEntry, name=f"entry{i}") for i in range(depth)]
         self.running = [Signal(range(depth), name=f"running{e}") for e in range(ENGINES)]
         self.running_valid = [Signal(name=f"running_valid{e}") for e in range(ENGINES)]
+        # ``older[j][i]``: entry ``j`` was loaded before entry ``i`` (meaningful while both are
+        # valid); ``producer[i]``: the sequence number entry ``i`` depends on.
+        self.older = [[Signal(name=f"older{j}_{i}", reset_less=True) for i in range(depth)]
+                      for j in range(depth)]
+        self.producer = [Signal(SEQ_WIDTH, name=f"producer{i}", reset_less=True)
+                         for i in range(depth)]
+        # Per engine: the granted task waits in the start register (``start[e]``) for its
+        # engine to take it.
+        self.offered = [Signal(name=f"offered{e}") for e in range(ENGINES)]
+        self.offer = [Signal(TaskEntry, name=f"offer{e}", reset_less=True)
+                      for e in range(ENGINES)]
 
     @property
     def depth(self):
@@ -106,13 +126,14 @@ class TaskBuffer(wiring.Component):
         running, running_valid = self.running, self.running_valid
         last_queue = Signal(QUEUE_WIDTH)
 
-        # Age of each entry: how many loads ago it was loaded (larger is older).
+        # Age of each entry: how many loads ago it was loaded (for the skew limit only; the
+        # start conditions use the age matrix ``older``, which needs no arithmetic).
         age = [Signal(SEQ_WIDTH, name=f"age{i}") for i in range(n)]
         for i in range(n):
             m.d.comb += age[i].eq(self.next_seq - entry[i].seq)
 
         def older(j, i):
-            return valid[j] & (age[j] > age[i])
+            return valid[j] & self.older[j][i]
 
         # Start conditions per entry.
         grant = [[Signal(name=f"grant{e}_{i}") for i in range(n)] for e in range(ENGINES)]
@@ -121,8 +142,7 @@ class TaskBuffer(wiring.Component):
             first = Signal(name=f"first{i}")       # oldest pending task of its engine
             dep_ok = Signal(name=f"dep_ok{i}")
             barrier_ok = Signal(name=f"barrier_ok{i}")
-            producer = Signal(SEQ_WIDTH, name=f"producer{i}")
-            m.d.comb += producer.eq(entry[i].seq - entry[i].dep)
+            producer = self.producer[i]
             blockers = []
             waits = []
             older_any = []
@@ -149,27 +169,41 @@ class TaskBuffer(wiring.Component):
                 m.d.comb += grant[e][i].eq(first & dep_ok & barrier_ok & ~running_valid[e] &
                                            (entry[i].engine == e))
 
-        # Start streams: at most one grant per engine (only the oldest pending task of an
-        # engine may be granted).
+        # Start streams, registered: at most one grant per engine (only the oldest pending task
+        # of an engine may be granted, and only while the engine has none); the granted task
+        # counts as started and running, and waits in the start register until its engine
+        # takes it. A task of a dropped queue waiting there is withdrawn and removed.
         for e in range(ENGINES):
             start = self.start[e]
+            offered = self.offered[e]
+            payload = self.offer[e]
+            withdrawn = Signal(name=f"withdrawn{e}")
+            m.d.comb += [withdrawn.eq(self.drop.bit_select(payload.queue, 1)),
+                         start.valid.eq(offered & ~withdrawn), start.payload.eq(payload)]
+            with m.If(start.valid & start.ready):
+                m.d.sync += offered.eq(0)
+            with m.If(offered & withdrawn):
+                m.d.sync += [offered.eq(0), running_valid[e].eq(0)]
+                for i in range(n):
+                    with m.If(running[e] == i):
+                        m.d.sync += valid[i].eq(0)
+            granted = Signal(name=f"granted{e}")
+            m.d.comb += granted.eq(Cat(grant[e]).any())
             for i in range(n):
                 with m.If(grant[e][i]):
-                    m.d.comb += [start.valid.eq(1), start.payload.eq(entry[i])]
-                    with m.If(start.ready):
-                        m.d.sync += [started[i].eq(1), running[e].eq(i),
-                                     running_valid[e].eq(1)]
+                    m.d.sync += [started[i].eq(1), running[e].eq(i), running_valid[e].eq(1),
+                                 offered.eq(1), payload.eq(entry[i])]
             pending = 0
             for i in range(n):
                 pending = pending | (valid[i] & ~started[i] & (entry[i].engine == e))
-            m.d.comb += self.waiting[e].eq(~running_valid[e] & pending & ~start.valid)
+            m.d.comb += self.waiting[e].eq(~running_valid[e] & pending & ~granted)
 
-        # Completion: free the running entry.
-        entries = Array(entry)
+        # Completion: free the running entry (once its engine has taken it); the start
+        # register still holds the running task.
         for e in range(ENGINES):
-            finish = running_valid[e] & (self.done[e] | self.kill[e])
+            finish = running_valid[e] & ~self.offered[e] & (self.done[e] | self.kill[e])
             m.d.comb += [self.finished_valid[e].eq(finish),
-                         self.finished[e].eq(entries[running[e]])]
+                         self.finished[e].eq(self.offer[e])]
             with m.If(finish):
                 m.d.sync += running_valid[e].eq(0)
                 for i in range(n):
@@ -211,5 +245,10 @@ class TaskBuffer(wiring.Component):
                 with m.If(free == i):
                     m.d.sync += [valid[i].eq(1), started[i].eq(0),
                                  entry[i].eq(self.load.payload),
-                                 entry[i].seq.eq(self.next_seq)]
+                                 entry[i].seq.eq(self.next_seq),
+                                 self.producer[i].eq(self.next_seq - self.load.payload.dep)]
+                    for j in range(n):
+                        if j != i:
+                            m.d.sync += [self.older[j][i].eq(valid[j]),
+                                         self.older[i][j].eq(0)]
         return m
