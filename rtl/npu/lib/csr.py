@@ -309,30 +309,38 @@ class RegisterFile(wiring.Component):
         bus = self.bus
         regs = [reg for reg in self._regmap.registers if _rw_mask(reg)]
 
-        # The register's index in the memory, and its rw bits (the write stores only those).
-        index = Signal(range(len(regs)))
-        mask = Signal(DATA_WIDTH)
-        with m.Switch(bus.addr):
-            for i, reg in enumerate(regs):
-                with m.Case(reg.offset):
-                    m.d.comb += [index.eq(i), mask.eq(_rw_mask(reg))]
-        m.submodules.stored = mem = Memory(shape=DATA_WIDTH, depth=len(regs), init=[])
+        # One select line per register; from them the register's index in the memory, its rw
+        # bits (a write stores only those), whether it is still fresh and its reset value,
+        # each an OR of the select lines (shallow, for timing).
+        sel = Signal(len(regs))
+        m.d.comb += [sel[i].eq(bus.addr == reg.offset) for i, reg in enumerate(regs)]
+
+        def any_of(name, indices):
+            out = Signal(name=name)
+            m.d.comb += out.eq(Cat(sel[i] for i in indices).any() if indices else 0)
+            return out
+
+        n = len(regs)
+        index = Cat(any_of(f"index{b}", [i for i in range(n) if i >> b & 1])
+                    for b in range(max(1, (n - 1).bit_length())))
+        mask = Cat(any_of(f"rw_bit{b}", [i for i, reg in enumerate(regs)
+                                         if _rw_mask(reg) >> b & 1])
+                   for b in range(DATA_WIDTH))
+        resets = Cat(any_of(f"reset_bit{b}", [i for i, reg in enumerate(regs)
+                                              if (reg.reset & _rw_mask(reg)) >> b & 1])
+                     for b in range(DATA_WIDTH))
+        m.submodules.stored = mem = Memory(shape=DATA_WIDTH, depth=n, init=[])
         wp = mem.write_port()
         rp = mem.read_port(domain="comb")
         m.d.comb += [wp.addr.eq(index), wp.data.eq(bus.w_data & mask),
-                     wp.en.eq(bus.w_en & (mask != 0)), rp.addr.eq(index)]
+                     wp.en.eq(bus.w_en & sel.any()), rp.addr.eq(index)]
 
         # A register not written since reset reads its reset value.
-        fresh = Signal(len(regs), init=(1 << len(regs)) - 1)
-        with m.If(wp.en):
-            m.d.sync += fresh.bit_select(index, 1).eq(0)
-        resets = Signal(DATA_WIDTH)
-        with m.Switch(index):
-            for i, reg in enumerate(regs):
-                with m.Case(i):
-                    m.d.comb += resets.eq(reg.reset & _rw_mask(reg))
+        fresh = Signal(n, init=(1 << n) - 1)
+        with m.If(bus.w_en):
+            m.d.sync += fresh.eq(fresh & ~sel)
         stored = Signal(DATA_WIDTH)
-        m.d.comb += stored.eq(Mux(fresh.bit_select(index, 1), resets, rp.data))
+        m.d.comb += stored.eq(Mux((fresh & sel).any(), resets, rp.data))
         return stored
 
 
