@@ -209,6 +209,12 @@ class NPUConfig:
         program contract; needs ``formats == ("int8",)`` and ``mem_width`` 32). A program
         file's check (``npu_spec.program.check_config``) ignores it: both builds run the same
         programs.
+    csr_read : str
+        How the register files answer the host's reads of their ``rw`` fields (the value the
+        same either way; :class:`npu.lib.csr.RegisterFile`'s ``read_path``): ``"logic"`` (the
+        default; a multiplexer over the registers' flip-flops) or ``"memory"`` (a copy of
+        every write in a small memory, LUT RAM on the ECP5: fewer LUTs for the data
+        processor's, the DMA's, the neural engine's and the task manager's register files).
     target : str
         What the preset is sized for (documentation only).
     """
@@ -245,6 +251,7 @@ class NPUConfig:
     dispatch_regs: int = 0
     dp_banks: int = 0
     npu_impl: str = "blocks"
+    csr_read: str = "logic"
     target: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -269,6 +276,9 @@ class NPUConfig:
         if self.mem_width not in (32, 64, 128, 256):
             raise ValueError(f"NPUConfig.mem_width must be 32, 64, 128 or 256, "
                              f"not {self.mem_width!r}")
+        if self.csr_read not in ("logic", "memory"):
+            raise ValueError(f"NPUConfig.csr_read must be 'logic' or 'memory', "
+                             f"not {self.csr_read!r}")
         if self.acc_memory not in ("logic", "block"):
             raise ValueError(f"NPUConfig.acc_memory must be 'logic' or 'block', "
                              f"not {self.acc_memory!r}")
@@ -401,7 +411,7 @@ PRESETS = {
         planar_lanes=1, buffer_kib=64, task_queues=4, mem_width=64, mem_kib=64,
         kernel_kib=8, mac_impl="ecp5_shared", fp_share=16,
         ne_post_lanes=1, ne_row_values=32, ne_out_channels=4096,
-        ne_shift_stages=1, dispatch_regs=1, dp_banks=8,
+        ne_shift_stages=1, dispatch_regs=1, dp_banks=8, csr_read="memory",
         target="ULX3S board, LFE5U-85F: int8, fp16 and mixed, 64 KiB system memory, "
                "8 buffer banks; FP16 and mixed at 1/16 of the INT8 rate (2 products a cycle "
                "against 32)"),

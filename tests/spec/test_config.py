@@ -61,7 +61,8 @@ def test_icebreaker_geometry():
     ("ne_out_size", -1), ("ne_out_size", 4096), ("ne_control", "small"),
     ("ne_post_lanes", -1), ("ne_post_lanes", 3), ("ne_post_lanes", 32),
     ("ne_shift_stages", -1), ("ne_shift_stages", 2), ("dispatch_regs", 2),
-    ("dp_banks", -1), ("dp_banks", 8), ("dp_banks", 24), ("dp_banks", 2048)])
+    ("dp_banks", -1), ("dp_banks", 8), ("dp_banks", 24), ("dp_banks", 2048),
+    ("csr_read", "ram")])
 def test_bad_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"NPUConfig.{field}"):
         preset("small").replace(**{field: value})

@@ -197,7 +197,8 @@ class DataProcessor(wiring.Component):
     def _registers(self, m):
         """The register file, on the host's bus or else the task manager's writes."""
         m.submodules.regfile = regs = RegisterFile(self._regmap,
-                                                   addr_width=len(self.csr.addr))
+                                                   addr_width=len(self.csr.addr),
+                                                   read_path=self._config.csr_read)
         # A write to the datasets of a running engine (or the core mask while a core runs)
         # waits until its task ends: the next task's program never changes a running task's.
         def hold(addr, in_map):

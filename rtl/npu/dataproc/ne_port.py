@@ -18,13 +18,14 @@ SUM_BITS = ADDR_BITS + 16
 class NEInPort(wiring.Component):
     """Answers a core's row requests from its input dataset ``NE{i}_IN``.
 
-    A request ``(c, y, x, tag)`` is registered with its buffer address ``BASE + c * CSTRIDE +
-    y * RSTRIDE + x`` and which of its ``row_values`` columns lie inside the image (``y`` in
-    ``[0, H)``, column in ``[0, W)``), then read as ``row_values / lanes`` runs of the buffer
-    read port's ``lanes`` (one a cycle), which the port gathers into the answer; the answer's
-    elements outside the image are 0. Answers keep request order and carry the tag. With
-    ``lanes == row_values`` the port can take a request every cycle and answers ``1 +
-    READ_LATENCY`` (3) cycles after one is taken when the buffer grants its read at once; with
+    A request ``(c, y, x, tag)`` is registered, and in the next cycle registered with its
+    buffer address ``BASE + c * CSTRIDE + y * RSTRIDE + x`` and which of its ``row_values``
+    columns lie inside the image (``y`` in ``[0, H)``, column in ``[0, W)``) (two stages, so the
+    address products start at flip-flops), then read as ``row_values / lanes`` runs of the
+    buffer read port's ``lanes`` (one a cycle), which the port gathers into the answer; the
+    answer's elements outside the image are 0. Answers keep request order and carry the tag.
+    With ``lanes == row_values`` the port can take a request every cycle and answers ``2 +
+    READ_LATENCY`` (4) cycles after one is taken when the buffer grants its read at once; with
     ``parts = row_values / lanes`` runs it takes a request every ``parts`` cycles and answers
     ``parts - 1`` cycles later.
 
@@ -68,12 +69,12 @@ class NEInPort(wiring.Component):
             "buf":      Out(BufferReadSignature(lanes)),
         })
 
-    def _inside(self, m):
-        """Which of the request's columns lie inside the image (combinational): the columns
-        ``k`` with ``-x <= k < W - x``, as two thermometer masks of the clamped bounds (no
-        comparator per column)."""
+    def _inside(self, m, req):
+        """Which of request ``req``'s columns lie inside the image (combinational): the
+        columns ``k`` with ``-x <= k < W - x``, as two thermometer masks of the clamped bounds
+        (no comparator per column)."""
         rv = self._row_values
-        ds, req = self.dataset, self.row_req.payload
+        ds = self.dataset
         ones = Const((1 << rv) - 1, rv)
 
         def clamp(value, name):
@@ -94,8 +95,11 @@ class NEInPort(wiring.Component):
         req = self.row_req.payload
         meta_layout = data.StructLayout({"tag": self._tag, "inside": rv})
 
-        # Stage 1: the request's address and inside mask, registered; its runs are issued
-        # from there, the last one with the request's tag and mask into `meta`.
+        # Stage 0: the request taken. Stage 1: its address and inside mask, computed from
+        # stage 0's registers (the multipliers start at flip-flops); its runs are issued from
+        # there, the last one with the request's tag and mask into `meta`.
+        r0_valid = Signal()
+        r0 = Signal.like(req)
         s1_valid = Signal()
         s1_addr = Signal(ADDR_BITS)
         s1_meta = Signal(meta_layout)
@@ -108,15 +112,21 @@ class NEInPort(wiring.Component):
             self.buf.req.valid.eq(s1_valid & (meta.w_rdy | ~last)),
             self.buf.req.payload.addr.eq(wrap_address(s1_addr + part * lanes, self._elements)),
             issue.eq(self.buf.req.valid & self.buf.req.ready),
-            self.row_req.ready.eq(~s1_valid | (issue & last)),
             meta.w_en.eq(issue & last),
             meta.w_data.eq(s1_meta),
         ]
-        addr = Signal(signed(SUM_BITS))
-        m.d.comb += addr.eq(ds.addr + req.c * ds.cstride + req.y * ds.rstride + req.x)
+        move = Signal()
+        m.d.comb += [move.eq(r0_valid & (~s1_valid | (issue & last))),
+                     self.row_req.ready.eq(~r0_valid | move)]
         with m.If(self.row_req.valid & self.row_req.ready):
+            m.d.sync += [r0_valid.eq(1), r0.eq(req)]
+        with m.Elif(move):
+            m.d.sync += r0_valid.eq(0)
+        addr = Signal(signed(SUM_BITS))
+        m.d.comb += addr.eq(ds.addr + r0.c * ds.cstride + r0.y * ds.rstride + r0.x)
+        with m.If(move):
             m.d.sync += [s1_valid.eq(1), s1_addr.eq(wrap_address(addr, self._elements)),
-                         s1_meta.tag.eq(req.tag), s1_meta.inside.eq(self._inside(m))]
+                         s1_meta.tag.eq(r0.tag), s1_meta.inside.eq(self._inside(m, r0))]
         with m.Elif(issue & last):
             m.d.sync += s1_valid.eq(0)
         with m.If(issue):
@@ -150,11 +160,13 @@ class NEInPort(wiring.Component):
 class NEOutPort(wiring.Component):
     """Writes a core's output rows into its output dataset ``NE{i}_OUT``.
 
-    A row write ``(oc, y, x, values, mask)`` is registered with its buffer address ``BASE +
-    oc * CSTRIDE + y * RSTRIDE + x``; value ``j`` goes to that address plus ``j`` when mask bit
-    ``j`` is set. A row of ``macs`` values is written as ``macs / lanes`` runs of the buffer
-    write port's ``lanes`` (runs without a mask bit are skipped); with ``lanes == macs`` the port
-    takes a row every cycle the buffer takes its run.
+    A row write ``(oc, y, x, values, mask)`` is registered with its plane, and in the next
+    cycle with its buffer address ``BASE + oc * CSTRIDE + y * RSTRIDE + x`` (two stages, so the
+    address products start at flip-flops); value ``j`` goes to that address plus ``j`` when mask
+    bit ``j`` is set. A row of ``macs`` values is written as ``macs / lanes`` runs of the buffer
+    write port's ``lanes`` (runs without a mask bit are skipped), the first one at the earliest
+    two cycles after the row is taken; with ``lanes == macs`` the port takes a row every cycle
+    the buffer takes its run.
 
     Parameters
     ----------
@@ -213,7 +225,14 @@ class NEOutPort(wiring.Component):
         ds = self.dataset
         row = self.out.payload
 
-        # The held row write and the run being written.
+        # Stage A: the row write taken, with its plane. Stage B (held): its address, computed
+        # from stage A's registers (the multipliers start at flip-flops), and the run being
+        # written. A row moves on while the last run of the one before is written.
+        a_valid = Signal()
+        a_y = Signal.like(row.y)
+        a_x = Signal.like(row.x)
+        a_values = Signal(data.ArrayLayout(16, n))
+        a_mask = Signal(n)
         held = Signal()
         h_addr = Signal(ADDR_BITS)
         h_values = Signal(data.ArrayLayout(16, n))
@@ -230,17 +249,24 @@ class NEOutPort(wiring.Component):
         ]
         done_part = (self.buf.valid & self.buf.ready) | (held & ~part_mask.any())
         last_part = done_part & (part == parts - 1)
-        take = self._flow(m, held)
-        m.d.comb += self.out.ready.eq((~held | last_part) & take)
+        move = a_valid & (~held | last_part)
+        take = self._flow(m, held | a_valid)
+        a_plane = Signal.like(self._plane)
+        m.d.comb += self.out.ready.eq((~a_valid | move) & take)
         with m.If(done_part):
             m.d.sync += part.eq(part + 1)
         with m.If(last_part):
             m.d.sync += [held.eq(0), part.eq(0)]
         addr = Signal(SUM_BITS)
-        m.d.comb += addr.eq(ds.addr + self._plane * ds.cstride + row.y * ds.rstride + row.x)
-        with m.If(self.out.valid & self.out.ready):
+        m.d.comb += addr.eq(ds.addr + a_plane * ds.cstride + a_y * ds.rstride + a_x)
+        with m.If(move):
             m.d.sync += [held.eq(1), h_addr.eq(wrap_address(addr, self._elements)),
-                         h_values.eq(row.values), h_mask.eq(row.mask)]
+                         h_values.eq(a_values), h_mask.eq(a_mask)]
+        with m.If(self.out.valid & self.out.ready):
+            m.d.sync += [a_valid.eq(1), a_plane.eq(self._plane), a_y.eq(row.y), a_x.eq(row.x),
+                         a_values.eq(row.values), a_mask.eq(row.mask)]
+        with m.Elif(move):
+            m.d.sync += a_valid.eq(0)
         return m
 
     def _flow(self, m, held):

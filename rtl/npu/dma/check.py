@@ -2,7 +2,8 @@
 
 The mode, shape and alignment checks are combinational on the latched transfer. The window and
 bounds checks need the extents ``addr + sum((nk - 1) * stridek)`` of both sides: one level a
-cycle, with one multiplier a side, so the code is ready :data:`LATENCY` cycles after ``start``.
+cycle, with one multiplier a side between registers (the level's operands registered, the
+product registered, then added), so the code is ready :data:`LATENCY` cycles after ``start``.
 """
 
 from amaranth.hdl import Module, Mux, Signal, signed, unsigned
@@ -19,7 +20,7 @@ from .layouts import EXTENT_BITS, TransferLayout
 __all__ = ["LATENCY", "TransferCheck"]
 
 #: Cycles from ``start`` to ``done``.
-LATENCY = RANK + 1
+LATENCY = RANK + 3
 
 
 class TransferCheck(wiring.Component):
@@ -85,30 +86,38 @@ class TransferCheck(wiring.Component):
             with m.If((t.sizes[k] > 1) & ((t.mem_strides[k][:2] & align) != 0)):
                 m.d.comb += misaligned.eq(1)
 
-        # Extents: one level a cycle, the step (nk - 1) * stridek to the low or the high end.
+        # Extents: one level a cycle through three registers: the level's count nk - 1 and
+        # strides, their products, then the step to the low or the high end.
         level = Signal(range(RANK + 1))
         running = Signal()
         mem_lo, mem_hi, buf_lo, buf_hi = (Signal(signed(EXTENT_BITS), name=name)
                                           for name in ("mem_lo", "mem_hi", "buf_lo", "buf_hi"))
-        m.d.sync += self.done.eq(0)
+        count = Signal(signed(t.sizes[0].shape().width + 1))
+        strides = [Signal(signed(32), name=f"{side}_stride") for side in ("mem", "buf")]
+        steps = [Signal(signed(EXTENT_BITS), name=f"{side}_step") for side in ("mem", "buf")]
+        operands, products, last = Signal(), Signal(), Signal(2)
+        m.d.sync += [self.done.eq(0), operands.eq(0), products.eq(operands),
+                     last.eq(last << 1)]
         with m.If(self.start):
             m.d.sync += [mem_lo.eq(t.mem_addr), mem_hi.eq(t.mem_addr),
                          buf_lo.eq(t.buf_addr), buf_hi.eq(t.buf_addr),
-                         level.eq(0), running.eq(1)]
+                         level.eq(0), running.eq(1), last.eq(0)]
         with m.Elif(running):
-            count = Signal(signed(t.sizes[0].shape().width + 1))
-            m.d.comb += count.eq(t.sizes[level] - 1)
-            for lo, hi, strides in ((mem_lo, mem_hi, t.mem_strides),
-                                    (buf_lo, buf_hi, t.buf_strides)):
-                step = Signal(signed(EXTENT_BITS), name=f"{lo.name[:3]}_step")
-                m.d.comb += step.eq(count * strides[level])
+            m.d.sync += [count.eq(t.sizes[level] - 1), strides[0].eq(t.mem_strides[level]),
+                         strides[1].eq(t.buf_strides[level]), operands.eq(1),
+                         level.eq(level + 1)]
+            with m.If(level == RANK - 1):
+                m.d.sync += [running.eq(0), last[0].eq(1)]
+        with m.If(operands):
+            m.d.sync += [step.eq(count * stride) for step, stride in zip(steps, strides)]
+        with m.If(products):
+            for (lo, hi), step in zip(((mem_lo, mem_hi), (buf_lo, buf_hi)), steps):
                 with m.If(step < 0):
                     m.d.sync += lo.eq(lo + step)
                 with m.Else():
                     m.d.sync += hi.eq(hi + step)
-            m.d.sync += level.eq(level + 1)
-            with m.If(level == RANK - 1):
-                m.d.sync += [running.eq(0), self.done.eq(1)]
+        with m.If(last[1]):
+            m.d.sync += self.done.eq(1)
 
         # The code, in the order of dma_error.
         size = Signal(unsigned(3))

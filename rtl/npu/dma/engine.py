@@ -74,7 +74,7 @@ class DMAEngine(wiring.Component):
             raise ValueError(f"depth must be a positive integer, not {depth!r}")
         self._config = config
         self._depth = depth
-        self._control = EngineControl(DMA)
+        self._control = EngineControl(DMA, read_path=config.csr_read)
         super().__init__({
             "writes":     In(stream.Signature(WriteLayout)),
             "csr":        In(CSRSignature(self._control.csr.addr.shape().width)),

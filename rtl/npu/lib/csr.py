@@ -16,14 +16,19 @@ The CSR bus is a single-cycle, no-wait-state bus with word addresses (see :mod:`
 * A read and a write in the same cycle are allowed; the read returns the value before the write.
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.regmap import DATA_WIDTH, Register, RegisterMap
 
-__all__ = ["CSRDecoder", "CSRSignature", "RegisterFile", "register_layout",
+__all__ = ["READ_PATHS", "CSRDecoder", "CSRSignature", "RegisterFile", "register_layout",
            "register_signature"]
+
+#: How a :class:`RegisterFile` answers reads of its ``rw`` fields: ``"logic"`` (a multiplexer
+#: over the registers' flip-flops) or ``"memory"`` (a copy of every write in a small memory).
+READ_PATHS = ("logic", "memory")
 
 
 class CSRSignature(wiring.Signature):
@@ -137,6 +142,11 @@ def register_signature(register):
     return wiring.Signature(members)
 
 
+def _rw_mask(register):
+    """The bits of the ``rw`` fields of ``register``."""
+    return sum(((1 << f.width) - 1) << f.offset for f in register.fields if f.access == "rw")
+
+
 class RegisterFile(wiring.Component):
     """The registers of one :class:`~npu_spec.regmap.RegisterMap`, on a CSR bus.
 
@@ -161,6 +171,14 @@ class RegisterFile(wiring.Component):
     addr_width : int or None
         Width of the bus address; at least enough for the map's highest offset. ``None`` (the
         default) uses exactly that.
+    read_path : str
+        ``"logic"`` (the default): reads select the registers' flip-flops through a
+        multiplexer. ``"memory"``: every write to a register with ``rw`` fields is also stored
+        (its ``rw`` bits only) in a memory of one word per such register, and reads of ``rw``
+        fields come from that memory (asynchronous read: LUT RAM on the ECP5), so the
+        multiplexer covers only the ``ro`` and ``w1c`` fields. A register not written since
+        reset reads its reset value (one flag per register). The bus timing and every value
+        read are the same either way; the hardware side still sees the flip-flops.
 
     Members
     -------
@@ -174,7 +192,10 @@ class RegisterFile(wiring.Component):
         ``<register>__<field>``, e.g. ``irq_status__bus_read_error_set``.
     """
 
-    def __init__(self, regmap, *, addr_width=None):
+    def __init__(self, regmap, *, addr_width=None, read_path="logic"):
+        if read_path not in READ_PATHS:
+            raise ValueError(f"read path must be one of {', '.join(READ_PATHS)}, "
+                             f"not {read_path!r}")
         if not isinstance(regmap, RegisterMap):
             raise TypeError(f"Register map must be a RegisterMap, not {regmap!r}")
         need = max(1, (regmap.size - 1).bit_length())
@@ -187,6 +208,7 @@ class RegisterFile(wiring.Component):
                              f"({regmap.size} words), not {addr_width!r}")
         self._regmap = regmap
         self._addr_width = addr_width
+        self._read_path = read_path
 
         members = {"bus": In(CSRSignature(addr_width))}
         for reg in regmap.registers:
@@ -204,6 +226,10 @@ class RegisterFile(wiring.Component):
     @property
     def addr_width(self):
         return self._addr_width
+
+    @property
+    def read_path(self):
+        return self._read_path
 
     def port(self, name):
         """The hardware-side interface of the register called ``name`` (e.g. ``"IRQ_STATUS"``)."""
@@ -247,15 +273,22 @@ class RegisterFile(wiring.Component):
                     with m.If(hit):
                         m.d.sync += out.eq(getattr(value, f.name))
 
-        # Read words (combinational): readable fields at their offsets, everything else 0.
+        # Read words (combinational): readable fields at their offsets, everything else 0
+        # (with the memory read path, the rw fields come from the memory instead).
+        memory = self._read_path == "memory"
+        from_logic = ("ro", "w1c") if memory else ("rw", "ro", "w1c")
+        if memory and any(_rw_mask(reg) for reg in self._regmap.registers):
+            stored = self._stored_word(m)
         r_word = {}
         for reg in self._regmap.registers:
             port = self.port(reg.name)
             word = Signal(register_layout(reg), name=f"r_word_{reg.name.lower()}")
             for f in reg.fields:
-                if f.access != "wo":
+                if f.access in from_logic:
                     m.d.comb += getattr(word, f.name).eq(getattr(port, f.name))
-            r_word[reg.name] = word
+            r_word[reg.name] = word.as_value()
+            if memory and _rw_mask(reg):
+                r_word[reg.name] = r_word[reg.name] | stored
 
         # Read data and error strobe, registered: valid in the cycle after the access.
         m.d.sync += [bus.r_data.eq(0), bus.error.eq(0)]
@@ -269,6 +302,46 @@ class RegisterFile(wiring.Component):
                     m.d.sync += bus.error.eq(1)
 
         return m
+
+    def _stored_word(self, m):
+        """The memory read path: the rw bits of the register at ``bus.addr``, from a memory
+        that takes every write (combinational; valid when that register has rw fields)."""
+        bus = self.bus
+        regs = [reg for reg in self._regmap.registers if _rw_mask(reg)]
+
+        # One select line per register; from them the register's index in the memory, its rw
+        # bits (a write stores only those), whether it is still fresh and its reset value,
+        # each an OR of the select lines (shallow, for timing).
+        sel = Signal(len(regs))
+        m.d.comb += [sel[i].eq(bus.addr == reg.offset) for i, reg in enumerate(regs)]
+
+        def any_of(name, indices):
+            out = Signal(name=name)
+            m.d.comb += out.eq(Cat(sel[i] for i in indices).any() if indices else 0)
+            return out
+
+        n = len(regs)
+        index = Cat(any_of(f"index{b}", [i for i in range(n) if i >> b & 1])
+                    for b in range(max(1, (n - 1).bit_length())))
+        mask = Cat(any_of(f"rw_bit{b}", [i for i, reg in enumerate(regs)
+                                         if _rw_mask(reg) >> b & 1])
+                   for b in range(DATA_WIDTH))
+        resets = Cat(any_of(f"reset_bit{b}", [i for i, reg in enumerate(regs)
+                                              if (reg.reset & _rw_mask(reg)) >> b & 1])
+                     for b in range(DATA_WIDTH))
+        m.submodules.stored = mem = Memory(shape=DATA_WIDTH, depth=n, init=[])
+        wp = mem.write_port()
+        rp = mem.read_port(domain="comb")
+        m.d.comb += [wp.addr.eq(index), wp.data.eq(bus.w_data & mask),
+                     wp.en.eq(bus.w_en & sel.any()), rp.addr.eq(index)]
+
+        # A register not written since reset reads its reset value.
+        fresh = Signal(n, init=(1 << n) - 1)
+        with m.If(bus.w_en):
+            m.d.sync += fresh.eq(fresh & ~sel)
+        stored = Signal(DATA_WIDTH)
+        m.d.comb += stored.eq(Mux((fresh & sel).any(), resets, rp.data))
+        return stored
 
 
 class CSRDecoder(wiring.Component):

@@ -153,6 +153,9 @@ class EngineControl(wiring.Component):
     base : int or None
         Word address of this instance's registers on the register-write port (default the
         map's base; a second neural engine core sits further up).
+    read_path : str
+        The register file's read path (:class:`~npu.lib.csr.RegisterFile`; the
+        configuration's ``csr_read``).
 
     Members
     -------
@@ -184,7 +187,7 @@ class EngineControl(wiring.Component):
     last (or running) task, from start to done.
     """
 
-    def __init__(self, regmap, *, base=None):
+    def __init__(self, regmap, *, base=None, read_path="logic"):
         if not isinstance(regmap, RegisterMap):
             raise TypeError(f"regmap must be a RegisterMap, not {regmap!r}")
         for name in ("CTRL", "STATUS", "CYCLES"):
@@ -193,7 +196,7 @@ class EngineControl(wiring.Component):
                                  f"below offset 0x{TASK_OFFSET:X}")
         self._regmap = regmap
         self._base = regmap.base if base is None else base
-        self._regfile = RegisterFile(regmap)
+        self._regfile = RegisterFile(regmap, read_path=read_path)
         super().__init__({
             "csr":    In(CSRSignature(self._regfile.addr_width)),
             "writes": In(stream.Signature(WriteLayout)),

@@ -122,7 +122,8 @@ class NeuralEngine(wiring.Component):
         # post-processing a quarter of the lanes per cycle (the default) keeps up with 4 or
         # more taps and needs a quarter of the multipliers.
         self.post_lanes = post_lanes or spec_post_lanes(config)
-        self._control = EngineControl(core_register_map(config), base=core_base(core))
+        self._control = EngineControl(core_register_map(config), base=core_base(core),
+                                      read_path=config.csr_read)
         self.tag_layout = row_tag_layout(self.max_rows, self.buffer_rows)
         super().__init__({
             "writes":   In(stream.Signature(WriteLayout)),

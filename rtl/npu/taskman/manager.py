@@ -94,7 +94,7 @@ class TaskManager(wiring.Component):
         self._base_entries = base_table_size(config)
         self._regmap = task_manager_map(self._queues, base_entries=self._base_entries,
                                         address_width=self._addr_width)
-        self._regfile = RegisterFile(self._regmap)
+        self._regfile = RegisterFile(self._regmap, read_path=config.csr_read)
         super().__init__({
             "csr": In(CSRSignature(self._regfile.addr_width)),
             "irq": Out(1),

@@ -6,11 +6,17 @@ import random
 
 import pytest
 from amaranth.back import rtlil
-from amaranth.hdl import Module, Shape
+from amaranth.hdl import ClockDomain, Module, Shape
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from npu.lib.csr import CSRSignature, RegisterFile, register_layout, register_signature
+from npu.lib.csr import (
+    READ_PATHS,
+    CSRSignature,
+    RegisterFile,
+    register_layout,
+    register_signature,
+)
 from npu_spec.registers import NPU_INFO
 from npu_spec.regmap import Field, Register, RegisterMap
 from tests.support.csr import csr_read, csr_write, run
@@ -126,8 +132,9 @@ def test_converts(regmap):
 
 # Behaviour -------------------------------------------------------------------------------------
 
-def test_reset_values_and_reads():
-    dut = RegisterFile(TEST_MAP)
+@pytest.mark.parametrize("read_path", READ_PATHS)
+def test_reset_values_and_reads(read_path):
+    dut = RegisterFile(TEST_MAP, read_path=read_path)
 
     async def tb(ctx):
         assert ctx.get(dut.ctrl.mode) == Mode.CONV
@@ -147,8 +154,38 @@ def test_reset_values_and_reads():
     run(dut, tb)
 
 
-def test_rw_write_and_strobe():
-    dut = RegisterFile(TEST_MAP)
+@pytest.mark.parametrize("read_path", READ_PATHS)
+def test_reset_restores_reset_values(read_path):
+    dut = RegisterFile(TEST_MAP, read_path=read_path)
+    m = Module()
+    m.domains.sync = cd = ClockDomain()
+    m.submodules.dut = dut
+
+    async def tb(ctx):
+        for reg in TEST_MAP:
+            await csr_write(ctx, dut.bus, reg.offset, 0xFFFF_FFFF)
+        assert await csr_read(ctx, dut.bus, 3) == (0xFFFF_FFFF, 0)
+        ctx.set(cd.rst, 1)
+        await ctx.tick()
+        ctx.set(cd.rst, 0)
+        assert await csr_read(ctx, dut.bus, 0) == (TEST_MAP["CTRL"].reset, 0)
+        assert await csr_read(ctx, dut.bus, 3) == (0xDEAD_BEEF, 0)
+        # Written again after the reset, a register reads its new value.
+        await csr_write(ctx, dut.bus, 3, 0x0BAD_F00D)
+        assert await csr_read(ctx, dut.bus, 3) == (0x0BAD_F00D, 0)
+        assert await csr_read(ctx, dut.bus, 0) == (TEST_MAP["CTRL"].reset, 0)
+
+    run(m, tb)
+
+
+def test_read_path_is_checked():
+    with pytest.raises(ValueError, match="read path must be one of logic, memory, not 'ram'"):
+        RegisterFile(TEST_MAP, read_path="ram")
+
+
+@pytest.mark.parametrize("read_path", READ_PATHS)
+def test_rw_write_and_strobe(read_path):
+    dut = RegisterFile(TEST_MAP, read_path=read_path)
 
     async def tb(ctx):
         address, word = TEST_MAP.encode("CTRL", mode="POOL", length=0x3FF)
@@ -172,8 +209,9 @@ def test_rw_write_and_strobe():
     run(dut, tb)
 
 
-def test_read_and_write_same_cycle():
-    dut = RegisterFile(TEST_MAP)
+@pytest.mark.parametrize("read_path", READ_PATHS)
+def test_read_and_write_same_cycle(read_path):
+    dut = RegisterFile(TEST_MAP, read_path=read_path)
 
     async def tb(ctx):
         ctx.set(dut.bus.addr, 3)
@@ -190,8 +228,9 @@ def test_read_and_write_same_cycle():
     run(dut, tb)
 
 
-def test_ro_fields():
-    dut = RegisterFile(TEST_MAP)
+@pytest.mark.parametrize("read_path", READ_PATHS)
+def test_ro_fields(read_path):
+    dut = RegisterFile(TEST_MAP, read_path=read_path)
 
     async def tb(ctx):
         ctx.set(dut.status.busy, 1)
@@ -206,8 +245,9 @@ def test_ro_fields():
     run(dut, tb)
 
 
-def test_w1c():
-    dut = RegisterFile(TEST_MAP)
+@pytest.mark.parametrize("read_path", READ_PATHS)
+def test_w1c(read_path):
+    dut = RegisterFile(TEST_MAP, read_path=read_path)
     done = 1 << 16
 
     def errors(x):
@@ -245,8 +285,9 @@ def test_w1c():
     run(dut, tb)
 
 
-def test_wo_pulses():
-    dut = RegisterFile(TEST_MAP)
+@pytest.mark.parametrize("read_path", READ_PATHS)
+def test_wo_pulses(read_path):
+    dut = RegisterFile(TEST_MAP, read_path=read_path)
 
     async def tb(ctx):
         address, word = TEST_MAP.encode("CTRL", start=1, arg=0x55)
@@ -271,9 +312,10 @@ def test_wo_pulses():
     run(dut, tb)
 
 
+@pytest.mark.parametrize("read_path", READ_PATHS)
 @pytest.mark.parametrize("addr_width", [None, 6])
-def test_unmapped_addresses(addr_width):
-    dut = RegisterFile(TEST_MAP, addr_width=addr_width)
+def test_unmapped_addresses(addr_width, read_path):
+    dut = RegisterFile(TEST_MAP, addr_width=addr_width, read_path=read_path)
     mapped = {r.offset for r in TEST_MAP}
 
     async def tb(ctx):
@@ -333,15 +375,16 @@ class RefRegisterFile:
         return r_data, error
 
 
+@pytest.mark.parametrize("read_path", READ_PATHS)
 @pytest.mark.parametrize("seed", range(3))
-def test_random_against_model(seed):
+def test_random_against_model(seed, read_path):
     regmap = RegisterMap("RANDOM", registers=[
         *TEST_MAP.registers,
         Register("FLAGS", offset=5, fields=[Field("f", 5, access="w1c"),
                                             Field("g", 2, offset=30, access="w1c")]),
         Register("CMD", fields=[Field("go", 1, access="wo"), Field("op", 4, access="wo")]),
     ])
-    dut = RegisterFile(regmap, addr_width=3)
+    dut = RegisterFile(regmap, addr_width=3, read_path=read_path)
     ref = RefRegisterFile(regmap)
     rng = random.Random(seed)
 
