@@ -36,15 +36,13 @@ from npu_spec import dataproc, neural
 from npu_spec.config import preset
 from npu_spec.kernel import CHANNEL_WORDS, GROUP_TABLE_WORDS, MAX_KERNEL, MAX_SHIFT, SHIFT_WORD
 from npu_spec.mac import MacFormat
+from npu_spec.micro import UNSUPPORTED
 from npu_spec.neural import NeuralError
 from npu_spec.postproc import Act
 
 from ..lib.csr import register_layout
 
 __all__ = ["UNSUPPORTED", "MicroNeural"]
-
-#: Error code of a layer the micro unit does not run (grouped convolutions).
-UNSUPPORTED = 15
 
 #: The build whose neural engine the unit stands for: its limits are the layer checks'.
 CONFIG = preset("icebreaker")

@@ -36,14 +36,12 @@ from amaranth.lib.wiring import In, Out
 from npu_spec import dataproc
 from npu_spec import planar as spec
 from npu_spec.config import preset
+from npu_spec.micro import UNSUPPORTED
 from npu_spec.planar import Axis, Bcast, EltOp, Mode, PlanarError, PoolOp, PostFn, RedOp
 
 from ..lib.csr import register_layout
 
 __all__ = ["UNSUPPORTED", "MicroPlanar"]
-
-#: Error code of a task the micro unit does not run.
-UNSUPPORTED = 15
 
 #: The build whose planar engine the unit stands for.
 CONFIG = preset("icebreaker")
