@@ -216,7 +216,9 @@ class MicroRunner(wiring.Component):
         address = Signal(self._abits + 1)        # the word read
         engine = Signal(2)
         irq_flag = Signal()
-        left = Signal(16)                        # data words left in the current entry
+        # Data words left in the current entry: a count that is not below the words left
+        # (at most SLOT_WORDS) ends the descriptor, so it never needs more bits.
+        left = Signal(range(SLOT_WORDS))
         w_addr = Signal(16)                      # register the next data word goes to
         beyond = Signal()                        # the word read lies beyond system memory
         word = Signal(32)
@@ -248,7 +250,7 @@ class MicroRunner(wiring.Component):
                                  engine.eq(_field(word, H0, "engine")),
                                  irq_flag.eq(_field(word, H0, "irq"))]
                 with m.Elif((k >= HEADER_WORDS) & (left == 0)):
-                    m.d.sync += [left.eq(_field(word, ENTRY, "count")),
+                    m.d.sync += [left.eq(_field(word, ENTRY, "count")[:len(left)]),
                                  w_addr.eq(_field(word, ENTRY, "address"))]
                 with m.Elif(k >= HEADER_WORDS):
                     m.d.comb += [self.reg_w_addr.eq(w_addr), self.reg_w_data.eq(word),
@@ -313,7 +315,9 @@ class MicroRunner(wiring.Component):
         count = _field(word, ENTRY, "count")
         reg = _field(word, ENTRY, "address")
         last, inside = _inside_one_window(reg)
-        m.d.comb += last.eq(reg + count - 1)
+        # The run's end matters only for a count below the words left (else the decode
+        # check, which comes first, fails): its low bits suffice.
+        m.d.comb += last.eq(reg + count[:SLOT_WORDS.bit_length()] - 1)
         with m.If(k == 0):
             m.d.comb += decode_error.eq(
                 (_field(word, H0, "magic") != MAGIC)
