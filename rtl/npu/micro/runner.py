@@ -32,17 +32,20 @@ def _field(word, register, name):
     return word[f.offset:f.offset + f.width]
 
 
-def _inside_one_window(address):
-    """``(last, inside)``: drive ``last`` with the last register of a run from ``address``;
-    ``inside`` says both lie in one window of ``ADDRESS_WINDOWS`` (combinational; every
-    window is a power of two in size, aligned)."""
+def _inside_one_window(address, count_bits):
+    """``(last, inside)``: drive ``last`` with the last register of a run of 1 to
+    ``2**count_bits - 1`` registers from ``address``; ``inside`` says both lie in one window
+    of ``ADDRESS_WINDOWS`` (combinational; every window is a power of two in size, aligned,
+    and larger than a run). A run from inside a window of ``2**s`` words leaves it exactly
+    when the addition carries into bit ``s``, which then differs between ``last`` and
+    ``address``: one bit compared instead of the high bits of ``last``."""
     last = Signal(17)
     ok = []
     for start, size in ADDRESS_WINDOWS.values():
-        if size & (size - 1) or start % size:
-            raise AssertionError(f"window 0x{start:X}+0x{size:X} is not aligned")
+        if size & (size - 1) or start % size or size < 1 << count_bits:
+            raise AssertionError(f"window 0x{start:X}+0x{size:X} is not aligned or too small")
         bits = (size - 1).bit_length()
-        ok.append(((address >> bits) == start >> bits) & ((last >> bits) == start >> bits))
+        ok.append(((address >> bits) == start >> bits) & (last[bits] == address[bits]))
     return last, Cat(*ok).any()
 
 
@@ -314,10 +317,11 @@ class MicroRunner(wiring.Component):
         desc_end = q["ptr"] + _field(word, H0, "length")
         count = _field(word, ENTRY, "count")
         reg = _field(word, ENTRY, "address")
-        last, inside = _inside_one_window(reg)
-        # The run's end matters only for a count below the words left (else the decode
+        # The run's end matters only for a count of 1 up to the words left (else the decode
         # check, which comes first, fails): its low bits suffice.
-        m.d.comb += last.eq(reg + count[:SLOT_WORDS.bit_length()] - 1)
+        count_bits = SLOT_WORDS.bit_length()
+        last, inside = _inside_one_window(reg, count_bits)
+        m.d.comb += last.eq(reg + count[:count_bits] - 1)
         with m.If(k == 0):
             m.d.comb += decode_error.eq(
                 (_field(word, H0, "magic") != MAGIC)

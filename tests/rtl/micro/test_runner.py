@@ -128,6 +128,8 @@ BAD = {
     "entry outside every window": lambda: _bad(
         4, ENTRY.pack(address=ADDRESS_WINDOWS["DMA"][0] + ADDRESS_WINDOWS["DMA"][1] - 8,
                       count=16)),
+    "entry from one window into the next": lambda: _bad(
+        4, ENTRY.pack(address=ADDRESS_WINDOWS["DMA"][0] - 8, count=16)),
     "entry in no window at all": lambda: _bad(
         4, ENTRY.pack(address=ADDRESS_WINDOWS["DMA"][0] + 0x1000, count=16)),
 }
