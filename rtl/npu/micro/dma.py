@@ -1,6 +1,6 @@
 """The micro DMA unit: the DMA engine's transfers (``npu_spec.dma``), one element at a time."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -54,6 +54,14 @@ if DMA.base % (1 << _WINDOW_BITS):
     raise AssertionError("the DMA window is not aligned to its size")
 
 
+#: Window offset of the word holding index ``i_0``'s down counter (``i_k``'s at ``+ k``): words
+#: of the DMA window that no register uses, kept by the register file, and written by this unit
+#: only (a descriptor's write there is overwritten before it is read).
+_COUNTERS = 0x18
+if any(_COUNTERS <= DMA.address(r.name) - DMA.base < _COUNTERS + RANK for r in DMA):
+    raise AssertionError("the DMA unit's counter words overlap a DMA register")
+
+
 def _register(offset):
     """The register word at ``offset`` inside the DMA window (no adder for the base)."""
     low = Cat(offset, Const(0, _WINDOW_BITS))[:_WINDOW_BITS]
@@ -76,7 +84,9 @@ class MicroDMA(wiring.Component):
     index space twice, one element a step, with a memory and an on-chip pointer: a checking
     pass (the first element outside the window ends it with ``WINDOW``; one outside the
     on-chip memory gives ``BOUNDS`` unless a later one is outside the window), then the
-    copying pass. Each index ``i_k`` has a down counter; moving on along ``i_k`` walks every
+    copying pass. Each index ``i_k`` has a down counter in a register-file word the unit
+    writes (``reg_w_*``; here only a flag for its last value and one for its first); moving on
+    along ``i_k`` walks every
     inner index back to 0 by subtracting its stride one step at a time, then adds stride
     ``k``; the strides and the sizes are read from the register file when a step needs them.
     Every pointer value is so an element's address, and a pointer is only as wide as an
@@ -103,6 +113,9 @@ class MicroDMA(wiring.Component):
         Byte lanes of ``mem_wdata`` written to ``mem_addr`` in this cycle.
     kmem_waddr : Out(10), kmem_wdata : Out(32), kmem_we : Out(1)
         Kernel-memory write port.
+    reg_w_addr : Out(16), reg_w_data : Out(16), reg_w_en : Out(1)
+        Register-file write port for the index counters (words ``0x5018``..``0x501C`` of
+        the DMA window, which no register uses).
     base : In(address_bits)
         ``BASE`` of the task's network window (32-bit words).
     limit : In(address_bits)
@@ -135,6 +148,9 @@ class MicroDMA(wiring.Component):
             "kmem_waddr": Out(KMEM_ADDR_BITS),
             "kmem_wdata": Out(32),
             "kmem_we": Out(1),
+            "reg_w_addr": Out(16),
+            "reg_w_data": Out(SIZE_BITS),
+            "reg_w_en": Out(1),
             "base": In(self.address_bits),
             "limit": In(self.address_bits),
         })
@@ -146,8 +162,12 @@ class MicroDMA(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w = {
-            # Down counters: i_k = n_k - c_k; c_k == 1 at the last value of i_k.
-            "c": Array(Signal(SIZE_BITS, name=f"c{k}") for k in range(RANK)),
+            # The down counters c_k = n_k - i_k sit in register-file words (_COUNTERS + k);
+            # here only whether c_k == 1 (i_k at its last value) and whether c_k == n_k
+            # (i_k == 0: `fresh`, the counter word not written since).
+            "last": Signal(RANK),
+            "fresh": Signal(RANK),
+            "zero": Signal(),     # a size is 0
             # A memory byte offset: MEM_ADDR (32 bits), or an in-window offset (below
             # 2**(address_bits + 2)) plus or minus one 32-bit stride.
             "pm": Signal(signed(max(32, self.address_bits + 2) + 2)),
@@ -190,7 +210,8 @@ class MicroDMA(wiring.Component):
         with m.Switch(step):
             with got("MODE"):
                 m.d.sync += [t[f].eq(_field(data, mode, f)) for f in ("dir", "fmt", "core")]
-                m.d.sync += t["align_bad"].eq(0)
+                m.d.sync += [t["align_bad"].eq(0), w["zero"].eq(0),
+                             w["fresh"].eq((1 << RANK) - 1)]
             with got("MEM_ADDR"):
                 m.d.sync += w["pm"].eq(data)
                 with m.If(misaligned):
@@ -199,13 +220,16 @@ class MicroDMA(wiring.Component):
                 m.d.sync += w["pb"].eq(_field(data, DMA["BUF_ADDR"], "addr"))
             for name in dict.fromkeys(_SIZE_WORD):
                 with got(name):
-                    m.d.sync += [w["c"][k].eq(_field(data, DMA[name], f"n{k}"))
-                                 for k in range(RANK) if _SIZE_WORD[k] == name]
+                    ks = [k for k in range(RANK) if _SIZE_WORD[k] == name]
+                    n = {k: _field(data, DMA[name], f"n{k}") for k in ks}
+                    m.d.sync += [w["last"][k].eq(n[k] == 1) for k in ks]
+                    with m.If(Cat(*(n[k] == 0 for k in ks)).any()):
+                        m.d.sync += w["zero"].eq(1)
             # A stride matters when its size is above 1 (a size of 0 fails the shape check,
             # which comes first).
             for k in range(RANK):
                 with got(f"MEM_STRIDE{k}"):
-                    with m.If((w["c"][k] != 1) & misaligned):
+                    with m.If(~w["last"][k] & misaligned):
                         m.d.sync += t["align_bad"].eq(1)
         t["size"] = size
         return t
@@ -217,7 +241,7 @@ class MicroDMA(wiring.Component):
         t["kmem"] = kmem
         t["bad_mode"] = ((t["dir"] > DmaDir.MEM_TO_KMEM) | (t["fmt"] > DmaFormat.WORD)
                          | (word != kmem) | (kmem & (t["core"] >= self._config.cores)))
-        t["bad_shape"] = Cat(*(c == 0 for c in w["c"])).any()
+        t["bad_shape"] = w["zero"]
         pm, pb = w["pm"], w["pb"]
         # An aligned element lies inside the window when its first byte does (the window is
         # whole words).
@@ -229,8 +253,8 @@ class MicroDMA(wiring.Component):
         m.d.comb += address.eq(self.base + pm[2:2 + self.address_bits])
         w["bus_error"] = _at_least(address, self._mem_words)
         m.d.comb += self.mem_addr.eq(address)
-        last = [c == 1 for c in w["c"]]
-        w["finished"] = Cat(*last).all()
+        last = w["last"]
+        w["finished"] = last.all()
         # The innermost index that is not at its last value moves on.
         w["next"] = Signal(range(RANK))
         for k in reversed(range(RANK)):
@@ -247,12 +271,22 @@ class MicroDMA(wiring.Component):
         target = Signal(range(RANK))      # the index moving on
         sub = Signal()                    # the step walks back
         left = Signal(SIZE_BITS)          # steps left walking `level` back, plus one
-        c, pm, pb = w["c"], w["pm"], w["pb"]
+        pm, pb = w["pm"], w["pb"]
         stride_mem = _consecutive([f"MEM_STRIDE{k}" for k in range(RANK)])
         stride_buf = _consecutive([f"BUF_STRIDE{k}" for k in range(RANK)])
-        # The counter of the index moving on, less one (one decrementer for all five).
+        # The counter of the index moving on (its size while `fresh`), less one.
+        was_fresh = Signal()
+        counter = Signal(SIZE_BITS)
         counted = Signal(SIZE_BITS)
-        m.d.comb += counted.eq(c[level] - 1)
+        with m.If(was_fresh):
+            with m.Switch(level):
+                for k in range(RANK):
+                    with m.Case(k):
+                        m.d.comb += counter.eq(_field(self.reg_data, DMA[_SIZE_WORD[k]],
+                                                      f"n{k}"))
+        with m.Else():
+            m.d.comb += counter.eq(self.reg_data[:SIZE_BITS])
+        m.d.comb += counted.eq(counter - 1)
         # One adder a pointer: +stride, or -stride as ~stride + 1.
         stride = Signal(signed(32))
         m.d.comb += stride.eq(self.reg_data ^ sub.replicate(32))
@@ -307,7 +341,7 @@ class MicroDMA(wiring.Component):
                 # Walk the inner indices back to 0, then move the target index on.
                 with m.If(level == target):
                     m.d.sync += sub.eq(0)
-                    m.next = "STRIDE_MEM"
+                    m.next = "COUNT"
                 with m.Else():
                     m.next = "SIZE"
 
@@ -323,8 +357,9 @@ class MicroDMA(wiring.Component):
                     for k in range(RANK):
                         with m.Case(k):
                             n = _field(self.reg_data, DMA[_SIZE_WORD[k]], f"n{k}")
-                            m.d.sync += [c[k].eq(n), left.eq(n)]
-                m.d.sync += sub.eq(1)
+                            m.d.sync += left.eq(n)
+                            m.d.sync += w["last"][k].eq(n == 1)
+                m.d.sync += [sub.eq(1), w["fresh"].bit_select(level, 1).eq(1)]
                 m.next = "BACK"
 
             with m.State("BACK"):
@@ -349,11 +384,26 @@ class MicroDMA(wiring.Component):
                 with m.If(sub):
                     m.next = "BACK"
                 with m.Else():
+                    m.next = "ELEMENT"
+
+            with m.State("COUNT"):
+                # Read the counter of the index moving on (its size while it is fresh).
+                with m.If(w["fresh"].bit_select(level, 1)):
                     with m.Switch(level):
                         for k in range(RANK):
                             with m.Case(k):
-                                m.d.sync += c[k].eq(counted)
-                    m.next = "ELEMENT"
+                                m.d.comb += self.reg_addr.eq(DMA.address(_SIZE_WORD[k]))
+                with m.Else():
+                    m.d.comb += self.reg_addr.eq(_register(_COUNTERS + level))
+                m.d.sync += was_fresh.eq(w["fresh"].bit_select(level, 1))
+                m.next = "COUNT_GOT"
+
+            with m.State("COUNT_GOT"):
+                m.d.comb += [self.reg_w_addr.eq(_register(_COUNTERS + level)),
+                             self.reg_w_data.eq(counted), self.reg_w_en.eq(1)]
+                m.d.sync += [w["fresh"].bit_select(level, 1).eq(0),
+                             w["last"].bit_select(level, 1).eq(counted == 1)]
+                m.next = "STRIDE_MEM"
 
             with m.State("DONE"):
                 m.d.comb += [self.done.eq(1), self.error.eq(code)]

@@ -87,9 +87,17 @@ class MicroNPU(wiring.Component):
         # Host bus and register writes go to the runner and from it.
         wiring.connect(m, wiring.flipped(self.bus), runner.bus)
         m.d.comb += [self.irq.eq(runner.irq),
-                     regfile.w_addr.eq(runner.reg_w_addr), regfile.w_data.eq(runner.reg_w_data),
-                     regfile.w_en.eq(runner.reg_w_en), runner.ne_core0.eq(regfile.ne_core0),
+                     runner.ne_core0.eq(regfile.ne_core0),
                      dma.base.eq(runner.base), dma.limit.eq(runner.limit)]
+
+        # The runner writes the register file while it reads a descriptor, the DMA unit (its
+        # index counters) while it runs.
+        with m.If(dma.reg_w_en):
+            m.d.comb += [regfile.w_addr.eq(dma.reg_w_addr), regfile.w_data.eq(dma.reg_w_data),
+                         regfile.w_en.eq(1)]
+        with m.Else():
+            m.d.comb += [regfile.w_addr.eq(runner.reg_w_addr),
+                         regfile.w_data.eq(runner.reg_w_data), regfile.w_en.eq(runner.reg_w_en)]
 
         # The running unit owns the register-file read port and the buffer.
         buf = self.buffer

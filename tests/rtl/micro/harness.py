@@ -13,7 +13,7 @@ from npu_spec import dataproc, dma
 class DMAHarness(wiring.Component):
     """A :class:`npu.micro.dma.MicroDMA` (``dut``) with its memories; the register file is a
     RAM of the DMA window's words (``regs``, word ``a`` of the window at row ``a``; a word
-    outside the window reads 0)."""
+    outside the window reads 0), which the unit also writes (its index counters)."""
 
     def __init__(self, dut, *, memory, buffer, kernel, registers):
         self.dut = dut
@@ -39,6 +39,10 @@ class DMAHarness(wiring.Component):
         inside = Signal()
         m.d.sync += inside.eq((dut.reg_addr >> bits) == dma.BASE >> bits)
         m.d.comb += [regs.addr.eq(dut.reg_addr), dut.reg_data.eq(Mux(inside, regs.data, 0))]
+        # The unit's own words (its index counters), inside the window.
+        regs_w = self.regs.write_port()
+        m.d.comb += [regs_w.addr.eq(dut.reg_w_addr), regs_w.data.eq(dut.reg_w_data),
+                     regs_w.en.eq(dut.reg_w_en & ((dut.reg_w_addr >> bits) == dma.BASE >> bits))]
 
         mem_r = self.sysmem.read_port()
         mem_w = self.sysmem.write_port(granularity=8)
