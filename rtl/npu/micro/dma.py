@@ -270,7 +270,6 @@ class MicroDMA(wiring.Component):
         level = Signal(range(RANK))       # the index a step moves
         target = Signal(range(RANK))      # the index moving on
         sub = Signal()                    # the step walks back
-        left = Signal(SIZE_BITS)          # steps left walking `level` back, plus one
         pm, pb = w["pm"], w["pb"]
         stride_mem = _consecutive([f"MEM_STRIDE{k}" for k in range(RANK)])
         stride_buf = _consecutive([f"BUF_STRIDE{k}" for k in range(RANK)])
@@ -338,37 +337,13 @@ class MicroDMA(wiring.Component):
                     m.next = "LOAD"
 
             with m.State("UNWIND"):
-                # Walk the inner indices back to 0, then move the target index on.
+                # Walk the inner indices back to 0 (`sub`: counting the steps left in the
+                # index's counter, from its size), then move the target index on.
                 with m.If(level == target):
                     m.d.sync += sub.eq(0)
-                    m.next = "COUNT"
                 with m.Else():
-                    m.next = "SIZE"
-
-            with m.State("SIZE"):
-                with m.Switch(level):
-                    for k in range(RANK):
-                        with m.Case(k):
-                            m.d.comb += self.reg_addr.eq(DMA.address(_SIZE_WORD[k]))
-                m.next = "SIZE_GOT"
-
-            with m.State("SIZE_GOT"):
-                with m.Switch(level):
-                    for k in range(RANK):
-                        with m.Case(k):
-                            n = _field(self.reg_data, DMA[_SIZE_WORD[k]], f"n{k}")
-                            m.d.sync += left.eq(n)
-                            m.d.sync += w["last"][k].eq(n == 1)
-                m.d.sync += [sub.eq(1), w["fresh"].bit_select(level, 1).eq(1)]
-                m.next = "BACK"
-
-            with m.State("BACK"):
-                with m.If(left == 1):
-                    m.d.sync += level.eq(level + 1)
-                    m.next = "UNWIND"
-                with m.Else():
-                    m.d.sync += left.eq(left - 1)
-                    m.next = "STRIDE_MEM"
+                    m.d.sync += [sub.eq(1), w["fresh"].bit_select(level, 1).eq(1)]
+                m.next = "COUNT"
 
             with m.State("STRIDE_MEM"):
                 m.d.comb += self.reg_addr.eq(_register(stride_mem - DMA.base + level))
@@ -382,7 +357,7 @@ class MicroDMA(wiring.Component):
             with m.State("STRIDE_APPLY"):
                 m.d.sync += pb.eq(_add(pb, stride, sub))
                 with m.If(sub):
-                    m.next = "BACK"
+                    m.next = "COUNT"
                 with m.Else():
                     m.next = "ELEMENT"
 
@@ -399,11 +374,19 @@ class MicroDMA(wiring.Component):
                 m.next = "COUNT_GOT"
 
             with m.State("COUNT_GOT"):
-                m.d.comb += [self.reg_w_addr.eq(_register(_COUNTERS + level)),
-                             self.reg_w_data.eq(counted), self.reg_w_en.eq(1)]
-                m.d.sync += [w["fresh"].bit_select(level, 1).eq(0),
-                             w["last"].bit_select(level, 1).eq(counted == 1)]
-                m.next = "STRIDE_MEM"
+                fresh, last = w["fresh"].bit_select(level, 1), w["last"].bit_select(level, 1)
+                with m.If(sub & (counted == 0)):
+                    # Walked back: i_level is 0 again (fresh), its last value if its size
+                    # is 1 (no step was made).
+                    m.d.sync += [fresh.eq(1), last.eq(was_fresh), level.eq(level + 1)]
+                    m.next = "UNWIND"
+                with m.Else():
+                    m.d.comb += [self.reg_w_addr.eq(_register(_COUNTERS + level)),
+                                 self.reg_w_data.eq(counted), self.reg_w_en.eq(1)]
+                    m.d.sync += fresh.eq(0)
+                    with m.If(~sub):
+                        m.d.sync += last.eq(counted == 1)
+                    m.next = "STRIDE_MEM"
 
             with m.State("DONE"):
                 m.d.comb += [self.done.eq(1), self.error.eq(code)]
