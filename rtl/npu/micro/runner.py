@@ -178,28 +178,37 @@ class MicroRunner(wiring.Component):
                     with m.Case(address - tm.base):
                         m.d.comb += bus.r_data.eq(value)
 
+        # Writes: the window decoded once, the register by its offset in the window.
+        written = ("CTRL", "IRQ_STATUS", "IRQ_ENABLE", "BASE0", "LIMIT0", "Q0_CTRL", "Q0_HEAD",
+                   "Q0_PUSH", "Q0_TAIL")
+        if max(tm.address(name) - tm.base for name in written) >> offset_bits:
+            raise AssertionError("a written register lies beyond the decoded offset bits")
+
+        def offset(name):
+            return tm.address(name) - tm.base
+
         data = bus.w_data
-        with m.If(bus.w_en):
-            with m.Switch(bus.addr):
-                with m.Case(at("CTRL")):
+        with m.If(bus.w_en & in_tm):
+            with m.Switch(bus.addr[:offset_bits]):
+                with m.Case(offset("CTRL")):
                     m.d.sync += q["enable"].eq(_field(data, tm["CTRL"], "enable"))
-                with m.Case(at("IRQ_STATUS")):
+                with m.Case(offset("IRQ_STATUS")):
                     m.d.sync += [q["irq_error"].eq(q["irq_error"] & ~data[0]),
                                  q["irq_done"].eq(q["irq_done"] & ~data[1])]
-                with m.Case(at("IRQ_ENABLE")):
+                with m.Case(offset("IRQ_ENABLE")):
                     m.d.sync += [q["en_error"].eq(data[0]), q["en_done"].eq(data[1])]
-                with m.Case(at("BASE0")):
+                with m.Case(offset("BASE0")):
                     m.d.sync += q["base"].eq(data)
-                with m.Case(at("LIMIT0")):
+                with m.Case(offset("LIMIT0")):
                     m.d.sync += q["limit"].eq(data)
-                with m.Case(at("Q0_CTRL")):
+                with m.Case(offset("Q0_CTRL")):
                     m.d.sync += [q["network"].eq(_field(data, tm["Q0_CTRL"], "network")),
                                  q["base_index"].eq(_field(data, tm["Q0_CTRL"], "base_index"))]
-                with m.Case(at("Q0_HEAD")):
+                with m.Case(offset("Q0_HEAD")):
                     m.d.sync += [q["ptr"].eq(data), q["retired"].eq(0)]
-                with m.Case(at("Q0_PUSH")):
+                with m.Case(offset("Q0_PUSH")):
                     m.d.sync += q["count"].eq(q["count"] + _field(data, tm["Q0_PUSH"], "count"))
-                with m.Case(at("Q0_TAIL")):
+                with m.Case(offset("Q0_TAIL")):
                     m.d.sync += q["tail"].eq(data)
 
     @staticmethod
