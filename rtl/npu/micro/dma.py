@@ -39,6 +39,19 @@ def _at_least(value, bound):
     return value >= bound
 
 
+def _step(pointer, b, carry):
+    """``(low, far)`` of ``pointer + b + carry`` (``pointer`` unsigned; ``b`` a signed 32-bit
+    value): the low bits, and whether
+    the sum lies outside ``[0, 2**len(pointer))``. The sum's high part is ``b``'s high bits
+    plus the carry out of the low ones: zero when those bits are all 0 and no carry comes, or
+    all 1 and one does, so only the low bits need an adder."""
+    bits = len(pointer)
+    total = _add(Cat(pointer, Const(0, 1)), Cat(b[:bits], Const(0, 1)), carry)
+    high = b[bits:]
+    inside = Mux(total[bits], high.all(), ~high.any())
+    return total[:bits], ~inside
+
+
 def _add(a, b, carry):
     """``a + b + carry`` modulo ``2**len(a)`` (``b`` signed and not wider than ``a``,
     ``carry`` one bit) with a single adder: the carry enters below the lowest bit, as a pair
@@ -168,11 +181,16 @@ class MicroDMA(wiring.Component):
             "last": Signal(RANK),
             "fresh": Signal(RANK),
             "zero": Signal(),     # a size is 0
-            # A memory byte offset: MEM_ADDR (32 bits), or an in-window offset (below
-            # 2**(address_bits + 2)) plus or minus one 32-bit stride.
-            "pm": Signal(signed(max(32, self.address_bits + 2) + 2)),
-            # An on-chip address: BUF_ADDR, or one inside the memory plus or minus a stride.
-            "pb": Signal(signed(max(32, DMA["BUF_ADDR"]["addr"].width) + 2)),
+            # A memory byte offset, exact while it is inside [0, 2**(address_bits + 2)) (every
+            # in-window offset), else `pm_far`: MEM_ADDR, or an in-window offset plus or minus
+            # one 32-bit stride; the checking pass ends at the first offset outside the window.
+            "pm": Signal(self.address_bits + 2),
+            "pm_far": Signal(),
+            # An on-chip address, exact while it is inside [0, 2**BUF_ADDR_BITS), else `pb_far`;
+            # once one is outside the on-chip memory, the checking pass's later on-chip
+            # addresses no longer matter (the task ends with BOUNDS or WINDOW).
+            "pb": Signal(BUF_ADDR_BITS),
+            "pb_far": Signal(),
         }
         t = self._task_registers(m, w)
         self._checks(m, t, w)
@@ -213,11 +231,12 @@ class MicroDMA(wiring.Component):
                 m.d.sync += [t["align_bad"].eq(0), w["zero"].eq(0),
                              w["fresh"].eq((1 << RANK) - 1)]
             with got("MEM_ADDR"):
-                m.d.sync += w["pm"].eq(data)
+                m.d.sync += [w["pm"].eq(data), w["pm_far"].eq(data[len(w["pm"]):] != 0)]
                 with m.If(misaligned):
                     m.d.sync += t["align_bad"].eq(1)
             with got("BUF_ADDR"):
-                m.d.sync += w["pb"].eq(_field(data, DMA["BUF_ADDR"], "addr"))
+                addr = _field(data, DMA["BUF_ADDR"], "addr")
+                m.d.sync += [w["pb"].eq(addr), w["pb_far"].eq(addr[len(w["pb"]):] != 0)]
             for name in dict.fromkeys(_SIZE_WORD):
                 with got(name):
                     ks = [k for k in range(RANK) if _SIZE_WORD[k] == name]
@@ -246,9 +265,9 @@ class MicroDMA(wiring.Component):
         # An aligned element lies inside the window when its first byte does (the window is
         # whole words).
         a = self.address_bits
-        w["out_of_window"] = (pm < 0) | (pm[2 + a:] != 0) | (pm[2:2 + a] >= self.limit)
-        w["out_of_bounds"] = (pb < 0) | Mux(kmem, _at_least(pb, self._kernel_words),
-                                            _at_least(pb, self._buffer_elements))
+        w["out_of_window"] = w["pm_far"] | (pm[2:2 + a] >= self.limit)
+        w["out_of_bounds"] = w["pb_far"] | Mux(kmem, _at_least(pb, self._kernel_words),
+                                               _at_least(pb, self._buffer_elements))
         address = Signal(self.address_bits + 1)
         m.d.comb += address.eq(self.base + pm[2:2 + self.address_bits])
         w["bus_error"] = _at_least(address, self._mem_words)
@@ -351,11 +370,13 @@ class MicroDMA(wiring.Component):
 
             with m.State("STRIDE_BUF"):
                 m.d.comb += self.reg_addr.eq(_register(stride_buf - DMA.base + level))
-                m.d.sync += pm.eq(_add(pm, stride, sub))
+                low, far = _step(pm, stride, sub)
+                m.d.sync += [pm.eq(low), w["pm_far"].eq(far)]
                 m.next = "STRIDE_APPLY"
 
             with m.State("STRIDE_APPLY"):
-                m.d.sync += pb.eq(_add(pb, stride, sub))
+                low, far = _step(pb, stride, sub)
+                m.d.sync += [pb.eq(low), w["pb_far"].eq(far)]
                 with m.If(sub):
                     m.next = "COUNT"
                 with m.Else():

@@ -190,6 +190,17 @@ def _errors():
                                   mem_strides=[-1, -7, 30], buf_strides=[-2, 9, -50]),
                              DmaError.NONE),
         "stride 0 writes the last element": (dict(ok, buf_strides=[0, 0]), DmaError.NONE),
+        # Pointers far outside (the unit keeps the low bits and a flag).
+        "a memory address far past the window": (dict(ok, mem_addr=1 << 24), DmaError.WINDOW),
+        "a memory stride of 2**17 bytes": (dict(ok, mem_strides=[1, 1 << 17]),
+                                           DmaError.WINDOW),
+        "a memory stride of -2**31 bytes": (dict(ok, mem_strides=[1, -(1 << 31)]),
+                                            DmaError.WINDOW),
+        "an on-chip address far past the buffer": (dict(ok, buf_addr=1 << 20),
+                                                   DmaError.BOUNDS),
+        "an on-chip stride of 2**14": (dict(ok, buf_strides=[1, 1 << 14]), DmaError.BOUNDS),
+        "an on-chip stride of -2**31": (dict(ok, buf_strides=[1, -(1 << 31)]),
+                                        DmaError.BOUNDS),
     }
 
 
