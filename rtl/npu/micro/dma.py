@@ -194,6 +194,7 @@ class MicroDMA(wiring.Component):
         }
         t = self._task_registers(m, w)
         self._checks(m, t, w)
+        self._data(m, t, w)
         self._control(m, t, w)
         return m
 
@@ -427,30 +428,33 @@ class MicroDMA(wiring.Component):
             m.d.sync += code.eq(DmaError.BUS)
             m.next = "DONE"
         with m.Else():
-            with m.If(t["dir"] == DmaDir.BUF_TO_MEM):
-                m.d.comb += self.buf_addr.eq(w["pb"])
-            with m.Else():
+            with m.If(t["dir"] != DmaDir.BUF_TO_MEM):
                 m.d.comb += self.mem_re.eq(1)
             m.next = "WRITE"
 
-    def _write(self, m, t, w):
-        """The element read in ``ELEMENT`` is written to its destination."""
+    def _data(self, m, t, w):
+        """Addresses and data of every access (the enables say which is made)."""
         pm, pb = w["pm"], w["pb"]
         byte = self.mem_rdata.word_select(pm[:2], 8)
         half = self.mem_rdata.word_select(pm[1], 16)
+        int8 = t["fmt"] == DmaFormat.INT8
+        low, high = self.buf_rdata[:8], self.buf_rdata[8:]
+        odd = Mux(int8, low, high)
+        m.d.comb += [self.buf_addr.eq(pb), self.kmem_waddr.eq(pb),
+                     self.buf_wdata.eq(Mux(int8, byte.as_signed(), half)),
+                     self.kmem_wdata.eq(self.mem_rdata),
+                     self.mem_wdata.eq(Cat(low, odd, low, odd))]
+
+    def _write(self, m, t, w):
+        """The element read in ``ELEMENT`` is written to its destination."""
+        pm = w["pm"]
         with m.Switch(t["dir"]):
             with m.Case(DmaDir.MEM_TO_BUF):
-                m.d.comb += [self.buf_addr.eq(pb), self.buf_we.eq(1),
-                             self.buf_wdata.eq(Mux(t["fmt"] == DmaFormat.INT8,
-                                                   byte.as_signed(), half))]
+                m.d.comb += self.buf_we.eq(1)
             with m.Case(DmaDir.MEM_TO_KMEM):
-                m.d.comb += [self.kmem_waddr.eq(pb), self.kmem_we.eq(1),
-                             self.kmem_wdata.eq(self.mem_rdata)]
+                m.d.comb += self.kmem_we.eq(1)
             with m.Case(DmaDir.BUF_TO_MEM):
-                low = self.buf_rdata[:8]
                 with m.If(t["fmt"] == DmaFormat.INT8):
-                    m.d.comb += [self.mem_wdata.eq(Cat(low, low, low, low)),
-                                 self.mem_we.eq(Const(1, 4) << pm[:2])]
+                    m.d.comb += self.mem_we.eq(Const(1, 4) << pm[:2])
                 with m.Else():
-                    m.d.comb += [self.mem_wdata.eq(Cat(self.buf_rdata, self.buf_rdata)),
-                                 self.mem_we.eq(Mux(pm[1], 0b1100, 0b0011))]
+                    m.d.comb += self.mem_we.eq(Mux(pm[1], 0b1100, 0b0011))
