@@ -81,13 +81,136 @@ _RUN = {
     "o_base": _OUT + 0, "o_cs": _OUT + 3, "o_rs": _OUT + 4,
 }
 
-#: The task as the unit keeps it: the fields the loops use, and flags of those only the checks
-#: use (decided as each register is read).
-Task = data.StructLayout({
-    "bad_mode": 1, "bad_fmt": 1, "avg": 1, "not_pool": 1, "min": 1,
-    "w": 12, "h": 12, "c": 12, "kh": 4, "kw": 4, "sy": 4, "sx": 4, "py": 4, "px": 4,
-    "a_bad": 1, "o_w": 12, "o_h": 12, "o_bad": 1,
+#: Flags of the fields only the checks use (decided as each register is read): the planar
+#: unit's and the neural unit's pooling mode's.
+Flags = data.StructLayout({
+    "bad_mode": 1, "bad_fmt": 1, "avg": 1, "not_pool": 1, "min": 1, "a_bad": 1, "o_bad": 1,
 })
+
+#: The task as the planar unit keeps it: the fields the loops use, and the flags.
+Task = data.StructLayout({
+    "w": 12, "h": 12, "c": 12, "kh": 4, "kw": 4, "sy": 4, "sx": 4, "py": 4, "px": 4,
+    "o_w": 12, "o_h": 12, "fl": Flags,
+})
+
+
+def fields(t):
+    """The pooling task's fields (``w h c kh kw sy sx py px o_w o_h`` and the flags ``fl``)
+    as :class:`Task` ``t`` holds them."""
+    return SimpleNamespace(**{n: getattr(t, n) for n in (
+        "w", "h", "c", "kh", "kw", "sy", "sx", "py", "px", "o_w", "o_h", "fl")})
+
+
+def start_reads():
+    """The word addresses of :data:`_READS`, in order."""
+    return [a for a, _ in _READS]
+
+
+def latch(reg_data, f):
+    """``{k: statements}``: what read ``k - 1`` of :data:`_READS` (``reg_data``, valid when the
+    read counter is ``k``) sets in the fields ``f`` (:func:`fields`)."""
+    v = [data.View(register_layout(reg), reg_data) for _, reg in _READS]
+    fl = f.fl
+    return {
+        1: [fl.bad_mode.eq(_bad_mode(v[0])), fl.bad_fmt.eq(v[0].in_fmt | v[0].out_fmt),
+            fl.avg.eq((v[0].mode == Mode.POOL) & (v[0].op == PoolOp.AVG)),
+            fl.not_pool.eq(v[0].mode != Mode.POOL), fl.min.eq(v[0].op == PoolOp.MIN)],
+        2: [f.w.eq(v[1].width), f.h.eq(v[1].height)],
+        3: [f.c.eq(v[2].channels)],
+        4: [f.kh.eq(v[3].kh), f.kw.eq(v[3].kw), f.sy.eq(v[3].sy), f.sx.eq(v[3].sx),
+            f.py.eq(v[3].py), f.px.eq(v[3].px)],
+        5: [fl.a_bad.eq((v[4].width != f.w) | (v[4].height != f.h))],
+        6: [fl.a_bad.eq(fl.a_bad | (v[5].channels < f.c))],
+        7: [f.o_w.eq(v[6].width), f.o_h.eq(v[6].height)],
+        8: [fl.o_bad.eq(v[7].channels < f.c)],
+    }
+
+
+def checks(m, f, r):
+    """The task's error (combinational), from the fields ``f`` and the sizes the states of
+    :func:`size_states` leave in the registers ``r``: ``OH`` in ``r.oy``, ``OW`` in ``r.ox``,
+    the H-ring words in ``r.ring`` (``r.ylast``, ``r.xlast``: the last window origins)."""
+    code = Signal(4)
+    fl = f.fl
+    bad_window = ((Cat(f.kh == 0, f.kw == 0, f.sy == 0, f.sx == 0).any())
+                  | (f.kh > spec.MAX_WINDOW) | (f.kw > spec.MAX_WINDOW)
+                  | (f.py >= f.kh) | (f.px >= f.kw) | (r.ylast < 0) | (r.xlast < 0))
+    # min(C H, 3) W <= plane depth
+    ch3 = Mux((f.c >= 3) | (f.h >= 3) | ((f.c == 2) & (f.h == 2)), 3, Mux(f.c == 1, f.h, f.c))
+    lines = Mux(ch3 == 3, (f.w << 1) + f.w, Mux(ch3 == 2, f.w << 1, f.w))
+    fits = (lines <= PLANE_DEPTH) & (r.ring + 2 <= RING_WORDS)
+    zero = Cat(f.c == 0, f.h == 0, f.w == 0).any()
+    layout = fl.a_bad | (f.o_w != r.ox) | (f.o_h != r.oy) | fl.o_bad
+    order = [
+        (fl.bad_mode, PlanarError.BAD_MODE),
+        (fl.bad_fmt, PlanarError.BAD_FORMAT),
+        (fl.avg, PlanarError.UNSUPPORTED),
+        (fl.not_pool, UNSUPPORTED),
+        (zero | (~bad_window & ~fits), PlanarError.BAD_SHAPE),
+        (bad_window, PlanarError.BAD_WINDOW),
+        (layout, UNSUPPORTED),
+    ]
+    with m.If(order[0][0]):
+        m.d.comb += code.eq(order[0][1])
+    for cond, value in order[1:]:
+        with m.Elif(cond):
+            m.d.comb += code.eq(value)
+    return code
+
+
+def size_states(m, unit, f, r, after):
+    """The states ``SIZES``, ``ARING`` and ``RING``: ``OH`` and ``OW`` into ``r.oy``, ``r.ox``
+    (window origins in ``r.iy0``, ``r.ix0``, all 0 on entry), the flow-controlled operand's
+    ring planes against ``C`` (``r.k`` counting slots, ``r.planes`` adding planes; a short
+    ring sets ``a_bad``) and the H-ring words (``r.ring``, rows counted in ``r.j``), by
+    repeated addition (no multiplier, no divider); then state ``after``. ``PE_A_SHAPE1`` is
+    read again from the register file (``unit.reg_addr``, ``unit.reg_data``)."""
+    a_shape1 = _RUN["a_shape1"]
+    ds = data.View(register_layout(_DP["PE_A_SHAPE1"]), unit.reg_data)
+    m.d.comb += [r.ylast.eq(f.h + (f.py << 1) - f.kh), r.xlast.eq(f.w + (f.px << 1) - f.kw)]
+    with m.State("SIZES"):
+        m.d.comb += unit.reg_addr.eq(a_shape1)
+        busy_y = r.iy0 <= r.ylast
+        busy_x = r.ix0 <= r.xlast
+        with m.If(busy_y):
+            m.d.sync += [r.oy.eq(r.oy + 1), r.iy0.eq(r.iy0 + f.sy)]
+        with m.If(busy_x):
+            m.d.sync += [r.ox.eq(r.ox + 1), r.ix0.eq(r.ix0 + f.sx)]
+        # no loop for a zero stride (a bad window: never used)
+        with m.If(~(busy_y | busy_x) | (f.sy == 0) | (f.sx == 0)):
+            m.d.sync += [r.k.eq(0), r.planes.eq(0)]
+            m.next = "ARING"
+
+    with m.State("ARING"):
+        # slots x max(1, planes) ring planes, counted up to C
+        m.d.comb += unit.reg_addr.eq(a_shape1)
+        with m.If((r.k < ds.slots) & (r.planes < f.c)):
+            m.d.sync += [r.planes.eq(r.planes + Mux(ds.planes == 0, 1, ds.planes)),
+                         r.k.eq(r.k + 1)]
+        with m.Else():
+            m.d.sync += [f.fl.a_bad.eq(f.fl.a_bad | ((ds.slots != 0) & (r.planes < f.c))),
+                         r.j.eq(0), r.ring.eq(0)]
+            m.next = "RING"
+
+    with m.State("RING"):
+        # H-ring words: min(H, kh + 2 sy) x ceil(OW / L), saturating
+        rows = Mux(f.h < f.kh + (f.sy << 1), f.h, f.kh + (f.sy << 1))
+        owb = (r.ox + LANES - 1) >> 2
+        with m.If((r.j < rows) & (r.ring <= RING_WORDS)):
+            m.d.sync += [r.ring.eq(r.ring + Mux(owb > RING_WORDS, RING_WORDS + 1, owb)),
+                         r.j.eq(r.j + 1)]
+        with m.Else():
+            m.next = after
+
+
+def fold(m, fl, rdata, best, first, valid):
+    """The window's value with the element ``rdata`` (read last cycle) folded in when
+    ``valid`` (combinational); registers ``best`` and clears ``first`` as it folds."""
+    v = rdata[:8].as_signed()
+    take = Mux(fl.min, v < best, v > best) | first
+    with m.If(valid & take):
+        m.d.sync += [best.eq(v), first.eq(0)]
+    return Mux(valid & take, v, best)
 
 
 def _bad_mode(mode):
@@ -132,65 +255,17 @@ class MicroPlanar(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         t = Signal(Task)
+        f = fields(t)
         s = self._state()
-        idx, latch = self._load(m, t)
-        code = self._checks(m, t, s)
-        self._run(m, t, s, code, idx, latch)
+        r = SimpleNamespace(oy=s.oy, ox=s.ox, iy0=s.iy0, ix0=s.ix0, ylast=s.ylast,
+                            xlast=s.xlast, k=s.c, planes=s.ca, j=s.iy, ring=s.ya)
+        idx = Signal(range(len(_READS) + 1))
+        code = checks(m, f, r)
+        self._run(m, f, s, r, code, idx, latch(self.reg_data, f))
         return m
 
-    def _load(self, m, t):
-        """Register reads, one a cycle from ``start`` on: the statements that latch read
-        ``k - 1`` when the read counter is ``k``."""
-        idx = Signal(range(len(_READS) + 1))
-        v = [data.View(register_layout(reg), self.reg_data) for _, reg in _READS]
-        latch = {
-            1: [t.bad_mode.eq(_bad_mode(v[0])), t.bad_fmt.eq(v[0].in_fmt | v[0].out_fmt),
-                t.avg.eq((v[0].mode == Mode.POOL) & (v[0].op == PoolOp.AVG)),
-                t.not_pool.eq(v[0].mode != Mode.POOL), t.min.eq(v[0].op == PoolOp.MIN)],
-            2: [t.w.eq(v[1].width), t.h.eq(v[1].height)],
-            3: [t.c.eq(v[2].channels)],
-            4: [t.kh.eq(v[3].kh), t.kw.eq(v[3].kw), t.sy.eq(v[3].sy), t.sx.eq(v[3].sx),
-                t.py.eq(v[3].py), t.px.eq(v[3].px)],
-            5: [t.a_bad.eq((v[4].width != t.w) | (v[4].height != t.h))],
-            6: [t.a_bad.eq(t.a_bad | (v[5].channels < t.c))],
-            7: [t.o_w.eq(v[6].width), t.o_h.eq(v[6].height)],
-            8: [t.o_bad.eq(v[7].channels < t.c)],
-        }
-        return idx, latch
-
-    def _checks(self, m, t, s):
-        """The task's error (combinational), from the fields and the sizes the states
-        ``SIZES``, ``ARING`` and ``RING`` leave in the run's registers: ``OH`` in ``s.oy``,
-        ``OW`` in ``s.ox``, the H-ring words in ``s.ya``."""
-        code = Signal(4)
-        bad_window = ((Cat(t.kh == 0, t.kw == 0, t.sy == 0, t.sx == 0).any())
-                      | (t.kh > spec.MAX_WINDOW) | (t.kw > spec.MAX_WINDOW)
-                      | (t.py >= t.kh) | (t.px >= t.kw) | (s.ylast < 0) | (s.xlast < 0))
-        # min(C H, 3) W <= plane depth
-        ch3 = Mux((t.c >= 3) | (t.h >= 3) | ((t.c == 2) & (t.h == 2)), 3,
-                  Mux(t.c == 1, t.h, t.c))
-        lines = Mux(ch3 == 3, (t.w << 1) + t.w, Mux(ch3 == 2, t.w << 1, t.w))
-        fits = (lines <= PLANE_DEPTH) & (s.ya + 2 <= RING_WORDS)
-        zero = Cat(t.c == 0, t.h == 0, t.w == 0).any()
-        layout = t.a_bad | (t.o_w != s.ox) | (t.o_h != s.oy) | t.o_bad
-        checks = [
-            (t.bad_mode, PlanarError.BAD_MODE),
-            (t.bad_fmt, PlanarError.BAD_FORMAT),
-            (t.avg, PlanarError.UNSUPPORTED),
-            (t.not_pool, UNSUPPORTED),
-            (zero | (~bad_window & ~fits), PlanarError.BAD_SHAPE),
-            (bad_window, PlanarError.BAD_WINDOW),
-            (layout, UNSUPPORTED),
-        ]
-        with m.If(checks[0][0]):
-            m.d.comb += code.eq(checks[0][1])
-        for cond, value in checks[1:]:
-            with m.Elif(cond):
-                m.d.comb += code.eq(value)
-        return code
-
     def _state(self):
-        """The run's registers; the sizing states use them too (``_size_states``)."""
+        """The run's registers; the sizing states use them too (:func:`size_states`)."""
         return SimpleNamespace(
             err=Signal(4),
             c=Signal(12), oy=Signal(13), ox=Signal(13), ky=Signal(4), kx=Signal(4),
@@ -213,57 +288,12 @@ class MicroPlanar(wiring.Component):
                "o_rs": "PE_OUT_RSTRIDE"}[name]
         return data.View(register_layout(_DP[reg]), self.reg_data)
 
-    def _size_states(self, m, t, s):
-        """``OH`` and ``OW`` (into ``s.oy``, ``s.ox``, window origins in ``s.iy0``, ``s.ix0``),
-        the flow-controlled ring's planes against ``C`` (``s.c`` counting slots, ``s.ca``
-        adding planes; a short ring sets ``a_bad``) and the H-ring words (``s.ya``, rows
-        counted in ``s.iy``), by repeated addition: no multiplier, no divider."""
-        with m.State("SIZES"):
-            self._read(m, "a_shape1")
-            busy_y = s.iy0 <= s.ylast
-            busy_x = s.ix0 <= s.xlast
-            with m.If(busy_y):
-                m.d.sync += [s.oy.eq(s.oy + 1), s.iy0.eq(s.iy0 + t.sy)]
-            with m.If(busy_x):
-                m.d.sync += [s.ox.eq(s.ox + 1), s.ix0.eq(s.ix0 + t.sx)]
-            # no loop for a zero stride (a bad window: never used)
-            with m.If(~(busy_y | busy_x) | (t.sy == 0) | (t.sx == 0)):
-                m.d.sync += [s.c.eq(0), s.ca.eq(0)]
-                m.next = "ARING"
-
-        with m.State("ARING"):
-            # slots x max(1, planes) ring planes, counted up to C
-            self._read(m, "a_shape1")
-            ds = self._rdata("a_shape1")
-            with m.If((s.c < ds.slots) & (s.ca < t.c)):
-                m.d.sync += [s.ca.eq(s.ca + Mux(ds.planes == 0, 1, ds.planes)),
-                             s.c.eq(s.c + 1)]
-            with m.Else():
-                m.d.sync += [t.a_bad.eq(t.a_bad | ((ds.slots != 0) & (s.ca < t.c))),
-                             s.iy.eq(0), s.ya.eq(0)]
-                m.next = "RING"
-
-        with m.State("RING"):
-            # H-ring words: min(H, kh + 2 sy) x ceil(OW / L), saturating
-            rows = Mux(t.h < t.kh + (t.sy << 1), t.h, t.kh + (t.sy << 1))
-            owb = (s.ox + LANES - 1) >> 2
-            with m.If((s.iy < rows) & (s.ya <= RING_WORDS)):
-                m.d.sync += [s.ya.eq(s.ya + Mux(owb > RING_WORDS, RING_WORDS + 1, owb)),
-                             s.iy.eq(s.iy + 1)]
-            with m.Else():
-                m.next = "CHECK"
-
-    def _run(self, m, t, s, code, idx, latch):
-        m.d.comb += [s.ylast.eq(t.h + (t.py << 1) - t.kh), s.xlast.eq(t.w + (t.px << 1) - t.kw)]
+    def _run(self, m, t, s, r, code, idx, latch):
         last_kx = s.kx == t.kw - 1
         last_ky = s.ky == t.kh - 1
         inside = (s.iy >= 0) & (s.iy < t.h) & (s.ix >= 0) & (s.ix < t.w)
         # the element read last cycle, folded into the window's value
-        v = self.buf_rdata[:8].as_signed()
-        take = Mux(t.min, v < s.best, v > s.best) | s.first
-        folded = Mux(s.st_valid & take, v, s.best)
-        with m.If(s.st_valid & take):
-            m.d.sync += [s.best.eq(v), s.first.eq(0)]
+        folded = fold(m, t.fl, self.buf_rdata, s.best, s.first, s.st_valid)
         m.d.sync += s.st_valid.eq(0)
         rdata = {name: self._rdata(name) for name in _RUN}
         # the start's reads (from IDLE on: read 0 is addressed while idle); states that read
@@ -288,7 +318,7 @@ class MicroPlanar(wiring.Component):
                     m.d.sync += [s.oy.eq(0), s.ox.eq(0), s.iy0.eq(0), s.ix0.eq(0)]
                     m.next = "SIZES"
 
-            self._size_states(m, t, s)
+            size_states(m, self, t, r, "CHECK")
 
             with m.State("CHECK"):
                 self._read(m, "a_base")
