@@ -753,7 +753,11 @@ class MicroNeural(wiring.Component):
         s.first = Signal()
         s.folded = pool.fold(m, f.fl, self.buf_rdata, s.best, s.first,
                              s.st_valid & s.st_inside & self._pmode)
-        return r, pool.checks(m, f, r)
+        # the checks' code registered (off the state's paths): in POOL_CHECK it is the code of
+        # RING's last cycle, whose registers that cycle leaves as they are
+        code = Signal(4)
+        m.d.sync += code.eq(pool.checks(m, f, r))
+        return r, code
 
     def _pool_states(self, m, lay, p, s, r, code):
         """The pooling mode's sizing and check states (the planar unit's,

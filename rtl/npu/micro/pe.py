@@ -194,9 +194,10 @@ def size_states(m, unit, f, r, after):
 
     with m.State("RING"):
         # H-ring words: min(H, kh + 2 sy) x ceil(OW / L), saturating
-        rows = Mux(f.h < f.kh + (f.sy << 1), f.h, f.kh + (f.sy << 1))
+        # (j below both bounds: two comparisons side by side, no multiplexer in series)
+        more = (r.j < f.h) & (r.j < f.kh + (f.sy << 1))
         owb = (r.ox + LANES - 1) >> 2
-        with m.If((r.j < rows) & (r.ring <= RING_WORDS)):
+        with m.If(more & (r.ring <= RING_WORDS)):
             m.d.sync += [r.ring.eq(r.ring + Mux(owb > RING_WORDS, RING_WORDS + 1, owb)),
                          r.j.eq(r.j + 1)]
         with m.Else():
