@@ -4,14 +4,10 @@ for bit: the whole buffer after the task and the error code."""
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module
-from amaranth.lib import wiring
 
-from npu.micro.ne import MicroNeural
 from npu.micro.pe import UNSUPPORTED, MicroPlanar
-from npu.micro.unit import unit_members
 from npu_model.system import run_planar_task
-from npu_sim.micro_units import run_unit
+from npu_sim.micro_units import PoolingAsPlanar, run_unit
 from npu_spec import dataproc
 from npu_spec import planar as spec
 from npu_spec.config import preset
@@ -27,29 +23,11 @@ def golden(buffer, regs, flow=None):
     return run_planar_task(CONFIG, regs, buffer, flow)
 
 
-class NeuralPooling(wiring.Component):
-    """The neural unit's pooling mode (``MicroNeural(pooling=True)``) with the planar unit's
-    ports: ``start`` is its ``pool_start``."""
-
-    def __init__(self):
-        super().__init__(unit_members())
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.unit = unit = MicroNeural(pooling=True)
-        m.d.comb += [unit.pool_start.eq(self.start), self.done.eq(unit.done),
-                     self.error.eq(unit.error), self.reg_addr.eq(unit.reg_addr),
-                     unit.reg_data.eq(self.reg_data), self.buf_addr.eq(unit.buf_addr),
-                     self.buf_wdata.eq(unit.buf_wdata), self.buf_we.eq(unit.buf_we),
-                     unit.buf_rdata.eq(self.buf_rdata)]
-        return m
-
-
 def rtl(buffer, regs):
     """``(error code, buffer, cycles)`` of the planar unit, after checking that the neural
     unit's pooling mode ends the task the same way (code and whole buffer)."""
     err, buf, cycles = run_unit(MicroPlanar(), buffer, regs, limit=500_000)
-    err_n, buf_n, _ = run_unit(NeuralPooling(), buffer, regs, limit=500_000)
+    err_n, buf_n, _ = run_unit(PoolingAsPlanar(), buffer, regs, limit=500_000)
     assert err_n == err, "the neural unit's pooling mode ends with another code"
     assert np.array_equal(np.array(buf_n, np.uint16), np.array(buf, np.uint16)), \
         "the neural unit's pooling mode leaves another buffer"
