@@ -252,7 +252,7 @@ class MicroNeural(wiring.Component):
             (j < lay.stride, p["sr"], lay.in_rs),
             (j < lay.pad, p["pr"], lay.in_rs),
             (j < w1, p["halo"], lay.stride),
-            (j + 1 < lay.kw, p["halo"], lay.dilation),
+            (j < lay.kw - 1, p["halo"], lay.dilation),
             # saturating: only "above the limit" matters
             ((j < lay.kh) & (p["rows"] <= BUFFER_ROWS), p["rows"], lay.icpg),
             ((j < lay.slots) & (p["ring"] <= OUT_CHANNELS), p["ring"],
