@@ -18,7 +18,7 @@ from npu.micro.ne import MicroNeural
 from npu.micro.pe import MicroPlanar
 from npu_model.kernel_codec import encode, kernel_memory
 from npu_model.system import run_neural_task, run_planar_task
-from npu_sim.micro_units import run_unit
+from npu_sim.micro_units import PoolingAsPlanar, run_unit
 from npu_spec import dataproc, neural
 from npu_spec import planar as planar_spec
 from npu_spec.config import preset
@@ -96,6 +96,11 @@ def main(argv=None):
         same = code == err == 0 and np.array_equal(np.array(got, np.uint16), want)
         total += cycles
         print(f"{name:<8} {cycles:>8,} {'-':>11} {outputs:>8,}  {'same' if same else 'DIFFER'}")
+        # the same task on the neural unit's pooling mode (not in the total)
+        err, got, cycles = run_unit(PoolingAsPlanar(), buffer, regs)
+        same = code == err == 0 and np.array_equal(np.array(got, np.uint16), want)
+        print(f"{name + '/ne':<8} {cycles:>8,} {'-':>11} {outputs:>8,}  "
+              f"{'same' if same else 'DIFFER'}")
     print(f"{'all':<8} {total:>8,}")
 
 

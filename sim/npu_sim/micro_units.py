@@ -7,13 +7,35 @@ a buffer, a kernel memory and register values, as the micro NPU gives them to it
 """
 
 from amaranth.hdl import Cat, Elaboratable, Module, Signal
+from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
-__all__ = ["UnitHarness", "run_unit"]
+__all__ = ["PoolingAsPlanar", "UnitHarness", "run_unit"]
 
 #: Register words a block of the harness's register file holds.
 BLOCK_WORDS = 32
+
+
+class PoolingAsPlanar(wiring.Component):
+    """A neural unit built with its pooling mode (``MicroNeural(pooling=True)``) behind the
+    planar unit's ports: ``start`` is its ``pool_start`` (``docs/micro.md``, "Pooling in the
+    neural unit")."""
+
+    def __init__(self):
+        from npu.micro.unit import unit_members
+        super().__init__(unit_members())
+
+    def elaborate(self, platform):
+        from npu.micro.ne import MicroNeural
+        m = Module()
+        m.submodules.unit = unit = MicroNeural(pooling=True)
+        m.d.comb += [unit.pool_start.eq(self.start), self.done.eq(unit.done),
+                     self.error.eq(unit.error), self.reg_addr.eq(unit.reg_addr),
+                     unit.reg_data.eq(self.reg_data), self.buf_addr.eq(unit.buf_addr),
+                     self.buf_wdata.eq(unit.buf_wdata), self.buf_we.eq(unit.buf_we),
+                     unit.buf_rdata.eq(self.buf_rdata)]
+        return m
 
 
 class UnitHarness(Elaboratable):

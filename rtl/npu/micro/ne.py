@@ -30,7 +30,7 @@ from types import SimpleNamespace
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from npu_spec import dataproc, neural
 from npu_spec.config import preset
@@ -41,6 +41,8 @@ from npu_spec.neural import NeuralError
 from npu_spec.postproc import Act
 
 from ..lib.csr import register_layout
+from . import pe as pool
+from .unit import unit_members
 
 __all__ = ["UNSUPPORTED", "MicroNeural"]
 
@@ -95,7 +97,8 @@ _READS = (
 Layer = data.StructLayout({
     "bad_fmt": 1, "log2w": 4, "bad_kernel": 1, "groups_zero": 1, "grouped": 1,
     "icpg": 12, "ocpg": 12, "in_zero": 1,
-    "out_h": 12, "out_w": 12, "kh": 5, "kw": 5, "stride": 3, "dilation": 3, "pad": 4,
+    "out_h": 12, "out_w": 12, "kh": 5, "kw": 5, "stride": 4, "dilation": 3, "pad": 4,
+    "stride_x": 4, "pad_x": 4,
     "ktable": 10, "bad_post": 1, "relu": 1, "clamp": 1, "zp": 8, "lo": 8, "hi": 8,
     "in_base": 14, "in_w": 12, "in_h": 12, "in_cs": 14, "in_rs": 14,
     "out_base": 14, "slots": 10, "planes": 10, "out_cs": 14, "out_rs": 14,
@@ -134,17 +137,12 @@ class MicroNeural(wiring.Component):
         Kernel-memory read port (``kmem_data`` valid the cycle after ``kmem_addr``).
     """
 
-    start: In(1)
-    done: Out(1)
-    error: Out(4)
-    reg_addr: Out(16)
-    reg_data: In(32)
-    buf_addr: Out(ABITS)
-    buf_wdata: Out(16)
-    buf_we: Out(1)
-    buf_rdata: In(16)
-    kmem_addr: Out(10)
-    kmem_data: In(32)
+    def __init__(self, *, pooling=False):
+        self._pooling = bool(pooling)
+        members = unit_members(kmem_read=True)
+        if pooling:
+            members["pool_start"] = In(1)
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -153,8 +151,48 @@ class MicroNeural(wiring.Component):
         load = self._load(m, lay)
         prod = self._products(m, lay)
         self._checks(m, lay, prod, code)
+        if self._pooling:
+            load = self._pool_load(m, lay, load)
         self._run(m, lay, prod, code, load)
         return m
+
+    def _pool_load(self, m, lay, load):
+        """The pooling mode's register reads (``docs/micro.md``, "Pooling in the neural
+        unit"): the planar unit's start reads (:func:`npu.micro.pe.latch`) into the layer's
+        fields, then the bases and strides of ``PE_A`` and ``PE_OUT``. Returns the load with
+        the mode flag, the pooling task's fields and its latch statements."""
+        idx, latch = load
+        self._pmode = pmode = Signal()
+        pfl = Signal(pool.Flags)
+        f = SimpleNamespace(w=lay.in_w, h=lay.in_h, c=lay.ocpg, kh=lay.kh, kw=lay.kw,
+                            sy=lay.stride, sx=lay.stride_x, py=lay.pad, px=lay.pad_x,
+                            o_w=lay.out_w, o_h=lay.out_h, fl=pfl)
+        self._pool_fields = f
+        a, o = dataproc.pe_port_base("A"), dataproc.pe_port_base("OUT")
+        extra = [(a + 0, "PE_A_BASE", lay.in_base, "addr"),
+                 (a + 3, "PE_A_CSTRIDE", lay.in_cs, "stride"),
+                 (a + 4, "PE_A_RSTRIDE", lay.in_rs, "stride"),
+                 (o + 0, "PE_OUT_BASE", lay.out_base, "addr"),
+                 (o + 3, "PE_OUT_CSTRIDE", lay.out_cs, "stride"),
+                 (o + 4, "PE_OUT_RSTRIDE", lay.out_rs, "stride")]
+        reads = pool.start_reads() + [addr for addr, *_ in extra]
+        platch = pool.latch(self.reg_data, f)
+        # one input channel a "group", read with dilation 1; no output ring
+        platch[4] += [lay.icpg.eq(1), lay.dilation.eq(1), lay.slots.eq(0), lay.planes.eq(0)]
+        for k, (_, reg, target, name) in enumerate(extra, start=len(platch) + 1):
+            view = data.View(register_layout(_DP[reg]), self.reg_data)
+            platch[k] = [target.eq(getattr(view, name))]
+        # a neural layer: one stride and one pad for both axes
+        kernel = data.View(register_layout(_NE["KERNEL"]), self.reg_data)
+        latch[6] = latch[6] + [lay.stride_x.eq(kernel.stride), lay.pad_x.eq(kernel.pad)]
+        self._n_reads = Mux(pmode, len(reads), len(_READS))
+        # while idle (idx 0) the start decides which read 0 to address
+        sel = Mux(idx == 0, self.pool_start, pmode)
+        pick = Mux(idx < len(reads), idx, 0)
+        m.d.comb += self.reg_addr.eq(Mux(
+            sel, Array(Const(a, 16) for a in reads)[pick],
+            Array(Const(a, 16) for a, _ in _READS)[Mux(idx < len(_READS), idx, 0)]))
+        return idx, latch, platch
 
     # -- register reads -----------------------------------------------------------------------
 
@@ -214,7 +252,7 @@ class MicroNeural(wiring.Component):
             (j < lay.stride, p["sr"], lay.in_rs),
             (j < lay.pad, p["pr"], lay.in_rs),
             (j < w1, p["halo"], lay.stride),
-            (j + 1 < lay.kw, p["halo"], lay.dilation),
+            (j < lay.kw - 1, p["halo"], lay.dilation),
             # saturating: only "above the limit" matters
             ((j < lay.kh) & (p["rows"] <= BUFFER_ROWS), p["rows"], lay.icpg),
             ((j < lay.slots) & (p["ring"] <= OUT_CHANNELS), p["ring"],
@@ -276,8 +314,9 @@ class MicroNeural(wiring.Component):
         tcount = Signal(3)
         # accumulators, one per channel of the group
         # output position and its input origin
-        oy = Signal(12)
-        ox = Signal(12)
+        # (13 bits with pooling: a pooled plane's OH, OW reach 4,125)
+        oy = Signal(13 if self._pooling else 12)
+        ox = Signal(13 if self._pooling else 12)
         iy0 = Signal(signed(ABITS + 1))
         ix0 = Signal(signed(ABITS + 1))
         ya0 = Signal(ABITS)
@@ -416,13 +455,19 @@ class MicroNeural(wiring.Component):
         m.next = "DONE"
 
     def _run(self, m, lay, p, code, load):
-        idx, load_latch = load
+        idx, load_latch, *rest = load
+        pool_latch = rest[0] if rest else {}
+        pooling = self._pooling
+        start = (self.start | self.pool_start) if pooling else self.start
+        n_reads = self._n_reads if pooling else len(_READS)
         s = self._state()
         # header word offsets, CHANNEL_WORDS (3) a channel, without a multiplier (Yosys would
         # give even a constant multiplication a DSP)
         s.o3 = (s.o << 1) + s.o
         s.ocg3 = (s.ocg << 1) + s.ocg
         walk_start, walk_issue = self._walker(m, lay, p, s)
+        if pooling:
+            pool_regs, pool_code = self._pool_prepare(m, s)
         code_r = Signal(4)
         m.d.sync += code_r.eq(code)
 
@@ -432,17 +477,25 @@ class MicroNeural(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 m.d.sync += idx.eq(0)
-                with m.If(self.start):
+                with m.If(start):
                     m.d.sync += idx.eq(1)
+                    if self._pooling:
+                        m.d.sync += self._pmode.eq(self.pool_start)
                     m.next = "LOAD"
 
             with m.State("LOAD"):
                 with m.Switch(idx):
-                    for k, stmts in load_latch.items():
+                    for k in sorted(set(load_latch) | set(pool_latch)):
                         with m.Case(k):
-                            m.d.sync += stmts
+                            if pool_latch:
+                                with m.If(self._pmode):
+                                    m.d.sync += pool_latch.get(k, [])
+                                with m.Else():
+                                    m.d.sync += load_latch.get(k, [])
+                            else:
+                                m.d.sync += load_latch[k]
                 m.d.sync += idx.eq(idx + 1)
-                with m.If(idx == len(_READS)):
+                with m.If(idx == n_reads):
                     m.d.sync += [p[n].eq(0) for n in ("dr", "sr", "pr", "halo", "rows", "ring",
                                                       "count")]
                     m.next = "PRODUCTS"
@@ -451,6 +504,13 @@ class MicroNeural(wiring.Component):
                 self._step_products(m, p)
                 with m.If(~p["busy"]):
                     m.next = "CHECK"
+                    if pooling:
+                        with m.If(self._pmode):
+                            m.d.sync += [s.oy.eq(0), s.ox.eq(0), s.iy0.eq(0), s.ix0.eq(0)]
+                            m.next = "SIZES"
+
+            if pooling:
+                self._pool_states(m, lay, p, s, pool_regs, pool_code)
 
             with m.State("CHECK"):
                 # the checks' code as it was when the products settled (the last PRODUCTS
@@ -469,6 +529,10 @@ class MicroNeural(wiring.Component):
                     finish(0)
                 with m.Else():
                     m.next = "TABLE"
+                    if pooling:
+                        with m.If(self._pmode):
+                            m.d.sync += s.ocg.eq(1)
+                            m.next = "POOL_GROUP"
 
             with m.State("TABLE"):
                 m.d.comb += self.kmem_addr.eq(lay.ktable + (s.gbase[3:] << 2) + s.tcount)
@@ -537,7 +601,7 @@ class MicroNeural(wiring.Component):
                     finish(NeuralError.EXTRACT)
                 with m.Elif(s.o == s.ocg - 1):
                     m.d.sync += [s.o.eq(0), s.counting.eq(0), s.oy.eq(0), s.ox.eq(0), s.orow.eq(0),
-                                 s.iy0.eq(-lay.pad), s.ix0.eq(-lay.pad), s.ya0.eq(-p["pr"])]
+                                 s.iy0.eq(-lay.pad), s.ix0.eq(-self._px(lay)), s.ya0.eq(-p["pr"])]
                     m.next = "SEED_ADDR"
                 with m.Else():
                     m.d.sync += s.o.eq(s.o + 1)
@@ -556,6 +620,8 @@ class MicroNeural(wiring.Component):
             # the accumulators from 0 (the biases are added at the rescale)
             m.d.comb += s.acc_clr.eq(1)
             m.d.sync += walk_start()
+            if self._pooling:
+                m.d.sync += s.first.eq(1)
             m.next = "MAC"
 
         with m.State("MAC"):
@@ -566,6 +632,11 @@ class MicroNeural(wiring.Component):
         with m.State("MAC_END"):
             # the last products land in the accumulators
             m.next = "BIAS_ADDR"
+            if self._pooling:
+                # (pooling: the last element folded in, the window's value written)
+                with m.If(self._pmode):
+                    m.d.sync += s.y.eq(s.folded)
+                    m.next = "WRITE"
 
         with m.State("BIAS_ADDR"):
             m.d.comb += self.kmem_addr.eq(s.hdr + s.o3)
@@ -646,16 +717,65 @@ class MicroNeural(wiring.Component):
         with m.State("NEXT_POSITION"):
             m.next = "SEED_ADDR"
             with m.If(s.ox != lay.out_w - 1):
-                m.d.sync += [s.ox.eq(s.ox + 1), s.ix0.eq(s.ix0 + lay.stride)]
+                m.d.sync += [s.ox.eq(s.ox + 1), s.ix0.eq(s.ix0 + self._sx(lay))]
             with m.Else():
-                m.d.sync += [s.ox.eq(0), s.ix0.eq(-lay.pad), s.oy.eq(s.oy + 1),
+                m.d.sync += [s.ox.eq(0), s.ix0.eq(-self._px(lay)), s.oy.eq(s.oy + 1),
                              s.iy0.eq(s.iy0 + lay.stride), s.ya0.eq(s.ya0 + p["sr"]),
                              s.orow.eq(s.orow + lay.out_rs)]
                 with m.If(s.oy == lay.out_h - 1):
                     # the group is done: the next one starts at the channel after it
                     m.d.sync += [s.gbase.eq(s.gbase + SLOTS), s.gaddr.eq(s.caddr),
                                  s.gplane.eq(s.cplane)]
+                    if self._pooling:
+                        # pooling: a channel a group, the next input channel
+                        with m.If(self._pmode):
+                            m.d.sync += [s.gbase.eq(s.gbase + 1),
+                                         lay.in_base.eq(lay.in_base + lay.in_cs)]
                     m.next = "GROUP"
+
+    def _sx(self, lay):
+        """The column stride: the pooling window's own with pooling, else the layer's."""
+        return lay.stride_x if self._pooling else lay.stride
+
+    def _px(self, lay):
+        """The column padding: the pooling window's own with pooling, else the layer's."""
+        return lay.pad_x if self._pooling else lay.pad
+
+    def _pool_prepare(self, m, s):
+        """The pooling mode's registers for its sizing (this unit's, reused), its checks'
+        code (:func:`npu.micro.pe.checks`) and the fold of a window's elements into
+        ``s.folded`` (:func:`npu.micro.pe.fold`): ``(registers, code)``."""
+        f = self._pool_fields
+        r = SimpleNamespace(oy=s.oy, ox=s.ox, iy0=s.iy0, ix0=s.ix0,
+                            ylast=Signal(signed(ABITS + 1)), xlast=Signal(signed(ABITS + 1)),
+                            k=s.gbase, planes=s.caddr, j=s.ic, ring=s.ya)
+        s.best = Signal(signed(8))
+        s.first = Signal()
+        s.folded = pool.fold(m, f.fl, self.buf_rdata, s.best, s.first,
+                             s.st_valid & s.st_inside & self._pmode)
+        # the checks' code registered (off the state's paths): in POOL_CHECK it is the code of
+        # RING's last cycle, whose registers that cycle leaves as they are
+        code = Signal(4)
+        m.d.sync += code.eq(pool.checks(m, f, r))
+        return r, code
+
+    def _pool_states(self, m, lay, p, s, r, code):
+        """The pooling mode's sizing and check states (the planar unit's,
+        :func:`npu.micro.pe.size_states`, on this unit's registers), and a channel's start."""
+        pool.size_states(m, self, self._pool_fields, r, "POOL_CHECK")
+
+        with m.State("POOL_CHECK"):
+            m.d.sync += [s.gbase.eq(0), s.gaddr.eq(lay.out_base), s.gplane.eq(0)]
+            with m.If(code != 0):
+                self._finish(m, s, code)
+            with m.Else():
+                m.next = "GROUP"
+
+        with m.State("POOL_GROUP"):
+            # a channel's output positions, as a neural group's (NNZ_CHECK) start
+            m.d.sync += [s.o.eq(0), s.counting.eq(0), s.oy.eq(0), s.ox.eq(0), s.orow.eq(0),
+                         s.iy0.eq(-lay.pad), s.ix0.eq(-lay.pad_x), s.ya0.eq(-p["pr"])]
+            m.next = "SEED_ADDR"
 
     def _saturate(self, m, lay, hi, lo, rbit):
         """The rescaled value ``{hi, lo}`` with its rounding bit, plus the zero point,

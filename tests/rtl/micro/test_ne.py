@@ -24,8 +24,13 @@ def golden(buffer, kmem, regs):
 
 
 def rtl(buffer, kmem, regs):
-    """``(error code, buffer, cycles)`` of the unit."""
+    """``(error code, buffer, cycles)`` of the unit, after checking that the unit built with
+    its pooling mode (``pooling=True``) ends the task the same way (code and whole buffer)."""
     err, buf, cycles = run_unit(MicroNeural(), buffer, regs, kmem, limit=2_000_000)
+    err_p, buf_p, _ = run_unit(MicroNeural(pooling=True), buffer, regs, kmem, limit=2_000_000)
+    assert err_p == err, "the unit with its pooling mode ends with another code"
+    assert np.array_equal(np.array(buf_p, np.uint16), np.array(buf, np.uint16)), \
+        "the unit with its pooling mode leaves another buffer"
     return err, np.array(buf, np.uint16), cycles
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from npu.micro.pe import UNSUPPORTED, MicroPlanar
 from npu_model.system import run_planar_task
-from npu_sim.micro_units import run_unit
+from npu_sim.micro_units import PoolingAsPlanar, run_unit
 from npu_spec import dataproc
 from npu_spec import planar as spec
 from npu_spec.config import preset
@@ -24,8 +24,13 @@ def golden(buffer, regs, flow=None):
 
 
 def rtl(buffer, regs):
-    """``(error code, buffer, cycles)`` of the unit."""
+    """``(error code, buffer, cycles)`` of the planar unit, after checking that the neural
+    unit's pooling mode ends the task the same way (code and whole buffer)."""
     err, buf, cycles = run_unit(MicroPlanar(), buffer, regs, limit=500_000)
+    err_n, buf_n, _ = run_unit(PoolingAsPlanar(), buffer, regs, limit=500_000)
+    assert err_n == err, "the neural unit's pooling mode ends with another code"
+    assert np.array_equal(np.array(buf_n, np.uint16), np.array(buf, np.uint16)), \
+        "the neural unit's pooling mode leaves another buffer"
     return err, np.array(buf, np.uint16), cycles
 
 
