@@ -44,7 +44,6 @@ from npu.bridge import UARTBridge, WishboneSRAM
 from npu.bridge.sram import SPRAM_WORDS
 from npu.lib.wishbone import ADDR_BITS, Arbiter
 from npu.micro.ne import MicroNeural
-from npu.micro.pe import MicroPlanar
 from npu.micro.sysmem import MicroSystemMemory
 from npu.micro.top import MicroNPU
 from npu.top import NPUTop
@@ -168,8 +167,10 @@ class BoardSystem(wiring.Component):
 
 
 def micro_npu(config):
-    """The micro NPU of ``config`` with its neural and planar units (``docs/micro.md``)."""
-    return MicroNPU(config, neural=MicroNeural(), planar=MicroPlanar())
+    """The micro NPU of ``config``: one neural unit with the pooling mode runs the neural and
+    the planar tasks (``docs/micro.md``, "Pooling in the neural unit")."""
+    unit = MicroNeural(pooling=True)
+    return MicroNPU(config, neural=unit, planar=unit)
 
 
 @dataclass(frozen=True)

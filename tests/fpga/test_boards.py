@@ -262,7 +262,7 @@ def test_one_reset_net_with_a_pll(board):
     only the domain's reset (the synchroniser's last flip-flop), no second reset input that a
     gate would have to merge in front of every flip-flop. Without a PLL the platform's domain
     is kept and the synchronised button comes in beside it."""
-    config = PRESETS[board]
+    config = PRESETS[board].replace(npu_impl="blocks")      # the stand-in is a bus master
     with_pll = board_files(board, config, npu=StandInNPU(config), mem_bytes=4096,
                            clk_mhz=BOARDS[board].default_mhz)
     assert _system_ports(with_pll) == {"clk", "rst", "rx", "tx", "busy", "error"}

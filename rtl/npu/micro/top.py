@@ -43,7 +43,9 @@ class MicroNPU(wiring.Component):
     neural, planar : wiring.Component, optional
         The neural unit (the ports of :func:`npu.micro.unit.unit_members` with
         ``kmem_read=True``) and the planar unit (without); a unit not given is
-        :class:`MicroAbsent`, whose tasks end with ``UNSUPPORTED``.
+        :class:`MicroAbsent`, whose tasks end with ``UNSUPPORTED``. ``planar`` may be the
+        neural unit itself when it was built with pooling (``MicroNeural(pooling=True)``):
+        that one unit then runs the planar tasks too, started by its ``pool_start``.
 
     Members
     -------
@@ -79,10 +81,20 @@ class MicroNPU(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        shared = self.planar is self.neural
         for name in ("regfile", "runner", "dma", "neural", "planar", "buffer", "kmem"):
-            m.submodules[name] = getattr(self, name)
+            if not (shared and name == "planar"):
+                m.submodules[name] = getattr(self, name)
         regfile, runner, dma = self.regfile, self.runner, self.dma
-        units = {Engine.NEURAL: self.neural, Engine.PLANAR: self.planar, Engine.DMA: dma}
+        # Each unit with the engines whose tasks it runs and the start it takes them by.
+        ne_task = runner.engine == Engine.NEURAL
+        pe_task = runner.engine == Engine.PLANAR
+        if shared:
+            m.d.comb += self.neural.pool_start.eq(runner.start & pe_task)
+            units = [(self.neural, ne_task | pe_task, ne_task)]
+        else:
+            units = [(self.neural, ne_task, ne_task), (self.planar, pe_task, pe_task)]
+        units.append((dma, runner.engine == Engine.DMA, runner.engine == Engine.DMA))
 
         # Host bus and register writes go to the runner and from it.
         wiring.connect(m, wiring.flipped(self.bus), runner.bus)
@@ -103,9 +115,8 @@ class MicroNPU(wiring.Component):
         buf = self.buffer
         done = Signal()
         error = Signal(ERROR_BITS)
-        for engine, unit in units.items():
-            mine = runner.engine == engine
-            m.d.comb += [unit.start.eq(runner.start & mine), unit.reg_data.eq(regfile.r_data),
+        for unit, mine, starts in units:
+            m.d.comb += [unit.start.eq(runner.start & starts), unit.reg_data.eq(regfile.r_data),
                          unit.buf_rdata.eq(buf.rdata)]
             with m.If(mine):
                 m.d.comb += [regfile.r_addr.eq(unit.reg_addr), done.eq(unit.done),

@@ -80,13 +80,21 @@ def test_an_engine_without_a_unit_ends_the_queue(digits):
 
 
 @pytest.mark.slow
-def test_whole_program_equals_golden(digits):
+@pytest.mark.parametrize("shared", [False, True], ids=["two_units", "pooling_in_neural"])
+def test_whole_program_equals_golden(digits, shared):
     """The whole program with the micro neural and planar units (``npu.micro.ne``,
-    ``npu.micro.pe``): the logits and the whole system memory equal the golden model's, byte
-    for byte, on a random int8 input (about 4 minutes in the Amaranth simulator)."""
+    ``npu.micro.pe``), or with one neural unit running the pooling tasks too (the board's
+    build, ``npu_fpga.boards.micro_npu``): the logits and the whole system memory equal the
+    golden model's, byte for byte, on a random int8 input (about 4 minutes each in the
+    Amaranth simulator)."""
     program = digits
     golden = run_program(program)
-    got = run_micro(program, neural=MicroNeural(), planar=MicroPlanar())
+    if shared:
+        unit = MicroNeural(pooling=True)
+        units = {"neural": unit, "planar": unit}
+    else:
+        units = {"neural": MicroNeural(), "planar": MicroPlanar()}
+    got = run_micro(program, **units)
     assert not golden.queue(0).retired and golden.queue(0).completed == digits.queues[0].tasks
     assert got["registers"]["EXC_STATUS"] == 0
     (out,) = [t for t in digits.tensors if t.role == "output"]
