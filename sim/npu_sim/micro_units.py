@@ -11,7 +11,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
-__all__ = ["PoolingAsPlanar", "UnitHarness", "run_unit"]
+__all__ = ["PoolingAsPlanar", "UnitHarness", "run_unit", "start_and_wait"]
 
 #: Register words a block of the harness's register file holds.
 BLOCK_WORDS = 32
@@ -85,6 +85,21 @@ class UnitHarness(Elaboratable):
         return m
 
 
+async def start_and_wait(ctx, start, done, limit):
+    """Pulse ``start`` for one cycle and wait for ``done``; returns the cycles from ``start``
+    to ``done``. Raises :class:`RuntimeError` if ``done`` has not come within ``limit``."""
+    ctx.set(start, 1)
+    await ctx.tick()
+    ctx.set(start, 0)
+    cycles = 1
+    while not ctx.get(done):
+        await ctx.tick()
+        cycles += 1
+        if cycles >= limit:
+            raise RuntimeError(f"the unit was not done after {limit} cycles")
+    return cycles
+
+
 def run_unit(unit, buffer, regs, kmem=None, *, limit=5_000_000):
     """Start ``unit`` once and wait for ``done``: ``(error code, buffer, cycles)``, the buffer
     a list of its elements after the task and the cycles from ``start`` to ``done``. Raises
@@ -95,17 +110,8 @@ def run_unit(unit, buffer, regs, kmem=None, *, limit=5_000_000):
     out = {}
 
     async def tb(ctx):
-        ctx.set(unit.start, 1)
-        await ctx.tick()
-        ctx.set(unit.start, 0)
-        cycles = 1
-        while not ctx.get(unit.done):
-            await ctx.tick()
-            cycles += 1
-            if cycles >= limit:
-                raise RuntimeError(f"the unit was not done after {limit} cycles")
+        out["cycles"] = await start_and_wait(ctx, unit.start, unit.done, limit)
         out["error"] = ctx.get(unit.error)
-        out["cycles"] = cycles
         out["buf"] = [ctx.get(h.buf.data[i]) for i in range(len(buffer))]
 
     sim.add_testbench(tb)

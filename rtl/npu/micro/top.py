@@ -89,12 +89,13 @@ class MicroNPU(wiring.Component):
         # Each unit with the engines whose tasks it runs and the start it takes them by.
         ne_task = runner.engine == Engine.NEURAL
         pe_task = runner.engine == Engine.PLANAR
+        dma_task = runner.engine == Engine.DMA
         if shared:
             m.d.comb += self.neural.pool_start.eq(runner.start & pe_task)
             units = [(self.neural, ne_task | pe_task, ne_task)]
         else:
             units = [(self.neural, ne_task, ne_task), (self.planar, pe_task, pe_task)]
-        units.append((dma, runner.engine == Engine.DMA, runner.engine == Engine.DMA))
+        units.append((dma, dma_task, dma_task))
 
         # Host bus and register writes go to the runner and from it.
         wiring.connect(m, wiring.flipped(self.bus), runner.bus)
@@ -132,7 +133,7 @@ class MicroNPU(wiring.Component):
                      self.neural.kmem_data.eq(k_r.data)]
 
         # System memory: the DMA unit while it runs, else the runner's descriptor reads.
-        dma_owns = runner.running & (runner.engine == Engine.DMA)
+        dma_owns = runner.running & dma_task
         m.d.comb += [dma.mem_rdata.eq(self.mem_rdata), runner.mem_rdata.eq(self.mem_rdata)]
         with m.If(dma_owns):
             m.d.comb += [self.mem_addr.eq(dma.mem_addr), self.mem_re.eq(dma.mem_re),

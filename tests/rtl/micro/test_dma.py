@@ -13,6 +13,7 @@ from amaranth.sim import Simulator
 
 from npu.micro.dma import MicroDMA
 from npu_model.system import run_program
+from npu_sim.micro_units import start_and_wait
 from npu_spec import dma
 from npu_spec.config import preset
 from npu_spec.descriptors import Descriptor, encode
@@ -70,16 +71,8 @@ def _rtl(config, memory, buffer, kernel, base, limit, t):
     async def tb(ctx):
         ctx.set(dut.base, base)
         ctx.set(dut.limit, limit)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        cycles = 1
-        while not ctx.get(dut.done):
-            await ctx.tick()
-            cycles += 1
-            assert cycles < 200_000, "the DMA unit never finished"
+        out["cycles"] = await start_and_wait(ctx, dut.start, dut.done, 200_000)
         out["code"] = ctx.get(dut.error)
-        out["cycles"] = cycles
         await ctx.tick()
         assert not ctx.get(dut.done)
         out["memory"] = b"".join(ctx.get(dut.sysmem.data[k]).to_bytes(4, "little")
