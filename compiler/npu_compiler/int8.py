@@ -32,6 +32,7 @@ from .compress import Compression, encode_kernels, prune
 from .cores import check_cores, core_blobs
 from .cores import place as place_on_cores
 from .graph import CompileError
+from .int8elt import BINARY_OPS, EltwiseInt8
 from .int8mem import MemoryInt8, NeedsMemory
 from .ops import _conv_geometry
 from .quant import Calibrator, quantize_conv
@@ -177,7 +178,7 @@ def _shape3(shape):
     return None
 
 
-class _Int8(MemoryInt8):
+class _Int8(EltwiseInt8, MemoryInt8):
     #: Whether a network the buffer cannot hold is lowered again in memory mode
     #: (:mod:`npu_compiler.int8mem`).
     MEMORY_MODE = True
@@ -272,7 +273,9 @@ class _Int8(MemoryInt8):
         nxt = g.nodes[i + 1] if i + 1 < len(g.nodes) else None
         if (nxt is None or out in g.outputs or g.consumers(out) != [nxt]
                 or nxt.op not in ("MaxPool", "Relu", "Add")
-                or (nxt.op == "Add" and (nxt.inputs[0] != out or out in nxt.inputs[1:]))):
+                or (nxt.op == "Add" and (nxt.inputs[0] != out or out in nxt.inputs[1:]
+                                         or tuple(g.shapes[nxt.inputs[1]])
+                                         != tuple(g.shapes[out])))):
             return 0
         slots = -(-blob.weight_shape[0] // self.cfg.acc_slots)
         self.row["how"] = (f"chained: output streams into {nxt.name} through a ring of "
@@ -319,7 +322,10 @@ class _Int8(MemoryInt8):
             self.scale[name] = self.scales[name]
             return
         t = self.b.input(name, np.zeros(s3, np.int8))
-        self.ds[name], self.scale[name] = self.b.load(t), self.scales[name]
+        try:
+            self.ds[name], self.scale[name] = self.b.load(t), self.scales[name]
+        except BuildError as e:
+            self.needs_memory(f"input {name!r}: {e}")
 
     def run(self):
         g = self.g
@@ -381,8 +387,8 @@ class _Int8(MemoryInt8):
             if len([o for o in node.outputs if o]) > 1:
                 self.fail("the indices output is not supported")
             self.mem_pool(node, op == "MaxPool")
-        elif op == "Add" and self._constant_operand(node) is None:
-            self.mem_elementwise(node, self.op_Add, 5)
+        elif op in BINARY_OPS and self._constant_operand(node) is None:
+            self.mem_binary(node)
         elif op == "Relu":
             self.mem_elementwise(node, self.op_Relu, 2)
         else:
@@ -564,37 +570,21 @@ class _Int8(MemoryInt8):
             self.src(x, conv=True)
             self.conv(x, out, w, add, None, groups=len(v), model=False)
 
-    def op_Sub(self, node):
-        if self._constant_operand(node) is None:
-            self.fail(f"{node.op} of two activations is not supported (with a constant "
-                      f"only)")
-        self.affine(node)
-
-    op_Mul = op_Div = op_Sub
-
     def op_Add(self, node):
-        """``a + b`` of two int8 activations of one shape with their own scales: each is
-        rescaled to the output's scale into binary16 on the planar engine (``gain_bias``),
-        then added with one rounding to int8 (RNE, saturating). With a constant operand:
+        """``Add``, ``Sub``, ``Mul`` of two int8 activations, with broadcast, on the planar
+        engine through binary16 (:mod:`npu_compiler.int8elt`); with a constant operand:
         :meth:`affine`."""
         if self._constant_operand(node) is not None:
             self.affine(node)
             return
-        a, b = node.inputs
-        out = node.outputs[0]
-        da, db = self.src(a), self.src(b)
-        if da.shape != db.shape or tuple(self.g.shapes[a]) != tuple(self.g.shapes[b]):
-            self.fail("both operands must be int8 activations of one shape (no broadcast)")
-        s_out = self.out_scale(out)
-        fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
-        ta = self.b.planar(da, mode="eltwise", op="gain_bias", scale=self.scale[a] / s_out,
-                           bias=0.0, out_fmt=fp16)
-        tb = self.b.planar(db, mode="eltwise", op="gain_bias", scale=self.scale[b] / s_out,
-                           bias=0.0, out_fmt=fp16)
-        y = self.b.planar(ta, tb, mode="eltwise", op="add", out_fmt=int8)
-        self.b.release(ta)
-        self.b.release(tb)
-        self.ds[out], self.scale[out] = y, s_out
+        self.binary(node)
+
+    op_Sub = op_Mul = op_Add
+
+    def op_Div(self, node):
+        if self._constant_operand(node) is None:
+            self.fail("Div of two activations is not supported (by a constant only)")
+        self.affine(node)
 
     def op_MaxPool(self, node):
         x, out = node.inputs[0], node.outputs[0]

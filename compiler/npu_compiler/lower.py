@@ -65,10 +65,12 @@ class MView:
         return MView(tensor.addr, tuple(tensor.shape),
                      dense_strides(tensor.shape, tensor.format))
 
-    def reshape(self, shape):
+    def reshape(self, shape, elem=FP16):
+        """The same dense elements (of format ``elem``) in ``shape``; a ring only with
+        leading axes of one added or removed."""
         shape = tuple(shape)
         if not self.ring:
-            return MView(self.addr, shape, dense_strides(shape, FP16))
+            return MView(self.addr, shape, dense_strides(shape, elem))
         lead = len(shape) - len(self.shape)
         old = self.shape[max(0, -lead):]
         new = shape[max(0, lead):]

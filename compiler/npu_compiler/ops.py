@@ -678,45 +678,58 @@ def _bcast_pattern(out_shape, small_shape):
             int(np.prod(out_shape[hi + 1:])))
 
 
-def broadcast_op(lw, node, op, full, vec, out, pqm, swap_neg=False):
-    """``out = op(full, vec broadcast)`` with the planar engine's vector broadcast."""
+def bcast_layout(node, pqm):
+    """``(kind, shape3, vec_range)`` of a broadcast over the ``(P, M, Q)`` view ``pqm``
+    (:func:`_bcast_pattern`): the planar broadcast kind, the ``(C, H, W)`` view of the full
+    operand it runs on and ``vec_range(c0, c1, h0, h1)``, the part of the vector a box of that
+    view reads."""
     p, m, q = pqm
     if m > PLANE_DEPTH:
         _unsupported(node, f"a broadcast vector of {m} elements (at most {PLANE_DEPTH})")
     if p == 1 and m == 1:
         kind, shape3 = "channel", (1,) + _flat_shape(q)
-        vec_len = lambda c0, c1, h0, h1: (0, 1)  # noqa: E731
+        vec_range = lambda c0, c1, h0, h1: (0, 1)  # noqa: E731
     elif q == 1:
         kind, shape3 = "row", (1, p, m)
-        vec_len = lambda c0, c1, h0, h1: (0, m)  # noqa: E731
+        vec_range = lambda c0, c1, h0, h1: (0, m)  # noqa: E731
     elif p == 1:
         hw = _flat_shape(q)
         kind, shape3 = "channel", (m,) + hw
-        vec_len = lambda c0, c1, h0, h1: (c0, c1)  # noqa: E731
+        vec_range = lambda c0, c1, h0, h1: (c0, c1)  # noqa: E731
     else:
         kind, shape3 = "column", (p, m, q)
-        vec_len = lambda c0, c1, h0, h1: (h0, h1)  # noqa: E731
+        vec_range = lambda c0, c1, h0, h1: (0, m)  # noqa: E731
     if max(shape3) > MAX_DIM:
         _unsupported(node, f"broadcast over a {shape3} view (dimensions at most {MAX_DIM})")
-    f3 = full.reshape(shape3)
-    o3 = out.reshape(shape3)
-    v1 = vec.reshape((vec.size,))
-    budget = (lw.buf_size - PLANE_DEPTH) // 2
+    return kind, shape3, vec_range
+
+
+def broadcast_op(lw, node, op, full, vec, out, pqm, swap_neg=False, engine=None):
+    """``out = op(full, vec broadcast)`` with the planar engine's vector broadcast, in boxes
+    of the full operand; ``engine(da, dv, kind)``, when given, computes a box (datasets of the
+    lowering's element format) in place of the one ``op`` task and returns its result."""
+    kind, shape3, vec_range = bcast_layout(node, pqm)
+    f3 = full.reshape(shape3, lw.elem)
+    o3 = out.reshape(shape3, lw.elem)
+    v1 = vec.reshape((vec.size,), lw.elem)
+    # The vector's part and the box (the int8 engine's tasks all run in place).
+    budget = (lw.buf_size - PLANE_DEPTH) // 2 if engine is None else lw.buf_size - pqm[1]
     boxes = list(_boxes(shape3, budget))
     if kind == "column" and any(b[2] != 0 or b[3] != shape3[1] for b in boxes):
         _unsupported(node, "a column broadcast over planes larger than the buffer")
     for c0, c1, h0, h1 in boxes:
         da = lw.buffer((c1 - c0, h1 - h0, shape3[2]))
         lw.load3(_view3(f3, c0, c1, h0, h1), da)
-        v0, v1_ = vec_len(c0, c1, h0, h1)
-        if kind == "column":
-            v0, v1_ = 0, m
+        v0, v1_ = vec_range(c0, c1, h0, h1)
         dv = lw.buffer((1, 1, v1_ - v0))
         lw.load_any(v1.slice(0, v0, v1_), dv)
-        lw.planar(da, dv, out=da, mode="eltwise", op=op, bcast=kind)
+        if engine is not None:
+            res = engine(da, dv, kind)
+        else:
+            res = lw.planar(da, dv, out=da, mode="eltwise", op=op, bcast=kind)
         if swap_neg:
-            lw.planar(da, out=da, mode="eltwise", op="neg")
-        lw.store3(da, _view3(o3, c0, c1, h0, h1))
+            lw.planar(res, out=res, mode="eltwise", op="neg")
+        lw.store3(res, _view3(o3, c0, c1, h0, h1))
         lw.release(da, dv)
 
 
