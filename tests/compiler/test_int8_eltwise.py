@@ -1,0 +1,206 @@
+"""``--format int8``: ``Add``, ``Sub`` and ``Mul`` of two activations, with broadcast
+(``npu_compiler.int8elt``; ``docs/compiler.md``, "int8").
+
+Against onnxruntime on the float model the error is quantization's. With the calibration run
+on the very inputs of the test, no tensor exceeds its range (``max |t| = 127 s_t``), so the
+bound is stated from the steps (``s_x``, ``s_v`` of the operands, ``s_y`` of the result):
+
+- ``Add`` / ``Sub``: each operand rounded to its code (``s / 2`` each), each rescaled code
+  rounded to binary16 (``2^-11`` relative, ``2^-10`` with the binary32 rounding before it, of
+  at most ``127 s``), the result rounded to int8 (``s_y / 2``):
+  ``(s_x + s_v + s_y) / 2 + 2^-10 127 (s_x + s_v)``.
+- ``Mul``: ``x v - (x + e_x)(v + e_v)`` with ``|e| <= s / 2`` is at most
+  ``127 s_x s_v + s_x s_v / 4``; the rescaled vector rounded to binary16 moves the product
+  by ``2^-10`` of at most ``127 s_y``; the final rounding ``s_y / 2``.
+
+Between the buffer-resident and the system-memory lowering, and between the golden and the
+rtl backends, there is no tolerance: bit for bit.
+"""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from npu_cli.main import main
+from npu_compiler.compile import compile_model
+from npu_compiler.graph import CompileError
+from npu_runtime.runtime import reference, run, session
+from npu_spec.config import preset
+
+#: (full operand, broadcast operand) shapes: per channel, a plane shared by the channels, a
+#: scalar tensor, equal shapes, one value per row, and the broadcast operand first.
+SHAPES = [((1, 8, 6, 10), (1, 8, 1, 1)), ((1, 8, 6, 10), (1, 1, 6, 10)),
+          ((1, 8, 6, 10), (1, 1, 1, 1)), ((1, 8, 6, 10), (1, 8, 6, 10)),
+          ((1, 8, 6, 10), (1, 1, 6, 1)), ((1, 8, 1, 1), (1, 8, 6, 10))]
+
+
+def binary_model(op, sx, sv):
+    """``y = op(x, v)`` of two graph inputs."""
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "v"], ["y"], name="elt")], "elt",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, sx),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, sv)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                       list(np.broadcast_shapes(sx, sv)))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _inputs(sx, sv, n=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((n,) + sx).astype(np.float32),
+            "v": rng.standard_normal((n,) + sv).astype(np.float32)}
+
+
+def _run(program, feeds, backend="golden"):
+    n = len(next(iter(feeds.values())))
+    return np.concatenate([run(program, {k: v[i] for k, v in feeds.items()},
+                               backend).outputs["y"] for i in range(n)])
+
+
+def _scales(c):
+    meta = c.program.metadata["compiler"]
+    s = {t["name"]: t["scale"] for t in meta["inputs"] + meta["outputs"]}
+    return s["x"], s["v"], s["y"]
+
+
+def bound(op, sx, sv, sy):
+    """The largest error against the float result (module docstring)."""
+    if op == "Mul":
+        return 127 * sx * sv + sx * sv / 4 + sy / 2 + 2 ** -10 * 127 * sy
+    return (sx + sv + sy) / 2 + 2 ** -10 * 127 * (sx + sv)
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
+@pytest.mark.parametrize("sx, sv", SHAPES)
+def test_binary_against_onnxruntime(op, sx, sv):
+    model = binary_model(op, sx, sv)
+    feeds = _inputs(sx, sv)
+    c = compile_model(model, preset("small"), fmt="int8", calibration=feeds,
+                      evaluator=session)
+    assert [(r["op"], r["engine"], r["tasks"]) for r in c.plan] == [(op, "PE", 3)]
+    got = _run(c.program, feeds)
+    ref = np.concatenate([reference(model, {k: v[i] for k, v in feeds.items()})["y"]
+                          for i in range(len(feeds["x"]))])
+    err = np.abs(got - ref).max()
+    assert 0 < err <= bound(op, *_scales(c)), (err, bound(op, *_scales(c)))
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
+@pytest.mark.parametrize("sx, sv", [((1, 8, 20, 30), (1, 8, 1, 1)),
+                                    ((1, 8, 20, 30), (1, 1, 20, 30)),
+                                    ((1, 8, 20, 30), (1, 1, 20, 1)),
+                                    ((1, 8, 1, 1), (1, 8, 20, 30)),
+                                    ((1, 8, 20, 30), (1, 8, 20, 30))])
+def test_memory_mode_equals_buffer_bit_for_bit(op, sx, sv):
+    """A 4 KiB buffer (2,048 elements) does not hold the 4,800-element operand: memory mode,
+    in boxes with the vector's part loaded beside each; the outputs equal those of the
+    buffer-resident lowering on ``small``."""
+    model = binary_model(op, sx, sv)
+    feeds = _inputs(sx, sv, n=2, seed=1)
+    outs = []
+    for cfg in (preset("small"), preset("small").replace(buffer_kib=4)):
+        c = compile_model(model, cfg, fmt="int8", calibration=feeds, evaluator=session)
+        outs.append(_run(c.program, feeds))
+    assert "in system memory" in c.plan[0]["how"] and c.plan[0]["tasks"] > 3
+    assert outs[0].tobytes() == outs[1].tobytes()
+
+
+def squeeze_excitation(c=8, size=6, seed=3):
+    """A conv, then squeeze-excitation (global average pool, 1x1 conv + Relu, 1x1 conv +
+    Clip(0, 1) as the gate: int8 has no sigmoid), ``x * gate`` (a ``(1, C, H, W)`` times a
+    ``(1, C, 1, 1)``), the residual ``+ f``, then ``- m`` with ``m`` the mean over the
+    channels (a 1x1 conv to one channel: a ``(1, 1, H, W)`` plane broadcast over them)."""
+    rng = np.random.default_rng(seed)
+    n = helper.make_node
+
+    def init(name, shape, scale=0.4):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale)
+                                       .astype(np.float32), name)
+    lo = numpy_helper.from_array(np.array(0.0, np.float32), "lo")
+    hi = numpy_helper.from_array(np.array(1.0, np.float32), "hi")
+    graph = helper.make_graph(
+        [n("Conv", ["x", "w", "b"], ["f"], pads=[1, 1, 1, 1]),
+         n("GlobalAveragePool", ["f"], ["g"]),
+         n("Conv", ["g", "w1", "b1"], ["h"]), n("Relu", ["h"], ["hr"]),
+         n("Conv", ["hr", "w2", "b2"], ["e"]), n("Clip", ["e", "lo", "hi"], ["gate"]),
+         n("Mul", ["f", "gate"], ["s"], name="excite"),
+         n("Add", ["s", "f"], ["r"], name="residual"),
+         n("Conv", ["r", "wm"], ["m"]),
+         n("Sub", ["r", "m"], ["y"], name="centre")],
+        "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, size, size])],
+        [init("w", (c, 3, 3, 3)), init("b", (c,)), init("w1", (c // 2, c, 1, 1)),
+         init("b1", (c // 2,)), init("w2", (c, c // 2, 1, 1)), init("b2", (c,), 1.0),
+         numpy_helper.from_array(np.full((1, c, 1, 1), 1.0 / c, np.float32), "wm"), lo, hi])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _se_compiled(cfg=None):
+    rng = np.random.default_rng(4)
+    cal = {"x": rng.standard_normal((16, 1, 3, 6, 6)).astype(np.float32)}
+    return compile_model(squeeze_excitation(), cfg or preset("small"), fmt="int8",
+                         calibration=cal, evaluator=session)
+
+
+def test_squeeze_excitation_against_onnxruntime():
+    c = _se_compiled()
+    rows = {r["node"]: r for r in c.plan}
+    assert [rows[k]["engine"] for k in ("excite", "residual", "centre")] == ["PE"] * 3
+    model = squeeze_excitation()
+    x = np.random.default_rng(5).standard_normal((3, 1, 3, 6, 6)).astype(np.float32)
+    got = _run(c.program, {"x": x}).reshape(3, 8, 6, 6)
+    ref = np.stack([reference(model, {"x": xi})["y"][0] for xi in x])
+    # Five int8 layers in a row, each adding about one step of its own scale: a few steps
+    # of the output's.
+    step = c.program.metadata["compiler"]["outputs"][0]["scale"]
+    assert 0 < np.abs(got - ref).max() < 4 * step
+
+
+def test_squeeze_excitation_in_memory_equals_buffer():
+    x = {"x": np.random.default_rng(6).standard_normal((1, 1, 3, 6, 6)).astype(np.float32)}
+    buffer = _run(_se_compiled().program, x)
+    small = _se_compiled(preset("small").replace(buffer_kib=1))
+    assert all("in system memory" in r["how"] for r in small.plan if r["op"] != "Flatten")
+    assert _run(small.program, x).tobytes() == buffer.tobytes()
+
+
+def test_broadcast_rtl_equals_golden():
+    """One quick rtl run: a per-channel ``Mul`` (the squeeze-excitation shape)."""
+    model = binary_model("Mul", (1, 8, 6, 10), (1, 8, 1, 1))
+    feeds = _inputs((1, 8, 6, 10), (1, 8, 1, 1), n=1)
+    c = compile_model(model, preset("small"), fmt="int8", calibration=feeds,
+                      evaluator=session)
+    assert _run(c.program, feeds, "rtl").tobytes() == _run(c.program, feeds).tobytes()
+
+
+@pytest.mark.slow
+def test_squeeze_excitation_rtl_equals_golden():
+    x = {"x": np.random.default_rng(7).standard_normal((1, 1, 3, 6, 6)).astype(np.float32)}
+    for cfg in (None, preset("small").replace(buffer_kib=1)):
+        c = _se_compiled(cfg)
+        assert _run(c.program, x, "rtl").tobytes() == _run(c.program, x).tobytes()
+
+
+@pytest.mark.parametrize("op, sx, sv, message", [
+    ("Add", (1, 4, 1, 6), (1, 1, 5, 1),
+     r"node 'elt' \(Add\): broadcast of \(1, 4, 1, 6\) and \(1, 1, 5, 1\) with neither "
+     r"the output's shape \(--format int8\)"),
+    ("Mul", (1, 4, 5, 6), (1, 4, 1, 6),
+     r"node 'elt' \(Mul\): broadcast of \(1, 4, 1, 6\) over \(1, 4, 5, 6\) \(the smaller "
+     r"operand must vary over one block of axes\)"),
+    ("Div", (1, 4, 5, 6), (1, 4, 1, 1),
+     r"node 'elt' \(Div\): Div of two activations is not supported \(by a constant only\)"),
+])
+def test_unsupported_binary_is_one_line(op, sx, sv, message, tmp_path, capsys):
+    model = binary_model(op, sx, sv)
+    feeds = _inputs(sx, sv, n=1)
+    with pytest.raises(CompileError, match=message):
+        compile_model(model, preset("small"), fmt="int8", calibration=feeds)
+    import onnx
+    onnx.save(model, tmp_path / "m.onnx")
+    np.savez(tmp_path / "cal.npz", **feeds)
+    assert main(["compile", str(tmp_path / "m.onnx"), "--format", "int8", "--calibration",
+                 str(tmp_path / "cal.npz"), "-o", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("npu: error: node 'elt'"), err
