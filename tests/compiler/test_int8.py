@@ -187,8 +187,6 @@ def _with(op_nodes, out_shape, name="m"):
 
 
 @pytest.mark.parametrize("nodes, shape, message", [
-    ([(("Div", ["c", "x"], ["y"]), {"name": "over"})], [1, 2, 4, 4],
-     r"node 'over' \(Div\): Div of two activations is not supported"),
     ([(("Abs", ["c"], ["y"]), {"name": "abs"})], [1, 2, 4, 4],
      r"node 'abs' \(Abs\): operator Abs is not supported with --format int8"),
     ([(("Sigmoid", ["x"], ["s"]), {"name": "sig"}), (("Add", ["c", "s"], ["y"]), {})],
