@@ -500,7 +500,8 @@ class _Int8(EltwiseInt8, MemoryInt8):
     def op_Gemm(self, node):
         g = self.g
         x, out = node.inputs[0], node.outputs[0]
-        src = self.view(x) if self.memory else self.src(x)
+        if not self.memory:
+            self.src(x)
         w = g.const(node.inputs[1])
         bias = g.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         if w is None or (len(node.inputs) > 2 and node.inputs[2] and bias is None):
@@ -513,7 +514,7 @@ class _Int8(EltwiseInt8, MemoryInt8):
             self.fail(f"output shape {tuple(g.shapes[out])} (a batch of one is needed)")
         if bias is not None:
             bias = np.broadcast_to(bias, (1, w.shape[0])).reshape(-1)
-        c, h, ww = src.shape
+        x, (c, h, ww) = self.flat_input(x)
         if c * h * ww != w.shape[1]:
             self.fail(f"the input has {c * h * ww} elements, B has {w.shape[1]} rows")
         if self.memory:

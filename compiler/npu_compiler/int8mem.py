@@ -142,6 +142,22 @@ class MemoryInt8(Transfers):
                 src = self.view(name)
                 ops.copy(self, src, self.new_view(name, src.shape))
 
+    def flat_input(self, x):
+        """``(name, (C, H, W))`` of the input of a matrix product on activation ``x``: ``x``
+        itself, or when its plane is larger than a kernel an alias ``x:flat`` of shape
+        ``(C H W, 1, 1)`` (in the buffer: :meth:`needs_memory`, the engine takes no more
+        input channels than its input buffer's rows; in memory the layer is folded)."""
+        shape = tuple((self.mv if self.memory else self.ds)[x].shape)
+        if max(shape[1:]) <= MAX_KERNEL:
+            return x, shape
+        if not self.memory:
+            self.needs_memory(f"a {shape[1]}x{shape[2]} input plane is larger than a kernel")
+        flat = f"{x}:flat"
+        n = int(np.prod(shape))
+        self.mv[flat] = self.view(x).reshape((n, 1, 1), "int8")
+        self.scale[flat] = self.scale[x]
+        return flat, (n, 1, 1)
+
     def mem_alias(self, node):
         x, out = node.inputs[0], node.outputs[0]
         v = self.view(x)
@@ -154,16 +170,28 @@ class MemoryInt8(Transfers):
     def mem_conv(self, x, out, w, bias, act, strides=(1, 1), pads=(0, 0, 0, 0), dil=1,
                  groups=1, model=True):
         """A convolution of activation ``x`` (float weights ``w`` ``[K, C/groups, KH, KW]``)
-        into a new tensor ``out``, in bands of output rows; kernels split over the kernel
-        memory; a layer of more input channels than the input buffer's rows folded
-        (:meth:`_fold`)."""
+        into a new tensor ``out`` with its calibrated scale: quantized, then
+        :meth:`mem_conv_quantized`."""
         s_out = self.out_scale(out)
         lossy = self.compression if model else Compression()
         w = np.asarray(w, np.float64)
         if lossy.prune:
             w = prune(w, lossy.prune)
+        try:
+            q = quantize_conv(w, bias, self.scale[x], s_out, act)
+        except ValueError as e:
+            self.fail(str(e))
+        self.mem_conv_quantized(x, out, q, strides, pads, dil, groups, lossy.palette)
+        self.scale[out] = s_out
+
+    def mem_conv_quantized(self, x, out, q, strides=(1, 1), pads=(0, 0, 0, 0), dil=1,
+                           groups=1, palette=None, fill=0):
+        """The convolution :class:`~npu_compiler.quant.QuantizedConv` ``q`` of activation
+        ``x`` into a new tensor ``out``, in bands of output rows; kernels split over the
+        kernel memory; a layer of more input channels than the input buffer's rows folded
+        (:meth:`_fold`). ``fill``: the code of the padding (an input zero point)."""
         x3 = self.view(x)
-        k, icpg, kh, kw = w.shape
+        k, icpg, kh, kw = q.weights.shape
         c, h, width = x3.shape
         if icpg * groups != c:
             self.fail(f"the input has {c} channels, the weights need {icpg * groups}")
@@ -173,11 +201,8 @@ class MemoryInt8(Transfers):
                   (width + left + r - dk[1]) // strides[1] + 1)
         out3 = self.new_view(out, oshape)
         if groups == 1 and icpg * kh > self.buffer_rows:
-            x3, w, pads, strides = self._fold(x3, w, pads, strides, dil)
-        try:
-            q = quantize_conv(w, bias, self.scale[x], s_out, act)
-        except ValueError as e:
-            self.fail(str(e))
+            x3, w, pads, strides = self._fold(x3, q.weights, pads, strides, dil)
+            q = dataclasses.replace(q, weights=w)
         if max(q.weights.shape[2:]) > MAX_KERNEL:
             self.fail(f"kernel {'x'.join(map(str, q.weights.shape[2:]))} is larger than the "
                       f"engine's {MAX_KERNEL}x{MAX_KERNEL}")
@@ -186,8 +211,7 @@ class MemoryInt8(Transfers):
             part = _slice_conv(q, k0, k1)
             cg = 1 if groups == 1 else (c1 - c0) // icpg
             self._banded_conv(x3.slice(0, c0, c1), out3.slice(0, k0, k1), part, cg, strides,
-                              pads, dil, lossy.palette)
-        self.scale[out] = s_out
+                              pads, dil, palette, fill)
 
     def _fold(self, x3, w, pads, strides, dil):
         """A layer whose input channels times kernel rows exceed the input buffer's rows,
@@ -233,10 +257,11 @@ class MemoryInt8(Transfers):
         return [(g0 * ocpg, min(groups, g0 + step) * ocpg, g0 * icpg,
                  min(groups, g0 + step) * icpg) for g0 in range(0, groups, step)]
 
-    def _banded_conv(self, x3, out3, q, groups, strides, pads, dil, palette):
+    def _banded_conv(self, x3, out3, q, groups, strides, pads, dil, palette, fill=0):
         """One part of a convolution: its kernels cut to fit the kernel memory, then
         :func:`npu_compiler.ops.windowed` (the whole part at once when it fits the buffer,
-        with the engine's padding; else bands)."""
+        with the engine's padding of code 0; else, or with another ``fill``, bands padded
+        explicitly)."""
         k, icpg, kh, kw = q.weights.shape
         s = _engine_stride(strides)
         blobs = self._blob_chunks(q, groups, palette)
@@ -255,9 +280,9 @@ class MemoryInt8(Transfers):
             return dst
 
         t, left, b, r = pads
-        native = t if (t == left == b == r and t <= 15) else None
+        native = t if (t == left == b == r and t <= 15 and (fill == 0 or t == 0)) else None
         ops.windowed(self, self.node, x3, out3, kh=kh, kw=kw, s=s, fy=strides[0] // s,
-                     fx=strides[1] // s, dil=dil, pads=pads, fill=0, native=native,
+                     fx=strides[1] // s, dil=dil, pads=pads, fill=fill, native=native,
                      engine=engine, k_out=k)
 
     def _blob_chunks(self, q, groups, palette):

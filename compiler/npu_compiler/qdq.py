@@ -33,8 +33,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from npu_model.builder import BuildError
+from npu_spec.program import dense_strides
+
 from .graph import CompileError
 from .int8 import SHAPE_OPS, _Int8, _shape3
+from .int8mem import NeedsMemory
+from .lower import MView
 from .quant import QuantizedConv, requantize_params, weight_scales
 
 __all__ = ["FOREIGN_OPS", "QUANT_OPS", "QDQ_OPS", "lower_qdq", "prepare", "quantized_node"]
@@ -123,10 +128,11 @@ class Pending:
 
 class _QDQ(_Int8):
     OPS = QDQ_OPS
-    MEMORY_MODE = False     # buffer-resident only (npu_compiler.int8mem is not wired in)
 
     def __init__(self, graph, config, name, cores=None):
-        super().__init__(graph, config, {}, name, cores=cores, chain=False)
+        # In memory mode layer by layer: a pending accumulator is emitted by a later node,
+        # which the depth-first segments' band functions do not follow.
+        super().__init__(graph, config, {}, name, cores=cores, chain=False, schedule="layer")
         self.zp = {}        # tensor -> int8-domain zero point
         self.qconst = {}    # DequantizeLinear output of a constant -> (q, scale, zp, axis)
         self.pend = {}      # tensor -> Pending
@@ -181,6 +187,19 @@ class _QDQ(_Int8):
             self.emit(p, name, *p.own)
         return super().src(name, conv)
 
+    def act3(self, name):
+        """The buffer dataset or (in memory mode) the system-memory view of int8 tensor
+        ``name``."""
+        return self.mv[name] if self.memory else self.ds[name]
+
+    def rename(self, x, out, s, z):
+        """``out`` is the codes of ``x`` with scale ``s`` and zero point ``z`` (no task)."""
+        if self.memory:
+            self.mv[out] = self.mv[x]
+        else:
+            self.ds[out] = self.ds[x]
+        self.scale[out], self.zp[out] = s, z
+
     def params(self, name):
         if self.scale.get(name) is None:
             self.fail(f"tensor {name!r} has no scale (no DequantizeLinear or QuantizeLinear "
@@ -206,7 +225,45 @@ class _QDQ(_Int8):
             self.node = f"input {name!r}"
             self.dtype[name] = self._int_type(name).name
             s, z = None, None
-        self.ds[name], self.scale[name], self.zp[name] = self.b.load(t), s, z
+        self.scale[name], self.zp[name] = s, z
+        if self.memory:
+            self.mv[name] = MView(t.addr, s3, dense_strides(s3, "int8"))
+            return
+        try:
+            self.ds[name] = self.b.load(t)
+        except BuildError as e:
+            self.needs_memory(f"input {name!r}: {e}")
+
+    def mem_node(self, node):
+        """``node`` in memory mode: ``Add`` of two tensors per chunk (:meth:`_add_tensors`),
+        ``MaxPool`` in bands, shape operators as aliases, the rest as in the buffer."""
+        op = node.op
+        if op in SHAPE_OPS:
+            self.mem_alias(node)
+            self.zp[node.outputs[0]] = self.zp[node.inputs[0]]
+        elif op == "MaxPool":
+            x = node.inputs[0]
+            self.src(x)
+            if len([o for o in node.outputs if o]) > 1:
+                self.fail("the indices output is not supported")
+            self.mem_pool(node, True)
+            self.zp[node.outputs[0]] = self.zp[x]
+        elif op == "Add" and not [x for x in node.inputs if x in self.pend]:
+            for x in node.inputs:
+                self.src(x)
+            self.mem_elementwise(node, self._add_tensors, 5)
+        else:
+            getattr(self, "op_" + op)(node)
+
+    def mem_outputs(self):
+        for name in self.g.outputs:
+            if name in self.pend:
+                self.src(name)
+            if not self.g.is_float(name):
+                self.dtype[name] = self._int_type(name).name
+            elif self.scale.get(name) is None:
+                raise CompileError(f"output {name!r} has no scale")
+        super().mem_outputs()
 
     def output_dataset(self, name):
         if name in self.pend:
@@ -256,6 +313,11 @@ class _QDQ(_Int8):
             act, lo, hi = ("relu", -128, 127) if p.act == (0.0, np.inf) else ("clamp", lo8, hi8)
         q = QuantizedConv(w.astype(np.int8), bias.astype(np.int64), mult, shift, act, lo, hi,
                           1.0, float(s_y), p.unit, p.unit / s_y, int(z_y))
+        if self.memory:
+            self.mem_conv_quantized(p.x, out, q, (p.stride,) * 2, (p.pad,) * 4, p.dilation,
+                                    p.groups, fill=p.z_x)
+            self.scale[out], self.zp[out] = float(s_y), int(z_y)
+            return
         src = self.ds[p.x]
         pad = p.pad
         if p.z_x != 0 and pad:
@@ -281,7 +343,7 @@ class _QDQ(_Int8):
     def _identity(self, x, act=None, own=True):
         """A pending 1x1 depthwise layer of weight 1 on int8 tensor ``x``."""
         s, z = self.params(x)
-        c = self.ds[x].shape[0]
+        c = self.act3(x).shape[0]
         return Pending(x, z, np.ones((c, 1, 1, 1), np.int64), np.zeros(c), np.full(c, s),
                        self.node, act, groups=c, own=(s, z) if own else None)
 
@@ -294,12 +356,13 @@ class _QDQ(_Int8):
             self.fail("only the default saturate and output_dtype are supported")
         if x in self.pend and len(self.g.consumers(x)) == 1 and x not in self.g.outputs:
             p = self.pend.pop(x)
-            self.row.update(op=p.node.op, node=p.node.name, **{"in": [list(self.g.shapes[p.x])]})
+            shape = self.g.shapes.get(p.x, self.act3(p.x).shape)
+            self.row.update(op=p.node.op, node=p.node.name, **{"in": [list(shape)]})
             self.emit(p, out, s, z)
             return
         self.src(x)
         if self.params(x) == (s, z):
-            self.ds[out], self.scale[out], self.zp[out] = self.ds[x], s, z
+            self.rename(x, out, s, z)
             return
         self.emit(self._identity(x, own=False), out, s, z)
 
@@ -317,7 +380,7 @@ class _QDQ(_Int8):
         self._int_type(x)
         self.src(x)
         s, z = self._scalar_params(node, 1, 2, x)
-        self.ds[out], self.scale[out], self.zp[out] = self.ds[x], s, z
+        self.rename(x, out, s, z)
 
     # ---- weights ---------------------------------------------------------------------------
 
@@ -461,11 +524,12 @@ class _QDQ(_Int8):
     def _matrix(self, node, x, z_x, w_kn, unit, bias):
         """A pending fully connected layer: ``x`` ``(1, N_in)``, ``w_kn`` ``[N_out, N_in]``
         int, as a convolution whose kernel covers the input dataset."""
-        src = self.src(x)
+        self.src(x)
         out = node.outputs[0]
         if tuple(self.g.shapes[out]) != (1, w_kn.shape[0]):
             self.fail(f"output shape {tuple(self.g.shapes[out])} (a batch of one is needed)")
-        c, h, ww = src.shape
+        x, (c, h, ww) = self.flat_input(x)
+        self.zp[x] = z_x
         if c * h * ww != w_kn.shape[1]:
             self.fail(f"the input has {c * h * ww} elements, the weights {w_kn.shape[1]} rows")
         self.pend[out] = Pending(x, z_x, w_kn.reshape(w_kn.shape[0], c, h, ww), bias, unit,
@@ -672,7 +736,13 @@ def lower_qdq(graph, config, name="", spill=False, cores=None):
     :func:`npu_compiler.int8.lower_int8`."""
     lw = _QDQ(graph, config, name, cores)
     lw.spill = spill
-    lw.run()
+    try:
+        lw.run()
+    except NeedsMemory:
+        # As lower_int8: every int8 tensor in system memory, layers in bands.
+        lw = _QDQ(graph, config, name, cores)
+        lw.memory = True
+        lw.run()
 
     def spec(n):
         return {"scale": lw.scale.get(n), "zero_point": lw.zp.get(n),
