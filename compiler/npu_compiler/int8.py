@@ -13,8 +13,8 @@ and stores the graph outputs (dequantized by the runtime). When the activations 
 the buffer, or an operator needs system memory, it lowers the network again with every
 activation in system memory and the layers cut into bands (:mod:`npu_compiler.int8mem`).
 Operators: ``Conv`` (with a fused ``Relu`` or ``Clip``), ``Gemm`` (a convolution whose
-kernel covers the whole input), ``Add`` of two activations of one shape (planar engine,
-through binary16), ``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool`` (a depthwise
+kernel covers the whole input), ``Add``, ``Sub``, ``Mul`` of two activations with
+broadcast (planar engine, through binary16: :mod:`npu_compiler.int8elt`), ``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool`` (a depthwise
 convolution of weight ``1 / (H W)``), ``AveragePool`` and ``Concat`` (system memory only),
 and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Identity``. Any
 other operator is a :class:`CompileError` naming the node.
