@@ -412,6 +412,7 @@ def _fuse_activations(graph):
             if (act is not None and prev is not None and prev.op in ("Conv", "Gemm")
                     and not prev.fused and _single_use(graph, n.inputs[0])):
                 prev.fused = act
+                prev.preact = n.inputs[0]
                 prev.outputs = [n.outputs[0]]
                 continue
         keep.append(n)

@@ -18,13 +18,15 @@ class CompileError(ValueError):
 class Node:
     """One operator: ``op`` (ONNX type), ``name``, input and output tensor names (``""`` for
     an omitted optional input) and attributes as Python values. ``fused`` holds what the
-    front end folded into it (an activation for the post-processor)."""
+    front end folded into it (an activation for the post-processor), ``preact`` the name of
+    the tensor the folded activation read (the int8 lowering's scale of it)."""
     op: str
     name: str
     inputs: list
     outputs: list
     attrs: dict = field(default_factory=dict)
     fused: dict = field(default_factory=dict)
+    preact: str = ""
 
     def attr(self, key, default=None):
         return self.attrs.get(key, default)

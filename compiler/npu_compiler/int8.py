@@ -12,11 +12,14 @@ loads the graph inputs (quantized by the runtime with the scales in the program'
 and stores the graph outputs (dequantized by the runtime). When the activations do not fit
 the buffer, or an operator needs system memory, it lowers the network again with every
 activation in system memory and the layers cut into bands (:mod:`npu_compiler.int8mem`).
-Operators: ``Conv`` (with a fused ``Relu`` or ``Clip``), ``Gemm`` (a convolution whose
-kernel covers the whole input), ``Add``, ``Sub``, ``Mul`` of two activations with
-broadcast (planar engine, through binary16: :mod:`npu_compiler.int8elt`), ``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool`` (a depthwise
-convolution of weight ``1 / (H W)``), ``AveragePool`` and ``Concat`` (system memory only),
-and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Identity``. Any
+Operators: ``Conv`` (with a fused ``Relu`` or ``Clip``, or a fused ``Sigmoid``, ``Tanh``,
+``Gelu`` after it), ``Gemm`` (a convolution whose kernel covers the whole input), ``Add``,
+``Sub``, ``Mul`` of two activations with broadcast (planar engine, through binary16),
+``Sigmoid``, ``Tanh``, ``Gelu`` (a mixed-format layer and a planar rescale; both
+:mod:`npu_compiler.int8elt`), ``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool``
+(a depthwise convolution of weight ``1 / (H W)``), ``AveragePool`` and ``Concat`` (system
+memory only), and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze``,
+``Identity``. Any
 other operator is a :class:`CompileError` naming the node.
 """
 
@@ -32,7 +35,7 @@ from .compress import Compression, encode_kernels, prune
 from .cores import check_cores, core_blobs
 from .cores import place as place_on_cores
 from .graph import CompileError
-from .int8elt import BINARY_OPS, EltwiseInt8
+from .int8elt import BINARY_OPS, PWL_OPS, EltwiseInt8
 from .int8mem import MemoryInt8, NeedsMemory
 from .ops import _conv_geometry
 from .quant import Calibrator, quantize_conv
@@ -42,7 +45,7 @@ __all__ = ["INT8_OPS", "calibrate", "calibration_samples", "lower_int8", "read_a
 
 SHAPE_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
 INT8_OPS = ("Conv", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "MaxPool", "AveragePool",
-            "GlobalAveragePool", "Concat") + SHAPE_OPS
+            "GlobalAveragePool", "Concat") + tuple(PWL_OPS) + SHAPE_OPS
 
 
 # ---- calibration ---------------------------------------------------------------------------
@@ -228,15 +231,16 @@ class _Int8(EltwiseInt8, MemoryInt8):
                       f"(1, C, H, W) activation")
         return ds
 
-    def _check_layer(self, src, blob, dst, stride, pad, dilation, groups):
+    def _check_layer(self, src, blob, dst, stride, pad, dilation, groups, fmt=MacFormat.INT8,
+                     out_fp16=0):
         _, icpg, kh, kw = blob.weight_shape
         c, h, w = src.shape
         k, oh, ow = dst.shape
-        layer = neural.make_layer(fmt=MacFormat.INT8,
+        layer = neural.make_layer(fmt=fmt,
                                   log2w=neural.best_log2w(self.cfg, ow, kw, stride, dilation),
                                   groups=groups, icpg=icpg, ocpg=k // groups, in_h=h, in_w=w,
                                   out_h=oh, out_w=ow, kh=kh, kw=kw, stride=stride,
-                                  dilation=dilation, pad=pad, out_fp16=0)
+                                  dilation=dilation, pad=pad, out_fp16=out_fp16)
         err = neural.layer_error(layer, self.cfg)
         if err != neural.NeuralError.NONE:
             self.fail(f"the neural engine cannot run this layer ({err.name})")
@@ -391,6 +395,8 @@ class _Int8(EltwiseInt8, MemoryInt8):
             self.mem_binary(node)
         elif op == "Relu":
             self.mem_elementwise(node, self.op_Relu, 2)
+        elif op in PWL_OPS:
+            self.pwl_node(node)
         else:
             getattr(self, "op_" + op)(node)
 
@@ -464,6 +470,11 @@ class _Int8(EltwiseInt8, MemoryInt8):
     # ---- operators -------------------------------------------------------------------------
 
     def op_Conv(self, node):
+        split = self.pwl_split(node)
+        if split is not None:
+            self.op_Conv(split[0])
+            self.pwl_node(split[1])
+            return
         g = self.g
         x, out = node.inputs[0], node.outputs[0]
         self.src(x, conv=True)
@@ -498,6 +509,11 @@ class _Int8(EltwiseInt8, MemoryInt8):
         self.fail(f"the fused activation {kind} is not supported")
 
     def op_Gemm(self, node):
+        split = self.pwl_split(node)
+        if split is not None:
+            self.op_Gemm(split[0])
+            self.pwl_node(split[1])
+            return
         g = self.g
         x, out = node.inputs[0], node.outputs[0]
         if not self.memory:

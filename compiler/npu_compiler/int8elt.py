@@ -17,20 +17,35 @@ or one element; a scalar tensor ``(1, 1, 1, 1)`` too). In the buffer the whole t
 viewed in the broadcast's ``(C, H, W)`` shape; in memory mode the full operand runs in boxes
 with the part of the vector each needs (``ops.broadcast_op``), the three tasks in place.
 
+The post-processor's piecewise-linear activations (``Sigmoid``, ``Tanh``, and ``Gelu``, also
+fused into a ``Conv`` or ``Gemm``) need binary32 accumulators: an int8 tensor goes through a
+depthwise 1x1 layer in the mixed format (int8 data x binary16 weight 1, the input's scale
+as the post-processor's binary32 scale, the activation, binary16 out), then a planar
+gain-bias by ``1 / s_y`` rounds it to int8. A fused one follows its layer, computed with the
+calibrated scale of the tensor the activation read (``Node.preact``).
+
 :class:`EltwiseInt8` is the mixin of :class:`npu_compiler.int8._Int8` that does it.
 """
 
 import dataclasses
 
+import numpy as np
+
 from npu_model.builder import Dataset
 from npu_spec import planar as planar_spec
+from npu_spec.mac import MacFormat
 
 from . import ops
+from .compress import encode_kernels
+from .graph import Node
+from .lower import _f16, _f32bits
 
-__all__ = ["BINARY_OPS", "EltwiseInt8"]
+__all__ = ["BINARY_OPS", "PWL_OPS", "EltwiseInt8"]
 
 #: Operators of two int8 activations this module lowers.
 BINARY_OPS = ("Add", "Sub", "Mul")
+#: Piecewise-linear activations as operators, and their post-processor functions.
+PWL_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Gelu": "gelu"}
 
 
 class EltwiseInt8:
@@ -139,3 +154,64 @@ class EltwiseInt8:
 
         ops.broadcast_op(self, node, op, vf, vo, out3, pqm, engine=engine)
         self.scale[out] = self.out_scale(out)
+
+    # ---- piecewise-linear activations ------------------------------------------------------
+
+    def pwl_split(self, node):
+        """``(layer, activation)``: a ``Conv`` or ``Gemm`` with a fused piecewise-linear
+        activation as the layer alone (writing the tensor the activation read) and the
+        activation as a node of its own; None for any other node."""
+        kind = (node.fused or {}).get("act")
+        op = {v: k for k, v in PWL_OPS.items()}.get(kind)
+        if op is None:
+            return None
+        if not node.preact:
+            self.fail(f"the fused activation {kind} has no input tensor to calibrate")
+        layer = dataclasses.replace(node, outputs=[node.preact], fused={}, preact="")
+        return layer, Node(op, node.name, [node.preact], list(node.outputs))
+
+    def pwl_node(self, node):
+        """A piecewise-linear activation node, whole or (memory mode) in chunks."""
+        if self.memory:
+            self.mem_elementwise(node, self.op_Sigmoid, 3)
+        else:
+            self.op_Sigmoid(node)
+
+    def op_Sigmoid(self, node):
+        """``Sigmoid``, ``Tanh``, ``Gelu`` of an int8 activation (module docstring)."""
+        x, out = node.inputs[0], node.outputs[0]
+        kind = PWL_OPS[node.op]
+        if node.op == "Gelu" and node.attr("approximate", "none") != "none":
+            self.fail("the tanh approximation of Gelu is not supported")
+        if "mixed" not in self.cfg.formats:
+            self.fail(f"{node.op} in int8 needs the int8 x binary16 (mixed) datapath, which "
+                      f"preset {self.cfg.name!r} has not")
+        ds = self.src(x)
+        s_out = self.out_scale(out)
+        blob = self._pwl_blob(ds.shape[0], self.scale[x])
+        places = self._resident(blob) if self.memory else self.place(blob, 1)
+        h = self.b.conv(ds, places[0], act=kind, out_fp16=True)
+        self._check_layer(ds, blob, h, 1, 0, 1, ds.shape[0], fmt=MacFormat.I8F16, out_fp16=1)
+        y = self.b.planar(h, mode="eltwise", op="gain_bias", scale=1.0 / s_out, bias=0.0,
+                          out_fmt=planar_spec.Fmt.INT8)
+        self.b.release(h)
+        self.ds[out], self.scale[out] = y, s_out
+
+    op_Tanh = op_Gelu = op_Sigmoid
+
+    def _pwl_blob(self, c, s_in):
+        """The kernels of the mixed depthwise layer of :meth:`op_Sigmoid`: weight 1
+        (binary16), bias 0, scale ``s_in`` (binary32), for ``c`` channels."""
+        key = ("pwl", c, float(s_in))
+        if key not in self._requant:
+            blob, raw_bytes, choice = encode_kernels(
+                _f16(np.ones((c, 1, 1, 1))), fmt=MacFormat.I8F16, bias=_f32bits(np.zeros(c)),
+                scale=_f32bits(np.full(c, s_in)), groups=c, slots=self.cfg.acc_slots,
+                raw=self.compression.raw, extract=self.cfg.kernel_extract)
+            self._raw[id(blob)] = raw_bytes
+            self._requant[key] = (choice, blob)
+        choice, blob = self._requant[key]
+        self.row["kernel_encoding"] = choice.name(blob.fmt)
+        if not self.memory:
+            self.row["kernel_raw_bytes"] += self._raw[id(blob)]
+        return blob

@@ -189,9 +189,9 @@ def _with(op_nodes, out_shape, name="m"):
 @pytest.mark.parametrize("nodes, shape, message", [
     ([(("Abs", ["c"], ["y"]), {"name": "abs"})], [1, 2, 4, 4],
      r"node 'abs' \(Abs\): operator Abs is not supported with --format int8"),
-    ([(("Sigmoid", ["x"], ["s"]), {"name": "sig"}), (("Add", ["c", "s"], ["y"]), {})],
+    ([(("LeakyRelu", ["x"], ["s"]), {"name": "leaky"}), (("Add", ["c", "s"], ["y"]), {})],
      [1, 2, 4, 4],
-     r"node 'sig' \(Sigmoid\): operator Sigmoid is not supported"),
+     r"node 'leaky' \(LeakyRelu\): operator LeakyRelu is not supported"),
 ])
 def test_unsupported_int8_operator_names_node_and_op(nodes, shape, message):
     model = _with(nodes, shape)
@@ -204,8 +204,8 @@ def test_unsupported_int8_operator_names_node_and_op(nodes, shape, message):
 
 def test_unsupported_fused_activation_is_an_error():
     model = _gap_model()
-    model.graph.node[1].op_type = "Sigmoid"
-    with pytest.raises(CompileError, match=r"Conv.*fused activation sigmoid"):
+    model.graph.node[1].op_type = "LeakyRelu"
+    with pytest.raises(CompileError, match=r"Conv.*fused activation leaky"):
         compile_model(model, preset("small"), fmt="int8",
                       calibration={"x": np.ones((1, 3, 10, 10), np.float32)})
 

@@ -1,5 +1,6 @@
-"""``--format int8``: ``Add``, ``Sub`` and ``Mul`` of two activations, with broadcast
-(``npu_compiler.int8elt``; ``docs/compiler.md``, "int8").
+"""``--format int8``: ``Add``, ``Sub`` and ``Mul`` of two activations, with broadcast, and
+the piecewise-linear activations ``Sigmoid``, ``Tanh``, ``Gelu`` (``npu_compiler.int8elt``;
+``docs/compiler.md``, "int8").
 
 Against onnxruntime on the float model the error is quantization's. With the calibration run
 on the very inputs of the test, no tensor exceeds its range (``max |t| = 127 s_t``), so the
@@ -12,6 +13,11 @@ bound is stated from the steps (``s_x``, ``s_v`` of the operands, ``s_y`` of the
 - ``Mul``: ``x v - (x + e_x)(v + e_v)`` with ``|e| <= s / 2`` is at most
   ``127 s_x s_v + s_x s_v / 4``; the rescaled vector rounded to binary16 moves the product
   by ``2^-10`` of at most ``127 s_y``; the final rounding ``s_y / 2``.
+- ``Sigmoid``, ``Tanh``, ``Gelu``: the input's rounding times the function's largest slope
+  ``L`` (1/4, 1, 1.13), the table's error after binary16 (``E``: 6.0e-4, 9.0e-4, 1.4e-3,
+  ``docs/postproc.md``), the binary16 rounding of a result of up to ``127 s_y`` (``2^-11``
+  relative, for GELU's tail ``x``) and the final rounding:
+  ``L s_x / 2 + E + 2^-11 127 s_y + s_y / 2``.
 
 Between the buffer-resident and the system-memory lowering, and between the golden and the
 rtl backends, there is no tolerance: bit for bit.
@@ -107,7 +113,7 @@ def test_memory_mode_equals_buffer_bit_for_bit(op, sx, sv):
 
 def squeeze_excitation(c=8, size=6, seed=3):
     """A conv, then squeeze-excitation (global average pool, 1x1 conv + Relu, 1x1 conv +
-    Clip(0, 1) as the gate: int8 has no sigmoid), ``x * gate`` (a ``(1, C, H, W)`` times a
+    Sigmoid as the gate), ``x * gate`` (a ``(1, C, H, W)`` times a
     ``(1, C, 1, 1)``), the residual ``+ f``, then ``- m`` with ``m`` the mean over the
     channels (a 1x1 conv to one channel: a ``(1, 1, H, W)`` plane broadcast over them)."""
     rng = np.random.default_rng(seed)
@@ -116,13 +122,11 @@ def squeeze_excitation(c=8, size=6, seed=3):
     def init(name, shape, scale=0.4):
         return numpy_helper.from_array((rng.standard_normal(shape) * scale)
                                        .astype(np.float32), name)
-    lo = numpy_helper.from_array(np.array(0.0, np.float32), "lo")
-    hi = numpy_helper.from_array(np.array(1.0, np.float32), "hi")
     graph = helper.make_graph(
         [n("Conv", ["x", "w", "b"], ["f"], pads=[1, 1, 1, 1]),
          n("GlobalAveragePool", ["f"], ["g"]),
          n("Conv", ["g", "w1", "b1"], ["h"]), n("Relu", ["h"], ["hr"]),
-         n("Conv", ["hr", "w2", "b2"], ["e"]), n("Clip", ["e", "lo", "hi"], ["gate"]),
+         n("Conv", ["hr", "w2", "b2"], ["e"]), n("Sigmoid", ["e"], ["gate"]),
          n("Mul", ["f", "gate"], ["s"], name="excite"),
          n("Add", ["s", "f"], ["r"], name="residual"),
          n("Conv", ["r", "wm"], ["m"]),
@@ -131,7 +135,7 @@ def squeeze_excitation(c=8, size=6, seed=3):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, size, size])],
         [init("w", (c, 3, 3, 3)), init("b", (c,)), init("w1", (c // 2, c, 1, 1)),
          init("b1", (c // 2,)), init("w2", (c, c // 2, 1, 1)), init("b2", (c,), 1.0),
-         numpy_helper.from_array(np.full((1, c, 1, 1), 1.0 / c, np.float32), "wm"), lo, hi])
+         numpy_helper.from_array(np.full((1, c, 1, 1), 1.0 / c, np.float32), "wm")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -204,3 +208,69 @@ def test_unsupported_binary_is_one_line(op, sx, sv, message, tmp_path, capsys):
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert "Traceback" not in err and last.startswith("npu: error: node 'elt'"), err
+
+
+#: ``(largest slope, table error after binary16)`` of each activation (module docstring).
+PWL = {"Sigmoid": (0.25, 6.0e-4), "Tanh": (1.0, 9.0e-4), "Gelu": (1.13, 1.4e-3)}
+
+
+def activation_model(op, fused, seed=0):
+    """``op`` of the input, or (``fused``) of a 3x3 conv 4 -> 8 whose output is also a graph
+    output (so the front end does not fuse it) or not (so it does)."""
+    rng = np.random.default_rng(seed)
+    n = helper.make_node
+    w = numpy_helper.from_array((rng.standard_normal((8, 4, 3, 3)) * 0.5)
+                                .astype(np.float32), "w")
+    nodes = [n("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv")] if fused else []
+    nodes.append(n(op, ["c" if fused else "x"], ["y"], name="act"))
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8 if fused else 4, 12, 12])]
+    if fused == "unfused":
+        outs.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 8, 12, 12]))
+    graph = helper.make_graph(nodes, "act", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4, 12, 12])], outs, [w] if fused else [])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def _x(n, seed):
+    return {"x": (np.random.default_rng(seed).standard_normal((n, 1, 4, 12, 12)) * 2)
+            .astype(np.float32)}
+
+
+@pytest.mark.parametrize("op", list(PWL))
+def test_activation_against_onnxruntime(op):
+    model = activation_model(op, False)
+    feeds = _x(4, 1)
+    c = compile_model(model, preset("small"), fmt="int8", calibration=feeds,
+                      evaluator=session)
+    assert [(r["op"], r["engine"], r["tasks"]) for r in c.plan] == [(op, "NE", 3)]
+    got = _run(c.program, feeds)
+    ref = np.concatenate([reference(model, {"x": x})["y"] for x in feeds["x"]])
+    meta = c.program.metadata["compiler"]
+    sx, sy = meta["inputs"][0]["scale"], meta["outputs"][0]["scale"]
+    slope, table = PWL[op]
+    limit = slope * sx / 2 + table + 2 ** -11 * 127 * sy + sy / 2
+    err = np.abs(got - ref).max()
+    assert 0 < err <= limit, (err, limit)
+
+
+@pytest.mark.parametrize("op", list(PWL))
+def test_fused_activation_equals_the_layer_then_the_activation(op):
+    """A ``Conv`` + ``op`` fused by the front end gives the bits of the same two nodes
+    unfused (the conv's output also a graph output): the conv at its own calibrated scale,
+    then the activation; and in memory mode (a 1 KiB buffer) the same bits again."""
+    feeds = _x(2, 2)
+    got = []
+    for fused, cfg in (("fused", preset("small")), ("unfused", preset("small")),
+                       ("fused", preset("small").replace(buffer_kib=1))):
+        model = activation_model(op, fused)
+        c = compile_model(model, cfg, fmt="int8", calibration=feeds, evaluator=session)
+        assert [r["op"] for r in c.plan] == (["Conv"] if fused == "fused" else ["Conv", op])
+        got.append(_run(c.program, feeds).tobytes())
+    assert got[0] == got[1] == got[2]
+
+
+def test_activation_without_the_mixed_datapath_is_one_line():
+    cfg = preset("small").replace(formats=("int8",))
+    with pytest.raises(CompileError, match=r"node 'act' \(Sigmoid\): Sigmoid in int8 needs "
+                                           r"the int8 x binary16 \(mixed\) datapath"):
+        compile_model(activation_model("Sigmoid", False), cfg, fmt="int8", calibration=_x(1, 3))
