@@ -111,11 +111,12 @@ def test_memory_mode_equals_buffer_bit_for_bit(op, sx, sv):
     assert outs[0].tobytes() == outs[1].tobytes()
 
 
-def squeeze_excitation(c=8, size=6, seed=3):
+def squeeze_excitation(c=8, size=6, seed=3, stride=1):
     """A conv, then squeeze-excitation (global average pool, 1x1 conv + Relu, 1x1 conv +
     Sigmoid as the gate), ``x * gate`` (a ``(1, C, H, W)`` times a
     ``(1, C, 1, 1)``), the residual ``+ f``, then ``- m`` with ``m`` the mean over the
-    channels (a 1x1 conv to one channel: a ``(1, 1, H, W)`` plane broadcast over them)."""
+    channels (a 1x1 conv to one channel: a ``(1, 1, H, W)`` plane broadcast over them).
+    ``stride``: of the first conv (a large input, small activations after it)."""
     rng = np.random.default_rng(seed)
     n = helper.make_node
 
@@ -123,7 +124,7 @@ def squeeze_excitation(c=8, size=6, seed=3):
         return numpy_helper.from_array((rng.standard_normal(shape) * scale)
                                        .astype(np.float32), name)
     graph = helper.make_graph(
-        [n("Conv", ["x", "w", "b"], ["f"], pads=[1, 1, 1, 1]),
+        [n("Conv", ["x", "w", "b"], ["f"], pads=[1, 1, 1, 1], strides=[stride, stride]),
          n("GlobalAveragePool", ["f"], ["g"]),
          n("Conv", ["g", "w1", "b1"], ["h"]), n("Relu", ["h"], ["hr"]),
          n("Conv", ["hr", "w2", "b2"], ["e"]), n("Sigmoid", ["e"], ["gate"]),
@@ -132,7 +133,8 @@ def squeeze_excitation(c=8, size=6, seed=3):
          n("Conv", ["r", "wm"], ["m"]),
          n("Sub", ["r", "m"], ["y"], name="centre")],
         "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, (size - 1) // stride + 1,
+                                                                 (size - 1) // stride + 1])],
         [init("w", (c, 3, 3, 3)), init("b", (c,)), init("w1", (c // 2, c, 1, 1)),
          init("b1", (c // 2,)), init("w2", (c, c // 2, 1, 1)), init("b2", (c,), 1.0),
          numpy_helper.from_array(np.full((1, c, 1, 1), 1.0 / c, np.float32), "wm")])
@@ -178,11 +180,17 @@ def test_broadcast_rtl_equals_golden():
 
 
 @pytest.mark.slow
-def test_squeeze_excitation_rtl_equals_golden():
-    x = {"x": np.random.default_rng(7).standard_normal((1, 1, 3, 6, 6)).astype(np.float32)}
-    for cfg in (None, preset("small").replace(buffer_kib=1)):
-        c = _se_compiled(cfg)
-        assert _run(c.program, x, "rtl").tobytes() == _run(c.program, x).tobytes()
+@pytest.mark.parametrize("size, stride", [(6, 1), (112, 7)], ids=["buffer", "memory"])
+def test_squeeze_excitation_rtl_equals_golden(size, stride):
+    """On ``small`` (its Verilator build shared with the other tests): at 6x6 in the buffer;
+    with a 3x112x112 input (37,632 codes, more than the buffer's 32,768) in memory mode."""
+    rng = np.random.default_rng(7)
+    model = squeeze_excitation(size=size, stride=stride)
+    cal = {"x": rng.standard_normal((4, 1, 3, size, size)).astype(np.float32)}
+    c = compile_model(model, preset("small"), fmt="int8", calibration=cal, evaluator=session)
+    assert ("in system memory" in c.plan[0]["how"]) == (stride > 1)
+    x = {"x": cal["x"][:1]}
+    assert _run(c.program, x, "rtl").tobytes() == _run(c.program, x).tobytes()
 
 
 @pytest.mark.parametrize("op, sx, sv, message", [
