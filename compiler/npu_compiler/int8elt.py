@@ -211,7 +211,8 @@ class EltwiseInt8:
             self._raw[id(blob)] = raw_bytes
             self._requant[key] = (choice, blob)
         choice, blob = self._requant[key]
-        self.row["kernel_encoding"] = choice.name(blob.fmt)
+        names = set(filter(None, self.row["kernel_encoding"].split(", ")))
+        self.row["kernel_encoding"] = ", ".join(sorted(names | {choice.name(blob.fmt)}))
         if not self.memory:
             self.row["kernel_raw_bytes"] += self._raw[id(blob)]
         return blob
