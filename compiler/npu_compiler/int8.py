@@ -35,7 +35,7 @@ from .compress import Compression, encode_kernels, prune
 from .cores import check_cores, core_blobs
 from .cores import place as place_on_cores
 from .graph import CompileError
-from .int8elt import BINARY_OPS, PWL_OPS, EltwiseInt8
+from .int8elt import BINARY_OPS, CLAMP_OPS, PWL_OPS, EltwiseInt8
 from .int8mem import MemoryInt8, NeedsMemory
 from .ops import _conv_geometry
 from .quant import Calibrator, quantize_conv
@@ -45,7 +45,7 @@ __all__ = ["INT8_OPS", "calibrate", "calibration_samples", "lower_int8", "read_a
 
 SHAPE_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
 INT8_OPS = ("Conv", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "MaxPool", "AveragePool",
-            "GlobalAveragePool", "Concat") + tuple(PWL_OPS) + SHAPE_OPS
+            "GlobalAveragePool", "Concat") + tuple(PWL_OPS) + CLAMP_OPS + SHAPE_OPS
 
 
 # ---- calibration ---------------------------------------------------------------------------

@@ -24,6 +24,11 @@ as the post-processor's binary32 scale, the activation, binary16 out), then a pl
 gain-bias by ``1 / s_y`` rounds it to int8. A fused one follows its layer, computed with the
 calibrated scale of the tensor the activation read (``Node.preact``).
 
+The piecewise-linear ones of ONNX are int8 layers: ``Clip`` (not fused into a conv) and
+``HardSigmoid`` are a depthwise 1x1 layer ``x * m + a`` with the post-processor's clamp;
+``HardSwish`` is that hard sigmoid (``x / 6 + 1/2`` clamped to ``[0, 1]``, into a tensor of
+scale ``1 / 127``) times ``x``, a ``Mul`` of two activations.
+
 :class:`EltwiseInt8` is the mixin of :class:`npu_compiler.int8._Int8` that does it.
 """
 
@@ -40,12 +45,14 @@ from .compress import encode_kernels
 from .graph import Node
 from .lower import _f16, _f32bits
 
-__all__ = ["BINARY_OPS", "PWL_OPS", "EltwiseInt8"]
+__all__ = ["BINARY_OPS", "CLAMP_OPS", "PWL_OPS", "EltwiseInt8"]
 
 #: Operators of two int8 activations this module lowers.
 BINARY_OPS = ("Add", "Sub", "Mul")
 #: Piecewise-linear activations as operators, and their post-processor functions.
 PWL_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Gelu": "gelu"}
+#: Clamped activations run as int8 layers.
+CLAMP_OPS = ("Clip", "HardSigmoid", "HardSwish")
 
 
 class EltwiseInt8:
@@ -216,3 +223,40 @@ class EltwiseInt8:
         if not self.memory:
             self.row["kernel_raw_bytes"] += self._raw[id(blob)]
         return blob
+
+    # ---- clamped activations ---------------------------------------------------------------
+
+    def clamped(self, x, out, mul, add, lo, hi):
+        """``clamp(x * mul + add, lo, hi)`` of activation ``x`` into ``out`` (its scale):
+        a depthwise 1x1 layer with the post-processor's clamp (one rounding)."""
+        c = (self.view(x) if self.memory else self.src(x, conv=True)).shape[0]
+        w = np.full((c, 1, 1, 1), float(mul))
+        bias = np.full(c, float(add))
+        act = ("clip", float(lo), float(hi))
+        if self.memory:
+            self.mem_conv(x, out, w, bias, act, groups=c, model=False)
+        else:
+            self.conv(x, out, w, bias, act, groups=c, model=False)
+
+    def op_Clip(self, node):
+        from .frontend import activation
+        act = activation(self.g, node)
+        if act is None:
+            self.fail("the bounds must be constants")
+        self.clamped(node.inputs[0], node.outputs[0], 1.0, 0.0, act["lo"], act["hi"])
+
+    def op_HardSigmoid(self, node):
+        self.clamped(node.inputs[0], node.outputs[0], node.attr("alpha", 0.2),
+                     node.attr("beta", 0.5), 0.0, 1.0)
+
+    def op_HardSwish(self, node):
+        x, out = node.inputs[0], node.outputs[0]
+        gate = f"{out}:hardsigmoid"
+        self.g.shapes[gate] = self.g.shapes[x]
+        self.scales = {**self.scales, gate: 1.0 / 127}
+        self.clamped(x, gate, 1.0 / 6, 0.5, 0.0, 1.0)
+        mul = Node("Mul", node.name, [x, gate], [out])
+        if self.memory:
+            self.mem_binary(mul)
+        else:
+            self.binary(mul)

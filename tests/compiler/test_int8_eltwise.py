@@ -18,6 +18,9 @@ bound is stated from the steps (``s_x``, ``s_v`` of the operands, ``s_y`` of the
   ``docs/postproc.md``), the binary16 rounding of a result of up to ``127 s_y`` (``2^-11``
   relative, for GELU's tail ``x``) and the final rounding:
   ``L s_x / 2 + E + 2^-11 127 s_y + s_y / 2``.
+- ``Clip``, ``HardSigmoid`` (slope ``alpha``): ``alpha s_x / 2 + s_y / 2``; ``HardSwish``
+  (slope up to 3/2): ``3/2 s_x / 2``, the gate's rounding (``1/254`` times ``|x| <= 127
+  s_x``), the product's binary16 and final roundings: ``5/4 s_x + (1/2 + 2^-10 127) s_y``.
 
 Between the buffer-resident and the system-memory lowering, and between the golden and the
 rtl backends, there is no tolerance: bit for bit.
@@ -282,3 +285,45 @@ def test_activation_without_the_mixed_datapath_is_one_line():
     with pytest.raises(CompileError, match=r"node 'act' \(Sigmoid\): Sigmoid in int8 needs "
                                            r"the int8 x binary16 \(mixed\) datapath"):
         compile_model(activation_model("Sigmoid", False), cfg, fmt="int8", calibration=_x(1, 3))
+
+
+def clamp_model(case):
+    """``Clip(-1, 2)``, ``HardSigmoid(0.3, 0.4)``, ``HardSwish`` of the input, or HardSwish
+    written as ``x * Clip(x + 3, 0, 6) / 6``."""
+    n = helper.make_node
+
+    def const(name, v):
+        return numpy_helper.from_array(np.asarray(v, np.float32), name)
+    nodes, inits = {
+        "Clip": ([n("Clip", ["x", "lo", "hi"], ["y"], name="act")],
+                 [const("lo", -1.0), const("hi", 2.0)]),
+        "HardSigmoid": ([n("HardSigmoid", ["x"], ["y"], name="act", alpha=0.3, beta=0.4)], []),
+        "HardSwish": ([n("HardSwish", ["x"], ["y"], name="act")], []),
+        "written": ([n("Add", ["x", "three"], ["a"]), n("Clip", ["a", "zero", "six"], ["b"]),
+                     n("Mul", ["x", "b"], ["m"]), n("Div", ["m", "six"], ["y"])],
+                    [const("three", 3.0), const("zero", 0.0), const("six", 6.0)]),
+    }[case]
+    graph = helper.make_graph(nodes, case, [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4, 12, 12])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4, 12, 12])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("case", ["Clip", "HardSigmoid", "HardSwish", "written"])
+def test_clamped_activation_against_onnxruntime_and_in_memory(case):
+    model = clamp_model(case)
+    feeds = {"x": (np.random.default_rng(8).standard_normal((4, 1, 4, 12, 12)) * 3)
+             .astype(np.float32)}
+    ref = np.concatenate([reference(model, {"x": x})["y"] for x in feeds["x"]])
+    got = []
+    for cfg in (preset("small"), preset("small").replace(buffer_kib=1)):
+        c = compile_model(model, cfg, fmt="int8", calibration=feeds, evaluator=session)
+        got.append(_run(c.program, feeds))
+    meta = c.program.metadata["compiler"]
+    sx, sy = meta["inputs"][0]["scale"], meta["outputs"][0]["scale"]
+    limit = {"Clip": sx / 2 + sy / 2, "HardSigmoid": 0.3 * sx / 2 + sy / 2,
+             "HardSwish": 1.25 * sx + (0.5 + 2 ** -10 * 127) * sy,
+             "written": 4 * sy}[case]     # four roundings in a row: a few output steps
+    err = np.abs(got[0] - ref).max()
+    assert 0 < err <= limit * (1 + 1e-6), (err, limit)
+    assert got[0].tobytes() == got[1].tobytes()
