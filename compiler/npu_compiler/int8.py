@@ -15,8 +15,9 @@ activation in system memory and the layers cut into bands (:mod:`npu_compiler.in
 Operators: ``Conv`` (with a fused ``Relu`` or ``Clip``, or a fused ``Sigmoid``, ``Tanh``,
 ``Gelu`` after it), ``Gemm`` (a convolution whose kernel covers the whole input), ``Add``,
 ``Sub``, ``Mul`` of two activations with broadcast (planar engine, through binary16),
-``Sigmoid``, ``Tanh``, ``Gelu`` (a mixed-format layer and a planar rescale; both
-:mod:`npu_compiler.int8elt`), ``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool``
+``Sigmoid``, ``Tanh``, ``Gelu`` (a mixed-format layer and a planar rescale), ``Clip``,
+``HardSigmoid``, ``HardSwish`` (clamped depthwise layers; all :mod:`npu_compiler.int8elt`),
+``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool``
 (a depthwise convolution of weight ``1 / (H W)``), ``AveragePool`` and ``Concat`` (system
 memory only), and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze``,
 ``Identity``. Any
