@@ -82,37 +82,60 @@ class EltwiseInt8:
                       f"must vary over one block of axes)")
         return full, other, pqm, first
 
-    def _factors(self, node, full, other, first):
-        """``(op, k_full, k_other)``: the planar operation and the factors that take each
-        operand's codes to the output's scale (:meth:`_elt_tasks`)."""
-        s_out = self.out_scale(node.outputs[0])
-        sf, so = self.scale[full], self.scale[other]
-        if node.op == "Mul":
-            return "mul", 1.0, sf * so / s_out
-        negate_full = node.op == "Sub" and not first
-        negate_other = node.op == "Sub" and first
-        return ("add", (-sf if negate_full else sf) / s_out,
-                (-so if negate_other else so) / s_out)
+    def operand_params(self, name):
+        """``(scale, zero point)`` of int8 activation ``name`` (calibrated: zero point 0)."""
+        return self.scale[name], 0
 
-    def _elt_tasks(self, df, do, op, kf, ko, kind=None, in_place=False):
-        """The int8 result of ``op(kf * df, ko * do)`` (``do`` the broadcast vector of
-        ``kind``, or a dataset of ``df``'s shape): ``df`` and ``do`` into binary16 (a copy
-        when the factor is 1 for ``mul``, else a gain-bias), then ``op`` with one rounding to
-        int8. ``in_place``: every task writes over its operand (the datasets are scratch)."""
+    def result_params(self, node):
+        """``(scale, zero point)`` of the result of ``node`` (its calibrated scale)."""
+        return self.out_scale(node.outputs[0]), 0
+
+    def record(self, out, s, z):
+        """Tensor ``out`` has scale ``s`` and zero point ``z`` (0 here)."""
+        self.scale[out] = s
+
+    def _factors(self, node, full, other, first):
+        """``(op, (k_f, b_f), (k_o, b_o), z_y)``: the planar operation, the gain and bias that
+        take each operand's codes ``q`` to ``(q - z) s / s_y`` (the output's zero point added
+        to the full operand's for ``Add`` / ``Sub``, negated for the second operand of a
+        ``Sub``) and the output's zero point (:meth:`_elt_tasks`)."""
+        s_y, z_y = self.result_params(node)
+        (sf, zf), (so, zo) = self.operand_params(full), self.operand_params(other)
+        if node.op == "Mul":
+            k = sf * so / s_y
+            return "mul", (1.0, float(-zf)), (k, 0.0 - zo * k), z_y
+        sf = -sf if node.op == "Sub" and not first else sf
+        so = -so if node.op == "Sub" and first else so
+        return "add", (sf / s_y, z_y - zf * sf / s_y), (so / s_y, 0.0 - zo * so / s_y), 0
+
+    def _elt_tasks(self, df, do, op, f, o, z_y=0, kind=None, in_place=False):
+        """The int8 result of ``op(k_f df + b_f, k_o do + b_o) + z_y`` (``f = (k_f, b_f)``,
+        ``o`` likewise; ``do`` the broadcast vector of ``kind``, or a dataset of ``df``'s
+        shape): ``df`` and ``do`` into binary16 (a copy for a gain of 1 and no bias, else a
+        gain-bias), then ``op`` with one rounding to int8; a product with a zero point is
+        ``z_y + o f`` (``fma``, ``z_y`` a binary16 constant tensor). ``in_place``: each task
+        writes over its operand (scratch datasets)."""
         fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
         results = []
-        for ds, k in ((df, kf), (do, ko)):
+        for ds, (k, b) in ((df, f), (do, o)):
             out = dataclasses.replace(ds, fmt="fp16") if in_place else None
-            if op == "mul" and k == 1.0:
+            if op == "mul" and k == 1.0 and b == 0.0:
                 t = self.b.planar(ds, out=out, mode="eltwise", op="copy", out_fmt=fp16)
             else:
                 t = self.b.planar(ds, out=out, mode="eltwise", op="gain_bias", scale=k,
-                                  bias=0.0, out_fmt=fp16)
+                                  bias=b, out_fmt=fp16)
             results.append(t)
         tf, to = results
         fields = {"bcast": kind} if kind else {}
         out = dataclasses.replace(tf, fmt="int8") if in_place else None
-        y = self.b.planar(tf, to, out=out, mode="eltwise", op=op, out_fmt=int8, **fields)
+        if op == "mul" and z_y:
+            zero = self.b.planar(tf, mode="eltwise", op="gain_bias", scale=0.0,
+                                 bias=float(z_y), out_fmt=fp16)
+            y = self.b.planar(zero, to, tf, out=out, mode="eltwise", op="fma", out_fmt=int8,
+                              **fields)
+            self.b.release(zero)
+        else:
+            y = self.b.planar(tf, to, out=out, mode="eltwise", op=op, out_fmt=int8, **fields)
         if not in_place:
             self.b.release(tf)
             self.b.release(to)
@@ -123,18 +146,18 @@ class EltwiseInt8:
         equal-shaped ones per chunk through :meth:`mem_elementwise`)."""
         full, other, pqm, first = self._binary_operands(node)
         out = node.outputs[0]
-        op, kf, ko = self._factors(node, full, other, first)
         df, do = self.src(full), self.src(other)
+        op, f, o, z_y = self._factors(node, full, other, first)
         if pqm is None:
             if df.shape != do.shape:
                 self.fail("both operands must be int8 activations of one shape")
-            self.ds[out] = self._elt_tasks(df, do, op, kf, ko)
+            self.ds[out] = self._elt_tasks(df, do, op, f, o, z_y)
         else:
             kind, shape3, _ = ops.bcast_layout(node, pqm)
             y = self._elt_tasks(self._reshaped(df, shape3), self._reshaped(do, (1, 1, pqm[1])),
-                                op, kf, ko, kind)
+                                op, f, o, z_y, kind)
             self.ds[out] = self._reshaped(y, df.shape)
-        self.scale[out] = self.out_scale(out)
+        self.record(out, *self.result_params(node))
 
     def _reshaped(self, ds, shape):
         """Dense dataset ``ds`` seen in ``shape`` (the same elements in raster order)."""
@@ -152,15 +175,16 @@ class EltwiseInt8:
             self.mem_elementwise(node, self.binary, 5)
             return
         out = node.outputs[0]
-        op, kf, ko = self._factors(node, full, other, first)
+        op, f, o, z_y = self._factors(node, full, other, first)
         vf, vo = self.view(full), self.view(other)
         out3 = self.new_view(out, vf.shape)
 
         def engine(da, dv, kind):
-            return self._elt_tasks(da, dv, op, kf, ko, kind, in_place=True)
+            return self._elt_tasks(da, dv, op, f, o, z_y, kind, in_place=True)
 
-        ops.broadcast_op(self, node, op, vf, vo, out3, pqm, engine=engine)
-        self.scale[out] = self.out_scale(out)
+        ops.broadcast_op(self, node, op, vf, vo, out3, pqm, engine=engine,
+                         per_element=2 if z_y else 1)
+        self.record(out, *self.result_params(node))
 
     # ---- piecewise-linear activations ------------------------------------------------------
 
@@ -194,25 +218,28 @@ class EltwiseInt8:
             self.fail(f"{node.op} in int8 needs the int8 x binary16 (mixed) datapath, which "
                       f"preset {self.cfg.name!r} has not")
         ds = self.src(x)
-        s_out = self.out_scale(out)
-        blob = self._pwl_blob(ds.shape[0], self.scale[x])
+        s_x, z_x = self.operand_params(x)
+        s_y, z_y = self.result_params(node)
+        blob = self._pwl_blob(ds.shape[0], s_x, z_x)
         places = self._resident(blob) if self.memory else self.place(blob, 1)
         h = self.b.conv(ds, places[0], act=kind, out_fp16=True)
         self._check_layer(ds, blob, h, 1, 0, 1, ds.shape[0], fmt=MacFormat.I8F16, out_fp16=1)
-        y = self.b.planar(h, mode="eltwise", op="gain_bias", scale=1.0 / s_out, bias=0.0,
-                          out_fmt=planar_spec.Fmt.INT8)
+        y = self.b.planar(h, mode="eltwise", op="gain_bias", scale=1.0 / s_y,
+                          bias=float(z_y), out_fmt=planar_spec.Fmt.INT8)
         self.b.release(h)
-        self.ds[out], self.scale[out] = y, s_out
+        self.ds[out] = y
+        self.record(out, s_y, z_y)
 
     op_Tanh = op_Gelu = op_Sigmoid
 
-    def _pwl_blob(self, c, s_in):
+    def _pwl_blob(self, c, s_in, z_in=0):
         """The kernels of the mixed depthwise layer of :meth:`op_Sigmoid`: weight 1
-        (binary16), bias 0, scale ``s_in`` (binary32), for ``c`` channels."""
-        key = ("pwl", c, float(s_in))
+        (binary16), bias ``-z_in`` and scale ``s_in`` (binary32), for ``c`` channels."""
+        key = ("pwl", c, float(s_in), int(z_in))
         if key not in self._requant:
             blob, raw_bytes, choice = encode_kernels(
-                _f16(np.ones((c, 1, 1, 1))), fmt=MacFormat.I8F16, bias=_f32bits(np.zeros(c)),
+                _f16(np.ones((c, 1, 1, 1))), fmt=MacFormat.I8F16,
+                bias=_f32bits(np.full(c, 0.0 - z_in)),
                 scale=_f32bits(np.full(c, s_in)), groups=c, slots=self.cfg.acc_slots,
                 raw=self.compression.raw, extract=self.cfg.kernel_extract)
             self._raw[id(blob)] = raw_bytes

@@ -704,16 +704,19 @@ def bcast_layout(node, pqm):
     return kind, shape3, vec_range
 
 
-def broadcast_op(lw, node, op, full, vec, out, pqm, swap_neg=False, engine=None):
+def broadcast_op(lw, node, op, full, vec, out, pqm, swap_neg=False, engine=None,
+                 per_element=1):
     """``out = op(full, vec broadcast)`` with the planar engine's vector broadcast, in boxes
     of the full operand; ``engine(da, dv, kind)``, when given, computes a box (datasets of the
-    lowering's element format) in place of the one ``op`` task and returns its result."""
+    lowering's element format) in place of the one ``op`` task and returns its result, using
+    ``per_element`` buffer elements for each of the box's."""
     kind, shape3, vec_range = bcast_layout(node, pqm)
     f3 = full.reshape(shape3, lw.elem)
     o3 = out.reshape(shape3, lw.elem)
     v1 = vec.reshape((vec.size,), lw.elem)
     # The vector's part and the box (the int8 engine's tasks all run in place).
-    budget = (lw.buf_size - PLANE_DEPTH) // 2 if engine is None else lw.buf_size - pqm[1]
+    budget = ((lw.buf_size - PLANE_DEPTH) // 2 if engine is None
+              else (lw.buf_size - pqm[1]) // per_element)
     boxes = list(_boxes(shape3, budget))
     if kind == "column" and any(b[2] != 0 or b[3] != shape3[1] for b in boxes):
         _unsupported(node, "a column broadcast over planes larger than the buffer")

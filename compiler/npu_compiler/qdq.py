@@ -38,6 +38,7 @@ from npu_spec.program import dense_strides
 
 from .graph import CompileError
 from .int8 import SHAPE_OPS, _Int8, _shape3
+from .int8elt import BINARY_OPS, PWL_OPS
 from .int8mem import NeedsMemory
 from .lower import MView
 from .quant import QuantizedConv, requantize_params, weight_scales
@@ -53,7 +54,7 @@ QUANT_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul
              "ConvInteger", "MatMulInteger")
 #: Operators of a quantized model the int8 lowering takes.
 QDQ_OPS = QUANT_OPS + ("QGemm", "Conv", "Gemm", "MatMul", "Relu", "Clip", "Cast", "Mul", "Add",
-                       "MaxPool", "GlobalAveragePool") + SHAPE_OPS
+                       "Sub", "MaxPool", "GlobalAveragePool") + tuple(PWL_OPS) + SHAPE_OPS
 
 _INT_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -200,6 +201,28 @@ class _QDQ(_Int8):
             self.ds[out] = self.ds[x]
         self.scale[out], self.zp[out] = s, z
 
+    def operand_params(self, name):
+        return self.params(name)
+
+    def result_params(self, node):
+        """``(scale, zero point)`` of the one ``QuantizeLinear`` that reads ``node``'s float
+        result (an elementwise result or an activation is quantized where onnxruntime
+        quantizes it)."""
+        out = node.outputs[0]
+        qs = self.g.consumers(out)
+        if len(qs) != 1 or qs[0].op != "QuantizeLinear" or out in self.g.outputs:
+            self.fail("the result must go to one QuantizeLinear")
+        return self._scalar_params(qs[0], 1, 2, qs[0].outputs[0])
+
+    def record(self, out, s, z):
+        self.scale[out], self.zp[out] = s, z
+
+    def _of_tensors(self, node):
+        """Whether ``node`` (``Add``, ``Mul``) reads two int8 tensors, not an accumulator
+        and a constant."""
+        return not [x for x in node.inputs if x in self.pend and self.pend[x].own is None] \
+            and all(self.g.const(x) is None for x in node.inputs)
+
     def params(self, name):
         if self.scale.get(name) is None:
             self.fail(f"tensor {name!r} has no scale (no DequantizeLinear or QuantizeLinear "
@@ -248,10 +271,13 @@ class _QDQ(_Int8):
                 self.fail("the indices output is not supported")
             self.mem_pool(node, True)
             self.zp[node.outputs[0]] = self.zp[x]
-        elif op == "Add" and not [x for x in node.inputs if x in self.pend]:
+        elif op in BINARY_OPS and self._of_tensors(node):
             for x in node.inputs:
                 self.src(x)
-            self.mem_elementwise(node, self._add_tensors, 5)
+            self.mem_binary(node)
+        elif op in PWL_OPS:
+            self.src(node.inputs[0])
+            self.pwl_node(node)
         else:
             getattr(self, "op_" + op)(node)
 
@@ -630,50 +656,40 @@ class _QDQ(_Int8):
         self.pend[node.outputs[0]] = p
 
     def op_Mul(self, node):
+        """A ``Mul`` of two int8 tensors (with broadcast, :mod:`npu_compiler.int8elt`), or
+        by a constant scale on the accumulator of ``ConvInteger`` / ``MatMulInteger``."""
+        if self._of_tensors(node):
+            self.binary(node)
+            return
         p = self._pending_of(node)
         if p is None:
-            self.fail("Mul is taken only on the accumulator of ConvInteger / MatMulInteger")
+            self.fail("Mul by a constant is taken only on the accumulator of ConvInteger / "
+                      "MatMulInteger")
         c = self._channel_const(node, p)
         if np.any(~(c > 0)) or p.act is not None:
             self.fail("the scale must be positive and come before any activation")
         self.pend[node.outputs[0]] = replace(p, unit=p.unit * c)
 
+    def op_Sub(self, node):
+        """A ``Sub`` of two int8 tensors (with broadcast, :mod:`npu_compiler.int8elt`)."""
+        if not self._of_tensors(node):
+            self.fail("Sub is taken of two int8 tensors only")
+        self.binary(node)
+
     def op_Add(self, node):
+        """An ``Add`` of two int8 tensors (with broadcast, :mod:`npu_compiler.int8elt`: each
+        operand becomes ``(q - z) s / s_y`` in binary16, the first also ``+ z_y``, then one
+        add rounds to int8), or of a constant bias to an accumulator."""
+        if self._of_tensors(node):
+            self.binary(node)
+            return
         p = self._pending_of(node)
         if p is None:
-            self._add_tensors(node)
-            return
+            self.fail("Add of a constant is taken only on an accumulator")
         if p.act is not None:
             self.fail("the bias must come before any activation")
         c = self._channel_const(node, p)
         self.pend[node.outputs[0]] = replace(p, bias=p.bias + c / p.unit)
-
-    def _add_tensors(self, node):
-        """``Q(DQ(a) + DQ(b))`` of two int8 tensors of one shape on the planar engine: each
-        operand becomes ``(q - z) s / s_y`` (plus ``z_y`` on the first) in binary16
-        (``gain_bias``), then one add rounds to int8 (RNE, saturating)."""
-        from npu_spec import planar as planar_spec
-        a, b = node.inputs
-        out = node.outputs[0]
-        if self.g.const(a) is not None or self.g.const(b) is not None:
-            self.fail("Add of a constant is taken only on an accumulator")
-        da, db = self.src(a), self.src(b)
-        if da.shape != db.shape or tuple(self.g.shapes[a]) != tuple(self.g.shapes[b]):
-            self.fail("both operands must be int8 tensors of one shape (no broadcast)")
-        qs = self.g.consumers(out)
-        if len(qs) != 1 or qs[0].op != "QuantizeLinear" or out in self.g.outputs:
-            self.fail("the sum must go to one QuantizeLinear")
-        s_y, z_y = self._scalar_params(qs[0], 1, 2, qs[0].outputs[0])
-        fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
-        terms = []
-        for x, extra in ((a, z_y), (b, 0)):
-            s, z = self.params(x)
-            terms.append(self.b.planar(self.ds[x], mode="eltwise", op="gain_bias",
-                                       scale=s / s_y, bias=extra - z * s / s_y, out_fmt=fp16))
-        y = self.b.planar(terms[0], terms[1], mode="eltwise", op="add", out_fmt=int8)
-        for t in terms:
-            self.b.release(t)
-        self.ds[out], self.scale[out], self.zp[out] = y, s_y, z_y
 
     def _fold_act(self, name, act):
         """Fold ``act`` (``None``, ``"relu"``, ``("clip", lo, hi)``) into pending ``name``."""
