@@ -18,8 +18,9 @@ point. A convolution (or a matrix product) becomes a *pending accumulator*: int8
 accumulator units and the real value of one accumulator unit per output channel. ``Relu``,
 ``Clip``, ``Mul`` and ``Add`` by constants fold into it; the ``QuantizeLinear`` that follows
 gives the output scale and zero point, and the layer is emitted with the post-processor's
-multiplier and shift for ``unit / out_scale``, its zero point and its clamp (an ``Add`` of
-two int8 tensors runs on the planar engine through binary16). ``Relu`` or
+multiplier and shift for ``unit / out_scale``, its zero point and its clamp (``Add``,
+``Sub``, ``Mul`` of two int8 tensors run on the planar engine through binary16, ``Sigmoid``,
+``Tanh``, ``Gelu`` as a mixed-format layer: :mod:`npu_compiler.int8elt`). ``Relu`` or
 ``Clip`` on an int8 tensor, and a ``QuantizeLinear`` that changes a tensor's scale or zero
 point, are a 1x1 depthwise layer of weight 1 (exact when nothing changes; one rounding
 otherwise, as onnxruntime's).
