@@ -1,15 +1,19 @@
-"""int8 ``Add``, ``Sub`` and ``Mul`` of two activations, with broadcast (``docs/compiler.md``,
-"int8").
+"""int8 ``Add``, ``Sub`` and ``Mul`` of two activations, with broadcast, and the activations
+that are not a plain clamp of a layer (``docs/compiler.md``, "int8").
 
-Both operands are int8 codes with their own scales ``s_a``, ``s_b``; the result gets the
-output's calibrated scale ``s_y``. On the planar engine (three tasks, binary32 inside):
+Both operands are int8 codes ``q`` with their own scales and zero points (0 when calibrated;
+a quantized model's own otherwise); the result gets its scale ``s_y`` and zero point ``z_y``
+(calibrated, or of the ``QuantizeLinear`` that reads it). On the planar engine (three tasks,
+binary32 inside):
 
-* ``Add`` / ``Sub``: each operand rescaled into binary16 by a gain-bias task (``q * (+-s /
-  s_y)``), then one ``add`` task rounds the sum to int8 (RNE, saturating). ``Sub`` is the add
-  of the second operand's negated rescale, whichever operand is broadcast.
-* ``Mul``: the full operand copied into binary16 (exact), the other rescaled by ``s_a s_b /
-  s_y``, then one ``mul`` task (the product of two binary16 values is exact in binary32)
-  rounds to int8.
+* ``Add`` / ``Sub``: each operand rescaled into binary16 by a gain-bias task (``(q - z) *
+  (+-s / s_y)``, ``+ z_y`` on the full operand), then one ``add`` task rounds the sum to int8
+  (RNE, saturating). ``Sub`` is the add of the second operand's negated rescale, whichever
+  operand is broadcast.
+* ``Mul``: the full operand copied into binary16 (``q - z``, exact), the other rescaled by
+  ``s_a s_b / s_y``, then one ``mul`` task (the product of two binary16 values is exact in
+  binary32) rounds to int8; with an output zero point the last task is ``z_y + a b``
+  (``fma``, ``z_y`` a binary16 constant tensor made by a fourth task).
 
 When the shapes differ, the operand of the output's shape is the full one and the other one
 the planar engine's broadcast vector (``ops.bcast_layout``: per channel, per row, per column
@@ -19,17 +23,20 @@ with the part of the vector each needs (``ops.broadcast_op``), the three tasks i
 
 The post-processor's piecewise-linear activations (``Sigmoid``, ``Tanh``, and ``Gelu``, also
 fused into a ``Conv`` or ``Gemm``) need binary32 accumulators: an int8 tensor goes through a
-depthwise 1x1 layer in the mixed format (int8 data x binary16 weight 1, the input's scale
-as the post-processor's binary32 scale, the activation, binary16 out), then a planar
-gain-bias by ``1 / s_y`` rounds it to int8. A fused one follows its layer, computed with the
-calibrated scale of the tensor the activation read (``Node.preact``).
+depthwise 1x1 layer in the mixed format (int8 data x binary16 weight 1, bias ``-z``, the
+input's scale as the post-processor's binary32 scale, the activation, binary16 out), then a
+planar gain-bias by ``1 / s_y`` (plus ``z_y``) rounds it to int8. A fused one follows its
+layer, computed with the calibrated scale of the tensor the activation read
+(``Node.preact``).
 
-The piecewise-linear ones of ONNX are int8 layers: ``Clip`` (not fused into a conv) and
+The clamped ones are int8 layers (calibrated models): ``Clip`` (not fused into a conv) and
 ``HardSigmoid`` are a depthwise 1x1 layer ``x * m + a`` with the post-processor's clamp;
 ``HardSwish`` is that hard sigmoid (``x / 6 + 1/2`` clamped to ``[0, 1]``, into a tensor of
 scale ``1 / 127``) times ``x``, a ``Mul`` of two activations.
 
-:class:`EltwiseInt8` is the mixin of :class:`npu_compiler.int8._Int8` that does it.
+:class:`EltwiseInt8` is the mixin of :class:`npu_compiler.int8._Int8` (and so of
+:class:`npu_compiler.qdq._QDQ`, which gives the operands' and results' zero points) that
+does it.
 """
 
 import dataclasses
@@ -56,9 +63,11 @@ CLAMP_OPS = ("Clip", "HardSigmoid", "HardSwish")
 
 
 class EltwiseInt8:
-    """``Add``, ``Sub``, ``Mul`` of two int8 activations (module docstring). The host class
-    provides ``g``, ``b``, ``ds``, ``scale``, ``memory``, ``src``, ``view``, ``new_view``,
-    ``out_scale``, ``fail`` and :meth:`mem_elementwise`."""
+    """int8 elementwise operators and activations (module docstring). The host class provides
+    ``g``, ``b``, ``cfg``, ``ds``, ``scale``, ``memory``, ``row``, ``src``, ``view``,
+    ``new_view``, ``out_scale``, ``fail``, ``conv``, ``place``, ``_check_layer`` and the
+    memory mode's ``mem_conv``, ``mem_elementwise``, ``_resident``; a quantized model's
+    lowering overrides :meth:`operand_params`, :meth:`result_params` and :meth:`record`."""
 
     def _binary_operands(self, node):
         """``(full, other, pqm, first)``: the operand of the output's shape, the other one,
