@@ -14,9 +14,10 @@ a pooling, the unsupported fields) and the rest is marked slow.
 import numpy as np
 import pytest
 
-from npu.micro.ne import CACHE_DEPTH, SLOTS, UNSUPPORTED
+from npu.micro.ne import CACHE_DEPTH, SLOTS, UNSUPPORTED, MicroNeural
 from npu_model.kernel_codec import encode, kernel_memory
 from npu_sim.micro_netlist import TOP, cell_counts, micro_ne_netlist, run_netlist
+from npu_sim.micro_units import run_unit
 from npu_spec.neural import NeuralError
 from npu_spec.planar import Mode, PlanarError, PoolOp
 
@@ -56,6 +57,7 @@ def check_conv(netlist, tmp_path, seed, expect=0, **kw):
     buffer, kmem, regs = task
     got = run_netlist(buffer, regs, kmem, work_dir=tmp_path, netlist=netlist)
     _compare(code, want, got, buffer if code == 0 else None)
+    return got
 
 
 def check_pool(netlist, tmp_path, seed, expect=0, **kw):
@@ -83,8 +85,12 @@ SLOW_CONVS = {
 
 def test_conv_relu(netlist, tmp_path):
     """A dense int8 3 x 3 convolution with padding, requantized (per-channel bias, scale,
-    shift, zero point) and ReLU, two kernel groups (9 channels)."""
-    check_conv(netlist, tmp_path, 11, **QUICK_CONV)
+    shift, zero point) and ReLU, two kernel groups (9 channels). The netlist takes as many
+    cycles from ``start`` to ``done`` as the Amaranth design in the Amaranth simulator."""
+    _, _, cycles = check_conv(netlist, tmp_path, 11, **QUICK_CONV)
+    buffer, kmem, regs = test_ne.build(np.random.default_rng(11), **QUICK_CONV)
+    _, _, amaranth_cycles = run_unit(MicroNeural(pooling=True), buffer, regs, kmem)
+    assert cycles == amaranth_cycles > 1000
 
 
 @pytest.mark.slow
@@ -149,10 +155,10 @@ def test_negative_extremes(netlist, tmp_path):
 
 
 @pytest.mark.slow
-def test_negative_extremes_full_cache(netlist, tmp_path):
-    """-128 x -128 products, 504 a sum (56 input channels, 3 x 3: nearly every row of the
-    weight cache; the sum 504 x 16384 = 8,257,536)."""
-    _run_extremes(netlist, tmp_path, 56)
+def test_negative_extremes_long_sums(netlist, tmp_path):
+    """-128 x -128 products, 378 a sum (42 input channels, 3 x 3: the most input channels a
+    3-row kernel may have, ``icpg kh`` at most 128; the sum 378 x 16384 = 6,193,152)."""
+    _run_extremes(netlist, tmp_path, 42)
 
 
 def test_pool(netlist, tmp_path):
