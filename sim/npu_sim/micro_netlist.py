@@ -34,7 +34,8 @@ from npu_fpga.toolenv import apply_tool_env
 from .ice40_cells import ice40_cell_models
 from .verilator import default_cache_dir, source_digest
 
-__all__ = ["NetlistError", "cell_counts", "micro_ne_netlist", "run_netlist", "yosys_script"]
+__all__ = ["NetlistError", "cell_counts", "compile_netlist", "micro_ne_netlist", "run_netlist",
+           "yosys_script"]
 
 #: The board whose build the netlist follows.
 BOARD = "icebreaker"
@@ -146,6 +147,17 @@ def _checked(command, cwd, step):
     return result
 
 
+def compile_netlist(directory):
+    """Compile the testbench with ``netlist.v`` and ``ice40_cells_sim.v`` of ``directory`` into
+    ``sim.vvp`` there (:func:`micro_ne_netlist` does it for the unit's netlist; a test may
+    compile an altered copy)."""
+    directory = Path(directory)
+    (directory / "tb.v").write_text(TESTBENCH.replace("TOP dut", f"{TOP} dut"))
+    _checked(["iverilog", "-g2005", "-s", "tb", "-o", "sim.vvp", "tb.v", "netlist.v",
+              "ice40_cells_sim.v"], directory, "iverilog")
+    return directory / "sim.vvp"
+
+
 def micro_ne_netlist(*, cache_dir=None, progress=None):
     """The cache directory holding the unit's mapped netlist (``netlist.v``), the cell models
     it uses (``ice40_cells_sim.v``) and the compiled simulation (``sim.vvp``); built on the
@@ -170,10 +182,8 @@ def micro_ne_netlist(*, cache_dir=None, progress=None):
     _checked([find_tool("YOSYS"), "-q", "-l", "yosys.log", "-s", "synth.ys"], tmp, "yosys")
     names = sorted(cell_counts((tmp / "netlist.v").read_text()))
     ice40_cell_models(tmp, names)
-    (tmp / "tb.v").write_text(TESTBENCH.replace("TOP dut", f"{TOP} dut"))
     progress("netlist: compiling with Icarus Verilog")
-    _checked(["iverilog", "-g2005", "-s", "tb", "-o", "sim.vvp", "tb.v", "netlist.v",
-              "ice40_cells_sim.v"], tmp, "iverilog")
+    compile_netlist(tmp)
     if directory.exists():
         shutil.rmtree(tmp, ignore_errors=True)      # another process finished first
     else:

@@ -11,12 +11,15 @@ about 1 s of loading it, so the quick suite keeps one short task of each kind (a
 a pooling, the unsupported fields) and the rest is marked slow.
 """
 
+import re
+import shutil
+
 import numpy as np
 import pytest
 
 from npu.micro.ne import CACHE_DEPTH, SLOTS, UNSUPPORTED, MicroNeural
 from npu_model.kernel_codec import encode, kernel_memory
-from npu_sim.micro_netlist import TOP, cell_counts, micro_ne_netlist, run_netlist
+from npu_sim.micro_netlist import TOP, cell_counts, compile_netlist, micro_ne_netlist, run_netlist
 from npu_sim.micro_units import run_unit
 from npu_spec.neural import NeuralError
 from npu_spec.planar import Mode, PlanarError, PoolOp
@@ -91,6 +94,28 @@ def test_conv_relu(netlist, tmp_path):
     buffer, kmem, regs = test_ne.build(np.random.default_rng(11), **QUICK_CONV)
     _, _, amaranth_cycles = run_unit(MicroNeural(pooling=True), buffer, regs, kmem)
     assert cycles == amaranth_cycles > 1000
+
+
+@pytest.mark.slow
+def test_a_wrong_lane_is_seen(netlist, tmp_path):
+    """The comparison can fail: the netlist with one ``SB_MAC16`` made unsigned (``A_SIGNED``
+    and ``B_SIGNED`` 0, so its 16 x 16 product of the sign-extended operands is wrong for
+    negative ones) leaves another buffer than the golden task's."""
+    altered = tmp_path / "altered"
+    altered.mkdir()
+    for name in ("netlist.v", "ice40_cells_sim.v"):
+        shutil.copy(netlist / name, altered / name)
+    text = (altered / "netlist.v").read_text()
+    first = re.search(r"SB_MAC16 #\((.*?)\) \S+ \(", text, re.S)
+    params = re.sub(r"\.(A|B)_SIGNED\(32'd1\)", r".\1_SIGNED(32'd0)", first.group(1))
+    assert params != first.group(1)
+    (altered / "netlist.v").write_text(text[:first.start(1)] + params + text[first.end(1):])
+    compile_netlist(altered)
+    buffer, kmem, regs = test_ne.build(np.random.default_rng(11), **QUICK_CONV)
+    code, want = test_ne.golden(buffer, kmem, regs)
+    err, got, _ = run_netlist(buffer, regs, kmem, work_dir=tmp_path / "run", netlist=altered)
+    assert err == code == 0
+    assert np.count_nonzero(np.array(got, np.uint16) != want) > 0
 
 
 @pytest.mark.slow
