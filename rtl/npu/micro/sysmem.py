@@ -51,7 +51,11 @@ class MicroSystemMemory(wiring.Component):
         bus = self.bus
         micro = self.re | self.we.any()
         request = bus.cyc & bus.stb
-        inside = bus.adr < self._words
+        # Inside the memory; a power-of-two size is a test of the high bits (no carry chain).
+        if self._words == 1 << self.addr_bits:
+            inside = bus.adr[self.addr_bits:] == 0
+        else:
+            inside = bus.adr < self._words
         taken = request & ~micro
         m.d.comb += bus.stall.eq(request & micro)
         m.d.sync += [bus.ack.eq(taken & inside), bus.err.eq(taken & ~inside)]
