@@ -192,7 +192,7 @@ class BridgeCore(wiring.Component):
                     m.next = "DROP"
                 with m.Elif(got):
                     m.d.sync += [cmd.eq(byte[:3]), count.eq(0)]
-                    with m.If((byte >= Command.WRITE) & (byte <= Command.READ_FIXED)):
+                    with m.If(byte.matches(*Command)):
                         m.next = "LENGTH"
                     with m.Else():
                         m.d.comb += status.command_set.eq(1)
