@@ -1,7 +1,7 @@
 """The host bridge behind a UART: :class:`UARTBridge`."""
 
 from amaranth.hdl import Module
-from amaranth.lib import fifo, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.bridge import DEFAULT_BAUD, DEFAULT_TIMEOUT_BITS, baud_divisor
@@ -9,6 +9,7 @@ from npu_spec.bridge import DEFAULT_BAUD, DEFAULT_TIMEOUT_BITS, baud_divisor
 from ..lib.csr import CSRSignature
 from ..lib.wishbone import ADDR_BITS, WishboneSignature
 from .core import BridgeCore
+from .queue import ByteQueue
 from .uart import UARTRx, UARTTx
 
 __all__ = ["UARTBridge"]
@@ -34,7 +35,7 @@ class UARTBridge(wiring.Component):
     timeout_bits : int
         Idle timeout of a partial frame, in bit times.
     rx_depth : int
-        Bytes of the receive queue.
+        Bytes of the receive queue (:class:`~npu.bridge.queue.ByteQueue`): a power of two.
     host_addr_bits : int
         Width of the NPU's host bus address.
 
@@ -80,8 +81,8 @@ class UARTBridge(wiring.Component):
         """:class:`ValueError` naming the first bad parameter; the divisor otherwise."""
         if not isinstance(timeout_bits, int) or timeout_bits < 1:
             raise ValueError(f"timeout_bits must be a positive integer, not {timeout_bits!r}")
-        if not isinstance(rx_depth, int) or rx_depth < 1:
-            raise ValueError(f"rx_depth must be a positive integer, not {rx_depth!r}")
+        if not isinstance(rx_depth, int) or rx_depth < 2 or rx_depth & (rx_depth - 1):
+            raise ValueError(f"rx_depth must be a power of two of at least 2, not {rx_depth!r}")
         divisor = baud_divisor(clk_freq, baud)
         BridgeCore.check(mem_bytes=mem_bytes, mem_width=mem_width,
                          timeout=timeout_bits * divisor, host_addr_bits=host_addr_bits)
@@ -101,14 +102,14 @@ class UARTBridge(wiring.Component):
         m = Module()
         m.submodules.uart_rx = rx = UARTRx(self._clk_freq, self._baud)
         m.submodules.uart_tx = tx = UARTTx(self._clk_freq, self._baud)
-        m.submodules.rx_queue = queue = fifo.SyncFIFOBuffered(width=8, depth=self._rx_depth)
+        m.submodules.rx_queue = queue = ByteQueue(self._rx_depth)
         m.submodules.core = core = BridgeCore(
             mem_bytes=self._mem_bytes, mem_width=self._mem_width, timeout=self._timeout,
             host_addr_bits=self._host_addr_bits)
 
         m.d.comb += [rx.rx.eq(self.rx), self.tx.eq(tx.tx)]
-        wiring.connect(m, rx.data, queue.w_stream)
-        wiring.connect(m, queue.r_stream, core.rx)
+        wiring.connect(m, rx.data, queue.w)
+        wiring.connect(m, queue.r, core.rx)
         wiring.connect(m, core.tx, tx.data)
         m.d.comb += [
             core.rx_error.eq(rx.framing_error),

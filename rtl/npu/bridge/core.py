@@ -29,10 +29,12 @@ __all__ = ["BridgeCore"]
 _NONE = 3
 
 
-def _window_hit(first, last, base, words):
-    """Both word addresses lie in the aligned window ``[base, base + words)``."""
-    shift = exact_log2(words)
-    return (first[shift:] == base >> shift) & (last[shift:] == base >> shift)
+def _below(value, bound):
+    """``value < bound`` for a constant ``bound``; a bound that is a power of two is a test of
+    the high bits for zero (no carry chain)."""
+    if bound & (bound - 1) == 0:
+        return value[exact_log2(bound):] == 0
+    return value < bound
 
 
 class BridgeCore(wiring.Component):
@@ -140,9 +142,8 @@ class BridgeCore(wiring.Component):
 
         # The frame.
         cmd = Signal(3)
-        length = Signal(8)
         addr = Signal(32)
-        left = Signal(8)            # words still to access
+        left = Signal(8)            # words still to access (the frame's length until NEXT)
         count = Signal(2)           # byte of the header address or of a data word
         word = Signal(32)           # write data being assembled, or read data being sent
         region = Signal(2)          # 0 memory, 1 NPU registers, 2 bridge registers, 3 none
@@ -168,7 +169,7 @@ class BridgeCore(wiring.Component):
             m.d.sync += spoilt.eq(1)
         m.d.comb += status.framing_set.eq(self.rx_error)
 
-        frame_region = self._region_check(m, length, addr, fixed)
+        frame_region = self._region_check(m, left, addr, fixed)
         access = self._access(m, status, is_read, addr, word, region, regs)
 
         def receive(then):
@@ -191,14 +192,14 @@ class BridgeCore(wiring.Component):
                     m.next = "DROP"
                 with m.Elif(got):
                     m.d.sync += [cmd.eq(byte[:3]), count.eq(0)]
-                    with m.If((byte >= Command.WRITE) & (byte <= Command.READ_FIXED)):
+                    with m.If(byte.matches(*Command)):
                         m.next = "LENGTH"
                     with m.Else():
                         m.d.comb += status.command_set.eq(1)
                         m.next = "DROP"
             with m.State("LENGTH"):
                 def got_length():
-                    m.d.sync += [length.eq(byte), left.eq(byte)]
+                    m.d.sync += left.eq(byte)
                     m.next = "ADDRESS"
                 receive(got_length)
             with m.State("ADDRESS"):
@@ -213,8 +214,8 @@ class BridgeCore(wiring.Component):
                 m.next = "CHECK"
             with m.State("CHECK"):
                 # The whole frame's region, held while ``addr`` advances.
-                m.d.sync += [word.eq(0), count.eq(0), region.eq(frame_region)]
-                with m.If(length == 0):
+                m.d.sync += [count.eq(0), region.eq(frame_region)]
+                with m.If(left == 0):
                     m.d.sync += frames.eq(frames + 1)
                     m.next = "COMMAND"
                 with m.Else():
@@ -243,14 +244,20 @@ class BridgeCore(wiring.Component):
                     with m.Else():
                         m.next = "NEXT"
             with m.State("SEND"):
-                m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(word[24:])]
+                # A read outside every region answers zeros.
+                m.d.comb += [self.tx.valid.eq(1),
+                             self.tx.payload.eq(Mux(region == _NONE, 0, word[24:]))]
                 with m.If(self.tx.ready):
-                    m.d.sync += [word.eq(Cat(Const(0, 8), word[:24])), count.eq(count + 1)]
+                    # The same shift as in DATA (what comes in is not sent).
+                    m.d.sync += [word.eq(Cat(byte, word[:24])), count.eq(count + 1)]
                     with m.If(count == 3):
                         m.next = "NEXT"
             with m.State("NEXT"):
-                m.d.sync += [left.eq(left - 1), addr.eq(addr + ~fixed), count.eq(0),
-                             word.eq(0)]
+                # Only the low address bits count: a frame that accesses anything lies in
+                # one region, which no carry out of them leaves (``_region_check``).
+                low = self._addr_low_bits
+                m.d.sync += [left.eq(left - 1), addr[:low].eq(addr[:low] + ~fixed),
+                             count.eq(0)]
                 with m.If(left == 1):
                     m.d.sync += frames.eq(frames + 1)
                     m.next = "COMMAND"
@@ -269,21 +276,34 @@ class BridgeCore(wiring.Component):
         m.d.comb += self.busy.eq(~fsm.ongoing("COMMAND") & ~fsm.ongoing("DROP"))
         return m
 
-    def _region_check(self, m, length, addr, fixed):
+    @property
+    def _addr_low_bits(self):
+        # Address bits that advance within a frame: enough for the memory and for the NPU's
+        # register window (the widest window).
+        return max(exact_log2(NPU_REGS_WORDS), (self._mem_bytes // 4 - 1).bit_length())
+
+    def _region_check(self, m, left, addr, fixed):
         """The region of the frame's whole range (``_NONE``: not inside one region), from the
-        frame's first address and its last one (registered: valid a cycle after the header's
-        last byte)."""
+        frame's first address and the low bits of its last one (registered: valid a cycle
+        after the header's last byte). The range lies in one region when the first address
+        does, and the last one differs from it only in the region's offset bits: no carry out
+        of them."""
+        low = self._addr_low_bits
         region = Signal(2)
-        first = Signal(33)
-        last = Signal(33)
-        m.d.comb += first.eq(addr)
-        m.d.sync += last.eq(addr + Mux(fixed, 0, length - 1))
+        last = Signal(low + 1)          # the last address's low bits and their carry
+        m.d.sync += last.eq(addr[:low] + Mux(fixed, 0, (left - 1)[:8]))
         mem_words = self._mem_bytes // 4
-        with m.If((last < mem_words) & (length != 0)):
+
+        def window_hit(base, words):
+            shift = exact_log2(words)
+            stay = (base >> shift) & ((1 << (low - shift)) - 1)
+            return (addr[shift:] == base >> shift) & (last[shift:] == stay)
+
+        with m.If((addr[low:] == 0) & _below(last, mem_words)):
             m.d.comb += region.eq(Region.MEMORY)
-        with m.Elif(_window_hit(first, last, NPU_REGS_BASE, NPU_REGS_WORDS)):
+        with m.Elif(window_hit(NPU_REGS_BASE, NPU_REGS_WORDS)):
             m.d.comb += region.eq(Region.NPU)
-        with m.Elif(_window_hit(first, last, BRIDGE_REGS_BASE, BRIDGE_REGS_WORDS)):
+        with m.Elif(window_hit(BRIDGE_REGS_BASE, BRIDGE_REGS_WORDS)):
             m.d.comb += region.eq(Region.BRIDGE)
         with m.Else():
             m.d.comb += region.eq(_NONE)

@@ -51,17 +51,26 @@ class MicroSystemMemory(wiring.Component):
         bus = self.bus
         micro = self.re | self.we.any()
         request = bus.cyc & bus.stb
-        inside = bus.adr < self._words
+        # Inside the memory; a power-of-two size is a test of the high bits (no carry chain).
+        if self._words == 1 << self.addr_bits:
+            inside = bus.adr[self.addr_bits:] == 0
+        else:
+            inside = bus.adr < self._words
         taken = request & ~micro
         m.d.comb += bus.stall.eq(request & micro)
         m.d.sync += [bus.ack.eq(taken & inside), bus.err.eq(taken & ~inside)]
 
         # The one port of the RAM: the micro top's access, else the bridge's.
+        # The write enables are the micro top's ORed with the bridge's, which count only when
+        # the micro top does not ask: the bridge's part comes from its own (early) signals, so
+        # the micro top's late enables pass two levels of logic to the RAM, not the arbiter's.
         addr = Signal(self.addr_bits)
         we = Signal(4)
         wdata = Signal(32)
-        m.d.comb += [addr.eq(Mux(micro, self.addr, bus.adr)),
-                     we.eq(Mux(micro, self.we, bus.sel & (taken & inside & bus.we).replicate(4))),
+        bridge_we = Signal(4)
+        m.d.comb += [bridge_we.eq(bus.sel & (request & inside & bus.we).replicate(4)),
+                     addr.eq(Mux(micro, self.addr, bus.adr)),
+                     we.eq(self.we | (bridge_we & (~micro).replicate(4))),
                      wdata.eq(Mux(micro, self.wdata, bus.dat_w))]
         rdata = Signal(32)
         m.d.comb += [self.rdata.eq(rdata), bus.dat_r.eq(rdata)]

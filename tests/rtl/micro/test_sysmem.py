@@ -22,10 +22,12 @@ def _apply(model, addr, lanes, data):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_both_ports_against_a_model(seed):
+@pytest.mark.parametrize("words", [WORDS, 48])
+def test_both_ports_against_a_model(seed, words):
+    # 64 words: "inside" is a test of the high address bits; 48: a comparison.
     rng = random.Random(seed)
-    init = [rng.getrandbits(32) for _ in range(WORDS)]
-    dut = MicroSystemMemory(WORDS, init=init)
+    init = [rng.getrandbits(32) for _ in range(words)]
+    dut = MicroSystemMemory(words, init=init)
     model = list(init)
     counts = {"micro": 0, "bridge": 0, "stalled": 0, "err": 0}
 
@@ -35,14 +37,16 @@ def test_both_ports_against_a_model(seed):
         for _ in range(600):
             # The micro top: idle, a read or a write (its busy spells leave gaps).
             op = rng.choice(["idle", "idle", "read", "write"])
-            addr, lanes, data = rng.randrange(WORDS), rng.randrange(1, 16), rng.getrandbits(32)
+            addr, lanes, data = rng.randrange(words), rng.randrange(1, 16), rng.getrandbits(32)
             ctx.set(dut.addr, addr)
             ctx.set(dut.re, op == "read")
             ctx.set(dut.we, lanes if op == "write" else 0)
             ctx.set(dut.wdata, data)
             # The bridge: a new request when none is waiting.
             if pending is None and rng.random() < 0.6:
-                pending = (rng.randrange(WORDS + 4), rng.random() < 0.5, rng.randrange(16),
+                far = rng.random() < 0.1         # far beyond the end: a high address bit
+                pending = (rng.getrandbits(29) | 1 << rng.randrange(6, 29) if far
+                           else rng.randrange(words + 4), rng.random() < 0.5, rng.randrange(16),
                            rng.getrandbits(32))
             ctx.set(bus.cyc, pending is not None)
             ctx.set(bus.stb, pending is not None)
@@ -61,7 +65,7 @@ def test_both_ports_against_a_model(seed):
             taken = None
             if pending is not None and not stall:
                 b_addr, b_write, b_sel, b_data = pending
-                if b_addr >= WORDS:
+                if b_addr >= words:
                     taken = ("err", None)
                 elif b_write:
                     _apply(model, b_addr, b_sel, b_data)
