@@ -84,13 +84,18 @@ _READS = (
     (_NE.address("POST_HI"), _NE["POST_HI"]),
     (_IN + 0, _DP["NE0_IN_BASE"]),
     (_IN + 1, _DP["NE0_IN_SHAPE0"]),
-    (_IN + 3, _DP["NE0_IN_CSTRIDE"]),
-    (_IN + 4, _DP["NE0_IN_RSTRIDE"]),
     (_OUT + 0, _DP["NE0_OUT_BASE"]),
     (_OUT + 2, _DP["NE0_OUT_SHAPE1"]),
-    (_OUT + 3, _DP["NE0_OUT_CSTRIDE"]),
-    (_OUT + 4, _DP["NE0_OUT_RSTRIDE"]),
 )
+
+#: The strides the run reads again from the register file when it steps an address (never
+#: kept in flip-flops): word address of each, for a convolution and for the pooling mode.
+_STRIDES = {
+    "in_cs": (_IN + 3, dataproc.pe_port_base("A") + 3),
+    "in_rs": (_IN + 4, dataproc.pe_port_base("A") + 4),
+    "out_cs": (_OUT + 3, dataproc.pe_port_base("OUT") + 3),
+    "out_rs": (_OUT + 4, dataproc.pe_port_base("OUT") + 4),
+}
 
 #: The layer as the unit keeps it: the fields the loops use (trimmed to the widths they need),
 #: and flags of those only the checks use (decided as each register is read).
@@ -100,8 +105,8 @@ Layer = data.StructLayout({
     "out_h": 12, "out_w": 12, "kh": 5, "kw": 5, "stride": 4, "dilation": 3, "pad": 4,
     "stride_x": 4, "pad_x": 4,
     "ktable": 10, "bad_post": 1, "relu": 1, "clamp": 1, "zp": 8, "lo": 8, "hi": 8,
-    "in_base": 14, "in_w": 12, "in_h": 12, "in_cs": 14, "in_rs": 14,
-    "out_base": 14, "slots": 10, "planes": 10, "out_cs": 14, "out_rs": 14,
+    "in_base": 14, "in_w": 12, "in_h": 12,
+    "out_base": 14, "slots": 10, "planes": 10,
 })
 
 if CHANNEL_WORDS != 3:
@@ -159,7 +164,8 @@ class MicroNeural(wiring.Component):
     def _pool_load(self, m, lay, load):
         """The pooling mode's register reads (``docs/micro.md``, "Pooling in the neural
         unit"): the planar unit's start reads (:func:`npu.micro.pe.latch`) into the layer's
-        fields, then the bases and strides of ``PE_A`` and ``PE_OUT``. Returns the load with
+        fields, then the bases of ``PE_A`` and ``PE_OUT`` (their strides are read again when a
+        step adds them, :meth:`_reread`). Returns the load with
         the mode flag, the pooling task's fields and its latch statements."""
         idx, latch = load
         self._pmode = pmode = Signal()
@@ -170,11 +176,7 @@ class MicroNeural(wiring.Component):
         self._pool_fields = f
         a, o = dataproc.pe_port_base("A"), dataproc.pe_port_base("OUT")
         extra = [(a + 0, "PE_A_BASE", lay.in_base, "addr"),
-                 (a + 3, "PE_A_CSTRIDE", lay.in_cs, "stride"),
-                 (a + 4, "PE_A_RSTRIDE", lay.in_rs, "stride"),
-                 (o + 0, "PE_OUT_BASE", lay.out_base, "addr"),
-                 (o + 3, "PE_OUT_CSTRIDE", lay.out_cs, "stride"),
-                 (o + 4, "PE_OUT_RSTRIDE", lay.out_rs, "stride")]
+                 (o + 0, "PE_OUT_BASE", lay.out_base, "addr")]
         reads = pool.start_reads() + [addr for addr, *_ in extra]
         platch = pool.latch(self.reg_data, f)
         # one input channel a "group", read with dilation 1; no output ring
@@ -203,8 +205,7 @@ class MicroNeural(wiring.Component):
             Mux(idx < len(_READS), idx, 0)])
         views = {name: data.View(register_layout(reg), self.reg_data) for (_, reg), name in
                  zip(_READS, ("format", "groups", "ocpg", "in_size", "out_size", "kernel",
-                              "ktable", "post", "lo", "hi", "ib", "is0", "ics", "irs",
-                              "ob", "os1", "ocs", "ors"))}
+                              "ktable", "post", "lo", "hi", "ib", "is0", "ob", "os1"))}
         v = views
         latch = {
             1: [lay.bad_fmt.eq(v["format"].fmt != MacFormat.INT8),
@@ -226,12 +227,8 @@ class MicroNeural(wiring.Component):
             10: [lay.hi.eq(v["hi"].hi)],
             11: [lay.in_base.eq(v["ib"].addr)],
             12: [lay.in_w.eq(v["is0"].width), lay.in_h.eq(v["is0"].height)],
-            13: [lay.in_cs.eq(v["ics"].stride)],
-            14: [lay.in_rs.eq(v["irs"].stride)],
-            15: [lay.out_base.eq(v["ob"].addr)],
-            16: [lay.slots.eq(v["os1"].slots), lay.planes.eq(v["os1"].planes)],
-            17: [lay.out_cs.eq(v["ocs"].stride)],
-            18: [lay.out_rs.eq(v["ors"].stride)],
+            13: [lay.out_base.eq(v["ob"].addr)],
+            14: [lay.slots.eq(v["os1"].slots), lay.planes.eq(v["os1"].planes)],
         }
         return idx, latch
 
@@ -246,11 +243,12 @@ class MicroNeural(wiring.Component):
             "count": Signal(12), "busy": Signal(),
         }
         j = p["count"]
+        rs = self.reg_data[:ABITS]           # the input's row stride, read again (PRODUCTS)
         w1 = Mux(lay.log2w > 3, 7, (Const(1, 8) << lay.log2w[:2]) - 1)
         terms = [
-            (j < lay.dilation, p["dr"], lay.in_rs),
-            (j < lay.stride, p["sr"], lay.in_rs),
-            (j < lay.pad, p["pr"], lay.in_rs),
+            (j < lay.dilation, p["dr"], rs),
+            (j < lay.stride, p["sr"], rs),
+            (j < lay.pad, p["pr"], rs),
             (j < w1, p["halo"], lay.stride),
             (j < lay.kw - 1, p["halo"], lay.dilation),
             # saturating: only "above the limit" matters
@@ -445,7 +443,7 @@ class MicroNeural(wiring.Component):
                                      s.ya.eq(s.ya + p["dr"])]
                     with m.Else():
                         m.d.sync += [s.ky.eq(0), s.iy.eq(s.iy0), s.ya.eq(s.ya0), s.ic.eq(s.ic + 1),
-                                     s.cb.eq(s.cb + lay.in_cs)]
+                                     s.cb.eq(s.cb + self.reg_data[:ABITS])]
             return last_oc & last_kx & last_ky & last_ic
 
         return walk_start, walk_issue
@@ -496,11 +494,13 @@ class MicroNeural(wiring.Component):
                                 m.d.sync += load_latch[k]
                 m.d.sync += idx.eq(idx + 1)
                 with m.If(idx == n_reads):
+                    self._reread(m, "in_rs")
                     m.d.sync += [p[n].eq(0) for n in ("dr", "sr", "pr", "halo", "rows", "ring",
                                                       "count")]
                     m.next = "PRODUCTS"
 
             with m.State("PRODUCTS"):
+                self._reread(m, "in_rs")
                 self._step_products(m, p)
                 with m.If(~p["busy"]):
                     m.next = "CHECK"
@@ -523,6 +523,8 @@ class MicroNeural(wiring.Component):
 
             # -- a group: its table entry, its length checks, its count pass ----------------
             with m.State("GROUP"):
+                if pooling:
+                    self._reread(m, "in_cs")
                 left = lay.ocpg - s.gbase
                 m.d.sync += [s.ocg.eq(Mux(left > SLOTS, SLOTS, left)), s.tcount.eq(0)]
                 with m.If(s.gbase >= lay.ocpg):
@@ -618,6 +620,7 @@ class MicroNeural(wiring.Component):
         """The states of an output position: seed, multiply-add, post-process, step."""
         with m.State("SEED_ADDR"):
             # the accumulators from 0 (the biases are added at the rescale)
+            self._reread(m, "in_cs")
             m.d.comb += s.acc_clr.eq(1)
             m.d.sync += walk_start()
             if self._pooling:
@@ -625,12 +628,14 @@ class MicroNeural(wiring.Component):
             m.next = "MAC"
 
         with m.State("MAC"):
+            self._reread(m, "in_cs")
             with m.If(walk_issue()):
                 m.d.sync += [s.o.eq(0), s.caddr.eq(s.gaddr), s.cplane.eq(s.gplane)]
                 m.next = "MAC_END"
 
         with m.State("MAC_END"):
             # the last products land in the accumulators
+            self._reread(m, "out_cs")
             m.next = "BIAS_ADDR"
             if self._pooling:
                 # (pooling: the last element folded in, the window's value written)
@@ -697,15 +702,17 @@ class MicroNeural(wiring.Component):
             m.next = "ACTIVATE"
 
         with m.State("ACTIVATE"):
+            self._reread(m, "out_cs")
             m.d.sync += s.y.eq(self._activate(m, lay, s.y.as_signed()))
             m.next = "WRITE"
 
         with m.State("WRITE"):
+            self._reread(m, "out_rs")
             m.d.comb += [self.buf_addr.eq(s.caddr + s.orow + s.ox[:ABITS]),
                          self.buf_wdata.eq(s.y.as_signed()),
                          self.buf_we.eq(1)]
             ring_end = (lay.slots != 0) & (s.cplane + 1 == p["ring"])
-            m.d.sync += [s.caddr.eq(Mux(ring_end, lay.out_base, s.caddr + lay.out_cs)),
+            m.d.sync += [s.caddr.eq(Mux(ring_end, lay.out_base, s.caddr + self.reg_data[:ABITS])),
                          s.cplane.eq(Mux(ring_end, 0, s.cplane + 1))]
             with m.If(s.o != s.ocg - 1):
                 m.d.sync += s.o.eq(s.o + 1)
@@ -721,17 +728,23 @@ class MicroNeural(wiring.Component):
             with m.Else():
                 m.d.sync += [s.ox.eq(0), s.ix0.eq(-self._px(lay)), s.oy.eq(s.oy + 1),
                              s.iy0.eq(s.iy0 + lay.stride), s.ya0.eq(s.ya0 + p["sr"]),
-                             s.orow.eq(s.orow + lay.out_rs)]
+                             s.orow.eq(s.orow + self.reg_data[:ABITS])]
                 with m.If(s.oy == lay.out_h - 1):
                     # the group is done: the next one starts at the channel after it
                     m.d.sync += [s.gbase.eq(s.gbase + SLOTS), s.gaddr.eq(s.caddr),
                                  s.gplane.eq(s.cplane)]
                     if self._pooling:
-                        # pooling: a channel a group, the next input channel
+                        # pooling: a channel a group (POOL_GROUP moves the input base on)
                         with m.If(self._pmode):
-                            m.d.sync += [s.gbase.eq(s.gbase + 1),
-                                         lay.in_base.eq(lay.in_base + lay.in_cs)]
+                            m.d.sync += s.gbase.eq(s.gbase + 1)
                     m.next = "GROUP"
+
+    def _reread(self, m, name):
+        """Address the stride ``name`` of :data:`_STRIDES` (the pooling mode's register with
+        pooling): it is ``reg_data[:ABITS]`` a cycle on."""
+        ne, pe = _STRIDES[name]
+        addr = Mux(self._pmode, pe, ne) if self._pooling else ne
+        m.d.comb += self.reg_addr.eq(addr)
 
     def _sx(self, lay):
         """The column stride: the pooling window's own with pooling, else the layer's."""
@@ -772,7 +785,10 @@ class MicroNeural(wiring.Component):
                 m.next = "GROUP"
 
         with m.State("POOL_GROUP"):
-            # a channel's output positions, as a neural group's (NNZ_CHECK) start
+            # a channel's output positions, as a neural group's (NNZ_CHECK) start; after the
+            # first channel the input base moves on by the channel stride (addressed in GROUP)
+            with m.If(s.gbase != 0):
+                m.d.sync += lay.in_base.eq(lay.in_base + self.reg_data[:ABITS])
             m.d.sync += [s.o.eq(0), s.counting.eq(0), s.oy.eq(0), s.ox.eq(0), s.orow.eq(0),
                          s.iy0.eq(-lay.pad), s.ix0.eq(-lay.pad_x), s.ya0.eq(-p["pr"])]
             m.next = "SEED_ADDR"
