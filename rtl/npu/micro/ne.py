@@ -104,9 +104,9 @@ Layer = data.StructLayout({
     "icpg": 12, "ocpg": 12, "in_zero": 1,
     "out_h": 12, "out_w": 12, "kh": 5, "kw": 5, "stride": 4, "dilation": 3, "pad": 4,
     "stride_x": 4, "pad_x": 4,
-    "ktable": 10, "bad_post": 1, "relu": 1, "clamp": 1, "zp": 8, "lo": 8, "hi": 8,
+    "bad_post": 1, "relu": 1, "clamp": 1,
     "in_base": 14, "in_w": 12, "in_h": 12,
-    "out_base": 14, "slots": 10, "planes": 10,
+    "out_base": 14, "ring_on": 1,
 })
 
 if CHANNEL_WORDS != 3:
@@ -180,7 +180,7 @@ class MicroNeural(wiring.Component):
         reads = pool.start_reads() + [addr for addr, *_ in extra]
         platch = pool.latch(self.reg_data, f)
         # one input channel a "group", read with dilation 1; no output ring
-        platch[4] += [lay.icpg.eq(1), lay.dilation.eq(1), lay.slots.eq(0), lay.planes.eq(0)]
+        platch[4] += [lay.icpg.eq(1), lay.dilation.eq(1), lay.ring_on.eq(0)]
         for k, (_, reg, target, name) in enumerate(extra, start=len(platch) + 1):
             view = data.View(register_layout(_DP[reg]), self.reg_data)
             platch[k] = [target.eq(getattr(view, name))]
@@ -219,16 +219,15 @@ class MicroNeural(wiring.Component):
             6: [lay.kh.eq(v["kernel"].kh), lay.kw.eq(v["kernel"].kw),
                 lay.stride.eq(v["kernel"].stride), lay.dilation.eq(v["kernel"].dilation),
                 lay.pad.eq(v["kernel"].pad)],
-            7: [lay.ktable.eq(v["ktable"].addr)],
+            7: [],
             8: [lay.bad_post.eq(v["post"].out_fp16 | (v["post"].act > Act.CLAMP)),
-                lay.relu.eq(v["post"].act == Act.RELU), lay.clamp.eq(v["post"].act == Act.CLAMP),
-                lay.zp.eq(v["post"].zero_point)],
-            9: [lay.lo.eq(v["lo"].lo)],
-            10: [lay.hi.eq(v["hi"].hi)],
+                lay.relu.eq(v["post"].act == Act.RELU), lay.clamp.eq(v["post"].act == Act.CLAMP)],
+            9: [],
+            10: [],
             11: [lay.in_base.eq(v["ib"].addr)],
             12: [lay.in_w.eq(v["is0"].width), lay.in_h.eq(v["is0"].height)],
             13: [lay.out_base.eq(v["ob"].addr)],
-            14: [lay.slots.eq(v["os1"].slots), lay.planes.eq(v["os1"].planes)],
+            14: [lay.ring_on.eq(v["os1"].slots != 0)],
         }
         return idx, latch
 
@@ -253,10 +252,13 @@ class MicroNeural(wiring.Component):
             (j < lay.kw - 1, p["halo"], lay.dilation),
             # saturating: only "above the limit" matters
             ((j < lay.kh) & (p["rows"] <= BUFFER_ROWS), p["rows"], lay.icpg),
-            ((j < lay.slots) & (p["ring"] <= OUT_CHANNELS), p["ring"],
-             Mux(lay.planes == 0, 1, lay.planes)),
         ]
         p["terms"] = terms
+        # the output ring's planes (slots x max(1, planes), saturating), in state OUT_RING with
+        # NE0_OUT_SHAPE1 read again
+        os1 = data.View(register_layout(_DP["NE0_OUT_SHAPE1"]), self.reg_data)
+        p["ring_term"] = ((j < os1.slots) & (p["ring"] <= OUT_CHANNELS),
+                          Mux(os1.planes == 0, 1, os1.planes))
         m.d.comb += p["busy"].eq(Cat(t[0] for t in terms).any())
         return p
 
@@ -503,11 +505,21 @@ class MicroNeural(wiring.Component):
                 self._reread(m, "in_rs")
                 self._step_products(m, p)
                 with m.If(~p["busy"]):
-                    m.next = "CHECK"
+                    m.d.comb += self.reg_addr.eq(_OUT + 2)
+                    m.d.sync += p["count"].eq(0)
+                    m.next = "OUT_RING"
                     if pooling:
                         with m.If(self._pmode):
                             m.d.sync += [s.oy.eq(0), s.ox.eq(0), s.iy0.eq(0), s.ix0.eq(0)]
                             m.next = "SIZES"
+
+            with m.State("OUT_RING"):
+                m.d.comb += self.reg_addr.eq(_OUT + 2)
+                more, planes = p["ring_term"]
+                with m.If(more):
+                    m.d.sync += [p["ring"].eq(p["ring"] + planes), p["count"].eq(p["count"] + 1)]
+                with m.Else():
+                    m.next = "CHECK"
 
             if pooling:
                 self._pool_states(m, lay, p, s, pool_regs, pool_code)
@@ -523,8 +535,11 @@ class MicroNeural(wiring.Component):
 
             # -- a group: its table entry, its length checks, its count pass ----------------
             with m.State("GROUP"):
+                # TABLE reads KTABLE again (pooling: POOL_GROUP the input channel stride)
+                m.d.comb += self.reg_addr.eq(_NE.address("KTABLE"))
                 if pooling:
-                    self._reread(m, "in_cs")
+                    with m.If(self._pmode):
+                        self._reread(m, "in_cs")
                 left = lay.ocpg - s.gbase
                 m.d.sync += [s.ocg.eq(Mux(left > SLOTS, SLOTS, left)), s.tcount.eq(0)]
                 with m.If(s.gbase >= lay.ocpg):
@@ -537,7 +552,8 @@ class MicroNeural(wiring.Component):
                             m.next = "POOL_GROUP"
 
             with m.State("TABLE"):
-                m.d.comb += self.kmem_addr.eq(lay.ktable + (s.gbase[3:] << 2) + s.tcount)
+                m.d.comb += [self.reg_addr.eq(_NE.address("KTABLE")),
+                             self.kmem_addr.eq(self.reg_data[:10] + (s.gbase[3:] << 2) + s.tcount)]
                 m.d.sync += s.tcount.eq(s.tcount + 1)
                 word = self.kmem_data[:16]
                 with m.Switch(s.tcount):
@@ -685,7 +701,9 @@ class MicroNeural(wiring.Component):
 
         with m.State("SHIFT"):
             # arithmetic shift right by ``shift``, 32 bits in one step while at least 32 are
-            # left, then one a cycle; rbit is the last bit shifted out
+            # left, then one a cycle; rbit is the last bit shifted out (POST_CTRL read again
+            # for ROUND)
+            m.d.comb += self.reg_addr.eq(_NE.address("POST_CTRL"))
             with m.If(s.shift == 0):
                 m.next = "ROUND"
             with m.Elif(s.shift >= 32):
@@ -697,13 +715,28 @@ class MicroNeural(wiring.Component):
 
         with m.State("ROUND"):
             # the result, registered (the rounding, saturation and activation off the
-            # buffer's write path)
-            m.d.sync += s.y.eq(self._saturate(m, lay, s.hi, s.lo, s.rbit))
+            # buffer's write path); the zero point (ReLU) or the clamp's low bound next
+            post = data.View(register_layout(_NE["POST_CTRL"]), self.reg_data)
+            m.d.comb += self.reg_addr.eq(Mux(lay.clamp, _NE.address("POST_LO"),
+                                             _NE.address("POST_CTRL")))
+            m.d.sync += s.y.eq(self._saturate(m, s.hi, s.lo, s.rbit, post.zero_point))
             m.next = "ACTIVATE"
 
         with m.State("ACTIVATE"):
+            # ReLU (from the zero point) or the clamp's low bound; its high bound next
+            m.d.comb += self.reg_addr.eq(_NE.address("POST_HI"))
+            y, bound = s.y.as_signed(), self.reg_data[:8].as_signed()
+            with m.If(lay.relu):
+                m.d.sync += s.y.eq(Mux(y < post.zero_point.as_signed(), post.zero_point, y))
+            with m.Elif(lay.clamp):
+                m.d.sync += s.y.eq(Mux(y < bound, bound, y))
+            m.next = "CLAMP_HI"
+
+        with m.State("CLAMP_HI"):
             self._reread(m, "out_cs")
-            m.d.sync += s.y.eq(self._activate(m, lay, s.y.as_signed()))
+            hi8 = self.reg_data[:8].as_signed()
+            with m.If(lay.clamp & (s.y.as_signed() > hi8)):
+                m.d.sync += s.y.eq(hi8)
             m.next = "WRITE"
 
         with m.State("WRITE"):
@@ -711,7 +744,7 @@ class MicroNeural(wiring.Component):
             m.d.comb += [self.buf_addr.eq(s.caddr + s.orow + s.ox[:ABITS]),
                          self.buf_wdata.eq(s.y.as_signed()),
                          self.buf_we.eq(1)]
-            ring_end = (lay.slots != 0) & (s.cplane + 1 == p["ring"])
+            ring_end = lay.ring_on & (s.cplane + 1 == p["ring"])
             m.d.sync += [s.caddr.eq(Mux(ring_end, lay.out_base, s.caddr + self.reg_data[:ABITS])),
                          s.cplane.eq(Mux(ring_end, 0, s.cplane + 1))]
             with m.If(s.o != s.ocg - 1):
@@ -793,13 +826,13 @@ class MicroNeural(wiring.Component):
                          s.iy0.eq(-lay.pad), s.ix0.eq(-lay.pad_x), s.ya0.eq(-p["pr"])]
             m.next = "SEED_ADDR"
 
-    def _saturate(self, m, lay, hi, lo, rbit):
-        """The rescaled value ``{hi, lo}`` with its rounding bit, plus the zero point,
+    def _saturate(self, m, hi, lo, rbit, zp):
+        """The rescaled value ``{hi, lo}`` with its rounding bit, plus the zero point ``zp``,
         saturated to int8 (combinational)."""
         upper = Cat(lo[9:], hi)
         small = (upper == 0) | (upper == (1 << len(upper)) - 1)
         v = Signal(signed(12))
-        m.d.comb += v.eq(lo[:10].as_signed() + rbit + lay.zp.as_signed())
+        m.d.comb += v.eq(lo[:10].as_signed() + rbit + zp.as_signed())
         y = Signal(signed(9))
         with m.If(~small):
             m.d.comb += y.eq(Mux(hi[-1], -128, 127))
@@ -810,16 +843,3 @@ class MicroNeural(wiring.Component):
         with m.Else():
             m.d.comb += y.eq(v)
         return y[:8]
-
-    def _activate(self, m, lay, y):
-        """The saturated int8 ``y`` after ReLU or clamp (combinational)."""
-        out = Signal(signed(9))
-        lo8, hi8, zp = lay.lo.as_signed(), lay.hi.as_signed(), lay.zp.as_signed()
-        with m.If(lay.relu):
-            m.d.comb += out.eq(Mux(y < zp, zp, y))
-        with m.Elif(lay.clamp):
-            clamped = Mux(y < lo8, lo8, y)
-            m.d.comb += out.eq(Mux(clamped > hi8, hi8, clamped))
-        with m.Else():
-            m.d.comb += out.eq(y)
-        return out[:8]
