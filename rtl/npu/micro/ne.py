@@ -375,9 +375,17 @@ class MicroNeural(wiring.Component):
         walker and returns whether it was the last."""
         # the weight cache: the group's body regrouped by input element, the channels' bytes
         # of one element side by side (written a byte a cycle by the count pass)
-        m.submodules.wcache = wc = Memory(shape=8 * SLOTS, depth=CACHE_DEPTH, init=[])
+        # (read and written in one cycle only in the count pass, which uses no word it reads)
+        m.submodules.wcache = wc = Memory(shape=8 * SLOTS, depth=CACHE_DEPTH, init=[],
+                                          attrs={"no_rw_check": 1})
         wr = wc.write_port(granularity=8)
-        rd = wc.read_port()
+        # an asynchronous port and a register: a synchronous read with collisions undefined
+        # (no_rw_check; as the top's kernel memory)
+        rd = SimpleNamespace(addr=Signal(range(CACHE_DEPTH)),
+                             data=Signal(8 * SLOTS, reset_less=True))
+        rd_comb = wc.read_port(domain="comb")
+        m.d.comb += rd_comb.addr.eq(rd.addr)
+        m.d.sync += rd.data.eq(rd_comb.data)
         # the issued byte (count pass) and element (multiply-add pass)
         w = Signal(signed(8))
         x = Signal(signed(8))
