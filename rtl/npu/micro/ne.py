@@ -239,7 +239,8 @@ class MicroNeural(wiring.Component):
         p = {
             "dr": Signal(ABITS), "sr": Signal(ABITS), "pr": Signal(ABITS),   # d, s, pad x rstride
             "halo": Signal(8), "rows": Signal(13), "ring": Signal(11),
-            "count": Signal(12), "busy": Signal(),
+            # (every bound of the terms below is at most 31: the count stops by 31)
+            "count": Signal(5), "busy": Signal(),
         }
         j = p["count"]
         rs = self.reg_data[:ABITS]           # the input's row stride, read again (PRODUCTS)
@@ -255,10 +256,10 @@ class MicroNeural(wiring.Component):
         ]
         p["terms"] = terms
         # the output ring's planes (slots x max(1, planes), saturating), in state OUT_RING with
-        # NE0_OUT_SHAPE1 read again
+        # NE0_OUT_SHAPE1 read again, slots counted in ``k`` (the walker's channel counter)
         os1 = data.View(register_layout(_DP["NE0_OUT_SHAPE1"]), self.reg_data)
-        p["ring_term"] = ((j < os1.slots) & (p["ring"] <= OUT_CHANNELS),
-                          Mux(os1.planes == 0, 1, os1.planes))
+        p["ring_term"] = lambda k: ((k < os1.slots) & (p["ring"] <= OUT_CHANNELS),
+                                    Mux(os1.planes == 0, 1, os1.planes))
         m.d.comb += p["busy"].eq(Cat(t[0] for t in terms).any())
         return p
 
@@ -514,7 +515,7 @@ class MicroNeural(wiring.Component):
                 self._step_products(m, p)
                 with m.If(~p["busy"]):
                     m.d.comb += self.reg_addr.eq(_OUT + 2)
-                    m.d.sync += p["count"].eq(0)
+                    m.d.sync += s.ic.eq(0)
                     m.next = "OUT_RING"
                     if pooling:
                         with m.If(self._pmode):
@@ -523,9 +524,9 @@ class MicroNeural(wiring.Component):
 
             with m.State("OUT_RING"):
                 m.d.comb += self.reg_addr.eq(_OUT + 2)
-                more, planes = p["ring_term"]
+                more, planes = p["ring_term"](s.ic)
                 with m.If(more):
-                    m.d.sync += [p["ring"].eq(p["ring"] + planes), p["count"].eq(p["count"] + 1)]
+                    m.d.sync += [p["ring"].eq(p["ring"] + planes), s.ic.eq(s.ic + 1)]
                 with m.Else():
                     m.next = "CHECK"
 
@@ -687,23 +688,20 @@ class MicroNeural(wiring.Component):
             m.next = "MULTIPLY"
 
         with m.State("MULTIPLY"):
-            # {hi, lo} = acc * scale, two bits of the scale (in lo) a cycle, radix-4 Booth:
-            # the digit -2 b[i+1] + b[i] + b[i-1] (b[i-1] in rbit, 0 at first) adds 0, +-a or
-            # +-2a; 16 digits give the signed product
+            # {hi, lo} = acc * scale, one bit of the scale (in lo) a cycle, radix-2 Booth:
+            # the digit b[i-1] - b[i] (b[i-1] in rbit, 0 at first) adds 0 or +-a; 32 digits
+            # give the signed product
             a = s.bacc
-            bits = Cat(s.rbit, s.lo[:2])
-            neg = bits[2] & ~(bits[0] & bits[1])
-            two = (bits == 0b011) | (bits == 0b100)
-            zero = (bits == 0b000) | (bits == 0b111)
-            mag = Signal(signed(34))
-            m.d.comb += mag.eq(Mux(zero, 0, Mux(two, a << 1, a)))
-            inv = Signal(signed(34))                  # -x = ~x + 1
-            m.d.comb += inv.eq(mag.as_unsigned() ^ neg.replicate(34))
+            neg = s.lo[0] & ~s.rbit
+            mag = Signal(signed(33))                  # 0 or a, sign-extended
+            m.d.comb += mag.eq(Mux(s.lo[0] ^ s.rbit, a, 0))
+            add = Signal(signed(33))                  # 0, a or ~a (-a = ~a + 1)
+            m.d.comb += add.eq(mag.as_unsigned() ^ neg.replicate(33))
             t = Signal(signed(35))
-            m.d.comb += t.eq(s.hi + inv + neg)
-            m.d.sync += [s.lo.eq(Cat(s.lo[2:], t[:2])), s.hi.eq(t >> 2), s.rbit.eq(s.lo[1]),
+            m.d.comb += t.eq(s.hi + add + neg)
+            m.d.sync += [s.lo.eq(Cat(s.lo[1:], t[0])), s.hi.eq(t >> 1), s.rbit.eq(s.lo[0]),
                          s.step.eq(s.step + 1)]
-            with m.If(s.step == 15):
+            with m.If(s.step == 31):
                 m.d.sync += s.rbit.eq(0)
                 m.next = "SHIFT"
 

@@ -129,9 +129,8 @@ class MicroRunner(wiring.Component):
             "irq_error": Signal(), "irq_done": Signal(),
             "en_error": Signal(init=1), "en_done": Signal(init=1),
             "busy": Signal(),
-            # tasks the host pushes in this cycle (0 without a write to Q0_PUSH): whatever
-            # the runner does to the count in the same cycle adds them
-            "push": Signal(16),
+            # the host writes Q0_PUSH in this cycle (which adds to the count)
+            "pushing": Signal(),
         }
         m.d.comb += [self.base.eq(q["base"]), self.limit.eq(q["limit"]),
                      self.irq.eq((q["irq_error"] & q["en_error"]) | (q["irq_done"] & q["en_done"]))]
@@ -191,7 +190,6 @@ class MicroRunner(wiring.Component):
             return tm.address(name) - tm.base
 
         data = bus.w_data
-        m.d.sync += q["count"].eq(q["count"] + q["push"])
         with m.If(bus.w_en & in_tm):
             with m.Switch(bus.addr[:offset_bits]):
                 with m.Case(offset("CTRL")):
@@ -211,7 +209,8 @@ class MicroRunner(wiring.Component):
                 with m.Case(offset("Q0_HEAD")):
                     m.d.sync += [q["ptr"].eq(data), q["retired"].eq(0)]
                 with m.Case(offset("Q0_PUSH")):
-                    m.d.comb += q["push"].eq(_field(data, tm["Q0_PUSH"], "count"))
+                    m.d.comb += q["pushing"].eq(1)
+                    m.d.sync += q["count"].eq(q["count"] + _field(data, tm["Q0_PUSH"], "count"))
                 with m.Case(offset("Q0_TAIL")):
                     m.d.sync += q["tail"].eq(data)
 
@@ -306,16 +305,18 @@ class MicroRunner(wiring.Component):
                         m.next = "COMPLETE"
 
             with m.State("COMPLETE"):
-                m.d.sync += [q["ptr"].eq(address), q["count"].eq(q["count"] + q["push"] - 1)]
-                with m.If(irq_flag):
-                    m.d.sync += q["irq_done"].eq(1)
-                m.next = "IDLE"
+                # (the count is taken down in a cycle without a host push, which sets it too)
+                with m.If(~q["pushing"]):
+                    m.d.sync += [q["ptr"].eq(address), q["count"].eq(q["count"] - 1)]
+                    with m.If(irq_flag):
+                        m.d.sync += q["irq_done"].eq(1)
+                    m.next = "IDLE"
 
             with m.State("EXCEPTION"):
-                # The queue is retired and drops the descriptors left in it (a push in this
-                # cycle counts as one after the retirement).
+                # The queue is retired and drops the descriptors left in it (and a push in
+                # this very cycle with them).
                 m.d.sync += [q["retired"].eq(1), q["exc_addr"].eq(q["ptr"]),
-                             q["irq_error"].eq(1), q["count"].eq(q["push"])]
+                             q["irq_error"].eq(1), q["count"].eq(0)]
                 with m.If(q["exc_count"] != 0xFF):
                     m.d.sync += q["exc_count"].eq(q["exc_count"] + 1)
                 with m.If(q["cause"] != Cause.ENGINE):
