@@ -310,6 +310,7 @@ class MicroNeural(wiring.Component):
         # the group's table entry
         hdr = Signal(10)
         hdr_bad = Signal()                   # the header is not 3 ocg words
+        nnz_bad = Signal()                   # a channel's shift word fails its checks
         body = Signal(10)
         body_words = Signal(16)
         tcount = Signal(3)
@@ -360,7 +361,7 @@ class MicroNeural(wiring.Component):
         y = Signal(8)                        # the int8 result
 
         return SimpleNamespace(
-            ocg=ocg, gbase=gbase, err=err, hdr=hdr, hdr_bad=hdr_bad, body=body,
+            ocg=ocg, gbase=gbase, err=err, hdr=hdr, hdr_bad=hdr_bad, nnz_bad=nnz_bad, body=body,
             body_words=body_words, tcount=tcount, oy=oy, ox=ox, iy0=iy0, ix0=ix0,
             ya0=ya0, orow=orow, ic=ic, ky=ky, kx=kx, oc=oc, iy=iy, ix=ix, ya=ya, cb=cb,
             b=b, counting=counting, st_valid=st_valid, st_lane=st_lane, st_byte=st_byte,
@@ -622,9 +623,15 @@ class MicroNeural(wiring.Component):
                 m.next = "NNZ_CHECK"
 
             with m.State("NNZ_CHECK"):
+                # the checks of the channel's shift word, registered (the kernel memory's
+                # word is then off the paths into the next state's enables)
                 sw = data.View(register_layout(SHIFT_WORD), self.kmem_data)
-                with m.If((sw.reserved != 0) | (sw.shift > MAX_SHIFT) |
-                          (sw.nnz != s.acc_o[:16]) | (s.acc_o[16:] != 0)):
+                m.d.sync += s.nnz_bad.eq((sw.reserved != 0) | (sw.shift > MAX_SHIFT) |
+                                         (sw.nnz != s.acc_o[:16]) | (s.acc_o[16:] != 0))
+                m.next = "NNZ_DECIDE"
+
+            with m.State("NNZ_DECIDE"):
+                with m.If(s.nnz_bad):
                     finish(NeuralError.EXTRACT)
                 with m.Elif(s.o == s.ocg - 1):
                     m.d.sync += [s.o.eq(0), s.counting.eq(0), s.oy.eq(0), s.ox.eq(0), s.orow.eq(0),
