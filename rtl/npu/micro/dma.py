@@ -269,8 +269,11 @@ class MicroDMA(wiring.Component):
         w["out_of_window"] = w["pm_far"] | (pm[2:2 + a] >= self.limit)
         w["out_of_bounds"] = w["pb_far"] | Mux(kmem, _at_least(pb, self._kernel_words),
                                                _at_least(pb, self._buffer_elements))
+        # The element's word address, registered: `pm` is set at least a cycle before the
+        # element's state (LOAD then CHECK, or STRIDE_BUF then STRIDE_APPLY), so the adder is
+        # off the path from the bus check into the memory's enables.
         address = Signal(self.address_bits + 1)
-        m.d.comb += address.eq(self.base + pm[2:2 + self.address_bits])
+        m.d.sync += address.eq(self.base + pm[2:2 + self.address_bits])
         w["bus_error"] = _at_least(address, self._mem_words)
         m.d.comb += self.mem_addr.eq(address)
         last = w["last"]
@@ -397,7 +400,9 @@ class MicroDMA(wiring.Component):
 
             with m.State("COUNT_GOT"):
                 fresh, last = w["fresh"].bit_select(level, 1), w["last"].bit_select(level, 1)
-                with m.If(sub & (counted == 0)):
+                # (counter == 1 and == 2 for counted == 0 and == 1: no subtraction on the
+                # path from the register file's word into the next state)
+                with m.If(sub & (counter == 1)):
                     # Walked back: i_level is 0 again (fresh), its last value if its size
                     # is 1 (no step was made).
                     m.d.sync += [fresh.eq(1), last.eq(was_fresh), level.eq(level + 1)]
@@ -407,7 +412,7 @@ class MicroDMA(wiring.Component):
                                  self.reg_w_data.eq(counted), self.reg_w_en.eq(1)]
                     m.d.sync += fresh.eq(0)
                     with m.If(~sub):
-                        m.d.sync += last.eq(counted == 1)
+                        m.d.sync += last.eq(counter == 2)
                     m.next = "STRIDE_MEM"
 
             with m.State("DONE"):

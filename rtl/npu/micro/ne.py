@@ -84,13 +84,18 @@ _READS = (
     (_NE.address("POST_HI"), _NE["POST_HI"]),
     (_IN + 0, _DP["NE0_IN_BASE"]),
     (_IN + 1, _DP["NE0_IN_SHAPE0"]),
-    (_IN + 3, _DP["NE0_IN_CSTRIDE"]),
-    (_IN + 4, _DP["NE0_IN_RSTRIDE"]),
     (_OUT + 0, _DP["NE0_OUT_BASE"]),
     (_OUT + 2, _DP["NE0_OUT_SHAPE1"]),
-    (_OUT + 3, _DP["NE0_OUT_CSTRIDE"]),
-    (_OUT + 4, _DP["NE0_OUT_RSTRIDE"]),
 )
+
+#: The strides the run reads again from the register file when it steps an address (never
+#: kept in flip-flops): word address of each, for a convolution and for the pooling mode.
+_STRIDES = {
+    "in_cs": (_IN + 3, dataproc.pe_port_base("A") + 3),
+    "in_rs": (_IN + 4, dataproc.pe_port_base("A") + 4),
+    "out_cs": (_OUT + 3, dataproc.pe_port_base("OUT") + 3),
+    "out_rs": (_OUT + 4, dataproc.pe_port_base("OUT") + 4),
+}
 
 #: The layer as the unit keeps it: the fields the loops use (trimmed to the widths they need),
 #: and flags of those only the checks use (decided as each register is read).
@@ -99,9 +104,9 @@ Layer = data.StructLayout({
     "icpg": 12, "ocpg": 12, "in_zero": 1,
     "out_h": 12, "out_w": 12, "kh": 5, "kw": 5, "stride": 4, "dilation": 3, "pad": 4,
     "stride_x": 4, "pad_x": 4,
-    "ktable": 10, "bad_post": 1, "relu": 1, "clamp": 1, "zp": 8, "lo": 8, "hi": 8,
-    "in_base": 14, "in_w": 12, "in_h": 12, "in_cs": 14, "in_rs": 14,
-    "out_base": 14, "slots": 10, "planes": 10, "out_cs": 14, "out_rs": 14,
+    "bad_post": 1, "relu": 1, "clamp": 1,
+    "in_base": 14, "in_w": 12, "in_h": 12,
+    "out_base": 14, "ring_on": 1,
 })
 
 if CHANNEL_WORDS != 3:
@@ -159,7 +164,8 @@ class MicroNeural(wiring.Component):
     def _pool_load(self, m, lay, load):
         """The pooling mode's register reads (``docs/micro.md``, "Pooling in the neural
         unit"): the planar unit's start reads (:func:`npu.micro.pe.latch`) into the layer's
-        fields, then the bases and strides of ``PE_A`` and ``PE_OUT``. Returns the load with
+        fields, then the bases of ``PE_A`` and ``PE_OUT`` (their strides are read again when a
+        step adds them, :meth:`_reread`). Returns the load with
         the mode flag, the pooling task's fields and its latch statements."""
         idx, latch = load
         self._pmode = pmode = Signal()
@@ -170,15 +176,11 @@ class MicroNeural(wiring.Component):
         self._pool_fields = f
         a, o = dataproc.pe_port_base("A"), dataproc.pe_port_base("OUT")
         extra = [(a + 0, "PE_A_BASE", lay.in_base, "addr"),
-                 (a + 3, "PE_A_CSTRIDE", lay.in_cs, "stride"),
-                 (a + 4, "PE_A_RSTRIDE", lay.in_rs, "stride"),
-                 (o + 0, "PE_OUT_BASE", lay.out_base, "addr"),
-                 (o + 3, "PE_OUT_CSTRIDE", lay.out_cs, "stride"),
-                 (o + 4, "PE_OUT_RSTRIDE", lay.out_rs, "stride")]
+                 (o + 0, "PE_OUT_BASE", lay.out_base, "addr")]
         reads = pool.start_reads() + [addr for addr, *_ in extra]
         platch = pool.latch(self.reg_data, f)
         # one input channel a "group", read with dilation 1; no output ring
-        platch[4] += [lay.icpg.eq(1), lay.dilation.eq(1), lay.slots.eq(0), lay.planes.eq(0)]
+        platch[4] += [lay.icpg.eq(1), lay.dilation.eq(1), lay.ring_on.eq(0)]
         for k, (_, reg, target, name) in enumerate(extra, start=len(platch) + 1):
             view = data.View(register_layout(_DP[reg]), self.reg_data)
             platch[k] = [target.eq(getattr(view, name))]
@@ -203,8 +205,7 @@ class MicroNeural(wiring.Component):
             Mux(idx < len(_READS), idx, 0)])
         views = {name: data.View(register_layout(reg), self.reg_data) for (_, reg), name in
                  zip(_READS, ("format", "groups", "ocpg", "in_size", "out_size", "kernel",
-                              "ktable", "post", "lo", "hi", "ib", "is0", "ics", "irs",
-                              "ob", "os1", "ocs", "ors"))}
+                              "ktable", "post", "lo", "hi", "ib", "is0", "ob", "os1"))}
         v = views
         latch = {
             1: [lay.bad_fmt.eq(v["format"].fmt != MacFormat.INT8),
@@ -218,20 +219,15 @@ class MicroNeural(wiring.Component):
             6: [lay.kh.eq(v["kernel"].kh), lay.kw.eq(v["kernel"].kw),
                 lay.stride.eq(v["kernel"].stride), lay.dilation.eq(v["kernel"].dilation),
                 lay.pad.eq(v["kernel"].pad)],
-            7: [lay.ktable.eq(v["ktable"].addr)],
+            7: [],
             8: [lay.bad_post.eq(v["post"].out_fp16 | (v["post"].act > Act.CLAMP)),
-                lay.relu.eq(v["post"].act == Act.RELU), lay.clamp.eq(v["post"].act == Act.CLAMP),
-                lay.zp.eq(v["post"].zero_point)],
-            9: [lay.lo.eq(v["lo"].lo)],
-            10: [lay.hi.eq(v["hi"].hi)],
+                lay.relu.eq(v["post"].act == Act.RELU), lay.clamp.eq(v["post"].act == Act.CLAMP)],
+            9: [],
+            10: [],
             11: [lay.in_base.eq(v["ib"].addr)],
             12: [lay.in_w.eq(v["is0"].width), lay.in_h.eq(v["is0"].height)],
-            13: [lay.in_cs.eq(v["ics"].stride)],
-            14: [lay.in_rs.eq(v["irs"].stride)],
-            15: [lay.out_base.eq(v["ob"].addr)],
-            16: [lay.slots.eq(v["os1"].slots), lay.planes.eq(v["os1"].planes)],
-            17: [lay.out_cs.eq(v["ocs"].stride)],
-            18: [lay.out_rs.eq(v["ors"].stride)],
+            13: [lay.out_base.eq(v["ob"].addr)],
+            14: [lay.ring_on.eq(v["os1"].slots != 0)],
         }
         return idx, latch
 
@@ -243,22 +239,27 @@ class MicroNeural(wiring.Component):
         p = {
             "dr": Signal(ABITS), "sr": Signal(ABITS), "pr": Signal(ABITS),   # d, s, pad x rstride
             "halo": Signal(8), "rows": Signal(13), "ring": Signal(11),
-            "count": Signal(12), "busy": Signal(),
+            # (every bound of the terms below is at most 31: the count stops by 31)
+            "count": Signal(5), "busy": Signal(),
         }
         j = p["count"]
+        rs = self.reg_data[:ABITS]           # the input's row stride, read again (PRODUCTS)
         w1 = Mux(lay.log2w > 3, 7, (Const(1, 8) << lay.log2w[:2]) - 1)
         terms = [
-            (j < lay.dilation, p["dr"], lay.in_rs),
-            (j < lay.stride, p["sr"], lay.in_rs),
-            (j < lay.pad, p["pr"], lay.in_rs),
+            (j < lay.dilation, p["dr"], rs),
+            (j < lay.stride, p["sr"], rs),
+            (j < lay.pad, p["pr"], rs),
             (j < w1, p["halo"], lay.stride),
             (j < lay.kw - 1, p["halo"], lay.dilation),
             # saturating: only "above the limit" matters
             ((j < lay.kh) & (p["rows"] <= BUFFER_ROWS), p["rows"], lay.icpg),
-            ((j < lay.slots) & (p["ring"] <= OUT_CHANNELS), p["ring"],
-             Mux(lay.planes == 0, 1, lay.planes)),
         ]
         p["terms"] = terms
+        # the output ring's planes (slots x max(1, planes), saturating), in state OUT_RING with
+        # NE0_OUT_SHAPE1 read again, slots counted in ``k`` (the walker's channel counter)
+        os1 = data.View(register_layout(_DP["NE0_OUT_SHAPE1"]), self.reg_data)
+        p["ring_term"] = lambda k: ((k < os1.slots) & (p["ring"] <= OUT_CHANNELS),
+                                    Mux(os1.planes == 0, 1, os1.planes))
         m.d.comb += p["busy"].eq(Cat(t[0] for t in terms).any())
         return p
 
@@ -309,6 +310,7 @@ class MicroNeural(wiring.Component):
         # the group's table entry
         hdr = Signal(10)
         hdr_bad = Signal()                   # the header is not 3 ocg words
+        nnz_bad = Signal()                   # a channel's shift word fails its checks
         body = Signal(10)
         body_words = Signal(16)
         tcount = Signal(3)
@@ -359,7 +361,7 @@ class MicroNeural(wiring.Component):
         y = Signal(8)                        # the int8 result
 
         return SimpleNamespace(
-            ocg=ocg, gbase=gbase, err=err, hdr=hdr, hdr_bad=hdr_bad, body=body,
+            ocg=ocg, gbase=gbase, err=err, hdr=hdr, hdr_bad=hdr_bad, nnz_bad=nnz_bad, body=body,
             body_words=body_words, tcount=tcount, oy=oy, ox=ox, iy0=iy0, ix0=ix0,
             ya0=ya0, orow=orow, ic=ic, ky=ky, kx=kx, oc=oc, iy=iy, ix=ix, ya=ya, cb=cb,
             b=b, counting=counting, st_valid=st_valid, st_lane=st_lane, st_byte=st_byte,
@@ -375,9 +377,17 @@ class MicroNeural(wiring.Component):
         walker and returns whether it was the last."""
         # the weight cache: the group's body regrouped by input element, the channels' bytes
         # of one element side by side (written a byte a cycle by the count pass)
-        m.submodules.wcache = wc = Memory(shape=8 * SLOTS, depth=CACHE_DEPTH, init=[])
+        # (read and written in one cycle only in the count pass, which uses no word it reads)
+        m.submodules.wcache = wc = Memory(shape=8 * SLOTS, depth=CACHE_DEPTH, init=[],
+                                          attrs={"no_rw_check": 1})
         wr = wc.write_port(granularity=8)
-        rd = wc.read_port()
+        # an asynchronous port and a register: a synchronous read with collisions undefined
+        # (no_rw_check; as the top's kernel memory)
+        rd = SimpleNamespace(addr=Signal(range(CACHE_DEPTH)),
+                             data=Signal(8 * SLOTS, reset_less=True))
+        rd_comb = wc.read_port(domain="comb")
+        m.d.comb += rd_comb.addr.eq(rd.addr)
+        m.d.sync += rd.data.eq(rd_comb.data)
         # the issued byte (count pass) and element (multiply-add pass)
         w = Signal(signed(8))
         x = Signal(signed(8))
@@ -445,7 +455,7 @@ class MicroNeural(wiring.Component):
                                      s.ya.eq(s.ya + p["dr"])]
                     with m.Else():
                         m.d.sync += [s.ky.eq(0), s.iy.eq(s.iy0), s.ya.eq(s.ya0), s.ic.eq(s.ic + 1),
-                                     s.cb.eq(s.cb + lay.in_cs)]
+                                     s.cb.eq(s.cb + self.reg_data[:ABITS])]
             return last_oc & last_kx & last_ky & last_ic
 
         return walk_start, walk_issue
@@ -496,18 +506,30 @@ class MicroNeural(wiring.Component):
                                 m.d.sync += load_latch[k]
                 m.d.sync += idx.eq(idx + 1)
                 with m.If(idx == n_reads):
+                    self._reread(m, "in_rs")
                     m.d.sync += [p[n].eq(0) for n in ("dr", "sr", "pr", "halo", "rows", "ring",
                                                       "count")]
                     m.next = "PRODUCTS"
 
             with m.State("PRODUCTS"):
+                self._reread(m, "in_rs")
                 self._step_products(m, p)
                 with m.If(~p["busy"]):
-                    m.next = "CHECK"
+                    m.d.comb += self.reg_addr.eq(_OUT + 2)
+                    m.d.sync += s.ic.eq(0)
+                    m.next = "OUT_RING"
                     if pooling:
                         with m.If(self._pmode):
                             m.d.sync += [s.oy.eq(0), s.ox.eq(0), s.iy0.eq(0), s.ix0.eq(0)]
                             m.next = "SIZES"
+
+            with m.State("OUT_RING"):
+                m.d.comb += self.reg_addr.eq(_OUT + 2)
+                more, planes = p["ring_term"](s.ic)
+                with m.If(more):
+                    m.d.sync += [p["ring"].eq(p["ring"] + planes), s.ic.eq(s.ic + 1)]
+                with m.Else():
+                    m.next = "CHECK"
 
             if pooling:
                 self._pool_states(m, lay, p, s, pool_regs, pool_code)
@@ -523,6 +545,11 @@ class MicroNeural(wiring.Component):
 
             # -- a group: its table entry, its length checks, its count pass ----------------
             with m.State("GROUP"):
+                # TABLE reads KTABLE again (pooling: POOL_GROUP the input channel stride)
+                m.d.comb += self.reg_addr.eq(_NE.address("KTABLE"))
+                if pooling:
+                    with m.If(self._pmode):
+                        self._reread(m, "in_cs")
                 left = lay.ocpg - s.gbase
                 m.d.sync += [s.ocg.eq(Mux(left > SLOTS, SLOTS, left)), s.tcount.eq(0)]
                 with m.If(s.gbase >= lay.ocpg):
@@ -535,7 +562,8 @@ class MicroNeural(wiring.Component):
                             m.next = "POOL_GROUP"
 
             with m.State("TABLE"):
-                m.d.comb += self.kmem_addr.eq(lay.ktable + (s.gbase[3:] << 2) + s.tcount)
+                m.d.comb += [self.reg_addr.eq(_NE.address("KTABLE")),
+                             self.kmem_addr.eq(self.reg_data[:10] + (s.gbase[3:] << 2) + s.tcount)]
                 m.d.sync += s.tcount.eq(s.tcount + 1)
                 word = self.kmem_data[:16]
                 with m.Switch(s.tcount):
@@ -595,9 +623,15 @@ class MicroNeural(wiring.Component):
                 m.next = "NNZ_CHECK"
 
             with m.State("NNZ_CHECK"):
+                # the checks of the channel's shift word, registered (the kernel memory's
+                # word is then off the paths into the next state's enables)
                 sw = data.View(register_layout(SHIFT_WORD), self.kmem_data)
-                with m.If((sw.reserved != 0) | (sw.shift > MAX_SHIFT) |
-                          (sw.nnz != s.acc_o[:16]) | (s.acc_o[16:] != 0)):
+                m.d.sync += s.nnz_bad.eq((sw.reserved != 0) | (sw.shift > MAX_SHIFT) |
+                                         (sw.nnz != s.acc_o[:16]) | (s.acc_o[16:] != 0))
+                m.next = "NNZ_DECIDE"
+
+            with m.State("NNZ_DECIDE"):
+                with m.If(s.nnz_bad):
                     finish(NeuralError.EXTRACT)
                 with m.Elif(s.o == s.ocg - 1):
                     m.d.sync += [s.o.eq(0), s.counting.eq(0), s.oy.eq(0), s.ox.eq(0), s.orow.eq(0),
@@ -618,6 +652,7 @@ class MicroNeural(wiring.Component):
         """The states of an output position: seed, multiply-add, post-process, step."""
         with m.State("SEED_ADDR"):
             # the accumulators from 0 (the biases are added at the rescale)
+            self._reread(m, "in_cs")
             m.d.comb += s.acc_clr.eq(1)
             m.d.sync += walk_start()
             if self._pooling:
@@ -625,12 +660,14 @@ class MicroNeural(wiring.Component):
             m.next = "MAC"
 
         with m.State("MAC"):
+            self._reread(m, "in_cs")
             with m.If(walk_issue()):
                 m.d.sync += [s.o.eq(0), s.caddr.eq(s.gaddr), s.cplane.eq(s.gplane)]
                 m.next = "MAC_END"
 
         with m.State("MAC_END"):
             # the last products land in the accumulators
+            self._reread(m, "out_cs")
             m.next = "BIAS_ADDR"
             if self._pooling:
                 # (pooling: the last element folded in, the window's value written)
@@ -658,29 +695,28 @@ class MicroNeural(wiring.Component):
             m.next = "MULTIPLY"
 
         with m.State("MULTIPLY"):
-            # {hi, lo} = acc * scale, two bits of the scale (in lo) a cycle, radix-4 Booth:
-            # the digit -2 b[i+1] + b[i] + b[i-1] (b[i-1] in rbit, 0 at first) adds 0, +-a or
-            # +-2a; 16 digits give the signed product
+            # {hi, lo} = acc * scale, one bit of the scale (in lo) a cycle, radix-2 Booth:
+            # the digit b[i-1] - b[i] (b[i-1] in rbit, 0 at first) adds 0 or +-a; 32 digits
+            # give the signed product
             a = s.bacc
-            bits = Cat(s.rbit, s.lo[:2])
-            neg = bits[2] & ~(bits[0] & bits[1])
-            two = (bits == 0b011) | (bits == 0b100)
-            zero = (bits == 0b000) | (bits == 0b111)
-            mag = Signal(signed(34))
-            m.d.comb += mag.eq(Mux(zero, 0, Mux(two, a << 1, a)))
-            inv = Signal(signed(34))                  # -x = ~x + 1
-            m.d.comb += inv.eq(mag.as_unsigned() ^ neg.replicate(34))
+            neg = s.lo[0] & ~s.rbit
+            mag = Signal(signed(33))                  # 0 or a, sign-extended
+            m.d.comb += mag.eq(Mux(s.lo[0] ^ s.rbit, a, 0))
+            add = Signal(signed(33))                  # 0, a or ~a (-a = ~a + 1)
+            m.d.comb += add.eq(mag.as_unsigned() ^ neg.replicate(33))
             t = Signal(signed(35))
-            m.d.comb += t.eq(s.hi + inv + neg)
-            m.d.sync += [s.lo.eq(Cat(s.lo[2:], t[:2])), s.hi.eq(t >> 2), s.rbit.eq(s.lo[1]),
+            m.d.comb += t.eq(s.hi + add + neg)
+            m.d.sync += [s.lo.eq(Cat(s.lo[1:], t[0])), s.hi.eq(t >> 1), s.rbit.eq(s.lo[0]),
                          s.step.eq(s.step + 1)]
-            with m.If(s.step == 15):
+            with m.If(s.step == 31):
                 m.d.sync += s.rbit.eq(0)
                 m.next = "SHIFT"
 
         with m.State("SHIFT"):
             # arithmetic shift right by ``shift``, 32 bits in one step while at least 32 are
-            # left, then one a cycle; rbit is the last bit shifted out
+            # left, then one a cycle; rbit is the last bit shifted out (POST_CTRL read again
+            # for ROUND)
+            m.d.comb += self.reg_addr.eq(_NE.address("POST_CTRL"))
             with m.If(s.shift == 0):
                 m.next = "ROUND"
             with m.Elif(s.shift >= 32):
@@ -692,20 +728,37 @@ class MicroNeural(wiring.Component):
 
         with m.State("ROUND"):
             # the result, registered (the rounding, saturation and activation off the
-            # buffer's write path)
-            m.d.sync += s.y.eq(self._saturate(m, lay, s.hi, s.lo, s.rbit))
+            # buffer's write path); the zero point (ReLU) or the clamp's low bound next
+            post = data.View(register_layout(_NE["POST_CTRL"]), self.reg_data)
+            m.d.comb += self.reg_addr.eq(Mux(lay.clamp, _NE.address("POST_LO"),
+                                             _NE.address("POST_CTRL")))
+            m.d.sync += s.y.eq(self._saturate(m, s.hi, s.lo, s.rbit, post.zero_point))
             m.next = "ACTIVATE"
 
         with m.State("ACTIVATE"):
-            m.d.sync += s.y.eq(self._activate(m, lay, s.y.as_signed()))
+            # ReLU (from the zero point) or the clamp's low bound; its high bound next
+            m.d.comb += self.reg_addr.eq(_NE.address("POST_HI"))
+            y, bound = s.y.as_signed(), self.reg_data[:8].as_signed()
+            with m.If(lay.relu):
+                m.d.sync += s.y.eq(Mux(y < post.zero_point.as_signed(), post.zero_point, y))
+            with m.Elif(lay.clamp):
+                m.d.sync += s.y.eq(Mux(y < bound, bound, y))
+            m.next = "CLAMP_HI"
+
+        with m.State("CLAMP_HI"):
+            self._reread(m, "out_cs")
+            hi8 = self.reg_data[:8].as_signed()
+            with m.If(lay.clamp & (s.y.as_signed() > hi8)):
+                m.d.sync += s.y.eq(hi8)
             m.next = "WRITE"
 
         with m.State("WRITE"):
+            self._reread(m, "out_rs")
             m.d.comb += [self.buf_addr.eq(s.caddr + s.orow + s.ox[:ABITS]),
                          self.buf_wdata.eq(s.y.as_signed()),
                          self.buf_we.eq(1)]
-            ring_end = (lay.slots != 0) & (s.cplane + 1 == p["ring"])
-            m.d.sync += [s.caddr.eq(Mux(ring_end, lay.out_base, s.caddr + lay.out_cs)),
+            ring_end = lay.ring_on & (s.cplane + 1 == p["ring"])
+            m.d.sync += [s.caddr.eq(Mux(ring_end, lay.out_base, s.caddr + self.reg_data[:ABITS])),
                          s.cplane.eq(Mux(ring_end, 0, s.cplane + 1))]
             with m.If(s.o != s.ocg - 1):
                 m.d.sync += s.o.eq(s.o + 1)
@@ -721,17 +774,23 @@ class MicroNeural(wiring.Component):
             with m.Else():
                 m.d.sync += [s.ox.eq(0), s.ix0.eq(-self._px(lay)), s.oy.eq(s.oy + 1),
                              s.iy0.eq(s.iy0 + lay.stride), s.ya0.eq(s.ya0 + p["sr"]),
-                             s.orow.eq(s.orow + lay.out_rs)]
+                             s.orow.eq(s.orow + self.reg_data[:ABITS])]
                 with m.If(s.oy == lay.out_h - 1):
                     # the group is done: the next one starts at the channel after it
                     m.d.sync += [s.gbase.eq(s.gbase + SLOTS), s.gaddr.eq(s.caddr),
                                  s.gplane.eq(s.cplane)]
                     if self._pooling:
-                        # pooling: a channel a group, the next input channel
+                        # pooling: a channel a group (POOL_GROUP moves the input base on)
                         with m.If(self._pmode):
-                            m.d.sync += [s.gbase.eq(s.gbase + 1),
-                                         lay.in_base.eq(lay.in_base + lay.in_cs)]
+                            m.d.sync += s.gbase.eq(s.gbase + 1)
                     m.next = "GROUP"
+
+    def _reread(self, m, name):
+        """Address the stride ``name`` of :data:`_STRIDES` (the pooling mode's register with
+        pooling): it is ``reg_data[:ABITS]`` a cycle on."""
+        ne, pe = _STRIDES[name]
+        addr = Mux(self._pmode, pe, ne) if self._pooling else ne
+        m.d.comb += self.reg_addr.eq(addr)
 
     def _sx(self, lay):
         """The column stride: the pooling window's own with pooling, else the layer's."""
@@ -772,18 +831,21 @@ class MicroNeural(wiring.Component):
                 m.next = "GROUP"
 
         with m.State("POOL_GROUP"):
-            # a channel's output positions, as a neural group's (NNZ_CHECK) start
+            # a channel's output positions, as a neural group's (NNZ_CHECK) start; after the
+            # first channel the input base moves on by the channel stride (addressed in GROUP)
+            with m.If(s.gbase != 0):
+                m.d.sync += lay.in_base.eq(lay.in_base + self.reg_data[:ABITS])
             m.d.sync += [s.o.eq(0), s.counting.eq(0), s.oy.eq(0), s.ox.eq(0), s.orow.eq(0),
                          s.iy0.eq(-lay.pad), s.ix0.eq(-lay.pad_x), s.ya0.eq(-p["pr"])]
             m.next = "SEED_ADDR"
 
-    def _saturate(self, m, lay, hi, lo, rbit):
-        """The rescaled value ``{hi, lo}`` with its rounding bit, plus the zero point,
+    def _saturate(self, m, hi, lo, rbit, zp):
+        """The rescaled value ``{hi, lo}`` with its rounding bit, plus the zero point ``zp``,
         saturated to int8 (combinational)."""
         upper = Cat(lo[9:], hi)
         small = (upper == 0) | (upper == (1 << len(upper)) - 1)
         v = Signal(signed(12))
-        m.d.comb += v.eq(lo[:10].as_signed() + rbit + lay.zp.as_signed())
+        m.d.comb += v.eq(lo[:10].as_signed() + rbit + zp.as_signed())
         y = Signal(signed(9))
         with m.If(~small):
             m.d.comb += y.eq(Mux(hi[-1], -128, 127))
@@ -794,16 +856,3 @@ class MicroNeural(wiring.Component):
         with m.Else():
             m.d.comb += y.eq(v)
         return y[:8]
-
-    def _activate(self, m, lay, y):
-        """The saturated int8 ``y`` after ReLU or clamp (combinational)."""
-        out = Signal(signed(9))
-        lo8, hi8, zp = lay.lo.as_signed(), lay.hi.as_signed(), lay.zp.as_signed()
-        with m.If(lay.relu):
-            m.d.comb += out.eq(Mux(y < zp, zp, y))
-        with m.Elif(lay.clamp):
-            clamped = Mux(y < lo8, lo8, y)
-            m.d.comb += out.eq(Mux(clamped > hi8, hi8, clamped))
-        with m.Else():
-            m.d.comb += out.eq(y)
-        return out[:8]

@@ -167,7 +167,9 @@ def size_states(m, unit, f, r, after):
     read again from the register file (``unit.reg_addr``, ``unit.reg_data``)."""
     a_shape1 = _RUN["a_shape1"]
     ds = data.View(register_layout(_DP["PE_A_SHAPE1"]), unit.reg_data)
-    m.d.comb += [r.ylast.eq(f.h + (f.py << 1) - f.kh), r.xlast.eq(f.w + (f.px << 1) - f.kw)]
+    # registered (the fields are set a cycle or more before SIZES, and held): the adders are
+    # off the comparisons' path into the loop's enables
+    m.d.sync += [r.ylast.eq(f.h + (f.py << 1) - f.kh), r.xlast.eq(f.w + (f.px << 1) - f.kw)]
     with m.State("SIZES"):
         m.d.comb += unit.reg_addr.eq(a_shape1)
         busy_y = r.iy0 <= r.ylast

@@ -42,7 +42,11 @@ class MicroRegisterFile(wiring.Component):
 
     def __init__(self):
         super().__init__()
-        self.ram = Memory(shape=32, depth=ROWS, init=reset_rows())
+        # (a word read in the cycle it is written is never used: the runner writes while no
+        # unit reads, and the DMA unit writes a counter word while it reads another; so Yosys
+        # may leave such a collision undefined, "no_rw_check", as for the kernel memory in
+        # npu.micro.top)
+        self.ram = Memory(shape=32, depth=ROWS, init=reset_rows(), attrs={"no_rw_check": 1})
 
     @staticmethod
     def _row(m, address, name):
@@ -71,8 +75,11 @@ class MicroRegisterFile(wiring.Component):
 
         # Reads: one cycle later, 0 for a word that is not kept.
         r_row, r_kept = self._row(m, self.r_addr, "r")
-        read = self.ram.read_port()
+        # (an asynchronous port and a register: Yosys merges them into the block RAM's
+        # synchronous port)
+        read = self.ram.read_port(domain="comb")
+        word = Signal(32, reset_less=True)
         kept = Signal()
-        m.d.sync += kept.eq(r_kept)
-        m.d.comb += [read.addr.eq(r_row), self.r_data.eq(read.data & kept.replicate(32))]
+        m.d.sync += [kept.eq(r_kept), word.eq(read.data)]
+        m.d.comb += [read.addr.eq(r_row), self.r_data.eq(word & kept.replicate(32))]
         return m

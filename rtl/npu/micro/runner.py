@@ -129,6 +129,8 @@ class MicroRunner(wiring.Component):
             "irq_error": Signal(), "irq_done": Signal(),
             "en_error": Signal(init=1), "en_done": Signal(init=1),
             "busy": Signal(),
+            # the host writes Q0_PUSH in this cycle (which adds to the count)
+            "pushing": Signal(),
         }
         m.d.comb += [self.base.eq(q["base"]), self.limit.eq(q["limit"]),
                      self.irq.eq((q["irq_error"] & q["en_error"]) | (q["irq_done"] & q["en_done"]))]
@@ -207,6 +209,7 @@ class MicroRunner(wiring.Component):
                 with m.Case(offset("Q0_HEAD")):
                     m.d.sync += [q["ptr"].eq(data), q["retired"].eq(0)]
                 with m.Case(offset("Q0_PUSH")):
+                    m.d.comb += q["pushing"].eq(1)
                     m.d.sync += q["count"].eq(q["count"] + _field(data, tm["Q0_PUSH"], "count"))
                 with m.Case(offset("Q0_TAIL")):
                     m.d.sync += q["tail"].eq(data)
@@ -302,13 +305,16 @@ class MicroRunner(wiring.Component):
                         m.next = "COMPLETE"
 
             with m.State("COMPLETE"):
-                m.d.sync += [q["ptr"].eq(address), q["count"].eq(q["count"] - 1)]
-                with m.If(irq_flag):
-                    m.d.sync += q["irq_done"].eq(1)
-                m.next = "IDLE"
+                # (the count is taken down in a cycle without a host push, which sets it too)
+                with m.If(~q["pushing"]):
+                    m.d.sync += [q["ptr"].eq(address), q["count"].eq(q["count"] - 1)]
+                    with m.If(irq_flag):
+                        m.d.sync += q["irq_done"].eq(1)
+                    m.next = "IDLE"
 
             with m.State("EXCEPTION"):
-                # The queue is retired and drops the descriptors left in it.
+                # The queue is retired and drops the descriptors left in it (and a push in
+                # this very cycle with them).
                 m.d.sync += [q["retired"].eq(1), q["exc_addr"].eq(q["ptr"]),
                              q["irq_error"].eq(1), q["count"].eq(0)]
                 with m.If(q["exc_count"] != 0xFF):

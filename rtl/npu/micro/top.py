@@ -67,7 +67,13 @@ class MicroNPU(wiring.Component):
         self.neural = neural if neural is not None else MicroAbsent(kmem_read=True)
         self.planar = planar if planar is not None else MicroAbsent()
         self.buffer = ElementRAM(dataproc.buffer_elements(config))
-        self.kmem = Memory(shape=32, depth=config.kernel_kib * 256, init=[])
+        # (never read and written in one cycle: the DMA unit writes it only in a DMA task, the
+        # neural unit reads it only in its own. Its read is an asynchronous port and a register,
+        # which Yosys merges into the block RAM's synchronous port; "no_rw_check" lets it leave
+        # a collision undefined instead of emulating the old word with flip-flops and a
+        # multiplexer, which it does for a synchronous port's read-first collision.)
+        self.kmem = Memory(shape=32, depth=config.kernel_kib * 256, init=[],
+                           attrs={"no_rw_check": 1})
         self.mem_addr_bits = self.dma.mem_addr_bits
         super().__init__({
             "bus": In(CSRSignature(16)), "irq": Out(1),
@@ -127,10 +133,12 @@ class MicroNPU(wiring.Component):
 
         # Kernel memory: the DMA unit writes it, the neural unit reads it.
         k_w = self.kmem.write_port()
-        k_r = self.kmem.read_port()
+        k_r = self.kmem.read_port(domain="comb")
+        k_data = Signal(32, reset_less=True)     # the synchronous read: see no_rw_check
+        m.d.sync += k_data.eq(k_r.data)
         m.d.comb += [k_w.addr.eq(dma.kmem_waddr), k_w.data.eq(dma.kmem_wdata),
                      k_w.en.eq(dma.kmem_we), k_r.addr.eq(self.neural.kmem_addr),
-                     self.neural.kmem_data.eq(k_r.data)]
+                     self.neural.kmem_data.eq(k_data)]
 
         # System memory: the DMA unit while it runs, else the runner's descriptor reads.
         dma_owns = runner.running & dma_task

@@ -9,7 +9,11 @@ import dataclasses
 
 import numpy as np
 import pytest
+from amaranth.hdl import Module
+from amaranth.lib.memory import Memory
+from amaranth.sim import Simulator
 
+from npu.micro.runner import MicroRunner
 from npu_model.system import run_program
 from npu_sim.micro import run_micro
 from npu_spec import dma
@@ -220,3 +224,71 @@ def test_a_neural_task_without_core_0_runs_nothing():
     exc = tm["EXC_STATUS"].unpack(got["registers"]["EXC_STATUS"])
     assert exc["cause"] == Cause.ENGINE and exc["error_code"] == UNSUPPORTED
     assert got["registers"]["EXC_ADDR"] == HEAD + sum(len(d) for d in _good(1)) + 6
+
+
+def _push_race(delay):
+    """The runner alone with a memory of header-only DMA descriptors (4 words each) and a unit
+    that ends each task ``done`` a few cycles after its start. The host pushes one task, then
+    a second one ``delay`` cycles after the first task's ``done``. Returns the number of tasks
+    started and the final ``Q0_STATUS.count``."""
+    words = [w for k in range(8) for w in encode(Descriptor(task_id=k, engine=Engine.DMA,
+                                                            blocks=()))]
+    assert len(words) == 8 * 4
+    runner = MicroRunner(SMALL)
+    m = Module()
+    m.submodules.runner = runner
+    m.submodules.mem = mem = Memory(shape=32, depth=64, init=words)
+    rd = mem.read_port()
+    m.d.comb += [rd.addr.eq(runner.mem_addr), rd.en.eq(runner.mem_re),
+                 runner.mem_rdata.eq(rd.data)]
+    tm = task_manager_map(SMALL.task_queues)
+    bus = runner.bus
+    result = {}
+
+    async def write(ctx, name, value):
+        ctx.set(bus.addr, tm.address(name))
+        ctx.set(bus.w_data, value)
+        ctx.set(bus.w_en, 1)
+        await ctx.tick()
+        ctx.set(bus.w_en, 0)
+
+    async def host(ctx):
+        for name, value in (("BASE0", 0), ("LIMIT0", 64), ("Q0_HEAD", 0), ("CTRL", 1),
+                            ("Q0_PUSH", 1)):
+            await write(ctx, name, value)
+        starts, pushed = 0, False
+        for _ in range(400):
+            if ctx.get(runner.start):
+                starts += 1
+                for _ in range(3):
+                    await ctx.tick()
+                ctx.set(runner.done, 1)
+                await ctx.tick()
+                ctx.set(runner.done, 0)
+                if not pushed:
+                    for _ in range(delay):
+                        await ctx.tick()
+                    await write(ctx, "Q0_PUSH", 1)
+                    pushed = True
+                continue
+            await ctx.tick()
+        ctx.set(bus.addr, tm.address("Q0_STATUS"))
+        ctx.set(bus.r_en, 1)
+        await ctx.tick()
+        ctx.set(bus.r_en, 0)
+        result["count"] = tm["Q0_STATUS"].unpack(ctx.get(bus.r_data))["count"]
+        result["starts"] = starts
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(host)
+    sim.run()
+    return result["starts"], result["count"]
+
+
+@pytest.mark.parametrize("delay", [0, 1, 2])
+def test_a_push_as_a_task_retires_is_kept(delay):
+    """A host write to ``Q0_PUSH`` in any cycle around the one in which the runner retires a
+    task (delay 0: the cycle after ``done``, when it takes the count down) adds its tasks:
+    both pushed tasks run and the queue ends empty."""
+    assert _push_race(delay) == (2, 0)
