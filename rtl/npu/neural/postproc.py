@@ -29,7 +29,14 @@ from npu_spec.formats import F32_NEG_ZERO as F32_MZERO
 from npu_spec.formats import F32_ONE
 
 from ..lib.fp32 import F16_QNAN, F32, F32_QNAN, FP32AddPipe
-from ..lib.fp32mul import MulProduct, f32_mul_product, f32_mul_round, f32_mul_special
+from ..lib.fp32mul import (
+    MulProduct,
+    f32_mul_denormalise,
+    f32_mul_finish,
+    f32_mul_normalise,
+    f32_mul_product,
+    f32_mul_special,
+)
 from .layouts import MacFormat, MacOp, mac_result_layout, param_beat_layout, postproc_out_layout
 
 __all__ = ["Act", "PostProcessor", "pipeline_latency", "post_processor_signature",
@@ -85,7 +92,7 @@ def post_processor_signature(lanes, slots):
 
 def pipeline_latency(config):
     """Cycles from a result beat's handshake to its output beat being valid (no stalls)."""
-    return 12 if config.has_float else 4
+    return 16 if config.has_float else 4
 
 
 def _lfsr_matrix():
@@ -231,8 +238,11 @@ class PostProcessor(wiring.Component):
         last = self.latency - 1     # index of the output stage
         en = Signal()
 
-        def reg(value, name, shape=None):
-            sig = Signal(shape if shape is not None else value.shape(), name=name)
+        def reg(value, name, shape=None, reset_less=True):
+            # Data registers have no reset: every use is qualified by a `valid` register
+            # (which has one), so the core's clear need not reach them.
+            sig = Signal(shape if shape is not None else value.shape(), name=name,
+                         reset_less=reset_less)
             with m.If(en):
                 m.d.sync += sig.eq(value)
             return sig
@@ -309,12 +319,12 @@ class PostProcessor(wiring.Component):
             m.d.sync += self.error.eq(0)
 
         # ---- Pipeline control ---------------------------------------------------------------
-        valid = [reg(issue, "valid_0")]
+        valid = [reg(issue, "valid_0", reset_less=False)]
         for i in range(1, last):
-            valid.append(reg(valid[-1], f"valid_{i}"))
+            valid.append(reg(valid[-1], f"valid_{i}", reset_less=False))
         sub_ctl = delay(sub, last, "sub")           # at S(last - 1)
         last_ctl = delay(last_sub, last, "last")
-        out_valid = reg(valid[last - 1] & last_ctl, "out_valid")
+        out_valid = reg(valid[last - 1] & last_ctl, "out_valid", reset_less=False)
         m.d.comb += [
             en.eq(~out_valid | self.out.ready),
             self.out.valid.eq(out_valid),
@@ -324,7 +334,7 @@ class PostProcessor(wiring.Component):
             # The output register of lane `k * units + j`, written by sub-beat k.
             for k in range(folds):
                 lane = k * units + j
-                out_v = Signal(16, name=f"out_{lane}")
+                out_v = Signal(16, name=f"out_{lane}", reset_less=True)
                 with m.If(en & valid[last - 1] & (sub_ctl == k)):
                     m.d.sync += out_v.eq(value)
                 m.d.comb += self.out.payload.values[lane].eq(out_v)
@@ -369,12 +379,19 @@ class PostProcessor(wiring.Component):
                 # (p + 2**(s-1)) >> s == (floor(p / 2**(s-1)) + 1) >> 1 for s >= 1: no wide add.
                 w = _narrow_shift(m, prod[:64].as_signed(), Mux(shift1 == 0, 0, shift1 - 1),
                                   f"w_{i}")
+                w_shift = shift1
+                if has_float:
+                    # Float builds have stages to spare on the int32 path: the shift result is
+                    # registered before the rounding step (S2), and what follows moves one
+                    # stage later.
+                    w = reg(w, f"w2_{i}")
+                    w_shift = reg(shift1, f"wshift2_{i}")
                 u = Signal(signed(11), name=f"u_{i}")
-                m.d.comb += u.eq(Mux(shift1 == 0, w, (w + 1) >> 1))
+                m.d.comb += u.eq(Mux(w_shift == 0, w, (w + 1) >> 1))
                 y = Signal(signed(12), name=f"yz_{i}")
                 m.d.comb += y.eq(u + cfg.zero_point)
                 sat = reg(Mux(y > 127, 127, Mux(y < -128, -128, y)), f"sat2_{i}", signed(8))
-                # S3: ReLU at the zero point, or clamp to int8 bounds.
+                # S3 (S4 in float builds): ReLU at the zero point, or clamp to int8 bounds.
                 lo8, hi8 = cfg.lo[:8].as_signed(), cfg.hi[:8].as_signed()
                 relu = Mux(sat < cfg.zero_point, cfg.zero_point, sat)
                 clamped = Mux(sat < lo8, lo8, sat)
@@ -383,8 +400,8 @@ class PostProcessor(wiring.Component):
                 if not has_float:
                     output(i, Mux(bad_ctl, 0, iv).as_signed())
                     continue
-                int3 = reg(iv, f"int3_{i}", signed(8))
-                int_val = delay(int3, last - 4, f"intv_{i}")  # at S(last - 1)
+                int4 = reg(iv, f"int4_{i}", signed(8))
+                int_val = delay(int4, last - 5, f"intv_{i}")  # at S(last - 1)
             else:
                 int_val = Const(0, signed(8))
 
@@ -396,10 +413,13 @@ class PostProcessor(wiring.Component):
                        signed(11))
             m.d.comb += [p1.prod.eq(prod[:48]), p1.bexp.eq(bexp), p1.nan.eq(cls[0]),
                          p1.inf.eq(cls[1]), p1.sign.eq(cls[2])]
-            # S2: y1 = f32_mul(acc, scale).
-            y1 = reg(f32_mul_round(m, p1, f"y1r_{i}"), f"y1_{i}")
+            # S2-S4: y1 = f32_mul(acc, scale): normalise (S2), shift to binary32 precision
+            # (S3), round and pack (S4).
+            n2 = reg(f32_mul_normalise(m, p1, f"y1n_{i}"), f"n2_{i}")
+            d3 = reg(f32_mul_denormalise(m, n2, f"y1d_{i}"), f"d3_{i}")
+            y1 = reg(f32_mul_finish(m, d3, f"y1r_{i}"), f"y1_{i}")
 
-            # S3: activation operands; the PWL table is read with the segment of y1.
+            # S5: activation operands; the PWL table is read with the segment of y1.
             e1 = y1[23:31]
             e0 = 127 + spec.PWL_EMIN
             octave = Mux(e1 < e0, 0, Mux(e1 >= e0 + spec.PWL_OCTAVES, 7, e1 - (e0 - 1)))
@@ -415,39 +435,41 @@ class PostProcessor(wiring.Component):
             a_sel = Mux((act == LEAKY) & y1_neg, cfg.alpha,
                         Mux((act == ABS) & y1[31], F32_MONE, F32_ONE))
             use_rom = (act == SIGMOID) | (act == TANH) | (act == GELU) | (act == EXP)
-            x3 = reg(y1, f"x3_{i}")
-            a3 = reg(a_sel, f"asel3_{i}", 32)
-            rom3 = reg(use_rom, f"rom3_{i}", 1)
+            x5 = reg(y1, f"x5_{i}")
+            a5 = reg(a_sel, f"asel5_{i}", 32)
+            rom5 = reg(use_rom, f"rom5_{i}", 1)
             # Tails other than GELU's positive side have a = 0: x is replaced by -0 so that
             # -0 * 0 + b is exactly b (1, +0, +-1 or -0), infinities included (exp's positive
             # segments also have a = 0, b = 1: x * 0 + 1 = 1 for finite x). GELU's positive
             # tail (a = 1, b = -0) gives x exactly, as the model's tail rule says.
-            tail3 = reg(use_rom & (octave == 7) & ~_is_nan(y1) & ~((act == GELU) & ~y1[31]),
-                        f"tail3_{i}", 1)
-            x_op = Mux(tail3, F32_MZERO, x3)
-            a_op = Mux(rom3, rp.data[:32], a3)
-            b_op = Signal(32, name=f"bop3_{i}")
-            m.d.comb += b_op.eq(Mux(rom3, rp.data[32:], F32_MZERO))
+            tail5 = reg(use_rom & (octave == 7) & ~_is_nan(y1) & ~((act == GELU) & ~y1[31]),
+                        f"tail5_{i}", 1)
+            x_op = Mux(tail5, F32_MZERO, x5)
+            a_op = Mux(rom5, rp.data[:32], a5)
+            b_op = Signal(32, name=f"bop5_{i}")
+            m.d.comb += b_op.eq(Mux(rom5, rp.data[32:], F32_MZERO))
 
-            # S4, S5: f32_mul(x, a).
-            p4 = reg(f32_mul_product(m, x_op, a_op, f"m2p_{i}"), f"p4_{i}")
-            m5 = reg(f32_mul_round(m, p4, f"m2r_{i}"), f"m5_{i}")
-            b5 = delay(b_op, 2, f"b_{i}")
-            # S6..S8: f32_add(product, b).
+            # S6-S9: f32_mul(x, a): the product (S6), then the three steps of S2-S4.
+            p6 = reg(f32_mul_product(m, x_op, a_op, f"m2p_{i}"), f"p6_{i}")
+            n7 = reg(f32_mul_normalise(m, p6, f"m2n_{i}"), f"n7_{i}")
+            d8 = reg(f32_mul_denormalise(m, n7, f"m2d_{i}"), f"d8_{i}")
+            m9 = reg(f32_mul_finish(m, d8, f"m2r_{i}"), f"m9_{i}")
+            b9 = delay(b_op, 4, f"b_{i}")
+            # S10..S12: f32_add(product, b).
             adder = FP32AddPipe()
             m.submodules[f"add_{i}"] = adder
-            m.d.comb += [adder.en.eq(en), adder.a.eq(m5), adder.b.eq(b5),
+            m.d.comb += [adder.en.eq(en), adder.a.eq(m9), adder.b.eq(b9),
                          adder.op.eq(MacOp.MAC)]
-            # S9: register the sum.
-            s9 = reg(adder.result, f"s9_{i}")
-            # S10: ReLU = max(x, +0); clamp = min(max(x, lo), hi).
-            mx = _f32_max(m, s9, Mux(act == RELU, 0, cfg.lo), f"max_{i}")
+            # S13: register the sum.
+            s13 = reg(adder.result, f"s13_{i}")
+            # S14: ReLU = max(x, +0); clamp = min(max(x, lo), hi).
+            mx = _f32_max(m, s13, Mux(act == RELU, 0, cfg.lo), f"max_{i}")
             mn = _f32_min(m, mx, cfg.hi, f"min_{i}")
-            c10 = reg(Mux(act == RELU, mx, Mux(act == CLAMP, mn, s9)), f"c10_{i}", 32)
+            c14 = reg(Mux(act == RELU, mx, Mux(act == CLAMP, mn, s13)), f"c14_{i}", 32)
 
-            # S11: to binary16 or int8.
-            f16 = self._to_f16(m, c10, rnd_out[i], cfg.stochastic, f"f16_{i}")
-            i8 = self._to_int8(m, c10, cfg.zero_point, f"i8_{i}")
+            # S15: to binary16 or int8.
+            f16 = self._to_f16(m, c14, rnd_out[i], cfg.stochastic, f"f16_{i}")
+            i8 = self._to_int8(m, c14, cfg.zero_point, f"i8_{i}")
             value = Mux(bad_ctl, 0,
                         Mux(int_ctl, int_val.as_signed(), Mux(cfg.out_fp16, f16, i8)))
             output(i, value)
