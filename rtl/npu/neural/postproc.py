@@ -92,7 +92,7 @@ def post_processor_signature(lanes, slots):
 
 def pipeline_latency(config):
     """Cycles from a result beat's handshake to its output beat being valid (no stalls)."""
-    return 16 if config.has_float else 4
+    return 17 if config.has_float else 4
 
 
 def _lfsr_matrix():
@@ -467,9 +467,10 @@ class PostProcessor(wiring.Component):
             mn = _f32_min(m, mx, cfg.hi, f"min_{i}")
             c14 = reg(Mux(act == RELU, mx, Mux(act == CLAMP, mn, s13)), f"c14_{i}", 32)
 
-            # S15: to binary16 or int8.
-            f16 = self._to_f16(m, c14, rnd_out[i], cfg.stochastic, f"f16_{i}")
-            i8 = self._to_int8(m, c14, cfg.zero_point, f"i8_{i}")
+            # S15, S16: to binary16 or int8: the significand shifted to its place (S15), then
+            # rounded and packed.
+            f16 = self._to_f16(m, c14, rnd_out[i], cfg.stochastic, f"f16_{i}", reg)
+            i8 = self._to_int8(m, c14, cfg.zero_point, f"i8_{i}", reg)
             value = Mux(bad_ctl, 0,
                         Mux(int_ctl, int_val.as_signed(), Mux(cfg.out_fp16, f16, i8)))
             output(i, value)
@@ -541,8 +542,10 @@ class PostProcessor(wiring.Component):
         return rnd
 
     @staticmethod
-    def _to_f16(m, z, rnd, stochastic, name):
-        """binary32 ``z`` to binary16 bits: RNE, or stochastic with the 13-bit ``rnd``."""
+    def _to_f16(m, z, rnd, stochastic, name, reg):
+        """binary32 ``z`` to binary16 bits: RNE, or stochastic with the 13-bit ``rnd``. The
+        aligned significand and the class go through ``reg`` (a pipeline register) before
+        the rounding."""
         out = Signal(16, name=name)
         e = z[23:31]
         frac = z[:23]
@@ -550,28 +553,33 @@ class PostProcessor(wiring.Component):
         ee = Mux(e == 0, 1, e)
         d = Signal(5, name=f"{name}_d")
         m.d.comb += d.eq(Mux(ee >= 113, 0, Mux(ee < 113 - 31, 31, 113 - ee)))
-        t = Signal(24, name=f"{name}_t")
+        t = Signal(24, name=f"{name}_t0")
         m.d.comb += t.eq(sig >> d)
-        sticky = _lost_bits(m, sig, d, f"{name}_lost")
+        t = reg(t, f"{name}_t")
+        sticky = reg(_lost_bits(m, sig, d, f"{name}_lost"), f"{name}_sticky", 1)
+        base = reg(Mux(ee >= 113, ee - 113, 0)[:8], f"{name}_base", 8)
+        nan = reg((e == 0xFF) & (frac != 0), f"{name}_nan", 1)
+        inf = reg(e == 0xFF, f"{name}_inf", 1)
+        sign = reg(z[31], f"{name}_sign", 1)
         addend = Signal(13, name=f"{name}_add")
         m.d.comb += addend.eq(Mux(stochastic, rnd, 0xFFF + t[13]))
         total = Signal(25, name=f"{name}_sum")
         m.d.comb += total.eq(Mux(stochastic, t, t | sticky) + addend)
-        base = Mux(ee >= 113, ee - 113, 0)
         bits = Signal(20, name=f"{name}_bits")
-        m.d.comb += bits.eq(Cat(Const(0, 10), base[:8]) + total[13:25])
-        with m.If((e == 0xFF) & (frac != 0)):
+        m.d.comb += bits.eq(Cat(Const(0, 10), base) + total[13:25])
+        with m.If(nan):
             m.d.comb += out.eq(F16_QNAN)
-        with m.Elif((e == 0xFF) | (bits >= 0x7C00)):
-            m.d.comb += out.eq(Cat(Const(0x7C00, 15), z[31]))
+        with m.Elif(inf | (bits >= 0x7C00)):
+            m.d.comb += out.eq(Cat(Const(0x7C00, 15), sign))
         with m.Else():
-            m.d.comb += out.eq(Cat(bits[:15], z[31]))
+            m.d.comb += out.eq(Cat(bits[:15], sign))
         return out
 
     @staticmethod
-    def _to_int8(m, z, zero_point, name):
+    def _to_int8(m, z, zero_point, name, reg):
         """binary32 ``z`` rounded half to even, clamped to [-256, 255], plus the zero point,
-        saturated to int8; 16 bits (sign-extended). NaN counts as 0."""
+        saturated to int8; 16 bits (sign-extended). NaN counts as 0. The shifted significand
+        and the class go through ``reg`` (a pipeline register) before the rounding."""
         out = Signal(16, name=name)
         e = z[23:31]
         frac = z[:23]
@@ -580,18 +588,23 @@ class PostProcessor(wiring.Component):
         # |z| < 512 unless e >= 136; then the shift 150 - e is at least 15.
         rs1 = Signal(5, name=f"{name}_rs")     # shift keeping the guard bit: 149 - e, <= 31
         m.d.comb += rs1.eq(Mux(ee < 149 - 31, 31, 149 - ee))
-        q = Signal(24, name=f"{name}_q")
+        q = Signal(24, name=f"{name}_q0")
         m.d.comb += q.eq(sig >> rs1)
-        sticky = _lost_bits(m, sig, rs1, f"{name}_lost")
+        # The rounded magnitude has 11 bits: only q's low 12 are kept.
+        q = reg(q[:12], f"{name}_q", 12)
+        sticky = reg(_lost_bits(m, sig, rs1, f"{name}_lost"), f"{name}_sticky", 1)
+        nan = reg((e == 0xFF) & (frac != 0), f"{name}_nan", 1)
+        big = reg(e >= 136, f"{name}_big", 1)
+        sign = reg(z[31], f"{name}_sign", 1)
         mag = Signal(11, name=f"{name}_mag")
         m.d.comb += mag.eq(q[1:] + (q[0] & (sticky | q[1])))
         r = Signal(signed(12), name=f"{name}_r")
-        with m.If((e == 0xFF) & (frac != 0)):
+        with m.If(nan):
             m.d.comb += r.eq(0)
-        with m.Elif(e >= 136):
-            m.d.comb += r.eq(Mux(z[31], -256, 255))
+        with m.Elif(big):
+            m.d.comb += r.eq(Mux(sign, -256, 255))
         with m.Else():
-            m.d.comb += r.eq(Mux(z[31], -mag, Mux(mag > 255, 255, mag)))
+            m.d.comb += r.eq(Mux(sign, -mag, Mux(mag > 255, 255, mag)))
         y = Signal(signed(13), name=f"{name}_y")
         m.d.comb += y.eq(r + zero_point)
         m.d.comb += out.eq(Mux(y > 127, 127, Mux(y < -128, -128, y)).as_signed())
