@@ -322,7 +322,8 @@ class PostProcessor(wiring.Component):
         valid = [reg(issue, "valid_0", reset_less=False)]
         for i in range(1, last):
             valid.append(reg(valid[-1], f"valid_{i}", reset_less=False))
-        sub_ctl = delay(sub, last, "sub")           # at S(last - 1)
+        sub_pre = delay(sub, last - 1, "sub")       # at S(last - 2)
+        sub_ctl = reg(sub_pre, f"sub_{last - 1}")   # at S(last - 1)
         last_ctl = delay(last_sub, last, "last")
         out_valid = reg(valid[last - 1] & last_ctl, "out_valid", reset_less=False)
         m.d.comb += [
@@ -340,7 +341,8 @@ class PostProcessor(wiring.Component):
                 m.d.comb += self.out.payload.values[lane].eq(out_v)
 
         # ---- LFSRs: one per lane, advanced once per beat as it reaches the output ----------
-        rnd_out = (self._lfsrs(m, en & valid[last - 1] & last_ctl, en & valid[last - 1], sub_ctl)
+        rnd_out = (self._lfsrs(m, en & valid[last - 1] & last_ctl, en & valid[last - 1], sub_ctl,
+                               sub_pre, reg)
                    if has_float else [])
 
         slot_out = delay(r.slot, last + 1, "slot")
@@ -476,7 +478,7 @@ class PostProcessor(wiring.Component):
             output(i, value)
         return m
 
-    def _lfsrs(self, m, advance, step, sub_ctl):
+    def _lfsrs(self, m, advance, step, sub_ctl, sub_pre, reg):
         """One LFSR per lane; returns the random bits of each lane datapath (of lane
         ``k * units + j`` for sub-beat ``k = sub_ctl``).
 
@@ -486,7 +488,10 @@ class PostProcessor(wiring.Component):
         sub-beat, which is its only one). Folded (``folds > 1``), each lane datapath owns the
         states of its ``folds`` lanes in a small memory and one next-state circuit, and
         advances lane ``k * units + j`` when ``step`` (any sub-beat at that stage) comes with
-        ``sub_ctl == k``: each lane still advances once per beat, at its own sub-beat."""
+        ``sub_ctl == k``: each lane still advances once per beat, at its own sub-beat. The
+        folded state is read and advanced a stage early (``sub_pre``, through ``reg``), so the
+        rounding stage gets its random bits from a register: the same lane's previous
+        sub-beat is ``folds >= 2`` stages ahead and has written its state by then."""
         lanes = self._config.macs
         units, folds = self._lpc, lanes // self._lpc
         cfg = self.cfg
@@ -525,14 +530,14 @@ class PostProcessor(wiring.Component):
             fresh = Signal(folds, name=f"lfsr_fresh{j}", init=(1 << folds) - 1)
             c = Signal(32, name=f"lfsr_c{j}")
             m.d.comb += c.eq(Array(Const(consts[k * units + j], 32)
-                                   for k in range(folds))[sub_ctl])
+                                   for k in range(folds))[sub_pre])
             loaded = Mux((seed ^ c) == 0, c, seed ^ c)
             state = Signal(32, name=f"lfsr_state{j}")
             m.d.comb += [
-                rd.addr.eq(sub_ctl),
-                state.eq(Mux(fresh.bit_select(sub_ctl, 1), loaded, rd.data)),
+                rd.addr.eq(sub_pre),
+                state.eq(Mux(fresh.bit_select(sub_pre, 1), loaded, rd.data)),
             ]
-            nxt = advanced(state, f"lfsr_next{j}")
+            nxt = reg(advanced(state, f"lfsr_next{j}"), f"lfsr_next{j}_q")
             m.d.comb += [wr.addr.eq(sub_ctl), wr.data.eq(nxt), wr.en.eq(step)]
             with m.If(self.lfsr_load):
                 m.d.sync += fresh.eq((1 << folds) - 1)
