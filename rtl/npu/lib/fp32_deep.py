@@ -10,8 +10,8 @@ A1    magnitude comparison and equality (carry chains), operand classes, both ex
       differences
 A2    order the operands (swap), max / min / compare result, select the exponent difference
 B1    align the smaller significand (shift, guard, round and sticky bits)
-B2    add or subtract the significands
-C1    leading-zero count, limited so the exponent stays at least 1
+B2    add or subtract the significands; the limit of the normalising shift as a marker bit
+C1    leading-zero count, limited so the exponent stays at least 1 (by the marker: no compare)
 C2    normalising shift and exponent
 D     round to nearest even and pack (combinational from C2's registers)
 ====  ==========================================================================================
@@ -20,7 +20,7 @@ Every register advances in every cycle; ``result`` belongs to the operands prese
 :attr:`FP32AddDeep.LATENCY` cycles earlier.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,7 +36,7 @@ _A1 = data.StructLayout({"op": MacOp, "a": 32, "b": 32, "a_ge_b": 1, "mag_eq": 1
                          "d_ab": 8, "d_ba": 8})
 _A2 = data.StructLayout({**_COMMON, "sub": 1, "exp": 8, "mbig": 24, "msmall": 24, "diff": 8})
 _B1 = data.StructLayout({**_COMMON, "sub": 1, "exp": 8, "big3": 27, "aligned": 27})
-_B2 = data.StructLayout({**_COMMON, "sub": 1, "exp": 8, "total": 28})
+_B2 = data.StructLayout({**_COMMON, "sub": 1, "exp": 8, "total": 28, "limit": 27})
 _C1 = data.StructLayout({**_COMMON, "sub": 1, "exp": 8, "total": 28, "shift": 8})
 _C2 = data.StructLayout({**_COMMON, "zero": 1, "exp": 9, "exp1": 9, "ge_fe": 1, "ge_ff": 1,
                          "norm": 27})
@@ -152,13 +152,17 @@ class FP32AddDeep(wiring.Component):
         s4 = Signal(_B2, name="s4", reset_less=self._reset_less)
         _pass(m, s4, s3, common + ["sub", "exp"])
         m.d.sync += s4.total.eq(Mux(s3.sub, s3.big3 - s3.aligned, s3.big3 + s3.aligned))
+        # The normalising shift may be at most `room = exp - 1` (exp >= 1): a one at bit
+        # 26 - room (none when room >= 27, beyond the 27 bits) stops the leading-zero count
+        # there, so C1 counts min(leading zeros, room) without a comparison.
+        room = s3.exp - 1
+        m.d.sync += s4.limit.eq(Mux(room < 27, Const(1 << 26, 27) >> room[:5], 0))
 
         # ---- C1: leading zeros, limited to keep the exponent at least 1 ----
-        lz = count_leading_zeros(m, s4.total[:27], name="s4_lz")
-        room = s4.exp - 1
+        lz = count_leading_zeros(m, s4.total[:27] | s4.limit, name="s4_lz")
         s5 = Signal(_C1, name="s5", reset_less=self._reset_less)
         _pass(m, s5, s4, common + ["sub", "exp", "total"])
-        m.d.sync += s5.shift.eq(Mux(lz < room, lz, room))
+        m.d.sync += s5.shift.eq(lz)
 
         # ---- C2: normalise (right by one on carry, else left) ----
         norm = Signal(27)

@@ -156,7 +156,7 @@ class NeuralEngine(wiring.Component):
         lean = cfg.ne_control == "lean"
         for name in ("writes", "task") if lean else ("writes", "csr", "task"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(control, name))
-        layer = self._layer_registers(m, control, lean)
+        at_go, layer = self._layer_registers(m, control, lean)
 
         # The datapath: everything but the register file and the counters, cleared after an
         # error (the sequencer's `fail`) and by an abort.
@@ -199,18 +199,19 @@ class NeuralEngine(wiring.Component):
                                                tile_bits=tb)
         dp.submodules.watchdog = watchdog = Watchdog(self.timeout)
 
-        # Start: every process begins its loops once the layer's geometry is known (`ready`),
-        # if the start check passed.
+        # Start: every process begins its loops once the layer's geometry is known (`ready`,
+        # registered: at least a cycle after `go`, so the task manager's start and the
+        # processes' starts are not one path), if the start check passed.
         geo = setup.geometry
         begin = Signal()
         dp.d.comb += [
-            setup.layer.eq(layer), setup.go.eq(control.go),
+            setup.layer.eq(at_go), setup.go.eq(control.go),
             begin.eq(setup.ready & (setup.check == EngineError.NONE)),
             seq.go.eq(setup.ready), seq.check.eq(setup.check),
             dma.start.eq(begin), loader.start.eq(begin), replay.start.eq(begin),
             writer.start.eq(begin),
-            post.error_clear.eq(control.go), post.lfsr_load.eq(control.go),
-            mac.error_clear.eq(control.go),
+            post.error_clear.eq(setup.ready), post.lfsr_load.eq(setup.ready),
+            mac.error_clear.eq(setup.ready),
         ]
         for unit in (loader, seq, writer):
             dp.d.comb += [unit.layer.eq(layer), unit.geometry.eq(geo)]
@@ -296,11 +297,13 @@ class NeuralEngine(wiring.Component):
         return m
 
     def _layer_registers(self, m, control, lean):
-        """The layer registers as the sub-units read them (``layer_layout()``).
+        """The layer registers (``layer_layout()``): as the layer setup reads them at `go`,
+        and as the sub-units read them from its `ready` on.
 
-        Full build: the register file in the cycle of `go`, then a copy taken at `go` until
-        the next start, so that writes landing while a layer runs (the host's; the task
-        manager's wait in ``EngineControl``) only change the next layer. Lean build
+        Full build: the register file in the cycle of `go` (for the setup only), then a copy
+        taken at `go` until the next start, so that writes landing while a layer runs (the
+        host's; the task manager's wait in ``EngineControl``) only change the next layer; the
+        sub-units start after `go` and read only the copy. Lean build
         (``ne_control="lean"``): the register file itself; the host's writes to the layer
         registers are refused while the core is busy (and in the cycle it starts), with the
         CSR error strobe in the next cycle, like an access to an unmapped address."""
@@ -319,10 +322,10 @@ class NeuralEngine(wiring.Component):
                 host.r_data.eq(inner.r_data), host.error.eq(inner.error | refused_last),
             ]
             m.d.sync += refused_last.eq(refused)
-            return live
-        held = Signal(layer_layout())
+            return live, live
+        held = Signal(layer_layout(), reset_less=True)
         with m.If(control.go):
             m.d.sync += held.eq(live)
-        layer = Signal(layer_layout())
-        m.d.comb += layer.eq(Mux(control.go, live, held))
-        return layer
+        at_go = Signal(layer_layout())
+        m.d.comb += at_go.eq(Mux(control.go, live, held))
+        return at_go, held

@@ -174,7 +174,8 @@ class BodyDecoder(wiring.Component):
 
     def _ring(self, m, s):
         """The word ring and the 24-bit window at the read pointer."""
-        s.ring = Array(Signal(32, name=f"ring{k}") for k in range(BUFFER_WORDS))
+        # Data: no reset (only the words `cnt` counts are read).
+        s.ring = Array(Signal(32, name=f"ring{k}", reset_less=True) for k in range(BUFFER_WORDS))
         s.wr_slot = Signal(range(BUFFER_WORDS))
         s.rd_ptr = Signal(range(32 * BUFFER_WORDS))
         s.cnt = Signal(range(32 * BUFFER_WORDS + 1))
@@ -315,22 +316,22 @@ class BodyDecoder(wiring.Component):
         # S1: the item with its chunk base and bit; the adder's first two digits.
         s.s1_valid = Signal()
         s1_hold = Signal()
-        s1_raw = Signal(16)           # raw value, or the palette index in bits 0-7
+        s1_raw = Signal(16, reset_less=True)           # raw value, or the palette index in bits 0-7
         s1_base = coord("s1_base")
-        s1_pick = Signal(3)
-        s1_slot = Signal(slot_shape(slots))
+        s1_pick = Signal(3, reset_less=True)
+        s1_slot = Signal(slot_shape(slots), reset_less=True)
         s1_oc, s1_c1 = step(s1_base["oc"], s1_pick, "oc", "s1")
         s1_kx, s1_c2 = step(s1_base["kx"], s1_c1, "kx", "s1")
 
         # S1b: the adder's last digits; the palette is read.
         s.s1b_valid = Signal()
         s1b_hold = Signal()
-        s1b_raw = Signal(16)
-        s1b_slot = Signal(slot_shape(slots))
-        s1b_kx = Signal(4)
-        s1b_ky = Signal(4)
-        s1b_ic = Signal(13)
-        s1b_carry = Signal(5)
+        s1b_raw = Signal(16, reset_less=True)
+        s1b_slot = Signal(slot_shape(slots), reset_less=True)
+        s1b_kx = Signal(4, reset_less=True)
+        s1b_ky = Signal(4, reset_less=True)
+        s1b_ic = Signal(13, reset_less=True)
+        s1b_carry = Signal(5, reset_less=True)
         s1b_ky_out, s1b_c3 = step(s1b_ky, s1b_carry, "ky", "s1b")
         index_mask = Signal(8)
         m.d.comb += index_mask.eq((Const(1, 9) << cfg.palette[:4]) - 1)
@@ -339,11 +340,11 @@ class BodyDecoder(wiring.Component):
         # S2: palette data, zero check, nnz check and count.
         s.s2_valid = Signal()
         s2_hold = Signal()
-        s2_raw = Signal(16)
-        s2_slot = Signal(slot_shape(slots))
-        s2_ic = Signal(12)
-        s2_ky = Signal(4)
-        s2_kx = Signal(4)
+        s2_raw = Signal(16, reset_less=True)
+        s2_slot = Signal(slot_shape(slots), reset_less=True)
+        s2_ic = Signal(12, reset_less=True)
+        s2_ky = Signal(4, reset_less=True)
+        s2_kx = Signal(4, reset_less=True)
         coef = Signal(16)
         pal_out = (self.palette_data if self._config.has_fp16
                    else self.palette_data.as_signed())

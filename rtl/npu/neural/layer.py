@@ -36,15 +36,17 @@ class LayerSetup(wiring.Component):
     go : In(1)
         A layer starts: the registered members of ``geometry`` take the layer's values.
     ready : Out(1)
-        ``geometry`` and ``check`` hold the layer's values in this cycle (one cycle): the
-        cycle of ``go`` in the full build; in the lean layer control (``ne_control="lean"``)
-        once ``groups x ocpg`` has been summed by shifts and adds, up to 13 cycles later (the
+        ``geometry`` and ``check`` hold the layer's values in this cycle (one cycle,
+        registered): the cycle after ``go`` in the full build (``layer`` must then hold the
+        values it had at ``go``); in the lean layer control (``ne_control="lean"``) once
+        ``groups x ocpg`` has been summed by shifts and adds, up to 13 cycles later (the
         layer registers must hold meanwhile).
     geometry : Out(geometry_layout(macs))
         Work-unit shape, output channels, operand formats (registered at ``go``), tile counts
         and halo width (combinational, from the registered shape and the layer registers).
     check : Out(EngineError)
-        Combinational, valid with ``ready``: ``FORMAT`` (the MAC format is not built),
+        Valid with ``ready`` (registered at ``go`` in the full build, combinational in the
+        lean one): ``FORMAT`` (the MAC format is not built),
         ``SHAPE`` (a zero-sized loop, more output channels than ``out_channel_limit(config)``
         or more output rows or columns than ``out_size_limit(config)``)
         or ``KERNEL`` (a kernel side above 16, or a work-unit shape the build does not offer),
@@ -106,12 +108,18 @@ class LayerSetup(wiring.Component):
         shape_built = Signal()
         m.d.comb += shape_built.eq((layer.log2w <= log2n)
                                    & (log2n - layer.log2w <= exact_log2(self._max_rows)))
+        check = Signal(EngineError)
         with m.If(~supported):
-            m.d.comb += self.check.eq(EngineError.FORMAT)
+            m.d.comb += check.eq(EngineError.FORMAT)
         with m.Elif(zero_loop):
-            m.d.comb += self.check.eq(EngineError.SHAPE)
+            m.d.comb += check.eq(EngineError.SHAPE)
         with m.Elif((layer.kh > MAX_KERNEL) | (layer.kw > MAX_KERNEL) | ~shape_built):
-            m.d.comb += self.check.eq(EngineError.KERNEL)
+            m.d.comb += check.eq(EngineError.KERNEL)
+        if self._config.ne_control == "lean":
+            m.d.comb += self.check.eq(check)
+        else:
+            with m.If(self.go):
+                m.d.sync += self.check.eq(check)
         return m
 
     def _out_channels(self, m, limit):
@@ -121,7 +129,8 @@ class LayerSetup(wiring.Component):
         bits = limit.bit_length()
         if self._config.ne_control != "lean":
             product = Signal(24)
-            m.d.comb += [product.eq(layer.groups * layer.ocpg), self.ready.eq(self.go)]
+            m.d.comb += product.eq(layer.groups * layer.ocpg)
+            m.d.sync += self.ready.eq(self.go)
             with m.If(self.go):
                 m.d.sync += geo.out_channels.eq(product[:bits])
             return product > limit

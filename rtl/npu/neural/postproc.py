@@ -29,7 +29,14 @@ from npu_spec.formats import F32_NEG_ZERO as F32_MZERO
 from npu_spec.formats import F32_ONE
 
 from ..lib.fp32 import F16_QNAN, F32, F32_QNAN, FP32AddPipe
-from ..lib.fp32mul import MulProduct, f32_mul_product, f32_mul_round, f32_mul_special
+from ..lib.fp32mul import (
+    MulProduct,
+    f32_mul_denormalise,
+    f32_mul_finish,
+    f32_mul_normalise,
+    f32_mul_product,
+    f32_mul_special,
+)
 from .layouts import MacFormat, MacOp, mac_result_layout, param_beat_layout, postproc_out_layout
 
 __all__ = ["Act", "PostProcessor", "pipeline_latency", "post_processor_signature",
@@ -85,7 +92,7 @@ def post_processor_signature(lanes, slots):
 
 def pipeline_latency(config):
     """Cycles from a result beat's handshake to its output beat being valid (no stalls)."""
-    return 12 if config.has_float else 4
+    return 17 if config.has_float else 4
 
 
 def _lfsr_matrix():
@@ -231,8 +238,11 @@ class PostProcessor(wiring.Component):
         last = self.latency - 1     # index of the output stage
         en = Signal()
 
-        def reg(value, name, shape=None):
-            sig = Signal(shape if shape is not None else value.shape(), name=name)
+        def reg(value, name, shape=None, reset_less=True):
+            # Data registers have no reset: every use is qualified by a `valid` register
+            # (which has one), so the core's clear need not reach them.
+            sig = Signal(shape if shape is not None else value.shape(), name=name,
+                         reset_less=reset_less)
             with m.If(en):
                 m.d.sync += sig.eq(value)
             return sig
@@ -309,12 +319,13 @@ class PostProcessor(wiring.Component):
             m.d.sync += self.error.eq(0)
 
         # ---- Pipeline control ---------------------------------------------------------------
-        valid = [reg(issue, "valid_0")]
+        valid = [reg(issue, "valid_0", reset_less=False)]
         for i in range(1, last):
-            valid.append(reg(valid[-1], f"valid_{i}"))
-        sub_ctl = delay(sub, last, "sub")           # at S(last - 1)
+            valid.append(reg(valid[-1], f"valid_{i}", reset_less=False))
+        sub_pre = delay(sub, last - 1, "sub")       # at S(last - 2)
+        sub_ctl = reg(sub_pre, f"sub_{last - 1}")   # at S(last - 1)
         last_ctl = delay(last_sub, last, "last")
-        out_valid = reg(valid[last - 1] & last_ctl, "out_valid")
+        out_valid = reg(valid[last - 1] & last_ctl, "out_valid", reset_less=False)
         m.d.comb += [
             en.eq(~out_valid | self.out.ready),
             self.out.valid.eq(out_valid),
@@ -324,13 +335,14 @@ class PostProcessor(wiring.Component):
             # The output register of lane `k * units + j`, written by sub-beat k.
             for k in range(folds):
                 lane = k * units + j
-                out_v = Signal(16, name=f"out_{lane}")
+                out_v = Signal(16, name=f"out_{lane}", reset_less=True)
                 with m.If(en & valid[last - 1] & (sub_ctl == k)):
                     m.d.sync += out_v.eq(value)
                 m.d.comb += self.out.payload.values[lane].eq(out_v)
 
         # ---- LFSRs: one per lane, advanced once per beat as it reaches the output ----------
-        rnd_out = (self._lfsrs(m, en & valid[last - 1] & last_ctl, en & valid[last - 1], sub_ctl)
+        rnd_out = (self._lfsrs(m, en & valid[last - 1] & last_ctl, en & valid[last - 1], sub_ctl,
+                               sub_pre, reg)
                    if has_float else [])
 
         slot_out = delay(r.slot, last + 1, "slot")
@@ -369,12 +381,19 @@ class PostProcessor(wiring.Component):
                 # (p + 2**(s-1)) >> s == (floor(p / 2**(s-1)) + 1) >> 1 for s >= 1: no wide add.
                 w = _narrow_shift(m, prod[:64].as_signed(), Mux(shift1 == 0, 0, shift1 - 1),
                                   f"w_{i}")
+                w_shift = shift1
+                if has_float:
+                    # Float builds have stages to spare on the int32 path: the shift result is
+                    # registered before the rounding step (S2), and what follows moves one
+                    # stage later.
+                    w = reg(w, f"w2_{i}")
+                    w_shift = reg(shift1, f"wshift2_{i}")
                 u = Signal(signed(11), name=f"u_{i}")
-                m.d.comb += u.eq(Mux(shift1 == 0, w, (w + 1) >> 1))
+                m.d.comb += u.eq(Mux(w_shift == 0, w, (w + 1) >> 1))
                 y = Signal(signed(12), name=f"yz_{i}")
                 m.d.comb += y.eq(u + cfg.zero_point)
                 sat = reg(Mux(y > 127, 127, Mux(y < -128, -128, y)), f"sat2_{i}", signed(8))
-                # S3: ReLU at the zero point, or clamp to int8 bounds.
+                # S3 (S4 in float builds): ReLU at the zero point, or clamp to int8 bounds.
                 lo8, hi8 = cfg.lo[:8].as_signed(), cfg.hi[:8].as_signed()
                 relu = Mux(sat < cfg.zero_point, cfg.zero_point, sat)
                 clamped = Mux(sat < lo8, lo8, sat)
@@ -383,8 +402,8 @@ class PostProcessor(wiring.Component):
                 if not has_float:
                     output(i, Mux(bad_ctl, 0, iv).as_signed())
                     continue
-                int3 = reg(iv, f"int3_{i}", signed(8))
-                int_val = delay(int3, last - 4, f"intv_{i}")  # at S(last - 1)
+                int4 = reg(iv, f"int4_{i}", signed(8))
+                int_val = delay(int4, last - 5, f"intv_{i}")  # at S(last - 1)
             else:
                 int_val = Const(0, signed(8))
 
@@ -396,10 +415,13 @@ class PostProcessor(wiring.Component):
                        signed(11))
             m.d.comb += [p1.prod.eq(prod[:48]), p1.bexp.eq(bexp), p1.nan.eq(cls[0]),
                          p1.inf.eq(cls[1]), p1.sign.eq(cls[2])]
-            # S2: y1 = f32_mul(acc, scale).
-            y1 = reg(f32_mul_round(m, p1, f"y1r_{i}"), f"y1_{i}")
+            # S2-S4: y1 = f32_mul(acc, scale): normalise (S2), shift to binary32 precision
+            # (S3), round and pack (S4).
+            n2 = reg(f32_mul_normalise(m, p1, f"y1n_{i}"), f"n2_{i}")
+            d3 = reg(f32_mul_denormalise(m, n2, f"y1d_{i}"), f"d3_{i}")
+            y1 = reg(f32_mul_finish(m, d3, f"y1r_{i}"), f"y1_{i}")
 
-            # S3: activation operands; the PWL table is read with the segment of y1.
+            # S5: activation operands; the PWL table is read with the segment of y1.
             e1 = y1[23:31]
             e0 = 127 + spec.PWL_EMIN
             octave = Mux(e1 < e0, 0, Mux(e1 >= e0 + spec.PWL_OCTAVES, 7, e1 - (e0 - 1)))
@@ -415,45 +437,48 @@ class PostProcessor(wiring.Component):
             a_sel = Mux((act == LEAKY) & y1_neg, cfg.alpha,
                         Mux((act == ABS) & y1[31], F32_MONE, F32_ONE))
             use_rom = (act == SIGMOID) | (act == TANH) | (act == GELU) | (act == EXP)
-            x3 = reg(y1, f"x3_{i}")
-            a3 = reg(a_sel, f"asel3_{i}", 32)
-            rom3 = reg(use_rom, f"rom3_{i}", 1)
+            x5 = reg(y1, f"x5_{i}")
+            a5 = reg(a_sel, f"asel5_{i}", 32)
+            rom5 = reg(use_rom, f"rom5_{i}", 1)
             # Tails other than GELU's positive side have a = 0: x is replaced by -0 so that
             # -0 * 0 + b is exactly b (1, +0, +-1 or -0), infinities included (exp's positive
             # segments also have a = 0, b = 1: x * 0 + 1 = 1 for finite x). GELU's positive
             # tail (a = 1, b = -0) gives x exactly, as the model's tail rule says.
-            tail3 = reg(use_rom & (octave == 7) & ~_is_nan(y1) & ~((act == GELU) & ~y1[31]),
-                        f"tail3_{i}", 1)
-            x_op = Mux(tail3, F32_MZERO, x3)
-            a_op = Mux(rom3, rp.data[:32], a3)
-            b_op = Signal(32, name=f"bop3_{i}")
-            m.d.comb += b_op.eq(Mux(rom3, rp.data[32:], F32_MZERO))
+            tail5 = reg(use_rom & (octave == 7) & ~_is_nan(y1) & ~((act == GELU) & ~y1[31]),
+                        f"tail5_{i}", 1)
+            x_op = Mux(tail5, F32_MZERO, x5)
+            a_op = Mux(rom5, rp.data[:32], a5)
+            b_op = Signal(32, name=f"bop5_{i}")
+            m.d.comb += b_op.eq(Mux(rom5, rp.data[32:], F32_MZERO))
 
-            # S4, S5: f32_mul(x, a).
-            p4 = reg(f32_mul_product(m, x_op, a_op, f"m2p_{i}"), f"p4_{i}")
-            m5 = reg(f32_mul_round(m, p4, f"m2r_{i}"), f"m5_{i}")
-            b5 = delay(b_op, 2, f"b_{i}")
-            # S6..S8: f32_add(product, b).
+            # S6-S9: f32_mul(x, a): the product (S6), then the three steps of S2-S4.
+            p6 = reg(f32_mul_product(m, x_op, a_op, f"m2p_{i}"), f"p6_{i}")
+            n7 = reg(f32_mul_normalise(m, p6, f"m2n_{i}"), f"n7_{i}")
+            d8 = reg(f32_mul_denormalise(m, n7, f"m2d_{i}"), f"d8_{i}")
+            m9 = reg(f32_mul_finish(m, d8, f"m2r_{i}"), f"m9_{i}")
+            b9 = delay(b_op, 4, f"b_{i}")
+            # S10..S12: f32_add(product, b).
             adder = FP32AddPipe()
             m.submodules[f"add_{i}"] = adder
-            m.d.comb += [adder.en.eq(en), adder.a.eq(m5), adder.b.eq(b5),
+            m.d.comb += [adder.en.eq(en), adder.a.eq(m9), adder.b.eq(b9),
                          adder.op.eq(MacOp.MAC)]
-            # S9: register the sum.
-            s9 = reg(adder.result, f"s9_{i}")
-            # S10: ReLU = max(x, +0); clamp = min(max(x, lo), hi).
-            mx = _f32_max(m, s9, Mux(act == RELU, 0, cfg.lo), f"max_{i}")
+            # S13: register the sum.
+            s13 = reg(adder.result, f"s13_{i}")
+            # S14: ReLU = max(x, +0); clamp = min(max(x, lo), hi).
+            mx = _f32_max(m, s13, Mux(act == RELU, 0, cfg.lo), f"max_{i}")
             mn = _f32_min(m, mx, cfg.hi, f"min_{i}")
-            c10 = reg(Mux(act == RELU, mx, Mux(act == CLAMP, mn, s9)), f"c10_{i}", 32)
+            c14 = reg(Mux(act == RELU, mx, Mux(act == CLAMP, mn, s13)), f"c14_{i}", 32)
 
-            # S11: to binary16 or int8.
-            f16 = self._to_f16(m, c10, rnd_out[i], cfg.stochastic, f"f16_{i}")
-            i8 = self._to_int8(m, c10, cfg.zero_point, f"i8_{i}")
+            # S15, S16: to binary16 or int8: the significand shifted to its place (S15), then
+            # rounded and packed.
+            f16 = self._to_f16(m, c14, rnd_out[i], cfg.stochastic, f"f16_{i}", reg)
+            i8 = self._to_int8(m, c14, cfg.zero_point, f"i8_{i}", reg)
             value = Mux(bad_ctl, 0,
                         Mux(int_ctl, int_val.as_signed(), Mux(cfg.out_fp16, f16, i8)))
             output(i, value)
         return m
 
-    def _lfsrs(self, m, advance, step, sub_ctl):
+    def _lfsrs(self, m, advance, step, sub_ctl, sub_pre, reg):
         """One LFSR per lane; returns the random bits of each lane datapath (of lane
         ``k * units + j`` for sub-beat ``k = sub_ctl``).
 
@@ -463,7 +488,10 @@ class PostProcessor(wiring.Component):
         sub-beat, which is its only one). Folded (``folds > 1``), each lane datapath owns the
         states of its ``folds`` lanes in a small memory and one next-state circuit, and
         advances lane ``k * units + j`` when ``step`` (any sub-beat at that stage) comes with
-        ``sub_ctl == k``: each lane still advances once per beat, at its own sub-beat."""
+        ``sub_ctl == k``: each lane still advances once per beat, at its own sub-beat. The
+        folded state is read and advanced a stage early (``sub_pre``, through ``reg``), so the
+        rounding stage gets its random bits from a register: the same lane's previous
+        sub-beat is ``folds >= 2`` stages ahead and has written its state by then."""
         lanes = self._config.macs
         units, folds = self._lpc, lanes // self._lpc
         cfg = self.cfg
@@ -502,14 +530,14 @@ class PostProcessor(wiring.Component):
             fresh = Signal(folds, name=f"lfsr_fresh{j}", init=(1 << folds) - 1)
             c = Signal(32, name=f"lfsr_c{j}")
             m.d.comb += c.eq(Array(Const(consts[k * units + j], 32)
-                                   for k in range(folds))[sub_ctl])
+                                   for k in range(folds))[sub_pre])
             loaded = Mux((seed ^ c) == 0, c, seed ^ c)
             state = Signal(32, name=f"lfsr_state{j}")
             m.d.comb += [
-                rd.addr.eq(sub_ctl),
-                state.eq(Mux(fresh.bit_select(sub_ctl, 1), loaded, rd.data)),
+                rd.addr.eq(sub_pre),
+                state.eq(Mux(fresh.bit_select(sub_pre, 1), loaded, rd.data)),
             ]
-            nxt = advanced(state, f"lfsr_next{j}")
+            nxt = reg(advanced(state, f"lfsr_next{j}"), f"lfsr_next{j}_q")
             m.d.comb += [wr.addr.eq(sub_ctl), wr.data.eq(nxt), wr.en.eq(step)]
             with m.If(self.lfsr_load):
                 m.d.sync += fresh.eq((1 << folds) - 1)
@@ -519,8 +547,10 @@ class PostProcessor(wiring.Component):
         return rnd
 
     @staticmethod
-    def _to_f16(m, z, rnd, stochastic, name):
-        """binary32 ``z`` to binary16 bits: RNE, or stochastic with the 13-bit ``rnd``."""
+    def _to_f16(m, z, rnd, stochastic, name, reg):
+        """binary32 ``z`` to binary16 bits: RNE, or stochastic with the 13-bit ``rnd``. The
+        aligned significand and the class go through ``reg`` (a pipeline register) before
+        the rounding."""
         out = Signal(16, name=name)
         e = z[23:31]
         frac = z[:23]
@@ -528,28 +558,33 @@ class PostProcessor(wiring.Component):
         ee = Mux(e == 0, 1, e)
         d = Signal(5, name=f"{name}_d")
         m.d.comb += d.eq(Mux(ee >= 113, 0, Mux(ee < 113 - 31, 31, 113 - ee)))
-        t = Signal(24, name=f"{name}_t")
+        t = Signal(24, name=f"{name}_t0")
         m.d.comb += t.eq(sig >> d)
-        sticky = _lost_bits(m, sig, d, f"{name}_lost")
+        t = reg(t, f"{name}_t")
+        sticky = reg(_lost_bits(m, sig, d, f"{name}_lost"), f"{name}_sticky", 1)
+        base = reg(Mux(ee >= 113, ee - 113, 0)[:8], f"{name}_base", 8)
+        nan = reg((e == 0xFF) & (frac != 0), f"{name}_nan", 1)
+        inf = reg(e == 0xFF, f"{name}_inf", 1)
+        sign = reg(z[31], f"{name}_sign", 1)
         addend = Signal(13, name=f"{name}_add")
         m.d.comb += addend.eq(Mux(stochastic, rnd, 0xFFF + t[13]))
         total = Signal(25, name=f"{name}_sum")
         m.d.comb += total.eq(Mux(stochastic, t, t | sticky) + addend)
-        base = Mux(ee >= 113, ee - 113, 0)
         bits = Signal(20, name=f"{name}_bits")
-        m.d.comb += bits.eq(Cat(Const(0, 10), base[:8]) + total[13:25])
-        with m.If((e == 0xFF) & (frac != 0)):
+        m.d.comb += bits.eq(Cat(Const(0, 10), base) + total[13:25])
+        with m.If(nan):
             m.d.comb += out.eq(F16_QNAN)
-        with m.Elif((e == 0xFF) | (bits >= 0x7C00)):
-            m.d.comb += out.eq(Cat(Const(0x7C00, 15), z[31]))
+        with m.Elif(inf | (bits >= 0x7C00)):
+            m.d.comb += out.eq(Cat(Const(0x7C00, 15), sign))
         with m.Else():
-            m.d.comb += out.eq(Cat(bits[:15], z[31]))
+            m.d.comb += out.eq(Cat(bits[:15], sign))
         return out
 
     @staticmethod
-    def _to_int8(m, z, zero_point, name):
+    def _to_int8(m, z, zero_point, name, reg):
         """binary32 ``z`` rounded half to even, clamped to [-256, 255], plus the zero point,
-        saturated to int8; 16 bits (sign-extended). NaN counts as 0."""
+        saturated to int8; 16 bits (sign-extended). NaN counts as 0. The shifted significand
+        and the class go through ``reg`` (a pipeline register) before the rounding."""
         out = Signal(16, name=name)
         e = z[23:31]
         frac = z[:23]
@@ -558,18 +593,23 @@ class PostProcessor(wiring.Component):
         # |z| < 512 unless e >= 136; then the shift 150 - e is at least 15.
         rs1 = Signal(5, name=f"{name}_rs")     # shift keeping the guard bit: 149 - e, <= 31
         m.d.comb += rs1.eq(Mux(ee < 149 - 31, 31, 149 - ee))
-        q = Signal(24, name=f"{name}_q")
+        q = Signal(24, name=f"{name}_q0")
         m.d.comb += q.eq(sig >> rs1)
-        sticky = _lost_bits(m, sig, rs1, f"{name}_lost")
+        # The rounded magnitude has 11 bits: only q's low 12 are kept.
+        q = reg(q[:12], f"{name}_q", 12)
+        sticky = reg(_lost_bits(m, sig, rs1, f"{name}_lost"), f"{name}_sticky", 1)
+        nan = reg((e == 0xFF) & (frac != 0), f"{name}_nan", 1)
+        big = reg(e >= 136, f"{name}_big", 1)
+        sign = reg(z[31], f"{name}_sign", 1)
         mag = Signal(11, name=f"{name}_mag")
         m.d.comb += mag.eq(q[1:] + (q[0] & (sticky | q[1])))
         r = Signal(signed(12), name=f"{name}_r")
-        with m.If((e == 0xFF) & (frac != 0)):
+        with m.If(nan):
             m.d.comb += r.eq(0)
-        with m.Elif(e >= 136):
-            m.d.comb += r.eq(Mux(z[31], -256, 255))
+        with m.Elif(big):
+            m.d.comb += r.eq(Mux(sign, -256, 255))
         with m.Else():
-            m.d.comb += r.eq(Mux(z[31], -mag, Mux(mag > 255, 255, mag)))
+            m.d.comb += r.eq(Mux(sign, -mag, Mux(mag > 255, 255, mag)))
         y = Signal(signed(13), name=f"{name}_y")
         m.d.comb += y.eq(r + zero_point)
         m.d.comb += out.eq(Mux(y > 127, 127, Mux(y < -128, -128, y)).as_signed())

@@ -310,16 +310,19 @@ class Sequencer(wiring.Component):
         geo = self.geometry
         depth = self._buffer_rows
         beat = self.coefs.payload
-        cmd = self.cmd.payload
+        # The pipeline's data registers have no reset (the valid bits, which have one,
+        # qualify them), so the core's clear reaches only the control flip-flops.
+        cmd = Signal.like(self.cmd.payload, name="cmd_reg", reset_less=True)
+        m.d.comb += self.cmd.payload.eq(cmd)
 
         advance = Signal()
         m.d.comb += [advance.eq(~self.cmd.valid | self.cmd.ready),
                      self.coefs.ready.eq(advance & issuing)]
-        s0 = Signal.like(beat)
+        s0 = Signal.like(beat, name="s0", reset_less=True)
         s0_valid = Signal()
-        s0_bank = Signal()
-        s0_addr = Signal(range(2 * depth))
-        s1 = Signal.like(beat)
+        s0_bank = Signal(reset_less=True)
+        s0_addr = Signal(range(2 * depth), reset_less=True)
+        s1 = Signal.like(beat, name="s1", reset_less=True)
         s1_valid = Signal()
         # The bias of the beat entering S1, read as it moves (the table is written only while
         # the pipeline is empty, before a group's first beat).
@@ -338,9 +341,9 @@ class Sequencer(wiring.Component):
         late, late_valid, late_bias = s1, s1_valid, bias_read
         stages = [s1_valid]
         for k in range(self._config.ne_shift_stages):
-            nxt = Signal.like(beat, name=f"shift{k}")
+            nxt = Signal.like(beat, name=f"shift{k}", reset_less=True)
             nxt_valid = Signal(name=f"shift{k}_valid")
-            nxt_bias = Signal.like(bias_read, name=f"shift{k}_bias")
+            nxt_bias = Signal.like(bias_read, name=f"shift{k}_bias", reset_less=True)
             with m.If(advance):
                 m.d.sync += [nxt.eq(late), nxt_valid.eq(late_valid), nxt_bias.eq(late_bias)]
             late, late_valid, late_bias = nxt, nxt_valid, nxt_bias

@@ -166,7 +166,7 @@ class Shifter(wiring.Component):
         cut = log2rv - 2 if self._stages else -1
         r_late = r
         if self._stages:
-            r_late = Signal.like(r, name="r_late")
+            r_late = Signal.like(r, name="r_late", reset_less=True)
             with m.If(self.en):
                 m.d.sync += r_late.eq(r)
         shifted = []
@@ -190,7 +190,9 @@ class Shifter(wiring.Component):
                         nxt.append(t[j])
                 t = nxt
                 if b == cut:
-                    held = [Signal(self._bits, name=f"pipe_r{y}_{j}") for j in range(len(t))]
+                    # Data: no reset (the sequencer's valid bits qualify it).
+                    held = [Signal(self._bits, name=f"pipe_r{y}_{j}", reset_less=True)
+                            for j in range(len(t))]
                     with m.If(self.en):
                         m.d.sync += [held[j].eq(t[j]) for j in range(len(t))]
                     t = held

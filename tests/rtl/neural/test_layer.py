@@ -45,8 +45,9 @@ def bad_layer(rng, config):
 ], ids=["small", "ice40", "icebreaker", "icebreaker-full-control", "small-lean-control"])
 def test_check_and_geometry(name, changes):
     """The start check equals ``layer_error``'s start checks and the geometry the
-    specification's, both when ``ready`` rises: in the cycle of ``go`` in the full build, up
-    to 13 cycles later in the lean layer control (``groups x ocpg`` by shifts and adds)."""
+    specification's, both when ``ready`` rises: in the cycle after ``go`` in the full build
+    (registered), up to 13 cycles later in the lean layer control (``groups x ocpg`` by
+    shifts and adds)."""
     config = preset(name).replace(**changes)
     max_rows, _, _ = engine_geometry(config)
     dut = LayerSetup(config, max_rows)
@@ -65,23 +66,18 @@ def test_check_and_geometry(name, changes):
             ctx.set(dut.layer, fields)
             expect = layer_error(fields, config)
             ctx.set(dut.go, 1)
+            assert not ctx.get(dut.ready)
+            await ctx.tick()
+            ctx.set(dut.go, 0)
             wait = 0
-            if lean:
-                assert not ctx.get(dut.ready)
+            while not ctx.get(dut.ready):
                 await ctx.tick()
-                ctx.set(dut.go, 0)
-                while not ctx.get(dut.ready):
-                    await ctx.tick()
-                    wait += 1
-                    assert wait <= 13, fields
+                wait += 1
+                assert wait <= 13, fields
             waits.append(wait)
             assert ctx.get(dut.check).value == (expect if expect in START_CHECKS else 0), fields
-            if not lean:
-                await ctx.tick()
-                ctx.set(dut.go, 0)
-            else:
-                await ctx.tick()
-                assert not ctx.get(dut.ready)
+            await ctx.tick()
+            assert not ctx.get(dut.ready)
             if expect not in START_CHECKS:
                 got = {k: ctx.get(getattr(dut.geometry, k)) for k in geometry(fields, config)}
                 assert got == geometry(fields, config), fields
