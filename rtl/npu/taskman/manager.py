@@ -145,7 +145,8 @@ class TaskManager(wiring.Component):
         else:
             taskbuf = TaskBuffer(self._buffer_depth, nq)
         m.submodules.taskbuf = taskbuf
-        m.submodules.dispatch = dispatch = Dispatch(nq, shared_watchdog=self._lean)
+        m.submodules.dispatch = dispatch = Dispatch(
+            nq, shared_watchdog=self._lean, done_register=bool(self._config.dispatch_regs))
         m.submodules.counters = counters = Counters(LEAN_COUNTERS if self._lean else None)
 
         # Host registers of the queues and the base-address table.
