@@ -117,8 +117,9 @@ class DMAEngine(wiring.Component):
             m.submodules[name] = ResetInserter(ctl.flush | finish)(unit)
         check, gen, reader, writer = units.values()
 
-        # The transfer registers, latched at the start; the window from the start beat.
-        t = Signal(TransferLayout)
+        # The transfer registers, latched at the start (no reset: the sub-units look at them
+        # only while a task runs); the window from the start beat.
+        t = Signal(TransferLayout, reset_less=True)
         regs = ctl.regs
         with m.If(ctl.go):
             m.d.sync += [

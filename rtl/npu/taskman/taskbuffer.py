@@ -100,7 +100,8 @@ class TaskBuffer(wiring.Component):
         # invariants over them.
         self.valid = [Signal(name=f"valid{i}") for i in range(depth)]
         self.started = [Signal(name=f"started{i}") for i in range(depth)]
-        self.entry = [Signal(TaskEntry, name=f"entry{i}") for i in range(depth)]
+        # (An entry is looked at only while it is valid: no reset.)
+        self.entry = [Signal(TaskEntry, name=f"entry{i}", reset_less=True) for i in range(depth)]
         self.running = [Signal(range(depth), name=f"running{e}") for e in range(ENGINES)]
         self.running_valid = [Signal(name=f"running_valid{e}") for e in range(ENGINES)]
         # ``older[j][i]``: entry ``j`` was loaded before entry ``i`` (meaningful while both are
