@@ -245,7 +245,10 @@ class TaskManager(wiring.Component):
             # comparison off the start path.
             m.d.comb += taskbuf.drop.eq(queues.dropped)
         else:
-            m.d.comb += taskbuf.drop.eq(queues.dropped | dropping)
+            # The exception of this cycle withdraws its queue's task waiting in a start
+            # register; the grants see the queue's drop flag from the next cycle on (a task
+            # granted in this cycle is withdrawn then), which keeps the exception off them.
+            m.d.comb += [taskbuf.drop.eq(queues.dropped), taskbuf.withdraw.eq(dropping)]
         latest = Signal(ExceptionEvent)
         exceptions = Signal(8)          # saturating count
         with m.If(any_raised):
