@@ -90,11 +90,15 @@ class TransferCheck(wiring.Component):
         # strides, their products, then the step to the low or the high end.
         level = Signal(range(RANK + 1))
         running = Signal()
-        mem_lo, mem_hi, buf_lo, buf_hi = (Signal(signed(EXTENT_BITS), name=name)
+        # (The extents and their operands are written from ``start`` on before they are
+        # looked at, and the code only with ``done``: no reset.)
+        mem_lo, mem_hi, buf_lo, buf_hi = (Signal(signed(EXTENT_BITS), name=name, reset_less=True)
                                           for name in ("mem_lo", "mem_hi", "buf_lo", "buf_hi"))
-        count = Signal(signed(t.sizes[0].shape().width + 1))
-        strides = [Signal(signed(32), name=f"{side}_stride") for side in ("mem", "buf")]
-        steps = [Signal(signed(EXTENT_BITS), name=f"{side}_step") for side in ("mem", "buf")]
+        count = Signal(signed(t.sizes[0].shape().width + 1), reset_less=True)
+        strides = [Signal(signed(32), name=f"{side}_stride", reset_less=True)
+                   for side in ("mem", "buf")]
+        steps = [Signal(signed(EXTENT_BITS), name=f"{side}_step", reset_less=True)
+                 for side in ("mem", "buf")]
         operands, products, last = Signal(), Signal(), Signal(2)
         m.d.sync += [self.done.eq(0), operands.eq(0), products.eq(operands),
                      last.eq(last << 1)]
