@@ -3,7 +3,8 @@
 The mode, shape and alignment checks are combinational on the latched transfer. The window and
 bounds checks need the extents ``addr + sum((nk - 1) * stridek)`` of both sides: one level a
 cycle, with one multiplier a side between registers (the level's operands registered, the
-product registered, then added), so the code is ready :data:`LATENCY` cycles after ``start``.
+product registered, then added), then the code itself is registered, so it is ready
+:data:`LATENCY` cycles after ``start``.
 """
 
 from amaranth.hdl import Module, Mux, Signal, signed, unsigned
@@ -20,7 +21,7 @@ from .layouts import EXTENT_BITS, TransferLayout
 __all__ = ["LATENCY", "TransferCheck"]
 
 #: Cycles from ``start`` to ``done``.
-LATENCY = RANK + 3
+LATENCY = RANK + 4
 
 
 class TransferCheck(wiring.Component):
@@ -42,7 +43,7 @@ class TransferCheck(wiring.Component):
     done : Out(1)
         One-cycle strobe, :data:`LATENCY` cycles after ``start``: ``code`` is valid.
     code : Out(ERROR_BITS)
-        Combinational: the :class:`~npu_spec.dma.DmaError` of the transfer (valid with
+        The :class:`~npu_spec.dma.DmaError` of the transfer (registered; valid with
         ``done``).
     """
 
@@ -100,7 +101,8 @@ class TransferCheck(wiring.Component):
         steps = [Signal(signed(EXTENT_BITS), name=f"{side}_step", reset_less=True)
                  for side in ("mem", "buf")]
         operands, products, last = Signal(), Signal(), Signal(2)
-        m.d.sync += [self.done.eq(0), operands.eq(0), products.eq(operands),
+        extents = Signal()          # the extents are final: the code is registered
+        m.d.sync += [extents.eq(0), operands.eq(0), products.eq(operands),
                      last.eq(last << 1)]
         with m.If(self.start):
             m.d.sync += [mem_lo.eq(t.mem_addr), mem_hi.eq(t.mem_addr),
@@ -121,22 +123,26 @@ class TransferCheck(wiring.Component):
                 with m.Else():
                     m.d.sync += hi.eq(hi + step)
         with m.If(last[1]):
-            m.d.sync += self.done.eq(1)
+            m.d.sync += extents.eq(1)
 
-        # The code, in the order of dma_error.
+        # The code, in the order of dma_error, registered (no reset: looked at with ``done``).
+        code = Signal(ERROR_BITS)
+        registered = Signal(ERROR_BITS, reset_less=True)
+        m.d.sync += [self.done.eq(extents), registered.eq(code)]
+        m.d.comb += self.code.eq(registered)
         size = Signal(unsigned(3))
         m.d.comb += size.eq(Mux(word, 4, Mux(t.fmt == DmaFormat.HALF, 2, 1)))
         window = Signal(unsigned(ADDR_WIDTH + 2))
         m.d.comb += window.eq(self.limit << 2)
         chip_words = Mux(kmem, self._kernel_words, self._buffer_elements)
         with m.If(bad_mode):
-            m.d.comb += self.code.eq(DmaError.BAD_MODE)
+            m.d.comb += code.eq(DmaError.BAD_MODE)
         with m.Elif(bad_shape):
-            m.d.comb += self.code.eq(DmaError.BAD_SHAPE)
+            m.d.comb += code.eq(DmaError.BAD_SHAPE)
         with m.Elif(misaligned):
-            m.d.comb += self.code.eq(DmaError.ALIGN)
+            m.d.comb += code.eq(DmaError.ALIGN)
         with m.Elif((mem_lo < 0) | (mem_hi + size > window)):
-            m.d.comb += self.code.eq(DmaError.WINDOW)
+            m.d.comb += code.eq(DmaError.WINDOW)
         with m.Elif((buf_lo < 0) | (buf_hi >= chip_words)):
-            m.d.comb += self.code.eq(DmaError.BOUNDS)
+            m.d.comb += code.eq(DmaError.BOUNDS)
         return m
