@@ -168,16 +168,20 @@ class Dispatch(wiring.Component):
         # ``watchdog`` is registered (``expired``): the task times out in the cycle its age
         # (1 in the cycle after its start) reaches ``watchdog`` as it was a cycle before.
         timeout = Signal(ENGINES)
+        high_zero = Signal()            # WATCHDOG is 0 or 1 (one NOR for both tests below)
+        m.d.comb += high_zero.eq(self.watchdog[1:] == 0)
         timers = [(Signal(32, name=f"age_next{e}"), Signal(name=f"expired{e}"))
                   for e in range(1 if self._shared_watchdog else ENGINES)]
         for e, engine in enumerate(self.engines):
             age_next, expired = timers[0 if self._shared_watchdog else e]
             running = Signal(name=f"running{e}")
             with m.If(engine.start.valid & engine.start.ready):
-                m.d.sync += [running.eq(1), age_next.eq(2), expired.eq(self.watchdog == 1)]
+                m.d.sync += [running.eq(1), age_next.eq(2),
+                             expired.eq(high_zero & self.watchdog[0])]       # WATCHDOG == 1
             with m.Elif(running):
                 m.d.sync += [age_next.eq(age_next + 1),
-                             expired.eq((self.watchdog != 0) & (age_next >= self.watchdog))]
+                             expired.eq(~(high_zero & ~self.watchdog[0]) &   # WATCHDOG != 0
+                                        (age_next >= self.watchdog))]
             with m.If(self.finished_valid[e]):
                 m.d.sync += running.eq(0)
             m.d.comb += timeout[e].eq(running & ~done[e] & expired)
