@@ -130,10 +130,13 @@ class TransferCheck(wiring.Component):
         registered = Signal(ERROR_BITS, reset_less=True)
         m.d.sync += [self.done.eq(extents), registered.eq(code)]
         m.d.comb += self.code.eq(registered)
+        # The last byte an element may start at, computed at ``start`` (the transfer and the
+        # limit hold): the window check is then one comparison of two registers.
         size = Signal(unsigned(3))
         m.d.comb += size.eq(Mux(word, 4, Mux(t.fmt == DmaFormat.HALF, 2, 1)))
-        window = Signal(unsigned(ADDR_WIDTH + 2))
-        m.d.comb += window.eq(self.limit << 2)
+        last_start = Signal(signed(ADDR_WIDTH + 4), reset_less=True)
+        with m.If(self.start):
+            m.d.sync += last_start.eq((self.limit << 2) - size)
         chip_words = Mux(kmem, self._kernel_words, self._buffer_elements)
         with m.If(bad_mode):
             m.d.comb += code.eq(DmaError.BAD_MODE)
@@ -141,7 +144,7 @@ class TransferCheck(wiring.Component):
             m.d.comb += code.eq(DmaError.BAD_SHAPE)
         with m.Elif(misaligned):
             m.d.comb += code.eq(DmaError.ALIGN)
-        with m.Elif((mem_lo < 0) | (mem_hi + size > window)):
+        with m.Elif((mem_lo < 0) | (mem_hi > last_start)):
             m.d.comb += code.eq(DmaError.WINDOW)
         with m.Elif((buf_lo < 0) | (buf_hi >= chip_words)):
             m.d.comb += code.eq(DmaError.BOUNDS)
