@@ -194,8 +194,10 @@ class NPUConfig:
     dispatch_regs : int
         0 (the default) or 1: a register on the task starts from the task manager to each
         neural engine core (``npu.top``, ``docs/system.md``, "Dispatch registers"), so that no
-        combinational path runs from the task manager's dispatch into a core. A core then
-        starts its task one cycle later; results are unchanged.
+        combinational path runs from the task manager's dispatch into a core, and one on every
+        engine's ``done`` and ``error`` into the task manager (``docs/task_manager.md``, "The
+        done register"). A core then starts its task one cycle later, and the task manager
+        acts on an engine's end of task one cycle later; results are unchanged.
     dp_banks : int
         Banks of the data processor's buffer (E, the widest run it serves in one cycle): 0 (the
         default) for the widest port access (a core's input row, its MAC row, the planar

@@ -98,11 +98,12 @@ class NEInPort(wiring.Component):
         # Stage 0: the request taken. Stage 1: its address and inside mask, computed from
         # stage 0's registers (the multipliers start at flip-flops); its runs are issued from
         # there, the last one with the request's tag and mask into `meta`.
+        # (The stages' contents are looked at only while they are valid: no reset.)
         r0_valid = Signal()
-        r0 = Signal.like(req)
+        r0 = Signal.like(req, reset_less=True)
         s1_valid = Signal()
-        s1_addr = Signal(ADDR_BITS)
-        s1_meta = Signal(meta_layout)
+        s1_addr = Signal(ADDR_BITS, reset_less=True)
+        s1_meta = Signal(meta_layout, reset_less=True)
         part = Signal(range(parts))
         last = Signal()
         m.submodules.meta = meta = fifo.SyncFIFO(width=meta_layout.size, depth=self._depth)
@@ -137,7 +138,7 @@ class NEInPort(wiring.Component):
         resp = self.buf.resp
         r_part = Signal(range(parts))
         r_last = Signal()
-        gathered = [Signal(16, name=f"gathered{k}") for k in range(rv - lanes)]
+        gathered = [Signal(16, name=f"gathered{k}", reset_less=True) for k in range(rv - lanes)]
         values = gathered + [resp.payload.data[j] for j in range(lanes)]
         m.d.comb += [
             r_last.eq(r_part == parts - 1),
@@ -228,15 +229,16 @@ class NEOutPort(wiring.Component):
         # Stage A: the row write taken, with its plane. Stage B (held): its address, computed
         # from stage A's registers (the multipliers start at flip-flops), and the run being
         # written. A row moves on while the last run of the one before is written.
+        # (The stages' contents are looked at only while they are valid: no reset.)
         a_valid = Signal()
-        a_y = Signal.like(row.y)
-        a_x = Signal.like(row.x)
-        a_values = Signal(data.ArrayLayout(16, n))
-        a_mask = Signal(n)
+        a_y = Signal.like(row.y, reset_less=True)
+        a_x = Signal.like(row.x, reset_less=True)
+        a_values = Signal(data.ArrayLayout(16, n), reset_less=True)
+        a_mask = Signal(n, reset_less=True)
         held = Signal()
-        h_addr = Signal(ADDR_BITS)
-        h_values = Signal(data.ArrayLayout(16, n))
-        h_mask = Signal(n)
+        h_addr = Signal(ADDR_BITS, reset_less=True)
+        h_values = Signal(data.ArrayLayout(16, n), reset_less=True)
+        h_mask = Signal(n, reset_less=True)
         part = Signal(range(max(2, parts)))
         part_mask = Signal(lanes)
         m.d.comb += part_mask.eq(h_mask.word_select(part, lanes))
@@ -251,7 +253,7 @@ class NEOutPort(wiring.Component):
         last_part = done_part & (part == parts - 1)
         move = a_valid & (~held | last_part)
         take = self._flow(m, held | a_valid)
-        a_plane = Signal.like(self._plane)
+        a_plane = Signal.like(self._plane, reset_less=True)
         m.d.comb += self.out.ready.eq((~a_valid | move) & take)
         with m.If(done_part):
             m.d.sync += part.eq(part + 1)

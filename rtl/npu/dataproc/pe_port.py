@@ -68,14 +68,15 @@ class DatasetWalk(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L = self._lanes
-        ds = Signal(DatasetLayout)
-        in_unit = Signal(FLOW_BITS)      # plane within its flow-control unit
-        slot = Signal(FLOW_BITS)         # slot of the plane's unit
-        c = Signal(SHAPE_BITS)
-        y = Signal(SHAPE_BITS)
-        col = Signal(SHAPE_BITS + exact_log2(L) + 1)      # k * L
-        row = Signal(ADDR_BITS)                           # address of (c, y, 0)
-        plane = Signal(ADDR_BITS)                         # address of (c, 0, 0)
+        # The walk's state, all written by ``start`` before it is used: no reset.
+        ds = Signal(DatasetLayout, reset_less=True)
+        in_unit = Signal(FLOW_BITS, reset_less=True)      # plane within its flow-control unit
+        slot = Signal(FLOW_BITS, reset_less=True)         # slot of the plane's unit
+        c = Signal(SHAPE_BITS, reset_less=True)
+        y = Signal(SHAPE_BITS, reset_less=True)
+        col = Signal(SHAPE_BITS + exact_log2(L) + 1, reset_less=True)     # k * L
+        row = Signal(ADDR_BITS, reset_less=True)                          # address of (c, y, 0)
+        plane = Signal(ADDR_BITS, reset_less=True)                        # address of (c, 0, 0)
         left = Signal(SHAPE_BITS + 1)
         m.d.comb += [
             self.empty.eq((self.dataset.channels == 0) | (self.dataset.height == 0)

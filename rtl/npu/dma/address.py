@@ -51,8 +51,9 @@ class AddressGenerator(wiring.Component):
         m.submodules.nest = nest = LoopNest([(name, SIZE_BITS) for name in reversed(levels)])
         m.d.comb += [getattr(nest.limit, levels[k]).eq(t.sizes[k]) for k in range(RANK)]
 
-        mem = [Signal(BYTE_BITS, name=f"mem{k}") for k in range(RANK)]
-        chip = [Signal(CHIP_BITS, name=f"chip{k}") for k in range(RANK)]
+        # The addresses are written by ``start`` and looked at only while ``busy``: no reset.
+        mem = [Signal(BYTE_BITS, name=f"mem{k}", reset_less=True) for k in range(RANK)]
+        chip = [Signal(CHIP_BITS, name=f"chip{k}", reset_less=True) for k in range(RANK)]
         m.d.comb += [self.elements.valid.eq(self.busy),
                      self.elements.payload.byte.eq(mem[0]),
                      self.elements.payload.chip.eq(chip[0])]

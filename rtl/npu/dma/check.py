@@ -3,7 +3,8 @@
 The mode, shape and alignment checks are combinational on the latched transfer. The window and
 bounds checks need the extents ``addr + sum((nk - 1) * stridek)`` of both sides: one level a
 cycle, with one multiplier a side between registers (the level's operands registered, the
-product registered, then added), so the code is ready :data:`LATENCY` cycles after ``start``.
+product registered, then added), then the code itself is registered, so it is ready
+:data:`LATENCY` cycles after ``start``.
 """
 
 from amaranth.hdl import Module, Mux, Signal, signed, unsigned
@@ -20,7 +21,7 @@ from .layouts import EXTENT_BITS, TransferLayout
 __all__ = ["LATENCY", "TransferCheck"]
 
 #: Cycles from ``start`` to ``done``.
-LATENCY = RANK + 3
+LATENCY = RANK + 4
 
 
 class TransferCheck(wiring.Component):
@@ -42,7 +43,7 @@ class TransferCheck(wiring.Component):
     done : Out(1)
         One-cycle strobe, :data:`LATENCY` cycles after ``start``: ``code`` is valid.
     code : Out(ERROR_BITS)
-        Combinational: the :class:`~npu_spec.dma.DmaError` of the transfer (valid with
+        The :class:`~npu_spec.dma.DmaError` of the transfer (registered; valid with
         ``done``).
     """
 
@@ -90,13 +91,18 @@ class TransferCheck(wiring.Component):
         # strides, their products, then the step to the low or the high end.
         level = Signal(range(RANK + 1))
         running = Signal()
-        mem_lo, mem_hi, buf_lo, buf_hi = (Signal(signed(EXTENT_BITS), name=name)
+        # (The extents and their operands are written from ``start`` on before they are
+        # looked at, and the code only with ``done``: no reset.)
+        mem_lo, mem_hi, buf_lo, buf_hi = (Signal(signed(EXTENT_BITS), name=name, reset_less=True)
                                           for name in ("mem_lo", "mem_hi", "buf_lo", "buf_hi"))
-        count = Signal(signed(t.sizes[0].shape().width + 1))
-        strides = [Signal(signed(32), name=f"{side}_stride") for side in ("mem", "buf")]
-        steps = [Signal(signed(EXTENT_BITS), name=f"{side}_step") for side in ("mem", "buf")]
+        count = Signal(signed(t.sizes[0].shape().width + 1), reset_less=True)
+        strides = [Signal(signed(32), name=f"{side}_stride", reset_less=True)
+                   for side in ("mem", "buf")]
+        steps = [Signal(signed(EXTENT_BITS), name=f"{side}_step", reset_less=True)
+                 for side in ("mem", "buf")]
         operands, products, last = Signal(), Signal(), Signal(2)
-        m.d.sync += [self.done.eq(0), operands.eq(0), products.eq(operands),
+        extents = Signal()          # the extents are final: the code is registered
+        m.d.sync += [extents.eq(0), operands.eq(0), products.eq(operands),
                      last.eq(last << 1)]
         with m.If(self.start):
             m.d.sync += [mem_lo.eq(t.mem_addr), mem_hi.eq(t.mem_addr),
@@ -117,22 +123,29 @@ class TransferCheck(wiring.Component):
                 with m.Else():
                     m.d.sync += hi.eq(hi + step)
         with m.If(last[1]):
-            m.d.sync += self.done.eq(1)
+            m.d.sync += extents.eq(1)
 
-        # The code, in the order of dma_error.
+        # The code, in the order of dma_error, registered (no reset: looked at with ``done``).
+        code = Signal(ERROR_BITS)
+        registered = Signal(ERROR_BITS, reset_less=True)
+        m.d.sync += [self.done.eq(extents), registered.eq(code)]
+        m.d.comb += self.code.eq(registered)
+        # The last byte an element may start at, computed at ``start`` (the transfer and the
+        # limit hold): the window check is then one comparison of two registers.
         size = Signal(unsigned(3))
         m.d.comb += size.eq(Mux(word, 4, Mux(t.fmt == DmaFormat.HALF, 2, 1)))
-        window = Signal(unsigned(ADDR_WIDTH + 2))
-        m.d.comb += window.eq(self.limit << 2)
+        last_start = Signal(signed(ADDR_WIDTH + 4), reset_less=True)
+        with m.If(self.start):
+            m.d.sync += last_start.eq((self.limit << 2) - size)
         chip_words = Mux(kmem, self._kernel_words, self._buffer_elements)
         with m.If(bad_mode):
-            m.d.comb += self.code.eq(DmaError.BAD_MODE)
+            m.d.comb += code.eq(DmaError.BAD_MODE)
         with m.Elif(bad_shape):
-            m.d.comb += self.code.eq(DmaError.BAD_SHAPE)
+            m.d.comb += code.eq(DmaError.BAD_SHAPE)
         with m.Elif(misaligned):
-            m.d.comb += self.code.eq(DmaError.ALIGN)
-        with m.Elif((mem_lo < 0) | (mem_hi + size > window)):
-            m.d.comb += self.code.eq(DmaError.WINDOW)
+            m.d.comb += code.eq(DmaError.ALIGN)
+        with m.Elif((mem_lo < 0) | (mem_hi > last_start)):
+            m.d.comb += code.eq(DmaError.WINDOW)
         with m.Elif((buf_lo < 0) | (buf_hi >= chip_words)):
-            m.d.comb += self.code.eq(DmaError.BOUNDS)
+            m.d.comb += code.eq(DmaError.BOUNDS)
         return m

@@ -117,8 +117,9 @@ class DMAEngine(wiring.Component):
             m.submodules[name] = ResetInserter(ctl.flush | finish)(unit)
         check, gen, reader, writer = units.values()
 
-        # The transfer registers, latched at the start; the window from the start beat.
-        t = Signal(TransferLayout)
+        # The transfer registers, latched at the start (no reset: the sub-units look at them
+        # only while a task runs); the window from the start beat.
+        t = Signal(TransferLayout, reset_less=True)
         regs = ctl.regs
         with m.If(ctl.go):
             m.d.sync += [
@@ -143,7 +144,8 @@ class DMAEngine(wiring.Component):
         # Task sequence: check, then run until nothing is outstanding.
         unit_error = reader.error | writer.error
         unit_idle = reader.idle & writer.idle
-        # No gating by the abort: the task manager never aborts in the cycle of a done.
+        # No gating by the abort: an abort in the cycle of a done (possible when the task
+        # manager sees ``done`` through a register) ends the task all the same.
         m.d.comb += [ctl.finish.eq(finish), ctl.code.eq(code)]
         checking = Signal()
         m.d.sync += checking.eq(ctl.go)

@@ -106,12 +106,17 @@ class MemoryWriter(wiring.Component):
         with m.Else():
             m.d.comb += value.eq(resp.payload.data[0])
         lane = meta.r.payload.lane
+        # The request's address and data are looked at only with ``stb``: no reset.
+        adr = Signal.like(bus.adr, reset_less=True)
+        sel = Signal.like(bus.sel, reset_less=True)
+        dat_w = Signal.like(bus.dat_w, reset_less=True)
+        m.d.comb += [bus.adr.eq(adr), bus.sel.eq(sel), bus.dat_w.eq(dat_w)]
         with m.If(load):
             m.d.sync += [
                 bus.stb.eq(pop & ~self.error),
-                bus.adr.eq(meta.r.payload.adr),
-                bus.sel.eq(byte_mask(m, self.fmt, lane, self._mem_width)),
-                bus.dat_w.eq(value << (lane << 3)),
+                adr.eq(meta.r.payload.adr),
+                sel.eq(byte_mask(m, self.fmt, lane, self._mem_width)),
+                dat_w.eq(value << (lane << 3)),
             ]
 
         # The bus: a cycle while a request is presented or answers are due.

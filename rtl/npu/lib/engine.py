@@ -125,8 +125,9 @@ class EngineSignature(wiring.Signature):
     error : In(ERROR_BITS)
         Valid with ``done``: the engine's error code, 0 when the task ran.
     done_mem : Out(1)
-        Combinational, valid in the cycle of ``done``: the output must also be written to system
-        memory (static DST_MEM, or rule 2: DPC while GTSP is set).
+        Combinational, valid in the cycle the task manager takes ``done`` (the cycle of
+        ``done``, or the next one with ``NPUConfig.dispatch_regs``): the output must also be
+        written to system memory (static DST_MEM, or rule 2: DPC while GTSP is set).
     abort : Out(1)
         One-cycle strobe: the watchdog aborted the running task; the engine drops it, clears
         its datapath and gives no ``done``.

@@ -198,9 +198,10 @@ class WordReader(wiring.Component):
     in request order through a queue of ``depth`` entries (a :class:`~amaranth.lib.fifo.SyncFIFO`,
     its head read combinationally); a request goes out only while the requests in flight plus
     the answers held leave room in it, so ``resp.ready`` low never loses an answer, and at most
-    ``depth`` requests are in flight. ``cyc`` is high while a request can be presented or one is
-    in flight, and low otherwise (releasing the arbiter, also while the answer queue is full).
-    Requests go out at one a cycle when the bus allows.
+    ``depth`` requests are in flight. A request taken waits in a register and goes out on the
+    bus from the next cycle on (the bus sees no combinational path from ``req``); ``cyc`` is
+    high while a request waits there or is in flight, and low otherwise (releasing the arbiter,
+    also while the answer queue is full). Requests go out at one a cycle when the bus allows.
 
     Parameters
     ----------
@@ -249,21 +250,29 @@ class WordReader(wiring.Component):
         # whenever the level is below the depth.
         m.submodules.answers = answers = fifo.SyncFIFO(width=WordLayout.size, depth=self._depth)
 
-        # Requests in flight; a request goes out only when its answer will have a place.
+        # Requests taken and not yet answered (the one in the request register included); a
+        # request is taken only when its answer will have a place. The bus sees the request
+        # register, so nothing from ``req`` reaches the bus combinationally.
         in_flight = Signal(range(self._depth + 1))
         room = Signal()
         m.d.comb += room.eq(in_flight + answers.level < self._depth)
+        pending = Signal()
+        address = Signal(30, reset_less=True)       # looked at only while ``pending``
         taken = Signal()
         answered = Signal()
         m.d.comb += [
-            self.bus.stb.eq(self.req.valid & room),
-            self.bus.cyc.eq(self.bus.stb | (in_flight != 0)),
+            self.bus.stb.eq(pending),
+            self.bus.cyc.eq(in_flight != 0),
             self.bus.we.eq(0),
-            self.bus.adr.eq(self.req.payload[lane_bits:]),
-            self.req.ready.eq(room & ~self.bus.stall),
+            self.bus.adr.eq(address[lane_bits:]),
+            self.req.ready.eq(room & (~pending | ~self.bus.stall)),
             taken.eq(self.req.valid & self.req.ready),
             answered.eq(self.bus.ack | self.bus.err),
         ]
+        with m.If(taken):
+            m.d.sync += [pending.eq(1), address.eq(self.req.payload)]
+        with m.Elif(~self.bus.stall):
+            m.d.sync += pending.eq(0)
         m.d.sync += in_flight.eq(in_flight + taken - answered)
 
         # The lane of every request in flight, in order (read in the cycle of its answer).
@@ -279,7 +288,7 @@ class WordReader(wiring.Component):
                 lane_q.w_data.eq(self.req.payload[:lane_bits]),
                 lane_q.w_en.eq(taken),
                 lane_q.r_en.eq(answered),
-                self.bus.sel.word_select(self.req.payload[:lane_bits], 4).eq(0xF),
+                self.bus.sel.word_select(address[:lane_bits], 4).eq(0xF),
             ]
             with m.If(~self.bus.err):
                 m.d.comb += answer.data.eq(self.bus.dat_r.word_select(lane_q.r_data, 32))

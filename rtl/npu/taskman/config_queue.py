@@ -86,8 +86,9 @@ class ConfigQueue(wiring.Component):
         m.d.comb += [read.addr.eq(Cat(self.read.index, ring.rd)),
                      self.read.data.eq(read.data)]
 
-        # What is kept of each slot, written at its commit.
-        info = Array(Signal(self._info, name=f"info{s}") for s in range(slots))
+        # What is kept of each slot, written at its commit (looked at only while the slot is
+        # committed: no reset).
+        info = Array(Signal(self._info, name=f"info{s}", reset_less=True) for s in range(slots))
         with m.If(ring.committed):
             m.d.sync += info[ring.wr].eq(self.info)
         m.d.comb += self.read.info.eq(info[ring.rd])

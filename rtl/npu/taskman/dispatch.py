@@ -6,6 +6,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from npu_spec.descriptors import SWITCH_POINTS
+from npu_spec.engine import ERROR_BITS
 from npu_spec.taskman import MAX_QUEUES
 
 from ..lib.engine import QUEUE_WIDTH, EngineSignature, TaskEntry
@@ -23,7 +24,8 @@ class Dispatch(wiring.Component):
       system memory (``src_mem`` of the start beat).
     * A task of another queue than the last started one starting is reported
       (``started_new_queue``: it clears GTSP).
-    * **Watchdog**: a task running ``watchdog`` cycles (0: off) without ``done`` is aborted
+    * **Watchdog**: a task running ``watchdog`` cycles (0: off; the value of the cycle before)
+      without ``done`` is aborted
       (``abort`` to the engine, ``kill`` to the task buffer) and raises ``TIMEOUT`` for its
       queue.
     * **Engine errors**: a ``done`` with a nonzero ``error`` code raises ``ENGINE`` for the
@@ -47,6 +49,13 @@ class Dispatch(wiring.Component):
     shared_watchdog : bool
         One watchdog timer for all engines, restarted by every start: exact when one task runs
         at a time (the lean task buffer); otherwise one timer per engine.
+    done_register : bool
+        Take each engine's ``done`` and ``error`` through a register (``NPUConfig.dispatch_regs``,
+        ``docs/task_manager.md``, "The done register"): the task manager sees an engine's
+        ``done`` one cycle after the engine gives it, so that no combinational path runs from
+        an engine's end of task into the task buffer's grants and the other engines' starts.
+        Every rule then acts one cycle later; ``done_mem`` is valid in that later cycle, and
+        a watchdog abort may meet the engine's ``done`` (the task then counts as timed out).
 
     Members
     -------
@@ -61,7 +70,8 @@ class Dispatch(wiring.Component):
     tqsp : In(queues)
         Bit ``i``: queue ``i``'s TQSP.
     watchdog : In(32)
-        ``WATCHDOG.cycles``.
+        ``WATCHDOG.cycles``; compared through a register, so a new value counts from the cycle
+        after it is written.
     gtsp : In(1)
         GTSP.
     request_above : In(1).array(ENGINES)
@@ -83,11 +93,12 @@ class Dispatch(wiring.Component):
         buffer drains before a queue change); ``NONE`` otherwise (combinational).
     """
 
-    def __init__(self, queues, *, shared_watchdog=False):
+    def __init__(self, queues, *, shared_watchdog=False, done_register=False):
         if not isinstance(queues, int) or not 1 <= queues <= MAX_QUEUES:
             raise ValueError(f"Number of queues must be in [1, {MAX_QUEUES}], not {queues!r}")
         self._queues = queues
         self._shared_watchdog = bool(shared_watchdog)
+        self._done_register = bool(done_register)
         super().__init__({
             "start": In(stream.Signature(TaskEntry)).array(ENGINES),
             "finished": In(TaskEntry).array(ENGINES),
@@ -118,6 +129,14 @@ class Dispatch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
 
+        # The engines' done and error, as the task manager sees them (through a register or
+        # not); the error code needs no reset: it is looked at only with ``done``.
+        done = [Signal(name=f"done{e}") for e in range(ENGINES)]
+        error = [Signal(ERROR_BITS, name=f"error{e}", reset_less=True) for e in range(ENGINES)]
+        for e, engine in enumerate(self.engines):
+            domain = m.d.sync if self._done_register else m.d.comb
+            domain += [done[e].eq(engine.done), error[e].eq(engine.error)]
+
         # Starts, with rule 4; the queue of the most recently started task.
         last_queue = Signal(QUEUE_WIDTH)
         last_queue_valid = Signal()
@@ -136,32 +155,37 @@ class Dispatch(wiring.Component):
         # Engine errors (a timeout, below, wins over an error in the same cycle).
         failed = Signal(ENGINES)
         for e, engine in enumerate(self.engines):
-            m.d.comb += failed[e].eq(self.finished_valid[e] & engine.done & (engine.error != 0))
+            m.d.comb += failed[e].eq(self.finished_valid[e] & done[e] & (error[e] != 0))
             with m.If(failed[e]):
                 m.d.comb += [self.exception.cause.eq(CauseCode.ENGINE),
                              self.exception.queue.eq(self.finished[e].queue),
                              self.exception.addr.eq(self.finished[e].addr),
                              self.exception.engine.eq(e),
-                             self.exception.code.eq(engine.error)]
+                             self.exception.code.eq(error[e])]
 
-        # Watchdog: the running task's age, 1 in the cycle after its start (one timer, or one
-        # per engine); it times out in the cycle its age reaches ``watchdog``. (The age, not the
-        # cycles since the start, so that no adder sits before the comparison.)
+        # Watchdog: one timer per engine (or one for all), holding the running task's age of
+        # the next cycle (2 in the cycle after its start), so that the comparison with
+        # ``watchdog`` is registered (``expired``): the task times out in the cycle its age
+        # (1 in the cycle after its start) reaches ``watchdog`` as it was a cycle before.
         timeout = Signal(ENGINES)
-        timers = [Signal(32, name=f"age{e}")
+        high_zero = Signal()            # WATCHDOG is 0 or 1 (one NOR for both tests below)
+        m.d.comb += high_zero.eq(self.watchdog[1:] == 0)
+        timers = [(Signal(32, name=f"age_next{e}"), Signal(name=f"expired{e}"))
                   for e in range(1 if self._shared_watchdog else ENGINES)]
         for e, engine in enumerate(self.engines):
-            age = timers[0 if self._shared_watchdog else e]
+            age_next, expired = timers[0 if self._shared_watchdog else e]
             running = Signal(name=f"running{e}")
             with m.If(engine.start.valid & engine.start.ready):
-                m.d.sync += [running.eq(1), age.eq(1)]
+                m.d.sync += [running.eq(1), age_next.eq(2),
+                             expired.eq(high_zero & self.watchdog[0])]       # WATCHDOG == 1
             with m.Elif(running):
-                m.d.sync += age.eq(age + 1)
+                m.d.sync += [age_next.eq(age_next + 1),
+                             expired.eq(~(high_zero & ~self.watchdog[0]) &   # WATCHDOG != 0
+                                        (age_next >= self.watchdog))]
             with m.If(self.finished_valid[e]):
                 m.d.sync += running.eq(0)
-            m.d.comb += timeout[e].eq(running & ~engine.done & (self.watchdog != 0) &
-                                      (age >= self.watchdog))
-            m.d.comb += [self.done[e].eq(engine.done), self.kill[e].eq(timeout[e]),
+            m.d.comb += timeout[e].eq(running & ~done[e] & expired)
+            m.d.comb += [self.done[e].eq(done[e]), self.kill[e].eq(timeout[e]),
                          engine.abort.eq(timeout[e])]
             with m.If(timeout[e]):
                 m.d.comb += [self.exception.cause.eq(CauseCode.TIMEOUT),

@@ -124,7 +124,9 @@ class Fetch(wiring.Component):
         # invariants over them.
         self.busy = Signal()            # reading a descriptor
         self.valid = Signal()           # the fetch queue holds a complete descriptor
-        self.fetched = Signal(layout)   # its queue, address, window, TSR flag and length
+        # Its queue, address, window, TSR flag and length (written when a fetch starts and
+        # looked at only while ``busy`` or ``valid``: no reset).
+        self.fetched = Signal(layout, reset_less=True)
         self.length_known = Signal()
         self.issued = Signal(8)         # words requested
         self.received = Signal(8)       # words arrived
@@ -178,7 +180,7 @@ class Fetch(wiring.Component):
         # Requests: word 0 first, the rest once the length is known. A request not taken is
         # offered again, unchanged, in the next cycle.
         req = self.mem.req
-        held_addr = Signal(self._addr_width + 1)
+        held_addr = Signal(self._addr_width + 1, reset_less=True)     # looked at with ``hold``
         issue = Signal()
         m.d.comb += issue.eq(busy & self.primed & ~stale & ~hold &
                              (in_flight < self._max_in_flight) &
@@ -207,7 +209,7 @@ class Fetch(wiring.Component):
         h0, h1, h2, h3 = (data.View(register_layout(r), word) for r in HEADER)
         entry = data.View(register_layout(ENTRY), word)
         reserved = [(word & reserved_mask(r)) != 0 for r in HEADER]
-        tail = Signal(self._addr_width)     # the queue's TAIL, read when the fetch starts
+        tail = Signal(self._addr_width, reset_less=True)   # the queue's TAIL, read at the start
         # The bounds of the checks, computed in the first cycle of a fetch (no word is
         # requested before): the room left in the window and before the tail from the
         # descriptor's address, saturated at the largest length, and the limit saturated above

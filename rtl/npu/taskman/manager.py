@@ -145,7 +145,8 @@ class TaskManager(wiring.Component):
         else:
             taskbuf = TaskBuffer(self._buffer_depth, nq)
         m.submodules.taskbuf = taskbuf
-        m.submodules.dispatch = dispatch = Dispatch(nq, shared_watchdog=self._lean)
+        m.submodules.dispatch = dispatch = Dispatch(
+            nq, shared_watchdog=self._lean, done_register=bool(self._config.dispatch_regs))
         m.submodules.counters = counters = Counters(LEAN_COUNTERS if self._lean else None)
 
         # Host registers of the queues and the base-address table.
@@ -244,7 +245,10 @@ class TaskManager(wiring.Component):
             # comparison off the start path.
             m.d.comb += taskbuf.drop.eq(queues.dropped)
         else:
-            m.d.comb += taskbuf.drop.eq(queues.dropped | dropping)
+            # The exception of this cycle withdraws its queue's task waiting in a start
+            # register; the grants see the queue's drop flag from the next cycle on (a task
+            # granted in this cycle is withdrawn then), which keeps the exception off them.
+            m.d.comb += [taskbuf.drop.eq(queues.dropped), taskbuf.withdraw.eq(dropping)]
         latest = Signal(ExceptionEvent)
         exceptions = Signal(8)          # saturating count
         with m.If(any_raised):

@@ -90,13 +90,16 @@ class Programmer(wiring.Component):
         m = Module()
         slot = self.slot
         word = slot.data
-        k = Signal(8)                                   # word of the descriptor on ``word``
-        length = Signal(HEADER[0]["length"].width)
-        header = [Signal(register_layout(r), name=f"h{n}") for n, r in enumerate(HEADER)]
+        # The descriptor's state, written in IDLE or from its own words before it is looked
+        # at: no reset.
+        k = Signal(8, reset_less=True)                  # word of the descriptor on ``word``
+        length = Signal(HEADER[0]["length"].width, reset_less=True)
+        header = [Signal(register_layout(r), name=f"h{n}", reset_less=True)
+                  for n, r in enumerate(HEADER)]
         word_h0 = data.View(register_layout(HEADER[0]), word)     # the word seen as H0
         entry = data.View(register_layout(ENTRY), word)
-        address = Signal(unsigned(ENTRY["address"].width))      # register of the next write
-        left = Signal(unsigned(ENTRY["count"].width))            # data words left in the entry
+        address = Signal(unsigned(ENTRY["address"].width), reset_less=True)  # next write's
+        left = Signal(unsigned(ENTRY["count"].width), reset_less=True)   # data words left
         dropped = Signal()
         m.d.comb += dropped.eq(self.drop.bit_select(slot.info.queue, 1))
 

@@ -66,7 +66,8 @@ class SerialTaskBuffer(wiring.Component):
             m.d.comb += entry[name].eq(kept[name])
 
         dropped = Signal()
-        m.d.comb += dropped.eq(valid & ~started & self.drop.bit_select(entry.queue, 1))
+        m.d.comb += dropped.eq(valid & ~started &
+                               (self.drop | self.withdraw).bit_select(entry.queue, 1))
         for e in range(ENGINES):
             of_engine = valid & (entry.engine == e)
             start = self.start[e]

@@ -29,6 +29,7 @@ def task_buffer_members(queues):
         "finished": Out(TaskEntry).array(ENGINES),
         "finished_valid": Out(1).array(ENGINES),
         "drop": In(queues),
+        "withdraw": In(queues),
         "empty": Out(1),
         "waiting": Out(1).array(ENGINES),
         "loaded": Out(ENGINES),
@@ -83,6 +84,11 @@ class TaskBuffer(wiring.Component):
     drop : In(queues)
         Entries not started, or waiting in a start register, whose queue bit is set are
         removed, and none of them starts.
+    withdraw : In(queues)
+        As ``drop``, for the start registers only: a task waiting there whose queue bit is set
+        is withdrawn and removed (the entries not started are left to ``drop``, which must
+        follow from the next cycle on; a task granted meanwhile is withdrawn then). It keeps
+        a combinational drop (an exception of this cycle) off the grants.
     empty : Out(1)
         No entry is valid.
     waiting : Out(1).array(ENGINES)
@@ -100,7 +106,8 @@ class TaskBuffer(wiring.Component):
         # invariants over them.
         self.valid = [Signal(name=f"valid{i}") for i in range(depth)]
         self.started = [Signal(name=f"started{i}") for i in range(depth)]
-        self.entry = [Signal(TaskEntry, name=f"entry{i}") for i in range(depth)]
+        # (An entry is looked at only while it is valid: no reset.)
+        self.entry = [Signal(TaskEntry, name=f"entry{i}", reset_less=True) for i in range(depth)]
         self.running = [Signal(range(depth), name=f"running{e}") for e in range(ENGINES)]
         self.running_valid = [Signal(name=f"running_valid{e}") for e in range(ENGINES)]
         # ``older[j][i]``: entry ``j`` was loaded before entry ``i`` (meaningful while both are
@@ -178,7 +185,7 @@ class TaskBuffer(wiring.Component):
             offered = self.offered[e]
             payload = self.offer[e]
             withdrawn = Signal(name=f"withdrawn{e}")
-            m.d.comb += [withdrawn.eq(self.drop.bit_select(payload.queue, 1)),
+            m.d.comb += [withdrawn.eq((self.drop | self.withdraw).bit_select(payload.queue, 1)),
                          start.valid.eq(offered & ~withdrawn), start.payload.eq(payload)]
             with m.If(start.valid & start.ready):
                 m.d.sync += offered.eq(0)

@@ -44,9 +44,13 @@ def expected_completion(finishing, timeout, failed, request_above, gtsp):
     return out
 
 
+@pytest.mark.parametrize("done_register", [False, True])
 @pytest.mark.parametrize("seed", range(3))
-def test_dispatch_rules(seed):
-    dut = Dispatch(QUEUES)
+def test_dispatch_rules(seed, done_register):
+    """With ``done_register`` the dispatch sees each engine's ``done`` and ``error`` a cycle
+    after the engine gives them; the watchdog compares with ``watchdog`` as it was a cycle
+    before."""
+    dut = Dispatch(QUEUES, done_register=done_register)
     rng = random.Random(seed)
     seen = {"rule4": 0, "timeout": 0, "engine_error": 0, "gtsp_set": 0, "switch": 0,
             "tqsp_clear": 0, "new_queue": 0}
@@ -57,7 +61,9 @@ def test_dispatch_rules(seed):
         last_queue = None
         seq = 0
         watchdog = 0
+        engine_done = [False] * ENGINES     # the done the dispatch sees in this cycle
         for cycle in range(1500):
+            watchdog_before = watchdog
             if rng.random() < 0.02:
                 watchdog = rng.choice((0, 1, 5, 20))
             tqsp = rng.getrandbits(QUEUES)
@@ -81,16 +87,20 @@ def test_dispatch_rules(seed):
                 # The code counts only with done.
                 ctx.set(engine.error, running[e][3] if done else rng.getrandbits(4))
                 ctx.set(dut.request_above[e], request_above[e])
+                if not done_register:
+                    engine_done[e] = done
+            # The done the dispatch sees (and a late one of a task already aborted).
+            seen_done = list(engine_done)
             # The watchdog, from the running tasks' ages.
-            timeout = [running[e] is not None and running[e][1] != 0 and watchdog != 0 and
-                       cycle - running[e][2] >= watchdog for e in range(ENGINES)]
+            timeout = [running[e] is not None and not seen_done[e] and watchdog_before != 0 and
+                       cycle - running[e][2] >= watchdog_before for e in range(ENGINES)]
             for e in range(ENGINES):
                 assert ctx.get(dut.engines[e].abort) == timeout[e], f"cycle {cycle}"
                 assert ctx.get(dut.kill[e]) == timeout[e]
-                assert ctx.get(dut.done[e]) == (running[e] is not None and running[e][1] == 0)
+                assert ctx.get(dut.done[e]) == seen_done[e]
             # The task buffer's view: the running task leaves on done or abort.
             finishing = [running[e][0] if running[e] is not None and
-                         (running[e][1] == 0 or timeout[e]) else None for e in range(ENGINES)]
+                         (seen_done[e] or timeout[e]) else None for e in range(ENGINES)]
             for e in range(ENGINES):
                 ctx.set(dut.finished_valid[e], finishing[e] is not None)
                 task = finishing[e] or random_task(rng, e, 0)
@@ -148,6 +158,9 @@ def test_dispatch_rules(seed):
             for name in ("gtsp_set", "switch", "tqsp_clear"):
                 seen[name] += expect[name]
             await ctx.tick()
+            if done_register:
+                engine_done = [running[e] is not None and running[e][1] == 0
+                               for e in range(ENGINES)]
             for e in range(ENGINES):
                 if finishing[e] is not None:
                     running[e] = None
