@@ -6,7 +6,9 @@
   (exact).
 * :func:`from_f32`: the second format converter, binary32 to binary16 (RNE, overflow to
   infinity, NaN to ``0x7E00``) or INT8 (RNE, saturating, NaN to 0), sign-extended to 16 bits.
-* :func:`f32_round_pack`: round ``(-1)**sign * sig * 2**exp`` to binary32 (RNE, subnormals).
+* :func:`f32_round_pack`: round ``(-1)**sign * sig * 2**exp`` to binary32 (RNE, subnormals);
+  its three steps :func:`f32_normalise`, :func:`f32_align` and :func:`f32_pack` for a user that
+  registers between them.
 
 They match :mod:`npu_model.fp` bit for bit.
 """
@@ -18,7 +20,8 @@ from amaranth.lib.wiring import In, Out
 from ..lib.fp32 import F32_QNAN, count_leading_zeros, decode_operand
 from .layouts import Fmt, beat_layout
 
-__all__ = ["ToF32", "f32_round_pack", "from_f32", "to_f32"]
+__all__ = ["ToF32", "aligned_layout", "f32_align", "f32_normalise", "f32_pack", "f32_round_pack",
+           "from_f32", "normalised_layout", "to_f32"]
 
 
 class ToF32(wiring.Component):
@@ -138,31 +141,71 @@ def f32_round_pack(m, sign, sig, exp, name):
 
     ``sig`` is unsigned (at least 26 bits wide, at most 64), ``exp`` signed. Subnormal results
     are rounded at ``2**-149``; overflow gives infinity; ``sig == 0`` gives a signed zero.
+    Combinational: the composition of :func:`f32_normalise`, :func:`f32_align` and
+    :func:`f32_pack`, which a sequential user may register between.
     """
+    norm = f32_normalise(m, sig, exp, name)
+    aligned = f32_align(m, norm, name)
+    return f32_pack(m, sign, aligned, name)
+
+
+def normalised_layout(width):
+    """The result of :func:`f32_normalise` for a ``width``-bit significand."""
+    return data.StructLayout({"norm": width, "be": signed(14), "rsh": range(64), "zero": 1})
+
+
+def aligned_layout():
+    """The result of :func:`f32_align`: 24 significand bits with guard and sticky."""
+    return data.StructLayout({"mant": 24, "guard": 1, "sticky": 1, "field": 14, "huge": 1,
+                              "zero": 1})
+
+
+def f32_normalise(m, sig, exp, name):
+    """First step of :func:`f32_round_pack`: the leading one of ``sig`` at its top bit, the
+    biased exponent of that bit and the right shift a subnormal result needs."""
     width = len(sig)
-    out = Signal(32, name=name)
+    out = Signal(normalised_layout(width), name=f"{name}_n")
     lz = count_leading_zeros(m, sig, name=f"{name}_lz")
-    norm = Signal(width, name=f"{name}_norm")
-    m.d.comb += norm.eq((sig << lz)[:width])
     be = Signal(signed(14), name=f"{name}_be")  # biased exponent of the leading one
-    m.d.comb += be.eq(exp + (width - 1 + 127) - lz)
-    rsh = Signal(range(64), name=f"{name}_rsh")
-    m.d.comb += rsh.eq(Mux(be >= 1, 0, Mux(be < -60, 63, 1 - be)))
+    m.d.comb += [
+        be.eq(exp + (width - 1 + 127) - lz),
+        out.norm.eq((sig << lz)[:width]),
+        out.be.eq(be),
+        out.rsh.eq(Mux(be >= 1, 0, Mux(be < -60, 63, 1 - be))),
+        out.zero.eq(sig == 0),
+    ]
+    return out
+
+
+def f32_align(m, n, name):
+    """Second step: shift a normalised significand (:func:`f32_normalise`) right to binary32
+    precision (further for a subnormal), with the guard and sticky bits."""
+    width = len(n.norm)
+    out = Signal(aligned_layout(), name=f"{name}_a")
     wide = Signal(width + 64, name=f"{name}_wide")
-    m.d.comb += wide.eq(Cat(Const(0, 64), norm) >> rsh)
+    m.d.comb += wide.eq(Cat(Const(0, 64), n.norm) >> n.rsh)
     shifted = wide[64:]
-    lost = wide[:64] != 0
-    mant = shifted[width - 24:]
-    guard = shifted[width - 25]
-    sticky = (shifted[:width - 25] != 0) | lost
+    m.d.comb += [
+        out.mant.eq(shifted[width - 24:]),
+        out.guard.eq(shifted[width - 25]),
+        out.sticky.eq((shifted[:width - 25] != 0) | (wide[:64] != 0)),
+        out.field.eq(Mux(n.be >= 1, n.be - 1, 0)),
+        out.huge.eq(n.be > 300),
+        out.zero.eq(n.zero),
+    ]
+    return out
+
+
+def f32_pack(m, sign, a, name):
+    """Last step: round an aligned significand (:func:`f32_align`) to nearest even and pack."""
+    out = Signal(32, name=name)
     rounded = Signal(25, name=f"{name}_rnd")
-    m.d.comb += rounded.eq(mant + (guard & (sticky | mant[0])))
-    field = Mux(be >= 1, be - 1, 0)
+    m.d.comb += rounded.eq(a.mant + (a.guard & (a.sticky | a.mant[0])))
     total = Signal(40, name=f"{name}_total")
-    m.d.comb += total.eq(Cat(Const(0, 23), field[:14]) + rounded)
-    with m.If(sig == 0):
+    m.d.comb += total.eq(Cat(Const(0, 23), a.field) + rounded)
+    with m.If(a.zero):
         m.d.comb += out.eq(sign << 31)
-    with m.Elif((be > 300) | (total >= 0x7F80_0000)):
+    with m.Elif(a.huge | (total >= 0x7F80_0000)):
         m.d.comb += out.eq(Cat(Const(0x7F80_0000, 31), sign))
     with m.Else():
         m.d.comb += out.eq(Cat(total[:31], sign))

@@ -1,7 +1,7 @@
 """The post-processor: correctly rounded binary32 square root and reciprocal.
 
 Both are digit recurrences producing one result bit per cycle (27 cycles), followed by one
-rounding to nearest even with a sticky bit from the remainder, so the results are correctly
+rounding to nearest even (three cycles: normalise, align, round and pack) with a sticky bit from the remainder, so the results are correctly
 rounded (error at most 0.5 ulp, bit exact with :func:`npu_model.planar.f32_sqrt` and
 :func:`npu_model.planar.f32_recip`). The reciprocal square root runs the two in sequence.
 """
@@ -11,7 +11,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib.fp32 import F32_QNAN, count_leading_zeros
-from .convert import f32_round_pack
+from .convert import aligned_layout, f32_align, f32_normalise, f32_pack, normalised_layout
 from .layouts import PostFn
 
 __all__ = ["PostProcessor"]
@@ -69,7 +69,12 @@ class PostProcessor(wiring.Component):
         count = Signal(range(_ITER + 1))
         pack_sign = Signal()
 
-        packed = f32_round_pack(m, pack_sign, Cat(rem != 0, q), exp_out, "pp_pack")
+        # Rounding and packing over three cycles (PACK, ALIGN, ROUND), with registers between
+        # the steps of `f32_round_pack`: the leading-zero count and normalising shift; the
+        # subnormal shift with guard and sticky; the rounding increment and the packing.
+        normalised = Signal(normalised_layout(_ITER + 1), reset_less=True)
+        aligned = Signal(aligned_layout(), reset_less=True)
+        packed = f32_pack(m, pack_sign, aligned, "pp_pack")
 
         m.d.comb += self.done.eq(0)
         with m.FSM():
@@ -148,6 +153,12 @@ class PostProcessor(wiring.Component):
                     m.next = "PACK"
 
             with m.State("PACK"):
+                m.d.sync += normalised.eq(f32_normalise(m, Cat(rem != 0, q), exp_out, "pp_pack"))
+                m.next = "ALIGN"
+            with m.State("ALIGN"):
+                m.d.sync += aligned.eq(f32_align(m, normalised, "pp_pack"))
+                m.next = "ROUND"
+            with m.State("ROUND"):
                 m.d.sync += val.eq(packed)
                 m.next = "FINISH"
 
