@@ -5,7 +5,9 @@
 * :func:`to_f32`: the first format converter of one element, INT8 or binary16 to binary32
   (exact).
 * :func:`from_f32`: the second format converter, binary32 to binary16 (RNE, overflow to
-  infinity, NaN to ``0x7E00``) or INT8 (RNE, saturating, NaN to 0), sign-extended to 16 bits.
+  infinity, NaN to ``0x7E00``) or INT8 (RNE, saturating, NaN to 0), sign-extended to 16 bits;
+  its two steps :func:`narrow_align` and :func:`narrow_round` for a user that registers
+  between them.
 * :func:`f32_round_pack`: round ``(-1)**sign * sig * 2**exp`` to binary32 (RNE, subnormals);
   its three steps :func:`f32_normalise`, :func:`f32_align` and :func:`f32_pack` for a user that
   registers between them.
@@ -21,7 +23,8 @@ from ..lib.fp32 import F32_QNAN, count_leading_zeros, decode_operand
 from .layouts import Fmt, beat_layout
 
 __all__ = ["ToF32", "aligned_layout", "f32_align", "f32_normalise", "f32_pack", "f32_round_pack",
-           "from_f32", "normalised_layout", "to_f32"]
+           "from_f32", "narrow_align", "narrow_layout", "narrow_round", "normalised_layout",
+           "to_f32"]
 
 
 class ToF32(wiring.Component):
@@ -90,47 +93,72 @@ def _round_shift(m, sig, rsh, name):
 
 
 def from_f32(m, bits, is_fp16, name):
-    """16-bit element of binary32 ``bits``: binary16, or INT8 sign-extended."""
-    out = Signal(16, name=name)
-    sign = bits[31]
+    """16-bit element of binary32 ``bits``: binary16, or INT8 sign-extended. Combinational:
+    :func:`narrow_align` then :func:`narrow_round`, which a user may register between."""
+    return narrow_round(m, narrow_align(m, bits, name), is_fp16, name)
+
+
+def narrow_layout():
+    """The result of :func:`narrow_align`: both formats' significands at their rounding point
+    with guard and sticky bits, and the classes the rounding step needs."""
+    return data.StructLayout({"sign": 1, "nan": 1, "inf": 1, "big": 1,
+                              "m16": 12, "g16": 1, "s16": 1, "field16": 9,
+                              "m8": 24, "g8": 1, "s8": 1})
+
+
+def narrow_align(m, bits, name):
+    """First step of :func:`from_f32`: the significand of binary32 ``bits`` shifted to the
+    binary16 rounding point (13 bits dropped when normal, more when subnormal) and to the
+    binary point (INT8)."""
+    out = Signal(narrow_layout(), name=f"{name}_al")
     e = bits[23:31]
     frac = bits[:23]
-    nan = (e == 0xFF) & (frac != 0)
-    inf = (e == 0xFF) & (frac == 0)
     sig = Cat(frac, e != 0)
     e_eff = Mux(e == 0, 1, e)
-
-    # binary16: keep 11 bits (13 dropped) when normal, more when subnormal.
     e16 = Signal(signed(10), name=f"{name}_e16")
     m.d.comb += e16.eq(e_eff - 112)
     rsh16 = Signal(range(32), name=f"{name}_rsh16")
     m.d.comb += rsh16.eq(Mux(e16 >= 1, 13, Mux(e16 < -16, 31, 14 - e16)))
     m16, g16, s16 = _round_shift(m, sig, rsh16, f"{name}_h")
-    field16 = Mux(e16 >= 1, e16 - 1, 0)
-    total16 = Signal(20, name=f"{name}_t16")
-    m.d.comb += total16.eq(Cat(Const(0, 10), field16[:9]) + m16[:12] + (g16 & (s16 | m16[0])))
-    h = Signal(16, name=f"{name}_h16")
-    with m.If(nan):
-        m.d.comb += h.eq(0x7E00)
-    with m.Elif(inf | (total16 >= 0x7C00)):
-        m.d.comb += h.eq(Cat(Const(0x7C00, 15), sign))
-    with m.Else():
-        m.d.comb += h.eq(Cat(total16[:15], sign))
-
-    # int8: round at the binary point, then saturate.
     rsh8 = Signal(range(32), name=f"{name}_rsh8")
     m.d.comb += rsh8.eq(Mux(e_eff >= 150, 0, Mux(e_eff < 119, 31, 150 - e_eff)))
     m8, g8, s8 = _round_shift(m, sig, rsh8, f"{name}_i")
-    mag = Signal(25, name=f"{name}_mag")
-    m.d.comb += mag.eq(m8 + (g8 & (s8 | m8[0])))
-    big = (e_eff >= 150) | inf
-    i8 = Signal(signed(16), name=f"{name}_i8")
-    with m.If(nan):
-        m.d.comb += i8.eq(0)
-    with m.Elif(sign):
-        m.d.comb += i8.eq(Mux(big | (mag >= 128), -128, -mag[:8]))
+    inf = (e == 0xFF) & (frac == 0)
+    m.d.comb += [
+        out.sign.eq(bits[31]), out.nan.eq((e == 0xFF) & (frac != 0)), out.inf.eq(inf),
+        out.big.eq((e_eff >= 150) | inf),
+        out.m16.eq(m16[:12]), out.g16.eq(g16), out.s16.eq(s16),
+        out.field16.eq(Mux(e16 >= 1, e16 - 1, 0)),
+        out.m8.eq(m8), out.g8.eq(g8), out.s8.eq(s8),
+    ]
+    return out
+
+
+def narrow_round(m, a, is_fp16, name):
+    """Last step of :func:`from_f32`: round an aligned value (:func:`narrow_align`) to nearest
+    even and pack it as binary16 (overflow to infinity, NaN to ``0x7E00``) or saturate it to
+    INT8 (NaN to 0)."""
+    out = Signal(16, name=name)
+    total16 = Signal(20, name=f"{name}_t16")
+    m.d.comb += total16.eq(Cat(Const(0, 10), a.field16) + a.m16
+                           + (a.g16 & (a.s16 | a.m16[0])))
+    h = Signal(16, name=f"{name}_h16")
+    with m.If(a.nan):
+        m.d.comb += h.eq(0x7E00)
+    with m.Elif(a.inf | (total16 >= 0x7C00)):
+        m.d.comb += h.eq(Cat(Const(0x7C00, 15), a.sign))
     with m.Else():
-        m.d.comb += i8.eq(Mux(big | (mag >= 127), 127, mag[:8]))
+        m.d.comb += h.eq(Cat(total16[:15], a.sign))
+
+    mag = Signal(25, name=f"{name}_mag")
+    m.d.comb += mag.eq(a.m8 + (a.g8 & (a.s8 | a.m8[0])))
+    i8 = Signal(signed(16), name=f"{name}_i8")
+    with m.If(a.nan):
+        m.d.comb += i8.eq(0)
+    with m.Elif(a.sign):
+        m.d.comb += i8.eq(Mux(a.big | (mag >= 128), -128, -mag[:8]))
+    with m.Else():
+        m.d.comb += i8.eq(Mux(a.big | (mag >= 127), 127, mag[:8]))
 
     m.d.comb += out.eq(Mux(is_fp16, h, i8))
     return out

@@ -13,10 +13,11 @@ from tests.support.planar import f32_classes, run, set_task
 
 @pytest.mark.parametrize("out_fmt", [Fmt.INT8, Fmt.FP16])
 def test_lane_results(out_fmt):
-    """Lane pipeline beats leave converted, masked lanes 0, from the output register one cycle
-    after they are taken, in order, a beat a cycle while the output is ready; the pipeline
-    advances when the register can take its beat (empty or leaving) or it has none; ``idle``
-    when every beat entered has left and the register is empty."""
+    """Lane pipeline beats leave converted, masked lanes 0, from the second of two output
+    registers two cycles after they are taken, in order, a beat a cycle while the output is
+    ready; the pipeline advances when the registers advance (the second empty or its beat
+    leaving) or it has no beat; ``idle`` when every beat entered has left and both registers
+    are empty."""
     lanes = 4
     rng = np.random.default_rng(int(out_fmt))
     dut = OutputStage(lanes)
@@ -30,10 +31,10 @@ def test_lane_results(out_fmt):
     async def tb(ctx):
         set_task(ctx, dut.task, make_task(mode=Mode.ELTWISE, out_fmt=out_fmt))
         entered = taken = 0
-        full = False                # the model of the output register
+        first = full = False        # the model of the two output registers
         streak = 0                  # cycles in a row with a beat out
         for _ in range(400):
-            if taken == len(values) and not full:
+            if taken == len(values) and not first and not full:
                 break
             entering = entered < len(values)
             valid = taken < entered and rng.random() < 0.8
@@ -48,12 +49,12 @@ def test_lane_results(out_fmt):
             lane_en = ctx.get(dut.lane_en)
             assert lane_en == (not valid or not full or ready)
             assert ctx.get(dut.out.valid) == full
-            assert ctx.get(dut.idle) == (entered == len(got) and not full)
+            assert ctx.get(dut.idle) == (entered == len(got) and not first and not full)
             if full and ready:
                 got.append([ctx.get(dut.out.payload.data[i]) for i in range(lanes)])
             streak = streak + 1 if full and ready else 0
             if not full or ready:
-                full = valid
+                first, full = valid, first
             taken += valid and lane_en
             entered += entering and lane_en
             await ctx.tick()
@@ -64,10 +65,10 @@ def test_lane_results(out_fmt):
 
 
 def test_reduction_results_and_accumulation():
-    """A reduction's result leaves in lane 0 from the output register (the lane pipeline never
-    waits; the tree waits while the register is full and not taken; ``idle`` while it is
-    full); while the channel accumulator takes the lane results, nothing leaves and the
-    pipeline waits on its hazard."""
+    """A reduction's result leaves in lane 0 from the second output register two cycles after
+    it is taken (the lane pipeline never waits; the tree waits while that register is full
+    and not taken; not ``idle`` while either register is full); while the channel accumulator
+    takes the lane results, nothing leaves and the pipeline waits on its hazard."""
     lanes = 2
     dut = OutputStage(lanes)
     value = int(np.float32(-2.5).view(np.uint32))
@@ -83,6 +84,9 @@ def test_reduction_results_and_accumulation():
         assert ctx.get(dut.idle)
         await ctx.tick()
         ctx.set(dut.tree.valid, 0)
+        assert not ctx.get(dut.out.valid) and ctx.get(dut.tree.ready)
+        assert not ctx.get(dut.idle)    # the result is in the first register
+        await ctx.tick()
         assert ctx.get(dut.out.valid) and ctx.get(dut.lane_en) and not ctx.get(dut.tree.ready)
         assert not ctx.get(dut.idle)    # the result has not left
         assert ctx.get(dut.out.payload.data[0]) == int(pl.from_f32(np.uint32(value), Fmt.FP16))
@@ -103,8 +107,9 @@ def test_reduction_results_and_accumulation():
         assert ctx.get(dut.idle) and not ctx.get(dut.out.valid)  # nor beats into the accumulator
         ctx.set(dut.accumulating, 0)
         ctx.set(dut.entering, 0)
-        assert ctx.get(dut.lane_en)     # the register is empty: it takes the beat
-        await ctx.tick()
+        for _ in range(2):              # the registers are empty: they take two beats
+            assert ctx.get(dut.lane_en)
+            await ctx.tick()
         assert ctx.get(dut.out.valid) and not ctx.get(dut.lane_en)
 
     run(dut, tb)
