@@ -108,8 +108,8 @@ class LineBuffer(wiring.Component):
         # from the loader's state to its ready and write enables).
         left = Signal(SHAPE_BITS + 1)    # elements of the row from this beat on
         n = Signal(range(L + 1))         # elements of the row in this beat, min(left, L)
-        rows_left = Signal(SHAPE_BITS)   # rows of the plane after this one
-        planes_left = Signal(SHAPE_BITS)  # planes after this one
+        rows_left = Signal(SHAPE_BITS)   # rows of the plane from this one on
+        planes_left = Signal(SHAPE_BITS)  # planes from this one on
         q = Signal(range(BD))
         r = Signal(range(NB))
 
@@ -144,9 +144,9 @@ class LineBuffer(wiring.Component):
                 m.d.sync += r.eq(r_next)
             with m.If(left <= L):
                 m.d.sync += [left.eq(shape.length), n.eq(count(shape.length))]
-                with m.If(rows_left == 0):
-                    m.d.sync += [rows_left.eq(shape.rows - 1), planes_left.eq(planes_left - 1)]
-                    with m.If(planes_left == 0):
+                with m.If(rows_left == 1):
+                    m.d.sync += [rows_left.eq(shape.rows), planes_left.eq(planes_left - 1)]
+                    with m.If(planes_left == 1):
                         m.d.comb += self.load_done.eq(1)
                         m.d.sync += self.all_loaded.eq(1)
                 with m.Else():
@@ -156,7 +156,7 @@ class LineBuffer(wiring.Component):
         with m.If(self.load_start):
             ls = self.load_shape
             m.d.sync += [shape.eq(ls), left.eq(ls.length), n.eq(count(ls.length)),
-                         rows_left.eq(ls.rows - 1), planes_left.eq(ls.planes - 1), q.eq(0),
+                         rows_left.eq(ls.rows), planes_left.eq(ls.planes), q.eq(0),
                          r.eq(0), self.loaded.eq(0), self.all_loaded.eq(0)]
 
     def _reader(self, m, rports):
