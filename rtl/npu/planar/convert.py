@@ -95,21 +95,20 @@ def _round_shift(m, sig, rsh, name):
 def from_f32(m, bits, is_fp16, name):
     """16-bit element of binary32 ``bits``: binary16, or INT8 sign-extended. Combinational:
     :func:`narrow_align` then :func:`narrow_round`, which a user may register between."""
-    return narrow_round(m, narrow_align(m, bits, name), is_fp16, name)
+    return narrow_round(m, narrow_align(m, bits, is_fp16, name), is_fp16, name)
 
 
 def narrow_layout():
-    """The result of :func:`narrow_align`: both formats' significands at their rounding point
+    """The result of :func:`narrow_align`: the significand at the format's rounding point
     with guard and sticky bits, and the classes the rounding step needs."""
-    return data.StructLayout({"sign": 1, "nan": 1, "inf": 1, "big": 1,
-                              "m16": 12, "g16": 1, "s16": 1, "field16": 9,
-                              "m8": 24, "g8": 1, "s8": 1})
+    return data.StructLayout({"sign": 1, "nan": 1, "inf": 1, "big": 1, "field16": 9,
+                              "mant": 24, "guard": 1, "sticky": 1})
 
 
-def narrow_align(m, bits, name):
+def narrow_align(m, bits, is_fp16, name):
     """First step of :func:`from_f32`: the significand of binary32 ``bits`` shifted to the
-    binary16 rounding point (13 bits dropped when normal, more when subnormal) and to the
-    binary point (INT8)."""
+    binary16 rounding point (13 bits dropped when normal, more when subnormal) or to the
+    binary point (INT8); one shifter serves both formats."""
     out = Signal(narrow_layout(), name=f"{name}_al")
     e = bits[23:31]
     frac = bits[:23]
@@ -117,31 +116,29 @@ def narrow_align(m, bits, name):
     e_eff = Mux(e == 0, 1, e)
     e16 = Signal(signed(10), name=f"{name}_e16")
     m.d.comb += e16.eq(e_eff - 112)
-    rsh16 = Signal(range(32), name=f"{name}_rsh16")
-    m.d.comb += rsh16.eq(Mux(e16 >= 1, 13, Mux(e16 < -16, 31, 14 - e16)))
-    m16, g16, s16 = _round_shift(m, sig, rsh16, f"{name}_h")
-    rsh8 = Signal(range(32), name=f"{name}_rsh8")
-    m.d.comb += rsh8.eq(Mux(e_eff >= 150, 0, Mux(e_eff < 119, 31, 150 - e_eff)))
-    m8, g8, s8 = _round_shift(m, sig, rsh8, f"{name}_i")
+    rsh = Signal(range(32), name=f"{name}_rsh")
+    with m.If(is_fp16):
+        m.d.comb += rsh.eq(Mux(e16 >= 1, 13, Mux(e16 < -16, 31, 14 - e16)))
+    with m.Else():
+        m.d.comb += rsh.eq(Mux(e_eff >= 150, 0, Mux(e_eff < 119, 31, 150 - e_eff)))
+    mant, guard, sticky = _round_shift(m, sig, rsh, name)
     inf = (e == 0xFF) & (frac == 0)
     m.d.comb += [
         out.sign.eq(bits[31]), out.nan.eq((e == 0xFF) & (frac != 0)), out.inf.eq(inf),
-        out.big.eq((e_eff >= 150) | inf),
-        out.m16.eq(m16[:12]), out.g16.eq(g16), out.s16.eq(s16),
-        out.field16.eq(Mux(e16 >= 1, e16 - 1, 0)),
-        out.m8.eq(m8), out.g8.eq(g8), out.s8.eq(s8),
+        out.big.eq((e_eff >= 150) | inf), out.field16.eq(Mux(e16 >= 1, e16 - 1, 0)),
+        out.mant.eq(mant), out.guard.eq(guard), out.sticky.eq(sticky),
     ]
     return out
 
 
 def narrow_round(m, a, is_fp16, name):
-    """Last step of :func:`from_f32`: round an aligned value (:func:`narrow_align`) to nearest
-    even and pack it as binary16 (overflow to infinity, NaN to ``0x7E00``) or saturate it to
-    INT8 (NaN to 0)."""
+    """Last step of :func:`from_f32`: round an aligned value (:func:`narrow_align`, aligned
+    for the same format) to nearest even and pack it as binary16 (overflow to infinity, NaN
+    to ``0x7E00``) or saturate it to INT8 (NaN to 0)."""
     out = Signal(16, name=name)
+    inc = a.guard & (a.sticky | a.mant[0])
     total16 = Signal(20, name=f"{name}_t16")
-    m.d.comb += total16.eq(Cat(Const(0, 10), a.field16) + a.m16
-                           + (a.g16 & (a.s16 | a.m16[0])))
+    m.d.comb += total16.eq(Cat(Const(0, 10), a.field16) + a.mant[:12] + inc)
     h = Signal(16, name=f"{name}_h16")
     with m.If(a.nan):
         m.d.comb += h.eq(0x7E00)
@@ -151,7 +148,7 @@ def narrow_round(m, a, is_fp16, name):
         m.d.comb += h.eq(Cat(total16[:15], a.sign))
 
     mag = Signal(25, name=f"{name}_mag")
-    m.d.comb += mag.eq(a.m8 + (a.g8 & (a.s8 | a.m8[0])))
+    m.d.comb += mag.eq(a.mant + inc)
     i8 = Signal(signed(16), name=f"{name}_i8")
     with m.If(a.nan):
         m.d.comb += i8.eq(0)

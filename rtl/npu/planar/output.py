@@ -115,7 +115,7 @@ class OutputStage(wiring.Component):
                 value = lane.value[i]
                 if i == 0:
                     value = Mux(is_tree, self.tree.payload, value)
-                staged = narrow_align(m, value, f"out{i}")
+                staged = narrow_align(m, value, out_fmt, f"out{i}")
                 narrowed = narrow_round(m, s1.lane[i], out_fmt, f"out{i}")
             else:   # integers, sign-extended to 32 bits (the reduction's result is 32 bits)
                 staged = lane.value[i].as_signed()
