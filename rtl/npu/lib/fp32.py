@@ -106,7 +106,9 @@ class FP32AddPipe(wiring.Component):
     """Pipelined binary32 ``a + b``, ``max``, ``min`` and compare, with a shared stall.
 
     Three register stages; ``result`` is combinational from the third one (the round and pack
-    step), so a user registers it once more. All registers advance when ``en`` is high.
+    step), so a user registers it once more. All registers advance when ``en`` is high. They
+    hold data only and have no reset (a reset's fan-out costs routing): a user knows from
+    its own valid bits which results are meaningful.
 
     Results follow ``docs/formats.md``: round to nearest even, subnormal inputs and outputs,
     infinities, every NaN result is ``0x7FC00000``, an exact zero sum is ``+0`` unless both
@@ -227,7 +229,7 @@ class FP32AddPipe(wiring.Component):
         floor = Signal(27, name="sa_floor")
         m.d.comb += floor.eq(Mux(big_exp > 27, 0, Const(1 << 26, 27) >> (big_exp - 1)[:5]))
 
-        sb = Signal(_STAGE_B, name="sb")
+        sb = Signal(_STAGE_B, name="sb", reset_less=True)
         with m.If(self.en):
             m.d.sync += [
                 sb.is_add.eq(sa.op == MacOp.MAC), sb.sel.eq(sel_val), sb.nan.eq(sa.nan),
@@ -259,7 +261,7 @@ class FP32AddPipe(wiring.Component):
                 field.eq(room - shift),
             ]
 
-        sc = Signal(_STAGE_C, name="sc")
+        sc = Signal(_STAGE_C, name="sc", reset_less=True)
         with m.If(self.en):
             m.d.sync += [
                 sc.is_add.eq(sb.is_add), sc.sel.eq(sb.sel), sc.nan.eq(sb.nan), sc.inf.eq(sb.inf),

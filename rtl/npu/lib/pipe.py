@@ -15,9 +15,10 @@ def _check_shape(shape):
     return shape
 
 
-def delay(m, value, depth, *, en=None, name):
+def delay(m, value, depth, *, en=None, name, reset_less=False):
     """``depth`` registers after ``value``, advancing when ``en`` is high (every cycle when
     ``en`` is None); returns the stages, ``[value delayed by 1, ..., value delayed by depth]``.
+    ``reset_less``: registers without a reset (data whose validity travels elsewhere).
 
     For a delay inside an ``elaborate()`` that needs no ports of its own; :class:`DelayLine` is
     the same as a component.
@@ -25,7 +26,7 @@ def delay(m, value, depth, *, en=None, name):
     stages = []
     prev = value
     for k in range(depth):
-        stage = Signal.like(value, name=f"{name}_d{k + 1}")
+        stage = Signal.like(value, name=f"{name}_d{k + 1}", reset_less=reset_less)
         if en is None:
             m.d.sync += stage.eq(prev)
         else:

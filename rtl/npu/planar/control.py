@@ -116,7 +116,8 @@ class Control(wiring.Component):
     lane_en : In(1)
         The lane pipeline advances.
     lane_idle : In(1)
-        No beat bound for the output is in the lane pipeline.
+        No beat bound for the output is in the lane pipeline or the output register (the
+        task finishes when its last result has left the engine).
     lane_in : Out(lane_input_layout(L))
         The beat entering the lane pipeline.
     queue_beat, drain_beat : In(lane_input_layout(L))
@@ -426,10 +427,14 @@ class Control(wiring.Component):
         need_c = arity == 3
         fed = Signal()      # every beat of a reduction task has been fed
         last = raster.last
+        # The task latch: data for the units, which act on it only while a task runs; no
+        # reset (a reset's fan-out costs routing).
+        latched = Signal(config_layout(), reset_less=True)
+        m.d.comb += task.eq(latched)
 
         with m.FSM(name="control") as fsm:
             with m.State("IDLE"), m.If(self.go):
-                m.d.sync += [task.eq(self.task_regs), self.code.eq(Error.NONE)]
+                m.d.sync += [latched.eq(self.task_regs), self.code.eq(Error.NONE)]
                 m.next = "SIZES"
             # The sizes (``_sizes``), unless the check needs none of their products.
             with m.State("SIZES"):
@@ -539,8 +544,8 @@ class Control(wiring.Component):
                     m.next = "DRAIN"
             with m.State("RED_WAIT"):
                 with m.If(self.group_done):
-                    with m.If(fed):
-                        m.next = "FINISH"
+                    with m.If(fed):     # the last result leaves the output register
+                        m.next = "DRAIN"
                     with m.Else():
                         m.next = "RED_FEED"
 

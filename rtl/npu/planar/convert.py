@@ -5,8 +5,12 @@
 * :func:`to_f32`: the first format converter of one element, INT8 or binary16 to binary32
   (exact).
 * :func:`from_f32`: the second format converter, binary32 to binary16 (RNE, overflow to
-  infinity, NaN to ``0x7E00``) or INT8 (RNE, saturating, NaN to 0), sign-extended to 16 bits.
-* :func:`f32_round_pack`: round ``(-1)**sign * sig * 2**exp`` to binary32 (RNE, subnormals).
+  infinity, NaN to ``0x7E00``) or INT8 (RNE, saturating, NaN to 0), sign-extended to 16 bits;
+  its two steps :func:`narrow_align` and :func:`narrow_round` for a user that registers
+  between them.
+* :func:`f32_round_pack`: round ``(-1)**sign * sig * 2**exp`` to binary32 (RNE, subnormals);
+  its three steps :func:`f32_normalise`, :func:`f32_align` and :func:`f32_pack` for a user that
+  registers between them.
 
 They match :mod:`npu_model.fp` bit for bit.
 """
@@ -18,7 +22,9 @@ from amaranth.lib.wiring import In, Out
 from ..lib.fp32 import F32_QNAN, count_leading_zeros, decode_operand
 from .layouts import Fmt, beat_layout
 
-__all__ = ["ToF32", "f32_round_pack", "from_f32", "to_f32"]
+__all__ = ["ToF32", "aligned_layout", "f32_align", "f32_normalise", "f32_pack", "f32_round_pack",
+           "from_f32", "narrow_align", "narrow_layout", "narrow_round", "normalised_layout",
+           "to_f32"]
 
 
 class ToF32(wiring.Component):
@@ -87,47 +93,69 @@ def _round_shift(m, sig, rsh, name):
 
 
 def from_f32(m, bits, is_fp16, name):
-    """16-bit element of binary32 ``bits``: binary16, or INT8 sign-extended."""
-    out = Signal(16, name=name)
-    sign = bits[31]
+    """16-bit element of binary32 ``bits``: binary16, or INT8 sign-extended. Combinational:
+    :func:`narrow_align` then :func:`narrow_round`, which a user may register between."""
+    return narrow_round(m, narrow_align(m, bits, is_fp16, name), is_fp16, name)
+
+
+def narrow_layout():
+    """The result of :func:`narrow_align`: the significand at the format's rounding point
+    with guard and sticky bits, and the classes the rounding step needs."""
+    return data.StructLayout({"sign": 1, "nan": 1, "inf": 1, "big": 1, "field16": 9,
+                              "mant": 24, "guard": 1, "sticky": 1})
+
+
+def narrow_align(m, bits, is_fp16, name):
+    """First step of :func:`from_f32`: the significand of binary32 ``bits`` shifted to the
+    binary16 rounding point (13 bits dropped when normal, more when subnormal) or to the
+    binary point (INT8); one shifter serves both formats."""
+    out = Signal(narrow_layout(), name=f"{name}_al")
     e = bits[23:31]
     frac = bits[:23]
-    nan = (e == 0xFF) & (frac != 0)
-    inf = (e == 0xFF) & (frac == 0)
     sig = Cat(frac, e != 0)
     e_eff = Mux(e == 0, 1, e)
-
-    # binary16: keep 11 bits (13 dropped) when normal, more when subnormal.
     e16 = Signal(signed(10), name=f"{name}_e16")
     m.d.comb += e16.eq(e_eff - 112)
-    rsh16 = Signal(range(32), name=f"{name}_rsh16")
-    m.d.comb += rsh16.eq(Mux(e16 >= 1, 13, Mux(e16 < -16, 31, 14 - e16)))
-    m16, g16, s16 = _round_shift(m, sig, rsh16, f"{name}_h")
-    field16 = Mux(e16 >= 1, e16 - 1, 0)
-    total16 = Signal(20, name=f"{name}_t16")
-    m.d.comb += total16.eq(Cat(Const(0, 10), field16[:9]) + m16[:12] + (g16 & (s16 | m16[0])))
-    h = Signal(16, name=f"{name}_h16")
-    with m.If(nan):
-        m.d.comb += h.eq(0x7E00)
-    with m.Elif(inf | (total16 >= 0x7C00)):
-        m.d.comb += h.eq(Cat(Const(0x7C00, 15), sign))
+    rsh = Signal(range(32), name=f"{name}_rsh")
+    with m.If(is_fp16):
+        m.d.comb += rsh.eq(Mux(e16 >= 1, 13, Mux(e16 < -16, 31, 14 - e16)))
     with m.Else():
-        m.d.comb += h.eq(Cat(total16[:15], sign))
+        m.d.comb += rsh.eq(Mux(e_eff >= 150, 0, Mux(e_eff < 119, 31, 150 - e_eff)))
+    mant, guard, sticky = _round_shift(m, sig, rsh, name)
+    inf = (e == 0xFF) & (frac == 0)
+    m.d.comb += [
+        out.sign.eq(bits[31]), out.nan.eq((e == 0xFF) & (frac != 0)), out.inf.eq(inf),
+        out.big.eq((e_eff >= 150) | inf), out.field16.eq(Mux(e16 >= 1, e16 - 1, 0)),
+        out.mant.eq(mant), out.guard.eq(guard), out.sticky.eq(sticky),
+    ]
+    return out
 
-    # int8: round at the binary point, then saturate.
-    rsh8 = Signal(range(32), name=f"{name}_rsh8")
-    m.d.comb += rsh8.eq(Mux(e_eff >= 150, 0, Mux(e_eff < 119, 31, 150 - e_eff)))
-    m8, g8, s8 = _round_shift(m, sig, rsh8, f"{name}_i")
-    mag = Signal(25, name=f"{name}_mag")
-    m.d.comb += mag.eq(m8 + (g8 & (s8 | m8[0])))
-    big = (e_eff >= 150) | inf
-    i8 = Signal(signed(16), name=f"{name}_i8")
-    with m.If(nan):
-        m.d.comb += i8.eq(0)
-    with m.Elif(sign):
-        m.d.comb += i8.eq(Mux(big | (mag >= 128), -128, -mag[:8]))
+
+def narrow_round(m, a, is_fp16, name):
+    """Last step of :func:`from_f32`: round an aligned value (:func:`narrow_align`, aligned
+    for the same format) to nearest even and pack it as binary16 (overflow to infinity, NaN
+    to ``0x7E00``) or saturate it to INT8 (NaN to 0)."""
+    out = Signal(16, name=name)
+    inc = a.guard & (a.sticky | a.mant[0])
+    total16 = Signal(20, name=f"{name}_t16")
+    m.d.comb += total16.eq(Cat(Const(0, 10), a.field16) + a.mant[:12] + inc)
+    h = Signal(16, name=f"{name}_h16")
+    with m.If(a.nan):
+        m.d.comb += h.eq(0x7E00)
+    with m.Elif(a.inf | (total16 >= 0x7C00)):
+        m.d.comb += h.eq(Cat(Const(0x7C00, 15), a.sign))
     with m.Else():
-        m.d.comb += i8.eq(Mux(big | (mag >= 127), 127, mag[:8]))
+        m.d.comb += h.eq(Cat(total16[:15], a.sign))
+
+    mag = Signal(25, name=f"{name}_mag")
+    m.d.comb += mag.eq(a.mant + inc)
+    i8 = Signal(signed(16), name=f"{name}_i8")
+    with m.If(a.nan):
+        m.d.comb += i8.eq(0)
+    with m.Elif(a.sign):
+        m.d.comb += i8.eq(Mux(a.big | (mag >= 128), -128, -mag[:8]))
+    with m.Else():
+        m.d.comb += i8.eq(Mux(a.big | (mag >= 127), 127, mag[:8]))
 
     m.d.comb += out.eq(Mux(is_fp16, h, i8))
     return out
@@ -138,31 +166,71 @@ def f32_round_pack(m, sign, sig, exp, name):
 
     ``sig`` is unsigned (at least 26 bits wide, at most 64), ``exp`` signed. Subnormal results
     are rounded at ``2**-149``; overflow gives infinity; ``sig == 0`` gives a signed zero.
+    Combinational: the composition of :func:`f32_normalise`, :func:`f32_align` and
+    :func:`f32_pack`, which a sequential user may register between.
     """
+    norm = f32_normalise(m, sig, exp, name)
+    aligned = f32_align(m, norm, name)
+    return f32_pack(m, sign, aligned, name)
+
+
+def normalised_layout(width):
+    """The result of :func:`f32_normalise` for a ``width``-bit significand."""
+    return data.StructLayout({"norm": width, "be": signed(14), "rsh": range(64), "zero": 1})
+
+
+def aligned_layout():
+    """The result of :func:`f32_align`: 24 significand bits with guard and sticky."""
+    return data.StructLayout({"mant": 24, "guard": 1, "sticky": 1, "field": 14, "huge": 1,
+                              "zero": 1})
+
+
+def f32_normalise(m, sig, exp, name):
+    """First step of :func:`f32_round_pack`: the leading one of ``sig`` at its top bit, the
+    biased exponent of that bit and the right shift a subnormal result needs."""
     width = len(sig)
-    out = Signal(32, name=name)
+    out = Signal(normalised_layout(width), name=f"{name}_n")
     lz = count_leading_zeros(m, sig, name=f"{name}_lz")
-    norm = Signal(width, name=f"{name}_norm")
-    m.d.comb += norm.eq((sig << lz)[:width])
     be = Signal(signed(14), name=f"{name}_be")  # biased exponent of the leading one
-    m.d.comb += be.eq(exp + (width - 1 + 127) - lz)
-    rsh = Signal(range(64), name=f"{name}_rsh")
-    m.d.comb += rsh.eq(Mux(be >= 1, 0, Mux(be < -60, 63, 1 - be)))
+    m.d.comb += [
+        be.eq(exp + (width - 1 + 127) - lz),
+        out.norm.eq((sig << lz)[:width]),
+        out.be.eq(be),
+        out.rsh.eq(Mux(be >= 1, 0, Mux(be < -60, 63, 1 - be))),
+        out.zero.eq(sig == 0),
+    ]
+    return out
+
+
+def f32_align(m, n, name):
+    """Second step: shift a normalised significand (:func:`f32_normalise`) right to binary32
+    precision (further for a subnormal), with the guard and sticky bits."""
+    width = len(n.norm)
+    out = Signal(aligned_layout(), name=f"{name}_a")
     wide = Signal(width + 64, name=f"{name}_wide")
-    m.d.comb += wide.eq(Cat(Const(0, 64), norm) >> rsh)
+    m.d.comb += wide.eq(Cat(Const(0, 64), n.norm) >> n.rsh)
     shifted = wide[64:]
-    lost = wide[:64] != 0
-    mant = shifted[width - 24:]
-    guard = shifted[width - 25]
-    sticky = (shifted[:width - 25] != 0) | lost
+    m.d.comb += [
+        out.mant.eq(shifted[width - 24:]),
+        out.guard.eq(shifted[width - 25]),
+        out.sticky.eq((shifted[:width - 25] != 0) | (wide[:64] != 0)),
+        out.field.eq(Mux(n.be >= 1, n.be - 1, 0)),
+        out.huge.eq(n.be > 300),
+        out.zero.eq(n.zero),
+    ]
+    return out
+
+
+def f32_pack(m, sign, a, name):
+    """Last step: round an aligned significand (:func:`f32_align`) to nearest even and pack."""
+    out = Signal(32, name=name)
     rounded = Signal(25, name=f"{name}_rnd")
-    m.d.comb += rounded.eq(mant + (guard & (sticky | mant[0])))
-    field = Mux(be >= 1, be - 1, 0)
+    m.d.comb += rounded.eq(a.mant + (a.guard & (a.sticky | a.mant[0])))
     total = Signal(40, name=f"{name}_total")
-    m.d.comb += total.eq(Cat(Const(0, 23), field[:14]) + rounded)
-    with m.If(sig == 0):
+    m.d.comb += total.eq(Cat(Const(0, 23), a.field) + rounded)
+    with m.If(a.zero):
         m.d.comb += out.eq(sign << 31)
-    with m.Elif((be > 300) | (total >= 0x7F80_0000)):
+    with m.Elif(a.huge | (total >= 0x7F80_0000)):
         m.d.comb += out.eq(Cat(Const(0x7F80_0000, 31), sign))
     with m.Else():
         m.d.comb += out.eq(Cat(total[:31], sign))

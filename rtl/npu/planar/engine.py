@@ -15,10 +15,12 @@ the sub-units:
 * :class:`~.reduction.Reduction`: reduction over planes or the tensor;
 * :class:`~.output.OutputStage`: the second format converter and the output stream.
 
-Every datapath unit is reset by the engine interface's ``flush`` (a task manager's abort).
+Every datapath unit is reset by the engine interface's ``flush`` (a task manager's abort),
+registered: the datapath is cleared in the cycle after the abort, and a task's start reaches
+the control unit one cycle after ``go`` (one cycle per task).
 """
 
-from amaranth.hdl import Module, ResetInserter
+from amaranth.hdl import Module, ResetInserter, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -116,6 +118,14 @@ class PlanarEngine(wiring.Component):
         m.submodules.engine_control = ctl = self._control
         for name in ("writes", "csr", "task"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(ctl, name))
+        # The abort reaches the datapath's resets from a flip-flop (`flush`, a cycle after the
+        # task manager's abort): no logic before the reset's wide fan-out. A task's start
+        # reaches the control unit a cycle late (`go`), so that a task starting in the cycle
+        # after an abort is not cleared by it. In the cycle of `flush` the aborted task's
+        # outputs are held back (no result, no operand taken, no done).
+        flush = Signal()
+        go = Signal()
+        m.d.sync += [flush.eq(ctl.flush), go.eq(ctl.go)]
 
         seq = Control(g, has_fp16=self._config.has_fp16)
         word = g.word if g.integer else None
@@ -136,14 +146,14 @@ class PlanarEngine(wiring.Component):
                  "vfilter": vf, "result_queue": queue, "channel_acc": acc, "reduction": red,
                  "output": outs}
         for name, unit in units.items():
-            m.submodules[name] = ResetInserter(ctl.flush)(unit)
+            m.submodules[name] = ResetInserter(flush)(unit)
         # The units with shared blocks inside take the flush on a port too (an inserter does
         # not reach into an instance).
         for unit in (lanes, hf, vf, red):
-            m.d.comb += unit.flush.eq(ctl.flush)
+            m.d.comb += unit.flush.eq(flush)
 
         # Task start and end, the task registers.
-        m.d.comb += [seq.go.eq(ctl.go), ctl.finish.eq(seq.finish), ctl.code.eq(seq.code)]
+        m.d.comb += [seq.go.eq(go), ctl.finish.eq(seq.finish & ~flush), ctl.code.eq(seq.code)]
         m.d.comb += [getattr(seq.task_regs, f.name).eq(getattr(ctl.regs.port(reg.name), f.name))
                      for reg in TASK_REGISTERS for f in reg.fields]
         for unit in (hf, vf, queue, acc, red, outs):
@@ -158,9 +168,12 @@ class PlanarEngine(wiring.Component):
         for unit in (queue, acc, red):
             m.d.comb += unit.en.eq(lanes.step)
 
-        # Operand streams through the first format converter to the control unit.
+        # Operand streams through the first format converter to the control unit (none is
+        # taken in the cycle of the flush).
         for name, conv in convs.items():
-            wiring.connect(m, wiring.flipped(getattr(self, name)), conv.i)
+            port = getattr(self, name)
+            m.d.comb += [conv.i.valid.eq(port.valid), conv.i.payload.eq(port.payload),
+                         port.ready.eq(conv.i.ready & ~flush)]
             wiring.connect(m, conv.o, getattr(seq, name))
             m.d.comb += conv.fmt.eq(seq.task.in_fmt)
 
@@ -212,5 +225,6 @@ class PlanarEngine(wiring.Component):
             outs.accumulating.eq(acc.accumulating), outs.hazard.eq(acc.hazard),
         ]
         wiring.connect(m, red.result, outs.tree)
-        wiring.connect(m, outs.out, wiring.flipped(self.out))
+        m.d.comb += [self.out.valid.eq(outs.out.valid & ~flush),
+                     self.out.payload.eq(outs.out.payload), outs.out.ready.eq(self.out.ready)]
         return m

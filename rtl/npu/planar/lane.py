@@ -119,8 +119,12 @@ class Lane(wiring.Component):
         at_mul = data.StructLayout({"m2": 32, "square": 1})
         at_mul_in = Signal(at_mul)
         m.d.comb += [at_mul_in.m2.eq(m2), at_mul_in.square.eq(square)]
-        at_mul_d = delay(m, at_mul_in, FP32AddPipe.LATENCY, en=self.en, name="at_mul")[-1]
-        a2_d = delay(m, a2, FP32AddPipe.LATENCY + FP32Mul.LATENCY, en=self.en, name="a2")[-1]
+        # Data only, like the units' registers (the lane pipeline's valid bits travel apart):
+        # no reset.
+        at_mul_d = delay(m, at_mul_in, FP32AddPipe.LATENCY, en=self.en, name="at_mul",
+                         reset_less=True)[-1]
+        a2_d = delay(m, a2, FP32AddPipe.LATENCY + FP32Mul.LATENCY, en=self.en, name="a2",
+                     reset_less=True)[-1]
         m.d.comb += [
             pre.en.eq(self.en), pre.a.eq(x1), pre.b.eq(x2), pre.op.eq(pre_op),
             mul.en.eq(self.en), mul.a.eq(pre.result),
@@ -128,8 +132,10 @@ class Lane(wiring.Component):
             post.en.eq(self.en), post.a.eq(mul.result), post.b.eq(a2_d),
             post.op.eq(MacOp.MAC),
         ]
+        result = Signal(32, reset_less=True)    # the output register (data: no reset)
         with m.If(self.en):
-            m.d.sync += self.result.eq(post.result)
+            m.d.sync += result.eq(post.result)
+        m.d.comb += self.result.eq(result)
         return m
 
 
@@ -300,11 +306,13 @@ class LanePipeline(wiring.Component):
         w = self._word or 32
         S = self._share
         units = self._lanes // S
-        beat = Signal(lane_input_layout(self._lanes, w))   # the input register
+        # The input register: its data has no reset (only its valid bit).
+        beat = Signal(lane_input_layout(self._lanes, w), reset_less=True)
+        beat_valid = Signal()
         phase = Signal(range(S), name="phase")              # en-cycles of the beat in it
         m.d.comb += self.step.eq(self.en & (phase == S - 1))
         with m.If(self.step):
-            m.d.sync += beat.eq(self.i)
+            m.d.sync += [beat.eq(self.i), beat_valid.eq(self.i.valid)]
         if S > 1:
             with m.If(self.en):
                 m.d.sync += phase.eq(phase + 1)   # S is a power of two: wraps
@@ -313,7 +321,7 @@ class LanePipeline(wiring.Component):
         m.submodules.flags = flags = DelayLine(
             data.StructLayout({"valid": 1, "mask": self._lanes}),
             self.unit_latency if S == 1 else S + self.unit_latency + self.pad, enable=True)
-        m.d.comb += [flags.en.eq(self.en), flags.i.valid.eq(beat.valid),
+        m.d.comb += [flags.en.eq(self.en), flags.i.valid.eq(beat_valid),
                      flags.i.mask.eq(beat.mask),
                      self.o.valid.eq(flags.o.valid & (phase == S - 1)),
                      self.o.mask.eq(flags.o.mask)]
@@ -342,10 +350,11 @@ class LanePipeline(wiring.Component):
 
         # Phase registers: a result of phase p (after the pad) arrives when `phase` is p - 1.
         for k in range(units):
-            result = (delay(m, results[k], self.pad, en=self.en, name=f"pad{k}")[-1]
+            result = (delay(m, results[k], self.pad, en=self.en, name=f"pad{k}",
+                            reset_less=True)[-1]
                       if self.pad else results[k])
             for p in range(S):
-                held = Signal(w, name=f"held{p * units + k}")
+                held = Signal(w, name=f"held{p * units + k}", reset_less=True)
                 with m.If(self.en & (phase == (p - 1) % S)):
                     m.d.sync += held.eq(result)
                 m.d.comb += self.o.value[p * units + k].eq(held)

@@ -103,15 +103,19 @@ class LineBuffer(wiring.Component):
         g = self._geometry
         L, NB, BD = g.lanes, g.banks, g.bank_depth
         shape = Signal(load_shape_layout())
-        x = Signal(SHAPE_BITS + 1)     # element of the row at the start of this beat
-        row = Signal(SHAPE_BITS)
-        plane = Signal(SHAPE_BITS)
+        # Down counters, so that a beat's element count and the ends of the row, the plane and
+        # the load are registers (no subtraction or comparison with the shape on the path
+        # from the loader's state to its ready and write enables).
+        left = Signal(SHAPE_BITS + 1)    # elements of the row from this beat on
+        n = Signal(range(L + 1))         # elements of the row in this beat, min(left, L)
+        rows_left = Signal(SHAPE_BITS)   # rows of the plane from this one on
+        planes_left = Signal(SHAPE_BITS)  # planes from this one on
         q = Signal(range(BD))
         r = Signal(range(NB))
-        left = Signal(SHAPE_BITS + 1)
-        m.d.comb += left.eq(shape.length - x)
-        n = Signal(range(L + 1))         # elements of the row in this beat
-        m.d.comb += n.eq(Mux(left >= L, L, left))
+
+        def count(elements):
+            return Mux(elements >= L, L, elements)
+
         space = Signal()
         m.d.comb += space.eq(~self.keep.valid
                              | at_least(self.keep.first + g.ring_depth, self.loaded + n,
@@ -139,18 +143,20 @@ class LineBuffer(wiring.Component):
             with m.Else():
                 m.d.sync += r.eq(r_next)
             with m.If(left <= L):
-                m.d.sync += x.eq(0)
-                with m.If(row == shape.rows - 1):
-                    m.d.sync += [row.eq(0), plane.eq(plane + 1)]
-                    with m.If(plane == shape.planes - 1):
+                m.d.sync += [left.eq(shape.length), n.eq(count(shape.length))]
+                with m.If(rows_left == 1):
+                    m.d.sync += [rows_left.eq(shape.rows), planes_left.eq(planes_left - 1)]
+                    with m.If(planes_left == 1):
                         m.d.comb += self.load_done.eq(1)
                         m.d.sync += self.all_loaded.eq(1)
                 with m.Else():
-                    m.d.sync += row.eq(row + 1)
+                    m.d.sync += rows_left.eq(rows_left - 1)
             with m.Else():
-                m.d.sync += x.eq(x + L)
+                m.d.sync += [left.eq(left - L), n.eq(count(left - L))]
         with m.If(self.load_start):
-            m.d.sync += [shape.eq(self.load_shape), x.eq(0), row.eq(0), plane.eq(0), q.eq(0),
+            ls = self.load_shape
+            m.d.sync += [shape.eq(ls), left.eq(ls.length), n.eq(count(ls.length)),
+                         rows_left.eq(ls.rows), planes_left.eq(ls.planes), q.eq(0),
                          r.eq(0), self.loaded.eq(0), self.all_loaded.eq(0)]
 
     def _reader(self, m, rports):

@@ -1,9 +1,10 @@
 """The post-processor: correctly rounded binary32 square root and reciprocal.
 
 Both are digit recurrences producing one result bit per cycle (27 cycles), followed by one
-rounding to nearest even with a sticky bit from the remainder, so the results are correctly
-rounded (error at most 0.5 ulp, bit exact with :func:`npu_model.planar.f32_sqrt` and
-:func:`npu_model.planar.f32_recip`). The reciprocal square root runs the two in sequence.
+rounding to nearest even with a sticky bit from the remainder (three cycles: normalise,
+align, round and pack), so the results are correctly rounded (error at most 0.5 ulp, bit
+exact with :func:`npu_model.planar.f32_sqrt` and :func:`npu_model.planar.f32_recip`). The
+reciprocal square root runs the two in sequence.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -11,7 +12,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib.fp32 import F32_QNAN, count_leading_zeros
-from .convert import f32_round_pack
+from .convert import aligned_layout, f32_align, f32_normalise, f32_pack, normalised_layout
 from .layouts import PostFn
 
 __all__ = ["PostProcessor"]
@@ -44,7 +45,9 @@ class PostProcessor(wiring.Component):
     def elaborate(self, platform):
         m = Module()
 
-        val = Signal(32)       # current operand
+        # The operand and the recurrence's state are data, set before they are used (IDLE,
+        # SETUP): no reset.
+        val = Signal(32, reset_less=True)       # current operand
         is_sqrt = Signal()
         then_recip = Signal()  # rsqrt: a reciprocal follows the square root
 
@@ -61,15 +64,20 @@ class PostProcessor(wiring.Component):
         m.d.comb += big_e.eq(e_n - 150)
 
         # Recurrence state.
-        rem = Signal(32)
-        q = Signal(_ITER)
-        rad = Signal(54)    # square root radicand, consumed two bits per step
-        divisor = Signal(24)
-        exp_out = Signal(signed(12))
-        count = Signal(range(_ITER + 1))
-        pack_sign = Signal()
+        rem = Signal(32, reset_less=True)
+        q = Signal(_ITER, reset_less=True)
+        rad = Signal(54, reset_less=True)    # square root radicand, consumed two bits per step
+        divisor = Signal(24, reset_less=True)
+        exp_out = Signal(signed(12), reset_less=True)
+        count = Signal(range(_ITER + 1), reset_less=True)
+        pack_sign = Signal(reset_less=True)
 
-        packed = f32_round_pack(m, pack_sign, Cat(rem != 0, q), exp_out, "pp_pack")
+        # Rounding and packing over three cycles (PACK, ALIGN, ROUND), with registers between
+        # the steps of `f32_round_pack`: the leading-zero count and normalising shift; the
+        # subnormal shift with guard and sticky; the rounding increment and the packing.
+        normalised = Signal(normalised_layout(_ITER + 1), reset_less=True)
+        aligned = Signal(aligned_layout(), reset_less=True)
+        packed = f32_pack(m, pack_sign, aligned, "pp_pack")
 
         m.d.comb += self.done.eq(0)
         with m.FSM():
@@ -148,6 +156,12 @@ class PostProcessor(wiring.Component):
                     m.next = "PACK"
 
             with m.State("PACK"):
+                m.d.sync += normalised.eq(f32_normalise(m, Cat(rem != 0, q), exp_out, "pp_pack"))
+                m.next = "ALIGN"
+            with m.State("ALIGN"):
+                m.d.sync += aligned.eq(f32_align(m, normalised, "pp_pack"))
+                m.next = "ROUND"
+            with m.State("ROUND"):
                 m.d.sync += val.eq(packed)
                 m.next = "FINISH"
 

@@ -245,7 +245,7 @@ def test_elementwise_sequence(bcast):
 
 def test_reduction_sequence():
     """A reduction per plane: each plane's beats, then a wait for its result; the task ends
-    with the last plane's result."""
+    after the last plane's result, once it has left the output register (``lane_idle``)."""
     config = NPUConfig(planar_lanes=1)
     g = Geometry.of(config, 1024)
     task = make_task(mode=Mode.REDUCE, op="sum", channels=3, height=2, width=2)
@@ -274,6 +274,11 @@ def test_reduction_sequence():
                 await ctx.tick()
                 ctx.set(dut.group_done, 0)
                 events.append("result")
+                if events.count("result") == 3:
+                    for _ in range(4):  # the result still in the output register
+                        assert not ctx.get(dut.finish)
+                        await ctx.tick()
+                    ctx.set(dut.lane_idle, 1)
 
     run(dut, tb)
     assert events == (["beat"] * 4 + ["result"]) * 3 + ["finish"]
