@@ -39,6 +39,7 @@ from .synth import (
     SynthStopped,
     SynthTimeout,
     _count_cells,
+    _critical_path,
     _netlist_luts_ffs,
     _run,
     _tail,
@@ -82,7 +83,9 @@ class BoardReport:
     (``None`` when it does not fit or the build failed), ``pnr_seconds`` the wall time of
     place and route, ``message`` nextpnr's reason when it does not fit. ``timed_out`` is true
     when place and route ran past the time limit and was stopped (``fits`` false, ``message``
-    the one-line reason).
+    the one-line reason). ``critical_path`` is what nextpnr printed after routing: its
+    "Critical path report" section of each clock, without the ``Info:`` prefixes (``""`` when
+    the design was not routed); the build directory keeps it as ``<name>.paths.txt``.
     """
 
     board: str
@@ -108,6 +111,7 @@ class BoardReport:
     build_dir: str = ""
     message: str = ""
     timed_out: bool = False
+    critical_path: str = ""
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -128,6 +132,8 @@ class BoardReport:
             fmax = "n/a" if self.fmax_mhz is None else f"{self.fmax_mhz:.1f} MHz"
             lines.append(f"  Fmax {fmax}, target {self.target_mhz:g} MHz: "
                          f"{'met' if self.met else 'NOT MET'}")
+            if _path_summary(self.critical_path):
+                lines.append(f"  critical path: {_path_summary(self.critical_path)}")
         for cell, u in self.utilization.items():
             if u["used"]:
                 pct = 100 * u["used"] / u["available"] if u["available"] else 0
@@ -139,6 +145,20 @@ class BoardReport:
         lines.append("  " + ", ".join(t for t in times if t))
         lines.append(f"  bitstream: {self.bitstream or 'none'}")
         return "\n".join(lines)
+
+
+def _path_summary(critical_path):
+    # "<ns> ns (<logic> logic, <routing> routing) from <first cell> to <last cell>" of the
+    # first clock's section of a critical_path text; "" when it has none.
+    section = critical_path.split("\n\n")[0]
+    sources = re.findall(r"\bSource (\S+)", section)
+    sinks = re.findall(r"\bSink (\S+)", section)
+    split = re.search(r"([\d.]+) ns logic, ([\d.]+) ns routing", section)
+    if not (sources and sinks and split):
+        return ""
+    total = float(split[1]) + float(split[2])
+    return (f"{total:.2f} ns ({split[1]} logic, {split[2]} routing) from {sources[0]} to "
+            f"{sinks[-1]}")
 
 
 def _log_utilization(text):
@@ -283,6 +303,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
         return report
     report.fits = True
     _timing(report, directory, report_name)
+    report.critical_path = _critical_path(_tail(pnr_tim, 1_000_000))
+    with open(os.path.join(directory, f"{name}.paths.txt"), "w") as f:
+        f.write(report.critical_path + "\n")
     _run(os.path.basename(pack[0]), pack, cwd=directory,
          log_path=os.path.join(directory, f"{name}.pack.log"), progress=say, keep=True)
     bitstream = os.path.join(directory, f"{name}.{'bin' if tgt.family == 'ice40' else 'bit'}")

@@ -36,6 +36,28 @@ FIT_REPORT = {
     "fmax": {"pll_clk": {"achieved": 31.7, "constraint": 25.125}},
 }
 
+#: The end of nextpnr's log (``--log``) after routing: a critical path of the clock, and one
+#: from a pin, which is not the clock's.
+ROUTED_LOG = """Info: Routing complete.
+Info: Critical path report for clock 'pll_clk' (posedge -> posedge):
+Info:       type curr  total name
+Info:   clk-to-q  1.00  1.00 Source npu.dma.count_SB_DFF_Q.Q
+Info:    routing  2.50  3.50 Net npu.dma.count[3] (3,4) -> (5,6)
+Info:                          Sink npu.taskman.go_SB_LUT4_O.I0
+Info:      logic  1.25  4.75 Source npu.taskman.go_SB_LUT4_O.O
+Info:    routing  2.00  6.75 Net npu.taskman.go (5,6) -> (9,9)
+Info:                          Sink npu.core0.start_SB_DFF_Q.D
+Info: 2.25 ns logic, 4.50 ns routing
+
+Info: Critical path report for cross-domain path '<async>' -> 'posedge pll_clk':
+Info:       type curr  total name
+Info:     source  0.00  0.00 Source uart_rx$sb_io.D_IN_0
+Info:                          Sink bridge.rx_SB_DFF_Q.D
+Info: 0.00 ns logic, 3.00 ns routing
+
+Info: Max frequency for clock 'pll_clk': 31.70 MHz (PASS at 25.12 MHz)
+"""
+
 
 def _script(path, body):
     path.write_text("#!/bin/sh\n" + body)
@@ -56,7 +78,8 @@ def tools(tmp_path, monkeypatch):
         if fits:
             report = json.dumps(FIT_REPORT).replace("'", "")
             pnr = (f'echo "$@" > {bin_dir}/nextpnr.args\n'
-                   f"echo '{report}' > npu_board.report.json\ntouch npu_board.asc\n")
+                   f"echo '{report}' > npu_board.report.json\ntouch npu_board.asc\n"
+                   f"cat > npu_board.tim <<'EOF'\n{ROUTED_LOG}EOF\n")
         else:
             pnr = (f'echo "$@" > {bin_dir}/nextpnr.args\n'
                    f"cat <<'EOF'\n{NO_FIT_LOG}EOF\nexit 1\n")
@@ -94,6 +117,13 @@ def test_a_design_that_fits_gets_a_bitstream(tools, tmp_path):
     assert report.bitstream == str(tmp_path / "b" / "npu_board.bin")
     assert os.path.exists(report.bitstream)
     assert report.pnr_seconds is not None and report.pnr_seconds >= 0
+    # The routed critical path of the clock (not the pin's), in the report and in a file.
+    assert report.critical_path.startswith("Critical path report for clock 'pll_clk'")
+    assert "npu.core0.start_SB_DFF_Q.D" in report.critical_path
+    assert "uart_rx" not in report.critical_path
+    assert (tmp_path / "b" / "npu_board.paths.txt").read_text() == report.critical_path + "\n"
+    assert ("critical path: 6.75 ns (2.25 logic, 4.50 routing) from npu.dma.count_SB_DFF_Q.Q "
+            "to npu.core0.start_SB_DFF_Q.D") in report.format()
 
 
 def test_npu_build_json_and_exit_status(tools, tmp_path, capsys):
