@@ -147,6 +147,29 @@ class BoardReport:
         return "\n".join(lines)
 
 
+# nextpnr's progress lines (its --log): router2 "iter=6 wires=1264265 overused=42568 ...",
+# router1's table rows "      6000 |      409       5590 |  113   887 |     50135| ...", the
+# HeAP placer's "at iteration #5, type ALL: ..." and the annealer's "at iteration #10: temp".
+_ROUTER2_ITER = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)")
+_ROUTER1_ROW = re.compile(r"^Info:\s+(\d+) \|\s+\d+\s+\d+ \|\s+\d+\s+\d+ \|\s+(\d+)\|",
+                          re.MULTILINE)
+_HEAP_ITER = re.compile(r"at iteration #(\d+), type ALL")
+_ANNEAL_ITER = re.compile(r"at iteration #(\d+): temp")
+
+
+def _pnr_where(log_text):
+    # Where nextpnr was, from its log, as a clause for a stopped run's message ("" if unknown).
+    for pattern, say in ((_ROUTER2_ITER, "router2 was at iteration {} with {} overused wires"),
+                         (_ROUTER1_ROW, "router1 had {1} arcs left to route after {0}"),
+                         (_ANNEAL_ITER, "the placer was refining (annealing iteration {})"),
+                         (_HEAP_ITER, "the placer was at its HeAP iteration {}")):
+        found = pattern.findall(log_text)
+        if found:
+            last = found[-1] if isinstance(found[-1], tuple) else (found[-1],)
+            return say.format(*(f"{int(n):,}" for n in last))
+    return ""
+
+
 def _path_summary(critical_path):
     # "<ns> ns (<logic> logic, <routing> routing) from <first cell> to <last cell>" of the
     # first clock's section of a critical_path text; "" when it has none.
@@ -286,6 +309,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
         # A router that does not converge: no bitstream, and the report says why.
         report.pnr_seconds = round(time.monotonic() - start, 1)
         report.timed_out, report.message = True, str(e).splitlines()[0]
+        where = _pnr_where(_tail(pnr_tim, 5_000))
+        if where:
+            report.message += f" ({where})"
         _resources(report, tgt, directory, name, _tail(pnr_log, 100_000))
         say(f"build: {report.message}")
         return report

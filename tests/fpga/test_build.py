@@ -14,7 +14,7 @@ import pytest
 
 import npu_fpga.boards
 from npu_cli.main import main
-from npu_fpga.build import ProgramError, build_board, program_board
+from npu_fpga.build import ProgramError, _pnr_where, build_board, program_board
 from npu_spec.config import preset
 
 from .test_boards import StandInNPU
@@ -272,11 +272,18 @@ def test_place_and_route_past_the_time_limit_is_reported(tools, tmp_path, capsys
     """A router that never finishes is stopped at ``--timeout``: the report says ``fits``
     false and ``timed_out`` with the one-line reason, ``npu build`` prints it and exits 1."""
     bin_dir = tools(fits=True)
-    _script(bin_dir / "nextpnr-ice40", "echo 'Info: Running router1...'\nexec sleep 60\n")
+    _script(bin_dir / "nextpnr-ice40",
+            "echo 'Info: Running router1...'\n"
+            "printf 'Info: Running router1...\\n%s\\n%s\\n' "
+            "'Info:       1000 |       49        950 |   49   950 |     54568|  10.47  10.47|' "
+            "'Info:       2000 |       63       1936 |   14   986 |     53583|   3.34  13.81|' "
+            "> npu_board.tim\nexec sleep 60\n")
     report = build_board("icebreaker", preset("icebreaker"), clk_mhz=25, timeout=1,
                          build_dir=tmp_path / "a")
     assert not report.fits and report.timed_out and report.bitstream is None
     assert "stopped after 1 s (time limit)" in report.message and "router1" in report.message
+    # Where it was: the router's last progress line in nextpnr's log.
+    assert report.message.endswith("(router1 had 53,583 arcs left to route after 2,000)")
     assert 1 <= report.pnr_seconds < 30
     rc = main(["build", "--board", "icebreaker", "--json", "--timeout", "1",
                "--build-dir", str(tmp_path / "b")])
@@ -323,3 +330,22 @@ def test_an_earlier_builds_log_does_not_stop_nextpnr(ecp5_tools, tmp_path, monke
     result = build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=build_dir)
     assert result.fits and result.met and result.luts == 50000
     assert result.bitstream == str(build_dir / "npu_board.bit")
+
+
+@pytest.mark.parametrize("log,where", [
+    ("Info: Running router2...\nInfo:     iter=1 wires=1264265 overused=109471 overuse=132368 "
+     "archfail=NA\nInfo:     iter=2 wires=1201000 overused=80123 overuse=90000 archfail=NA\n",
+     "router2 was at iteration 2 with 80,123 overused wires"),
+    ("Info:     at iteration #13, type ALL: wirelen solved = 484377, spread = 728695\n"
+     "Info:     at iteration #14, type ALL: wirelen solved = 489790, spread = 726890\n",
+     "the placer was at its HeAP iteration 14"),
+    ("Info:     at iteration #14, type ALL: wirelen solved = 489790, spread = 726890\n"
+     "Info: Running simulated annealing placer for refinement.\n"
+     "Info:   at iteration #5: temp = 0.000000, timing cost = 6200, wirelen = 748970\n",
+     "the placer was refining (annealing iteration 5)"),
+    ("Info: Packing IOs..\n", ""),
+])
+def test_a_stopped_place_and_route_says_where_it_was(log, where):
+    """The message of a run stopped at the time limit names nextpnr's last progress: the
+    router's iteration and overuse, or the placer's step."""
+    assert _pnr_where(log) == where
