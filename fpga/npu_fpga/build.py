@@ -47,7 +47,7 @@ from .synth import (
     lut_mapper_steps,
 )
 
-__all__ = ["BOARD_LUT_MAPPER", "BOARD_TARGETS", "BoardReport", "ProgramError",
+__all__ = ["BOARD_LUT_MAPPER", "BOARD_ROUTER", "BOARD_TARGETS", "BoardReport", "ProgramError",
            "build_board", "program_board"]
 
 #: The synthesis target (:data:`npu_fpga.synth.TARGETS`) of each board: its device, cell
@@ -61,6 +61,12 @@ BOARD_SYNTH_OPTS = {"icebreaker": "-spram"}
 #: LUT mapper of each board by default (:data:`npu_fpga.synth.LUT_MAPPERS`): Yosys 0.70's
 #: ABC9 stops with an internal assertion on the whole ``ulx3s`` NPU (``docs/synthesis.md``).
 BOARD_LUT_MAPPER = {"icebreaker": "abc9", "ulx3s": "abc"}
+
+#: nextpnr router of each board by default, where it is not its target's
+#: (:data:`npu_fpga.synth.TARGETS`): the whole ULX3S NPU takes router1, since router2 did not
+#: converge on it nor on the larger ECP5 blocks, and router1 routed every ECP5 block it was given
+#: (``docs/synthesis.md``, "The whole ULX3S board routed").
+BOARD_ROUTER = {"ulx3s": "router1"}
 
 #: Tool of each command of an Amaranth build plan, as the environment variable that names it.
 _TOOL_VARS = {"yosys": "YOSYS", "nextpnr-ice40": "NEXTPNR_ICE40", "nextpnr-ecp5": "NEXTPNR_ECP5",
@@ -232,7 +238,8 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     seed : int
         nextpnr placement seed.
     router : str or None
-        nextpnr router; the board's target default (:data:`npu_fpga.synth.TARGETS`).
+        nextpnr router; the board's default (:data:`BOARD_ROUTER`, else its target's,
+        :data:`npu_fpga.synth.TARGETS`).
     timeout : float or None
         Time limit of place and route in seconds (``None`` or 0: none).
     clk_mhz : float or None
@@ -258,7 +265,7 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     if board not in BOARDS:
         raise ValueError(f"unknown board {board!r}; choose from {', '.join(BOARDS)}")
     tgt = TARGETS[BOARD_TARGETS[board]]
-    router = tgt.router if router is None else router
+    router = BOARD_ROUTER.get(board, tgt.router) if router is None else router
     if router not in ROUTERS:
         raise ValueError(f"router must be one of {', '.join(ROUTERS)}, not {router!r}")
     say = progress or (lambda msg: None)

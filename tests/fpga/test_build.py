@@ -214,6 +214,9 @@ def test_the_ulx3s_maps_luts_with_the_classic_abc(ecp5_tools, tmp_path):
     gives the platform's plain ``synth_ecp5``."""
     report = build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=tmp_path / "a")
     assert not report.fits and "TRELLIS_COMB 150000/83640" in report.message
+    # The board's router (router1, not its ECP5 target's router2) reaches nextpnr.
+    assert report.router == "router1"
+    assert "--router router1" in (tmp_path / "a" / "build_npu_board.sh").read_text()
     assert report.luts == 150000 and report.dsps == 100 and report.brams == 150
     assert _yosys_script(tmp_path / "a") == [
         "synth_ecp5 -run :map_luts -top npu_board",
