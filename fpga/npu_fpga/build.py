@@ -63,9 +63,10 @@ BOARD_SYNTH_OPTS = {"icebreaker": "-spram"}
 BOARD_LUT_MAPPER = {"icebreaker": "abc9", "ulx3s": "abc"}
 
 #: nextpnr router of each board by default, where it is not its target's
-#: (:data:`npu_fpga.synth.TARGETS`): the whole ULX3S NPU takes router1, since router2 did not
-#: converge on it nor on the larger ECP5 blocks, and router1 routed every ECP5 block it was given
-#: (``docs/synthesis.md``, "The whole ULX3S board routed").
+#: (:data:`npu_fpga.synth.TARGETS`): the whole ULX3S NPU takes router1, which routed every
+#: ECP5 design it was given and, from one placement, to a third more Fmax than router2, while
+#: router2 has not finished the board nor the larger blocks (``docs/synthesis.md``, "The whole
+#: ULX3S board routed").
 BOARD_ROUTER = {"ulx3s": "router1"}
 
 #: Tool of each command of an Amaranth build plan, as the environment variable that names it.
