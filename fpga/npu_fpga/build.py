@@ -64,8 +64,8 @@ BOARD_LUT_MAPPER = {"icebreaker": "abc9", "ulx3s": "abc"}
 
 #: nextpnr router of each board by default, where it is not its target's
 #: (:data:`npu_fpga.synth.TARGETS`): the whole ULX3S NPU takes router1, which routed every
-#: ECP5 design it was given and, from one placement, to a third more Fmax than router2, while
-#: router2 has not finished the board nor the larger blocks (``docs/synthesis.md``, "The whole
+#: ECP5 design it was given and, from the same placements, to a higher Fmax than router2 (and
+#: sooner on the fuller device), while router2 has not finished the board (``docs/synthesis.md``, "The whole
 #: ULX3S board routed").
 BOARD_ROUTER = {"ulx3s": "router1"}
 
