@@ -65,8 +65,8 @@ BOARD_LUT_MAPPER = {"icebreaker": "abc9", "ulx3s": "abc"}
 #: nextpnr router of each board by default, where it is not its target's
 #: (:data:`npu_fpga.synth.TARGETS`): the whole ULX3S NPU takes router1, which routed every
 #: ECP5 design it was given and, from the same placements, to a higher Fmax than router2 (and
-#: sooner on the fuller device), while router2 has not finished the board (``docs/synthesis.md``, "The whole
-#: ULX3S board routed").
+#: sooner on the fuller device), while router2 has not finished the board
+#: (``docs/synthesis.md``, "The whole ULX3S board routed").
 BOARD_ROUTER = {"ulx3s": "router1"}
 
 #: Tool of each command of an Amaranth build plan, as the environment variable that names it.
