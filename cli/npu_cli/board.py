@@ -87,7 +87,8 @@ def add_commands(sub):
                    help=f"one of {', '.join(PRESETS)} (default: the board's own preset)")
     b.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (default 1)")
     b.add_argument("--router", choices=("router1", "router2"), default=None,
-                   help="nextpnr router (default: router1 for the iCE40, router2 for the ECP5)")
+                   help="nextpnr router (default router1: the iCEBreaker's iCE40 and the whole "
+                   "ULX3S NPU)")
     b.add_argument("--timeout", type=seconds, default=DEFAULT_PNR_TIMEOUT, metavar="SECONDS",
                    help=f"stop place and route after this many seconds with an error "
                    f"(default {DEFAULT_PNR_TIMEOUT}; 0 for no limit)")

@@ -39,6 +39,7 @@ from .synth import (
     SynthStopped,
     SynthTimeout,
     _count_cells,
+    _critical_path,
     _netlist_luts_ffs,
     _run,
     _tail,
@@ -46,7 +47,7 @@ from .synth import (
     lut_mapper_steps,
 )
 
-__all__ = ["BOARD_LUT_MAPPER", "BOARD_TARGETS", "BoardReport", "ProgramError",
+__all__ = ["BOARD_LUT_MAPPER", "BOARD_ROUTER", "BOARD_TARGETS", "BoardReport", "ProgramError",
            "build_board", "program_board"]
 
 #: The synthesis target (:data:`npu_fpga.synth.TARGETS`) of each board: its device, cell
@@ -60,6 +61,13 @@ BOARD_SYNTH_OPTS = {"icebreaker": "-spram"}
 #: LUT mapper of each board by default (:data:`npu_fpga.synth.LUT_MAPPERS`): Yosys 0.70's
 #: ABC9 stops with an internal assertion on the whole ``ulx3s`` NPU (``docs/synthesis.md``).
 BOARD_LUT_MAPPER = {"icebreaker": "abc9", "ulx3s": "abc"}
+
+#: nextpnr router of each board by default, where it is not its target's
+#: (:data:`npu_fpga.synth.TARGETS`): the whole ULX3S NPU takes router1, which routed every
+#: ECP5 design it was given and, from the same placements, to a higher Fmax than router2 (and
+#: sooner on the fuller device), while router2 has not finished the board
+#: (``docs/synthesis.md``, "The whole ULX3S board routed").
+BOARD_ROUTER = {"ulx3s": "router1"}
 
 #: Tool of each command of an Amaranth build plan, as the environment variable that names it.
 _TOOL_VARS = {"yosys": "YOSYS", "nextpnr-ice40": "NEXTPNR_ICE40", "nextpnr-ecp5": "NEXTPNR_ECP5",
@@ -82,7 +90,9 @@ class BoardReport:
     (``None`` when it does not fit or the build failed), ``pnr_seconds`` the wall time of
     place and route, ``message`` nextpnr's reason when it does not fit. ``timed_out`` is true
     when place and route ran past the time limit and was stopped (``fits`` false, ``message``
-    the one-line reason).
+    the one-line reason). ``critical_path`` is what nextpnr printed after routing: its
+    "Critical path report" section of each clock, without the ``Info:`` prefixes (``""`` when
+    the design was not routed); the build directory keeps it as ``<name>.paths.txt``.
     """
 
     board: str
@@ -108,6 +118,7 @@ class BoardReport:
     build_dir: str = ""
     message: str = ""
     timed_out: bool = False
+    critical_path: str = ""
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -128,6 +139,8 @@ class BoardReport:
             fmax = "n/a" if self.fmax_mhz is None else f"{self.fmax_mhz:.1f} MHz"
             lines.append(f"  Fmax {fmax}, target {self.target_mhz:g} MHz: "
                          f"{'met' if self.met else 'NOT MET'}")
+            if _path_summary(self.critical_path):
+                lines.append(f"  critical path: {_path_summary(self.critical_path)}")
         for cell, u in self.utilization.items():
             if u["used"]:
                 pct = 100 * u["used"] / u["available"] if u["available"] else 0
@@ -139,6 +152,43 @@ class BoardReport:
         lines.append("  " + ", ".join(t for t in times if t))
         lines.append(f"  bitstream: {self.bitstream or 'none'}")
         return "\n".join(lines)
+
+
+# nextpnr's progress lines (its --log): router2 "iter=6 wires=1264265 overused=42568 ...",
+# router1's table rows "      6000 |      409       5590 |  113   887 |     50135| ...", the
+# HeAP placer's "at iteration #5, type ALL: ..." and the annealer's "at iteration #10: temp".
+_ROUTER2_ITER = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)")
+_ROUTER1_ROW = re.compile(r"^Info:\s+(\d+) \|\s+\d+\s+\d+ \|\s+\d+\s+\d+ \|\s+(\d+)\|",
+                          re.MULTILINE)
+_HEAP_ITER = re.compile(r"at iteration #(\d+), type ALL")
+_ANNEAL_ITER = re.compile(r"at iteration #(\d+): temp")
+
+
+def _pnr_where(log_text):
+    # Where nextpnr was, from its log, as a clause for a stopped run's message ("" if unknown).
+    for pattern, say in ((_ROUTER2_ITER, "router2 was at iteration {} with {} overused wires"),
+                         (_ROUTER1_ROW, "router1 had {1} arcs left to route after {0}"),
+                         (_ANNEAL_ITER, "the placer was refining (annealing iteration {})"),
+                         (_HEAP_ITER, "the placer was at its HeAP iteration {}")):
+        found = pattern.findall(log_text)
+        if found:
+            last = found[-1] if isinstance(found[-1], tuple) else (found[-1],)
+            return say.format(*(f"{int(n):,}" for n in last))
+    return ""
+
+
+def _path_summary(critical_path):
+    # "<ns> ns (<logic> logic, <routing> routing) from <first cell> to <last cell>" of the
+    # first clock's section of a critical_path text; "" when it has none.
+    section = critical_path.split("\n\n")[0]
+    sources = re.findall(r"\bSource (\S+)", section)
+    sinks = re.findall(r"\bSink (\S+)", section)
+    split = re.search(r"([\d.]+) ns logic, ([\d.]+) ns routing", section)
+    if not (sources and sinks and split):
+        return ""
+    total = float(split[1]) + float(split[2])
+    return (f"{total:.2f} ns ({split[1]} logic, {split[2]} routing) from {sources[0]} to "
+            f"{sinks[-1]}")
 
 
 def _log_utilization(text):
@@ -189,7 +239,8 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     seed : int
         nextpnr placement seed.
     router : str or None
-        nextpnr router; the board's target default (:data:`npu_fpga.synth.TARGETS`).
+        nextpnr router; the board's default (:data:`BOARD_ROUTER`, else its target's,
+        :data:`npu_fpga.synth.TARGETS`).
     timeout : float or None
         Time limit of place and route in seconds (``None`` or 0: none).
     clk_mhz : float or None
@@ -215,7 +266,7 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
     if board not in BOARDS:
         raise ValueError(f"unknown board {board!r}; choose from {', '.join(BOARDS)}")
     tgt = TARGETS[BOARD_TARGETS[board]]
-    router = tgt.router if router is None else router
+    router = BOARD_ROUTER.get(board, tgt.router) if router is None else router
     if router not in ROUTERS:
         raise ValueError(f"router must be one of {', '.join(ROUTERS)}, not {router!r}")
     say = progress or (lambda msg: None)
@@ -266,6 +317,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
         # A router that does not converge: no bitstream, and the report says why.
         report.pnr_seconds = round(time.monotonic() - start, 1)
         report.timed_out, report.message = True, str(e).splitlines()[0]
+        where = _pnr_where(_tail(pnr_tim, 5_000))
+        if where:
+            report.message += f" ({where})"
         _resources(report, tgt, directory, name, _tail(pnr_log, 100_000))
         say(f"build: {report.message}")
         return report
@@ -283,6 +337,9 @@ def build_board(board, config, *, seed=1, router=None, timeout=1800, clk_mhz=Non
         return report
     report.fits = True
     _timing(report, directory, report_name)
+    report.critical_path = _critical_path(_tail(pnr_tim, 1_000_000))
+    with open(os.path.join(directory, f"{name}.paths.txt"), "w") as f:
+        f.write(report.critical_path + "\n")
     _run(os.path.basename(pack[0]), pack, cwd=directory,
          log_path=os.path.join(directory, f"{name}.pack.log"), progress=say, keep=True)
     bitstream = os.path.join(directory, f"{name}.{'bin' if tgt.family == 'ice40' else 'bit'}")

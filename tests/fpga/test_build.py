@@ -14,7 +14,7 @@ import pytest
 
 import npu_fpga.boards
 from npu_cli.main import main
-from npu_fpga.build import ProgramError, build_board, program_board
+from npu_fpga.build import ProgramError, _pnr_where, build_board, program_board
 from npu_spec.config import preset
 
 from .test_boards import StandInNPU
@@ -36,6 +36,28 @@ FIT_REPORT = {
     "fmax": {"pll_clk": {"achieved": 31.7, "constraint": 25.125}},
 }
 
+#: The end of nextpnr's log (``--log``) after routing: a critical path of the clock, and one
+#: from a pin, which is not the clock's.
+ROUTED_LOG = """Info: Routing complete.
+Info: Critical path report for clock 'pll_clk' (posedge -> posedge):
+Info:       type curr  total name
+Info:   clk-to-q  1.00  1.00 Source npu.dma.count_SB_DFF_Q.Q
+Info:    routing  2.50  3.50 Net npu.dma.count[3] (3,4) -> (5,6)
+Info:                          Sink npu.taskman.go_SB_LUT4_O.I0
+Info:      logic  1.25  4.75 Source npu.taskman.go_SB_LUT4_O.O
+Info:    routing  2.00  6.75 Net npu.taskman.go (5,6) -> (9,9)
+Info:                          Sink npu.core0.start_SB_DFF_Q.D
+Info: 2.25 ns logic, 4.50 ns routing
+
+Info: Critical path report for cross-domain path '<async>' -> 'posedge pll_clk':
+Info:       type curr  total name
+Info:     source  0.00  0.00 Source uart_rx$sb_io.D_IN_0
+Info:                          Sink bridge.rx_SB_DFF_Q.D
+Info: 0.00 ns logic, 3.00 ns routing
+
+Info: Max frequency for clock 'pll_clk': 31.70 MHz (PASS at 25.12 MHz)
+"""
+
 
 def _script(path, body):
     path.write_text("#!/bin/sh\n" + body)
@@ -56,7 +78,8 @@ def tools(tmp_path, monkeypatch):
         if fits:
             report = json.dumps(FIT_REPORT).replace("'", "")
             pnr = (f'echo "$@" > {bin_dir}/nextpnr.args\n'
-                   f"echo '{report}' > npu_board.report.json\ntouch npu_board.asc\n")
+                   f"echo '{report}' > npu_board.report.json\ntouch npu_board.asc\n"
+                   f"cat > npu_board.tim <<'EOF'\n{ROUTED_LOG}EOF\n")
         else:
             pnr = (f'echo "$@" > {bin_dir}/nextpnr.args\n'
                    f"cat <<'EOF'\n{NO_FIT_LOG}EOF\nexit 1\n")
@@ -94,6 +117,13 @@ def test_a_design_that_fits_gets_a_bitstream(tools, tmp_path):
     assert report.bitstream == str(tmp_path / "b" / "npu_board.bin")
     assert os.path.exists(report.bitstream)
     assert report.pnr_seconds is not None and report.pnr_seconds >= 0
+    # The routed critical path of the clock (not the pin's), in the report and in a file.
+    assert report.critical_path.startswith("Critical path report for clock 'pll_clk'")
+    assert "npu.core0.start_SB_DFF_Q.D" in report.critical_path
+    assert "uart_rx" not in report.critical_path
+    assert (tmp_path / "b" / "npu_board.paths.txt").read_text() == report.critical_path + "\n"
+    assert ("critical path: 6.75 ns (2.25 logic, 4.50 routing) from npu.dma.count_SB_DFF_Q.Q "
+            "to npu.core0.start_SB_DFF_Q.D") in report.format()
 
 
 def test_npu_build_json_and_exit_status(tools, tmp_path, capsys):
@@ -184,6 +214,9 @@ def test_the_ulx3s_maps_luts_with_the_classic_abc(ecp5_tools, tmp_path):
     gives the platform's plain ``synth_ecp5``."""
     report = build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=tmp_path / "a")
     assert not report.fits and "TRELLIS_COMB 150000/83640" in report.message
+    # The board's router (router1, not its ECP5 target's router2) reaches nextpnr.
+    assert report.router == "router1"
+    assert "--router router1" in (tmp_path / "a" / "build_npu_board.sh").read_text()
     assert report.luts == 150000 and report.dsps == 100 and report.brams == 150
     assert _yosys_script(tmp_path / "a") == [
         "synth_ecp5 -run :map_luts -top npu_board",
@@ -242,11 +275,18 @@ def test_place_and_route_past_the_time_limit_is_reported(tools, tmp_path, capsys
     """A router that never finishes is stopped at ``--timeout``: the report says ``fits``
     false and ``timed_out`` with the one-line reason, ``npu build`` prints it and exits 1."""
     bin_dir = tools(fits=True)
-    _script(bin_dir / "nextpnr-ice40", "echo 'Info: Running router1...'\nexec sleep 60\n")
+    _script(bin_dir / "nextpnr-ice40",
+            "echo 'Info: Running router1...'\n"
+            "printf 'Info: Running router1...\\n%s\\n%s\\n' "
+            "'Info:       1000 |       49        950 |   49   950 |     54568|  10.47  10.47|' "
+            "'Info:       2000 |       63       1936 |   14   986 |     53583|   3.34  13.81|' "
+            "> npu_board.tim\nexec sleep 60\n")
     report = build_board("icebreaker", preset("icebreaker"), clk_mhz=25, timeout=1,
                          build_dir=tmp_path / "a")
     assert not report.fits and report.timed_out and report.bitstream is None
     assert "stopped after 1 s (time limit)" in report.message and "router1" in report.message
+    # Where it was: the router's last progress line in nextpnr's log.
+    assert report.message.endswith("(router1 had 53,583 arcs left to route after 2,000)")
     assert 1 <= report.pnr_seconds < 30
     rc = main(["build", "--board", "icebreaker", "--json", "--timeout", "1",
                "--build-dir", str(tmp_path / "b")])
@@ -293,3 +333,22 @@ def test_an_earlier_builds_log_does_not_stop_nextpnr(ecp5_tools, tmp_path, monke
     result = build_board("ulx3s", preset("ulx3s"), clk_mhz=60, build_dir=build_dir)
     assert result.fits and result.met and result.luts == 50000
     assert result.bitstream == str(build_dir / "npu_board.bit")
+
+
+@pytest.mark.parametrize("log,where", [
+    ("Info: Running router2...\nInfo:     iter=1 wires=1264265 overused=109471 overuse=132368 "
+     "archfail=NA\nInfo:     iter=2 wires=1201000 overused=80123 overuse=90000 archfail=NA\n",
+     "router2 was at iteration 2 with 80,123 overused wires"),
+    ("Info:     at iteration #13, type ALL: wirelen solved = 484377, spread = 728695\n"
+     "Info:     at iteration #14, type ALL: wirelen solved = 489790, spread = 726890\n",
+     "the placer was at its HeAP iteration 14"),
+    ("Info:     at iteration #14, type ALL: wirelen solved = 489790, spread = 726890\n"
+     "Info: Running simulated annealing placer for refinement.\n"
+     "Info:   at iteration #5: temp = 0.000000, timing cost = 6200, wirelen = 748970\n",
+     "the placer was refining (annealing iteration 5)"),
+    ("Info: Packing IOs..\n", ""),
+])
+def test_a_stopped_place_and_route_says_where_it_was(log, where):
+    """The message of a run stopped at the time limit names nextpnr's last progress: the
+    router's iteration and overuse, or the placer's step."""
+    assert _pnr_where(log) == where
