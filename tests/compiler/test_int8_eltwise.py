@@ -36,6 +36,8 @@ from npu_compiler.graph import CompileError
 from npu_runtime.runtime import reference, run, session
 from npu_spec.config import preset
 
+from .models import _init
+
 #: (full operand, broadcast operand) shapes: per channel, a plane shared by the channels, a
 #: scalar tensor, equal shapes, one value per row, and the broadcast operand first.
 SHAPES = [((1, 8, 6, 10), (1, 8, 1, 1)), ((1, 8, 6, 10), (1, 1, 6, 10)),
@@ -124,8 +126,7 @@ def squeeze_excitation(c=8, size=6, seed=3, stride=1):
     n = helper.make_node
 
     def init(name, shape, scale=0.4):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale)
-                                       .astype(np.float32), name)
+        return _init(rng, name, shape, scale)
     graph = helper.make_graph(
         [n("Conv", ["x", "w", "b"], ["f"], pads=[1, 1, 1, 1], strides=[stride, stride]),
          n("GlobalAveragePool", ["f"], ["g"]),

@@ -17,6 +17,7 @@ from npu_compiler.compile import compile_model
 from npu_runtime.runtime import run
 from npu_spec.config import preset
 
+from .models import _init
 from .test_qdq import _float_conv_model, _opset, quantize, steps
 
 pytest.importorskip("onnxruntime.quantization")
@@ -33,8 +34,7 @@ def big_net(size=64, seed=11):
     n = helper.make_node
 
     def init(name, shape, scale=0.4):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale)
-                                       .astype(np.float32), name)
+        return _init(rng, name, shape, scale)
     graph = helper.make_graph(
         [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="big"),
          n("Relu", ["c1"], ["r1"]),
