@@ -10,6 +10,7 @@ several programs on one NPU, each on its own queue (``docs/compiler.md``, "Sever
 """
 
 import json
+from functools import partial
 
 from npu_cli.util import CLIError, positive, preset_arg, progress
 
@@ -168,7 +169,7 @@ def cmd_run(args):
     try:
         for b in backends:
             say(f"running on {b}")
-            results[b] = _run_backend(run, prog, inputs, b, say, board, args)
+            results[b] = _run_backend(partial(run, prog, inputs, b), say, board, args)
     finally:
         if board is not None:
             board.close()
@@ -312,9 +313,10 @@ def _run_several(args, say):
     n = len(paths)
     backends = [b.strip() for b in args.backend.split(",")]
     for b in backends:
-        if b not in ("golden", "rtl"):
-            raise CLIError(f"npu run: several programs run on golden or rtl, not {b!r}",
-                           status=2)
+        if b not in ("golden", "rtl", "board"):
+            raise CLIError(f"npu run: unknown backend {b!r} (golden, rtl, board)", status=2)
+    if "board" in backends and not args.device:
+        raise CLIError("npu run: --backend board needs --device (e.g. /dev/ttyUSB1)", status=2)
     if args.check:
         raise CLIError("npu run: --check takes one model; run the models one at a time",
                        status=2)
@@ -333,14 +335,14 @@ def _run_several(args, say):
     except CompileError as e:
         raise CLIError(f"npu run: {e}", status=2) from None
     results = {}
-    for b in backends:
-        say(f"running {n} programs on {b}")
-        try:
-            results[b] = run_jobs(jobs, b, progress=say)
-        except CompileError as e:
-            raise CLIError(f"npu run: {e}", status=2) from None
-        except RuntimeError as e:
-            raise CLIError(f"npu run: {e}", status=1) from None
+    board = _open_board(args) if "board" in backends else None
+    try:
+        for b in backends:
+            say(f"running {n} programs on {b}")
+            results[b] = _run_backend(partial(run_jobs, jobs, b), say, board, args)
+    finally:
+        if board is not None:
+            board.close()
     main = results[backends[-1]]
     summary = {"backend": backends[-1], "cycles": main.cycles,
                "switches": [{"from_queue": a, "after_task": t, "to_queue": c}
@@ -401,15 +403,16 @@ def _open_board(args):
         raise CLIError(f"npu run: {e}") from None
 
 
-def _run_backend(run, prog, inputs, backend, say, board, args):
-    """One backend's run; errors as one line (2: bad input or a board built for another
-    configuration; 1: the run failed, timed out or the bridge misbehaved)."""
+def _run_backend(run, say, board, args):
+    """One backend's run, ``run(progress=..., board=..., board_timeout=...)`` (a
+    ``functools.partial`` of ``npu_runtime.runtime.run`` or ``run_jobs``); errors as one line
+    (2: bad input or a board built for another configuration; 1: the run failed, timed out or
+    the bridge misbehaved)."""
     from npu_compiler.graph import CompileError
     from npu_sim.board_host import BoardConfigError
     from npu_sim.uart_host import BridgeError
     try:
-        return run(prog, inputs, backend, progress=say, board=board,
-                   board_timeout=args.timeout)
+        return run(progress=say, board=board, board_timeout=args.timeout)
     except (CompileError, BoardConfigError) as e:
         raise CLIError(f"npu run: {e}", status=2) from None
     except (RuntimeError, BridgeError) as e:
@@ -548,7 +551,7 @@ def add_commands(sub):
     r.add_argument("model", metavar="MODEL.onnx|PROG")
     r.add_argument("more", nargs="*", metavar="MORE.onnx|PROG",
                    help="more models or programs to run on the same NPU beside the first, "
-                        "each on its own queue (golden and rtl backends)")
+                        "each on its own queue (golden, rtl and board backends)")
     _compile_options(r, for_onnx=", for .onnx")
     r.add_argument("--backend", default="golden",
                    help="golden, rtl, board, or a list such as golden,board (compared bit for "

@@ -198,17 +198,9 @@ def _run_one(program, inputs, backend, latency, progress, board=None, board_time
                          res["cycles"], tasks, _trace_order(res["trace"]),
                          trace_overflow=res["trace_overflow"])
     if backend == "board":
-        from npu_sim.board_host import run_on_board
-        from npu_spec.taskman import Cause, task_manager_map
         if board is None:
             raise CompileError("the board backend needs a device (--device /dev/ttyUSBn)")
-        res = run_on_board(board, prog, timeout=board_timeout, progress=progress)
-        exc = task_manager_map(prog.config.task_queues)["EXC_STATUS"].unpack(
-            res["registers"]["EXC_STATUS"], strict=False)
-        if exc["cause"] != Cause.NONE:
-            raise RuntimeError(f"the program stopped on the board: queue {exc['queue']} retired "
-                               f"({Cause(exc['cause']).name}, engine {exc['engine']}, code "
-                               f"{exc['error_code']})")
+        res = _board_run(board, prog, board_timeout, progress)
         tasks = _trace_tasks(res["trace"])
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
                          res["cycles"], tasks, _trace_order(res["trace"]),
@@ -313,12 +305,33 @@ def combined(jobs):
         raise CompileError(str(e)) from None
 
 
-def run_jobs(jobs, backend="golden", *, latency=4, progress=None):
+def _board_run(board, program, timeout, progress, late=None):
+    """:func:`npu_sim.board_host.run_on_board`'s result; an exception of the NPU (a retired
+    queue) is a ``RuntimeError``."""
+    from npu_sim.board_host import run_on_board
+    from npu_spec.taskman import Cause, task_manager_map
+    res = run_on_board(board, program, timeout=timeout, progress=progress, late=late)
+    exc = task_manager_map(program.config.task_queues)["EXC_STATUS"].unpack(
+        res["registers"]["EXC_STATUS"], strict=False)
+    if exc["cause"] != Cause.NONE:
+        raise RuntimeError(f"the program stopped on the board: queue {exc['queue']} retired "
+                           f"({Cause(exc['cause']).name}, engine {exc['engine']}, code "
+                           f"{exc['error_code']})")
+    return res
+
+
+def run_jobs(jobs, backend="golden", *, latency=4, progress=None, board=None,
+             board_timeout=60.0):
     """Run several :class:`Job` on one NPU, program ``k`` on queue ``k``: the queue of
     highest priority with work runs, and a program pushed later (``after``) with a higher
     priority takes the NPU at the running program's next switch point (the compiler's
     task-switch flags); the preempted one resumes where it stopped. Returns a
-    :class:`JobsResult`; an engine error or a retired queue is a ``RuntimeError``."""
+    :class:`JobsResult`; an engine error or a retired queue is a ``RuntimeError``.
+
+    ``backend="board"`` runs them on a board through ``board`` (a
+    :class:`npu_sim.uart_host.BridgeClient`): the combined memory image loaded at once, the
+    late programs pushed by the host once ``TASKS_RUN`` reaches their ``after``
+    (:func:`npu_sim.board_host.run_on_board`, at most ``board_timeout`` seconds)."""
     program, parts = combined(jobs)
     late = {k: j.after for k, j in enumerate(jobs) if j.after}
     if backend == "golden":
@@ -327,18 +340,23 @@ def run_jobs(jobs, backend="golden", *, latency=4, progress=None):
         memory, cycles, tasks = res.memory, None, []
         order = _golden_order(res)
         switches = list(res.switches)
-    elif backend == "rtl":
-        from npu_fpga.toolenv import apply_tool_env
-        from npu_sim.system import rtl_run
-        apply_tool_env()
-        res = rtl_run(program, backend="verilator", latency=latency, progress=progress,
-                      dump_bytes=program.memory_bytes, late=late)
+    elif backend in ("rtl", "board"):
+        if backend == "rtl":
+            from npu_fpga.toolenv import apply_tool_env
+            from npu_sim.system import rtl_run
+            apply_tool_env()
+            res = rtl_run(program, backend="verilator", latency=latency, progress=progress,
+                          dump_bytes=program.memory_bytes, late=late)
+        elif board is None:
+            raise CompileError("the board backend needs a device (--device /dev/ttyUSBn)")
+        else:
+            res = _board_run(board, program, board_timeout, progress, late)
         memory, cycles = res["memory"], res["cycles"]
         tasks = _trace_tasks(res["trace"])
         order = _trace_order(res["trace"])
         switches = _switches(res["trace"])
     else:
-        raise CompileError(f"several programs run on golden or rtl, not {backend!r}")
+        raise CompileError(f"several programs run on golden, rtl or board, not {backend!r}")
     results = [RunResult(_outputs(part, memory), memory, backend,
                          tasks=[t for t in tasks if t[5] == k],
                          order=[o for o in order if o[0] == k])

@@ -7,13 +7,19 @@
    build differs from the program's configuration (:class:`BoardConfigError`);
 2. write the program's memory image, zeros up to the end of its last tensor included, so that
    what an earlier run left in the board's memory cannot leak into this one;
-3. write the task manager's setup (:func:`npu_sim.system.setup_writes`), clear the trace
-   buffer and the bridge's status, and set ``CTRL.enable``;
-4. poll ``STATUS.idle`` until it is set, for at most ``timeout`` seconds
-   (:class:`BoardRunError`), draining the trace buffer before each poll so that a program of
-   more tasks than the buffer holds keeps every entry (unless the host falls behind: then
-   ``TRACE_STATUS.overflow`` is set and the result says so);
-5. read ``EXC_STATUS``, ``EXC_ADDR``, ``IRQ_STATUS``, the performance counters, every queue's
+3. write the task manager's setup (:func:`npu_sim.system.setup_writes`), read back every
+   queue's ``Qi_TAIL`` when the program has several queues (a build that serves fewer queues
+   than it has registers for, the micro build's one, drops the others' setup: refused with
+   :class:`BoardQueuesError` before anything runs), clear the trace buffer and the bridge's
+   status, and set ``CTRL.enable``;
+4. with ``late`` (``{queue: n}``, several programs): poll ``TASKS_RUN`` until ``n`` tasks have
+   completed, then push that queue's tasks (``Qi_PUSH``), one queue after the other in the
+   order of ``n``;
+5. poll ``STATUS.idle`` until it is set; steps 4 and 5 together for at most ``timeout``
+   seconds (:class:`BoardRunError`), draining the trace buffer before each poll so that a
+   program of more tasks than the buffer holds keeps every entry (unless the host falls
+   behind: then ``TRACE_STATUS.overflow`` is set and the result says so);
+6. read ``EXC_STATUS``, ``EXC_ADDR``, ``IRQ_STATUS``, the performance counters, every queue's
    status, the rest of the trace buffer, ``TRACE_STATUS`` and the memory, and check the
    bridge's error flags.
 
@@ -28,8 +34,8 @@ from npu_spec.taskman import COUNTERS, task_manager_map
 
 from .system import WATCHDOG, setup_writes
 
-__all__ = ["BoardConfigError", "BoardRunError", "board_config", "check_board_config",
-           "run_on_board"]
+__all__ = ["BoardConfigError", "BoardQueuesError", "BoardRunError", "board_config",
+           "check_board_config", "run_on_board"]
 
 #: Registers of ``NPU_INFO`` that describe the build; compared with the program's.
 CONFIG_REGISTERS = ("CONFIG0", "CONFIG1", "CONFIG2", "CONFIG3", "CONFIG4")
@@ -41,6 +47,11 @@ class BoardRunError(RuntimeError):
 
 class BoardConfigError(BoardRunError):
     """The board's NPU was built for another configuration than the program."""
+
+
+class BoardQueuesError(BoardConfigError):
+    """The board's NPU serves fewer task queues than the program uses (the micro build:
+    queue 0 only, ``docs/micro.md``)."""
 
 
 def board_config(client):
@@ -76,30 +87,43 @@ def _image(program):
 
 
 def run_on_board(client, program, *, timeout=60.0, poll_interval=0.01, trace_depth=64,
-                 watchdog=WATCHDOG, progress=None):
+                 watchdog=WATCHDOG, progress=None, late=None):
     """Run ``program`` on the board behind ``client``; returns a dict like
     :func:`npu_sim.system.rtl_run`'s: ``memory`` (the loaded extent), ``trace``
     (``[(task_id, engine, end, error, queue, cycle)]``), ``registers`` (``EXC_STATUS``,
     ``EXC_ADDR``, ``IRQ_STATUS`` and the counters by name), ``queues``
     (``{index: Qi_STATUS}``), ``cycles`` (first task start to last task end in the trace),
-    ``trace_overflow`` (the trace buffer dropped entries) and ``wall`` (seconds)."""
+    ``trace_overflow`` (the trace buffer dropped entries) and ``wall`` (seconds).
+
+    ``late`` (``{queue: n}``) pushes a queue's tasks only once ``TASKS_RUN`` has reached
+    ``n``, as :func:`npu_sim.system.host_commands` does on the RTL: a program arriving while
+    another runs (``npu_runtime.runtime.run_jobs``)."""
     say = progress or (lambda msg: None)
     cfg = program.config
     tm = task_manager_map(cfg.task_queues)
+    late = dict(late or {})
     t0 = time.perf_counter()
     check_board_config(client, cfg)
     image = _image(program)
     say(f"board: loading {len(image)} bytes over {client.name}")
     client.clear_status()
     client.write_mem(0, image)
-    for addr, value in setup_writes(program, watchdog=watchdog):
+    for addr, value in setup_writes(program, watchdog=watchdog, late=late):
         client.write_reg(addr, value)
+    _check_queues_kept(client, program, tm)
     client.write_reg(NPU_INFO["TRACE_CTRL"].offset, NPU_INFO["TRACE_CTRL"].pack(clear=1))
     client.check_status()
     say("board: starting")
     ctrl = tm["CTRL"]
     client.write_reg(tm.base + ctrl.offset, ctrl.pack(enable=1))
-    trace = _wait_idle(client, tm, timeout, poll_interval, trace_depth)
+    wait = _Waiter(client, tm, timeout, poll_interval, trace_depth)
+    for i, n in sorted(late.items(), key=lambda item: item[1]):
+        wait.tasks_run(n, f"queue {i} is pushed")
+        push = tm[f"Q{i}_PUSH"]
+        say(f"board: pushing queue {i} after {n} tasks")
+        client.write_reg(tm.base + push.offset, push.pack(count=program.queue(i).tasks))
+    wait.idle()
+    trace = wait.trace
     regs = {name: client.read_reg(tm.base + tm[name].offset)
             for name in ("EXC_STATUS", "EXC_ADDR", "IRQ_STATUS") + tuple(n for n, _ in COUNTERS)}
     queues = {q.index: client.read_reg(tm.base + tm[f"Q{q.index}_STATUS"].offset)
@@ -117,25 +141,63 @@ def run_on_board(client, program, *, timeout=60.0, poll_interval=0.01, trace_dep
             "cycles": cycles, "trace_overflow": overflow, "wall": time.perf_counter() - t0}
 
 
-def _wait_idle(client, tm, timeout, poll_interval, trace_depth):
-    """Poll ``STATUS.idle``, draining the trace buffer before each read; the entries."""
-    status, idle = tm["STATUS"], tm["STATUS"]["idle"]
-    deadline = time.monotonic() + timeout
-    seen = 0
-    trace = []
-    while True:
-        trace += _read_trace(client, trace_depth)
-        if client.read_reg(tm.base + status.offset) & idle.mask:
-            # Twice in a row: the first read cannot have come before the work began.
-            seen += 1
-            if seen == 2:
-                return trace
-            continue
+def _check_queues_kept(client, program, tm):
+    """With several queues: :class:`BoardQueuesError` unless every queue's ``Qi_TAIL`` reads
+    back what the setup wrote (the micro build keeps queue 0's registers only and reads the
+    others as 0, ``docs/micro.md``; ``NPU_INFO`` does not tell the builds apart)."""
+    if len(program.queues) < 2:
+        return
+    for q in program.queues:
+        reg = tm[f"Q{q.index}_TAIL"]
+        got = reg.unpack(client.read_reg(tm.base + reg.offset), strict=False)["address"]
+        if got != q.tail:
+            raise BoardQueuesError(
+                f"the board on {client.name} does not keep task queue {q.index} (Q{q.index}_TAIL "
+                f"reads {got:#x} after a write of {q.tail:#x}): its NPU serves fewer queues "
+                f"than the {len(program.queues)} these programs need (the micro build of the "
+                f"icebreaker preset runs queue 0 only, docs/micro.md); run the programs one at "
+                f"a time")
+
+
+class _Waiter:
+    """Polls of one run, under one deadline, draining the trace buffer before each poll
+    (its entries in ``trace``)."""
+
+    def __init__(self, client, tm, timeout, poll_interval, trace_depth):
+        self.client, self.tm = client, tm
+        self.timeout, self.poll_interval, self.trace_depth = timeout, poll_interval, trace_depth
+        self.deadline = time.monotonic() + timeout
+        self.trace = []
+
+    def _read(self, name):
+        self.trace += _read_trace(self.client, self.trace_depth)
+        return self.client.read_reg(self.tm.base + self.tm[name].offset)
+
+    def _sleep_or_fail(self, what):
+        if time.monotonic() >= self.deadline:
+            raise BoardRunError(f"timeout: the NPU on {self.client.name} did not finish in "
+                                f"{self.timeout:g} s ({what})")
+        time.sleep(self.poll_interval)
+
+    def tasks_run(self, n, why):
+        """Until ``TASKS_RUN`` reads ``n`` or more."""
+        while True:
+            got = self._read("TASKS_RUN")
+            if got >= n:
+                return
+            self._sleep_or_fail(f"{got} of the {n} tasks after which {why} completed")
+
+    def idle(self):
+        """Until ``STATUS.idle`` reads set twice in a row (the first read cannot have come
+        before the work began)."""
+        idle = self.tm["STATUS"]["idle"]
         seen = 0
-        if time.monotonic() >= deadline:
-            raise BoardRunError(f"timeout: the NPU on {client.name} did not finish in "
-                                f"{timeout:g} s (STATUS.idle never set)")
-        time.sleep(poll_interval)
+        while seen < 2:
+            if self._read("STATUS") & idle.mask:
+                seen += 1
+                continue
+            seen = 0
+            self._sleep_or_fail("STATUS.idle never set")
 
 
 def _read_trace(client, depth):

@@ -5,8 +5,13 @@ in front of :class:`GoldenNPURegisters`, the NPU's host registers acted out by t
 system model: the identification registers of a configuration, the task manager's setup
 registers, and on ``CTRL.enable`` a run of :func:`npu_model.system.run_program` on what the
 host loaded, after which ``STATUS.idle``, ``EXC_STATUS``, the queues' status, ``TASKS_RUN``
-and the trace buffer read as the hardware's would. The trace's cycle numbers are task
-ordinals (the golden model has no time): start ``2 k``, end ``2 k + 1`` for the ``k``-th task.
+and the trace buffer read as the hardware's would. A queue pushed while the program runs (the
+host's late push of ``npu_sim.board_host.run_on_board``) arrives after the tasks completed
+so far (``TASKS_RUN``: the task ends that have reached the trace buffer): the run is done again
+from the memory at ``CTRL.enable`` with that arrival (``run_program(arrivals=...)``, whose
+tasks before it are the same), and the entries not yet delivered are replaced. The trace's
+cycle numbers are task ordinals (the golden model has no time): start ``2 k``, end ``2 k + 1``
+for the ``k``-th task.
 Like the hardware's, the trace buffer holds ``trace_depth`` entries and the entries arrive
 while the program runs, ``events_per_read`` of them for each register read of the host (the
 model's time); ``STATUS.idle`` is set once all have arrived. An entry that finds the buffer
@@ -35,14 +40,21 @@ class GoldenNPURegisters:
     shared with the bridge model), acted out by the golden model (module documentation).
 
     ``hang=True`` makes the NPU never finish (``STATUS.idle`` stays clear), for timeout
-    tests. Used by :class:`npu_sim.uart_host.BridgeModel` through ``get`` and item
+    tests. ``kept_queues``: the queues whose registers the build keeps; the others drop
+    writes and read 0 (default: every queue, or only queue 0 for the micro build,
+    ``docs/micro.md``). Used by :class:`npu_sim.uart_host.BridgeModel` through ``get`` and item
     assignment, like a dictionary.
     """
 
-    def __init__(self, config, memory, *, hang=False, trace_depth=64, events_per_read=0.25):
+    def __init__(self, config, memory, *, hang=False, trace_depth=64, events_per_read=0.25,
+                 kept_queues=None):
         self.config = config
         self.memory = memory
         self.hang = hang
+        if kept_queues is None:
+            # The micro build keeps queue 0 only (docs/micro.md).
+            kept_queues = 1 if config.npu_impl == "micro" else config.task_queues
+        self.kept_queues = kept_queues
         self.tm = task_manager_map(config.task_queues)
         self.written = {}
         self.trace = []
@@ -51,9 +63,13 @@ class GoldenNPURegisters:
         self.pending = []           # trace entries still to come
         self.due = 0.0              # entries owed to the buffer by the reads so far
         self.overflow = False
-        self.state = {"EXC_STATUS": 0, "EXC_ADDR": 0, "TASKS_RUN": 0}
+        self.state = {"EXC_STATUS": 0, "EXC_ADDR": 0}
         self.queue_status = {}
         self.pushed = {}
+        self.arrivals = {}          # queue: tasks completed when it was pushed (late pushes)
+        self.delivered = 0          # trace entries that reached the buffer (or were dropped)
+        self.completed = 0          # task ends among them: TASKS_RUN
+        self.start_memory = None    # the memory at CTRL.enable
         self.done = False
         self.cycle = 0
         self.ro = {NPU_INFO[name].offset: NPU_INFO[name].pack(**fields)
@@ -87,20 +103,31 @@ class GoldenNPURegisters:
             self.written["SCRATCH"] = value
             return
         name = self.names.get(reg)
-        if name is None or reg < self.tm.base:
+        if name is None or reg < self.tm.base or self._dropped(name):
             return
         self.written[name] = value
         if name.endswith("_PUSH"):
             queue = int(name[1:-len("_PUSH")])
             self.pushed[queue] = self.pushed.get(queue, 0) + \
                 self.tm[name].unpack(value, strict=False)["count"]
+            if self.done:
+                # Pushed while the program runs: it arrives after the tasks completed so far.
+                self.arrivals[queue] = self.completed
+                self._start(again=True)
         elif name == "CTRL":
             if self.tm["CTRL"].unpack(value, strict=False)["enable"]:
                 self._start()
             else:
                 # Stopped: the host sets up a new run.
                 self.pushed.clear()
+                self.arrivals.clear()
                 self.done = False
+
+    def _dropped(self, name):
+        """A register of a queue the build does not keep (``kept_queues``)."""
+        if name[0] != "Q" or "_" not in name or not name[1:name.index("_")].isdigit():
+            return False
+        return int(name[1:name.index("_")]) >= self.kept_queues
 
     def _advance(self):
         """The entries due by now enter the trace buffer, or are dropped when it is full."""
@@ -108,6 +135,8 @@ class GoldenNPURegisters:
         while self.pending and self.due >= 1:
             self.due -= 1
             entry = self.pending.pop(0)
+            self.delivered += 1
+            self.completed += NPU_INFO["TRACE_DATA0"].unpack(entry[0], strict=False)["end"]
             if len(self.trace) < self.trace_depth:
                 self.trace.append(entry)
             else:
@@ -130,6 +159,10 @@ class GoldenNPURegisters:
         if name == "STATUS":
             idle = not self.hang and (self.done and not self.pending or not self.pushed)
             return self.tm["STATUS"].pack(idle=int(idle))
+        if self._dropped(name):
+            return 0
+        if name == "TASKS_RUN":
+            return self.completed
         if name in self.state:
             return self.state[name]
         if name.endswith("_STATUS") and name.startswith("Q"):
@@ -152,21 +185,28 @@ class GoldenNPURegisters:
                 base_index=ctrl["base_index"],
                 head=w.get(f"Q{i}_HEAD", 0), tail=w.get(f"Q{i}_TAIL", 0), tasks=count))
         return Program(self.config, base_table=entries, queues=queues,
-                       memory=bytes(self.memory))
+                       memory=self.start_memory)
 
-    def _start(self):
+    def _start(self, again=False):
+        """Run what the host pushed; ``again``: a queue was pushed while it ran (module
+        documentation)."""
         if self.hang or not self.pushed:
             return
-        result = run_program(self._program())
+        if not again:
+            self.start_memory = bytes(self.memory)
+            self.delivered = self.completed = 0
+            self.pending = []
+        result = run_program(self._program(), arrivals=self.arrivals)
         self.memory[:len(result.memory)] = result.memory
         d0 = NPU_INFO["TRACE_DATA0"]
+        entries = []
         for k, t in enumerate(result.tasks):
             error = 15 if t.code is None else t.code
             for end in (0, 1):
                 word = d0.pack(task_id=t.task_id, engine=t.engine, end=end,
                                error=error if end else 0, queue=t.queue, valid=1)
-                self.pending.append((word, 2 * k + end))
-        self.state["TASKS_RUN"] = len(result.tasks)
+                entries.append((word, 2 * k + end))
+        self.pending = entries[self.delivered:]
         retired = [q for q in result.queues if q.retired]
         exc = self.tm["EXC_STATUS"]
         for q in retired:
@@ -183,12 +223,15 @@ class GoldenNPURegisters:
 
 class GoldenBoard(BridgeModel):
     """The bridge's reference model with :class:`GoldenNPURegisters` behind it and the
-    configuration's system memory (``config.mem_kib`` KiB)."""
+    configuration's system memory (``config.mem_kib`` KiB); ``hang``, ``trace_depth``,
+    ``events_per_read`` and ``kept_queues`` are :class:`GoldenNPURegisters`'."""
 
-    def __init__(self, config, *, hang=False, trace_depth=64, events_per_read=0.25):
+    def __init__(self, config, *, hang=False, trace_depth=64, events_per_read=0.25,
+                 kept_queues=None):
         super().__init__(config.mem_kib * 1024)
         self.regs = GoldenNPURegisters(config, self.memory, hang=hang, trace_depth=trace_depth,
-                                       events_per_read=events_per_read)
+                                       events_per_read=events_per_read,
+                                       kept_queues=kept_queues)
 
 
 class FakeSerial:

@@ -87,3 +87,50 @@ def test_bad_board_arguments_exit_2(files, extra, message, capsys):
     rc = main(["run", prog, "--backend", "board", "--input", f"input={image}", *extra])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and len(_errors(err)) == 1
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    """Two programs for ``small`` (the fp16 digits CNN twice, the second copy more urgent)
+    and their inputs."""
+    import numpy as np
+    tmp = tmp_path_factory.mktemp("two")
+    compiled = compile_model(str(MODEL), preset("small"), chain=False)
+    prog = tmp / "digits.npu"
+    compiled.program.save(str(prog))
+    rng = np.random.default_rng(2)
+    for k in range(2):
+        np.save(tmp / f"x{k}.npy", rng.standard_normal((1, 1, 8, 8)).astype(np.float32))
+    device = tmp / "ttyUSB8"
+    device.write_bytes(b"")
+    return str(prog), tmp, str(device)
+
+
+def test_several_programs_on_golden_and_board_agree(two, monkeypatch, capsys):
+    """``npu run A B --priority 0,1 --after 0,4 --backend golden,board``: the second copy is
+    pushed by the host after 4 tasks and preempts the first at its next switch point (after
+    its task 6); every output of both agrees bit for bit, and the outputs differ between the
+    programs (their inputs differ)."""
+    import numpy as np
+    prog, tmp, device = two
+    _fake_board(monkeypatch, preset("small"))
+    out = tmp / "out.npz"
+    rc = main(["run", prog, prog, "--priority", "0,1", "--after", "0,4", "--backend",
+               "golden,board", "--device", device, "--input", f"0:input={tmp / 'x0.npy'}",
+               "--input", f"1:input={tmp / 'x1.npy'}", "--output", str(out), "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert rc == 0 and summary["bit_exact"] is True and summary["backend"] == "board"
+    assert summary["switches"] == [{"from_queue": 0, "after_task": 6, "to_queue": 1}]
+    with np.load(out) as z:
+        assert sorted(z.files) == ["0/logits", "1/logits"]
+        assert not np.array_equal(z["0/logits"], z["1/logits"])
+
+
+def test_several_programs_on_the_micro_board_exit_2(files, monkeypatch, capsys):
+    prog, image, device = files
+    _fake_board(monkeypatch, preset("icebreaker"))
+    rc = main(["run", prog, prog, "--priority", "0,1", "--backend", "board", "--device", device,
+               "--input", f"input={image}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(_errors(err)) == 1
+    assert "does not keep task queue 1" in err and "runs queue 0 only" in err

@@ -139,7 +139,8 @@ def test_cli_two_programs_json_and_timeline(pair, capsys):
     (["--priority", "0"], "--priority takes 2 comma-separated integers"),
     (["--priority", "0,16"], "from 0 to 15"),
     (["--after", "x,1"], "--after takes 2"),
-    (["--backend", "board"], "several programs run on golden or rtl"),
+    (["--backend", "board"], "--backend board needs --device"),
+    (["--backend", "golden,fpga"], "unknown backend 'fpga'"),
     (["--input", "2:x=x.npy"], "there are 2 programs"),
     (["--after", "0,56"], "pushed after 56 tasks, but the programs there before it have 55"),
 ])

@@ -2,14 +2,16 @@
 protocol runs through a pyserial-compatible fake port, the bridge's reference model and the
 NPU's registers acted out by the golden system model (``npu_sim.board_model``); outputs and
 memory must equal the golden backend's byte for byte. Then the failures: a board built for
-another configuration, an NPU that never finishes, a silent line, a framing error."""
+another configuration, an NPU that never finishes, a silent line, a framing error. Last,
+several programs on one board at different priorities (the host's late push), and the micro
+build's one queue."""
 
 import numpy as np
 import pytest
 
 from npu_compiler.compile import compile_model
-from npu_runtime.runtime import run, session
-from npu_sim.board_host import BoardConfigError, BoardRunError, run_on_board
+from npu_runtime.runtime import Job, run, run_jobs, session
+from npu_sim.board_host import BoardConfigError, BoardQueuesError, BoardRunError, run_on_board
 from npu_sim.board_model import FakeSerial, GoldenBoard
 from npu_sim.uart_host import BridgeClient, BridgeError
 from npu_spec.config import preset
@@ -152,3 +154,91 @@ def test_a_trace_overflow_is_reported(long_program):
     # The outputs do not depend on the trace.
     golden = run(program, x, "golden")
     assert got.outputs["y"].tobytes() == golden.outputs["y"].tobytes()
+
+
+# --- Several programs on one board (npu_runtime.runtime.run_jobs, backend "board") ---------
+
+#: The digits CNN (queue 1) is pushed once this many of the activation chain's tasks are done.
+AFTER = 5
+
+
+@pytest.fixture(scope="module")
+def two_programs(long_program):
+    """The activation chain (queue 0, priority 0, pushed at the start) and the fp16 digits CNN
+    (queue 1, priority 1, pushed after ``AFTER`` tasks), both for ``small``, and their solo
+    golden outputs."""
+    chain, x = long_program
+    digits = compile_model(str(MODEL), preset("small"), chain=False)
+    xd = {"input": np.random.default_rng(5).standard_normal((1, 1, 8, 8)).astype(np.float32)}
+    jobs = [Job(chain, x, priority=0), Job(digits.program, xd, priority=1, after=AFTER)]
+    solo = [run(j.program, j.inputs, "golden").outputs for j in jobs]
+    return jobs, solo
+
+
+def _same_bits(a, b):
+    return a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+def test_several_programs_on_the_board_equal_golden(two_programs):
+    """The host loads both programs' images (placed apart), pushes the digits CNN once
+    ``TASKS_RUN`` reaches 5, and it preempts the chain at the chain's next switch point: each
+    program's outputs equal the golden backend's run of the pair and its solo run, bit for
+    bit, and the trace shows the switch."""
+    jobs, solo = two_programs
+    golden = run_jobs(jobs, "golden")
+    got = run_jobs(jobs, "board", board=_client(GoldenBoard(preset("small"))))
+    for k in range(2):
+        assert _same_bits(got.results[k].outputs, golden.results[k].outputs), k
+        assert _same_bits(got.results[k].outputs, solo[k]), k
+    n0, n1 = (j.program.queues[0].tasks for j in jobs)
+    # The chain's switch points are after its tasks 2 and 45; the push comes after task 5.
+    assert got.switches == golden.switches == [(0, 45, 1)]
+    queues = [q for q, _, _ in got.order]
+    assert queues == [0] * 46 + [1] * n1 + [0] * (n0 - 46)
+    assert [len(r.tasks) for r in got.results] == [n0, n1]
+    assert got.cycles == 2 * (n0 + n1) - 1          # task ordinals on the fake
+
+
+def test_a_program_pushed_when_the_first_has_ended(two_programs):
+    """Pushed after all of the chain's tasks: the NPU is idle when the host pushes, runs the
+    digits CNN then, and nothing is switched."""
+    jobs, solo = two_programs
+    n0 = jobs[0].program.queues[0].tasks
+    jobs = [jobs[0], Job(jobs[1].program, jobs[1].inputs, priority=1, after=n0)]
+    got = run_jobs(jobs, "board", board=_client(GoldenBoard(preset("small"))))
+    assert got.switches == []
+    assert [q for q, _, _ in got.order] == [0] * n0 + [1] * jobs[1].program.queues[0].tasks
+    for k in range(2):
+        assert _same_bits(got.results[k].outputs, solo[k]), k
+
+
+def test_a_late_push_that_never_comes_times_out(two_programs):
+    jobs, _ = two_programs
+    board = GoldenBoard(preset("small"), hang=True)
+    with pytest.raises(BoardRunError, match=r"^timeout: the NPU on fake port did not finish in "
+                                            r"0.3 s \(0 of the 5 tasks after which queue 1 is "
+                                            r"pushed completed\)$"):
+        run_jobs(jobs, "board", board=_client(board), board_timeout=0.3)
+
+
+def test_the_micro_board_refuses_several_programs(digits):
+    """The micro build (the icebreaker preset) keeps queue 0's registers only, though its
+    NPU_INFO is the preset's: the host reads back each queue's setup and refuses, before the
+    start, with one line that says why."""
+    program, x_test = digits
+    x = {"input": x_test[:1]}
+    board = GoldenBoard(program.config)
+    jobs = [Job(program, x, priority=0), Job(program, x, priority=1, after=2)]
+    with pytest.raises(BoardQueuesError) as info:
+        run_jobs(jobs, "board", board=_client(board))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("the board on fake port does not keep task queue 1 (Q1_TAIL "
+                              "reads 0x0 after a write of 0x")
+    assert "the micro build of the icebreaker preset runs queue 0 only" in message
+    assert not board.regs.done and board.regs.completed == 0     # never started
+    # The same pair runs on a build that keeps both queues (the blocks' icebreaker_blocks).
+    both = GoldenBoard(program.config, kept_queues=2)
+    got = run_jobs(jobs, "board", board=_client(both))
+    solo = run(program, x, "golden").outputs
+    assert all(_same_bits(r.outputs, solo) for r in got.results)
