@@ -183,6 +183,8 @@ def cmd_run(args):
     _add_estimate(summary, prog, plan, total)
     if main.trace_overflow:
         summary["trace_overflow"] = True
+    if main.counters:
+        summary["counters"] = main.counters
     status = 0
     if len(backends) > 1:
         same = all(np.array_equal(results[backends[0]].outputs[n].view(np.uint32),
@@ -236,6 +238,7 @@ def cmd_run(args):
                   + ("" if util is None else f", MAC utilization {util:.2%}"))
         if main.trace_overflow:
             print("trace: the NPU's trace buffer overflowed; per-layer cycles are incomplete")
+        _print_counters(main.counters)
         if "first_departure" in summary:
             d = summary["first_departure"]
             print(f"first departure from onnxruntime: node {d['node']} ({d['op']}), tensor "
@@ -352,6 +355,10 @@ def _run_several(args, say):
                              "outputs": {name: {"shape": list(v.shape)} for name, v
                                          in main.results[k].outputs.items()}}
                             for k, path in enumerate(paths)]}
+    if main.counters:
+        summary["counters"] = main.counters
+    if main.trace_overflow:
+        summary["trace_overflow"] = True
     status = 0
     if len(backends) > 1:
         first = results[backends[0]]
@@ -382,10 +389,19 @@ def _run_several(args, say):
         print("switches: none")
     if main.cycles is not None:
         print(f"cycles: {main.cycles}")
+    _print_counters(main.counters)
+    if main.trace_overflow:
+        print("trace: the NPU's trace buffer overflowed; tasks and switches are incomplete")
     if "bit_exact" in summary:
         print(f"{' and '.join(backends)} agree bit for bit: "
               f"{'yes' if summary['bit_exact'] else 'NO'}")
     return status
+
+
+def _print_counters(counters):
+    """The performance counters of an RTL or board run, one line."""
+    if counters:
+        print("counters: " + ", ".join(f"{name} {value:,}" for name, value in counters.items()))
 
 
 def _open_board(args):

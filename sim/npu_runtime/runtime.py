@@ -17,6 +17,7 @@ from npu_compiler.compile import io_metadata
 from npu_compiler.graph import CompileError
 from npu_model.system import read_tensor, run_program, write_tensor
 from npu_spec.engine import Engine
+from npu_spec.taskman import COUNTERS
 
 __all__ = ["BACKENDS", "Job", "JobsResult", "RunResult", "compare", "place", "read_input_file",
            "reference", "run", "run_jobs", "session"]
@@ -31,7 +32,9 @@ class RunResult:
     only; drained while the program runs, so it holds every task unless ``trace_overflow``:
     the NPU's trace buffer was full and dropped entries) and ``order``,
     ``[(queue, task, engine)]`` in the order the tasks started (both backends; on the RTL as
-    far as the trace reaches)."""
+    far as the trace reaches). ``counters``: the task manager's performance counters by name
+    (``npu_spec.taskman.COUNTERS``) at the end of the run (RTL and board; of the last item of a
+    batch)."""
     outputs: dict
     memory: bytes
     backend: str
@@ -39,6 +42,7 @@ class RunResult:
     tasks: list = field(default_factory=list)
     order: list = field(default_factory=list)
     trace_overflow: bool = False
+    counters: dict = field(default_factory=dict)
 
 
 def _tensor(program, name):
@@ -158,7 +162,8 @@ def run(program, inputs, backend="golden", *, latency=4, progress=None, board=No
         cycles = None if parts[0].cycles is None else sum(p.cycles for p in parts)
         return RunResult(outs, parts[-1].memory, backend, cycles, parts[0].tasks,
                          parts[0].order,
-                         trace_overflow=any(p.trace_overflow for p in parts))
+                         trace_overflow=any(p.trace_overflow for p in parts),
+                         counters=parts[-1].counters)
     return _run_one(program, inputs, backend, latency, progress, **extra)
 
 
@@ -196,7 +201,7 @@ def _run_one(program, inputs, backend, latency, progress, board=None, board_time
         tasks = _trace_tasks(res["trace"])
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
                          res["cycles"], tasks, _trace_order(res["trace"]),
-                         trace_overflow=res["trace_overflow"])
+                         trace_overflow=res["trace_overflow"], counters=_counters(res))
     if backend == "board":
         if board is None:
             raise CompileError("the board backend needs a device (--device /dev/ttyUSBn)")
@@ -204,7 +209,7 @@ def _run_one(program, inputs, backend, latency, progress, board=None, board_time
         tasks = _trace_tasks(res["trace"])
         return RunResult(_outputs(prog, res["memory"]), res["memory"], backend,
                          res["cycles"], tasks, _trace_order(res["trace"]),
-                         trace_overflow=res["trace_overflow"])
+                         trace_overflow=res["trace_overflow"], counters=_counters(res))
     raise CompileError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
 
 
@@ -229,13 +234,16 @@ class JobsResult:
     tasks in ``tasks``), the whole run's ``cycles`` (RTL), ``tasks`` (the trace of every
     queue, entries as in :class:`RunResult`, RTL), ``order`` (``[(queue, task, engine
     name)]`` in the order tasks started) and ``switches`` (``[(queue left, after its task,
-    queue taken)]``). Job ``k`` ran on queue ``k``."""
+    queue taken)]``), ``counters`` (the performance counters at the end, RTL and board) and
+    ``trace_overflow``. Job ``k`` ran on queue ``k``."""
     results: list
     backend: str
     cycles: int = None
     tasks: list = field(default_factory=list)
     order: list = field(default_factory=list)
     switches: list = field(default_factory=list)
+    counters: dict = field(default_factory=dict)
+    trace_overflow: bool = False
 
 
 def place(programs, align=PLACE_ALIGN):
@@ -340,6 +348,7 @@ def run_jobs(jobs, backend="golden", *, latency=4, progress=None, board=None,
         memory, cycles, tasks = res.memory, None, []
         order = _golden_order(res)
         switches = list(res.switches)
+        extra = {}
     elif backend in ("rtl", "board"):
         if backend == "rtl":
             from npu_fpga.toolenv import apply_tool_env
@@ -355,13 +364,19 @@ def run_jobs(jobs, backend="golden", *, latency=4, progress=None, board=None,
         tasks = _trace_tasks(res["trace"])
         order = _trace_order(res["trace"])
         switches = _switches(res["trace"])
+        extra = {"counters": _counters(res), "trace_overflow": res["trace_overflow"]}
     else:
         raise CompileError(f"several programs run on golden, rtl or board, not {backend!r}")
     results = [RunResult(_outputs(part, memory), memory, backend,
                          tasks=[t for t in tasks if t[5] == k],
                          order=[o for o in order if o[0] == k])
                for k, part in enumerate(parts)]
-    return JobsResult(results, backend, cycles, tasks, order, switches)
+    return JobsResult(results, backend, cycles, tasks, order, switches, **extra)
+
+
+def _counters(res):
+    """The performance counters by name from an RTL or board run's ``registers``."""
+    return {name: res["registers"][name] for name, _ in COUNTERS if name in res["registers"]}
 
 
 def _golden_order(res):

@@ -16,7 +16,8 @@ Like the hardware's, the trace buffer holds ``trace_depth`` entries and the entr
 while the program runs, ``events_per_read`` of them for each register read of the host (the
 model's time); ``STATUS.idle`` is set once all have arrived. An entry that finds the buffer
 full is dropped and sets ``TRACE_STATUS.overflow``: a host that does not drain the buffer
-while it polls loses entries.
+while it polls loses entries. Of the performance counters, ``TASKS_RUN`` counts the task ends
+delivered so far and ``SWITCHES`` the golden run's task switches; the others read 0.
 
 :class:`FakeSerial` is a pyserial-compatible port (``write``, ``read`` returning fewer bytes
 after ``timeout`` seconds, ``reset_input_buffer``, ``close``) connected to a
@@ -63,7 +64,7 @@ class GoldenNPURegisters:
         self.pending = []           # trace entries still to come
         self.due = 0.0              # entries owed to the buffer by the reads so far
         self.overflow = False
-        self.state = {"EXC_STATUS": 0, "EXC_ADDR": 0}
+        self.state = {"EXC_STATUS": 0, "EXC_ADDR": 0, "SWITCHES": 0}
         self.queue_status = {}
         self.pushed = {}
         self.arrivals = {}          # queue: tasks completed when it was pushed (late pushes)
@@ -207,6 +208,7 @@ class GoldenNPURegisters:
                                error=error if end else 0, queue=t.queue, valid=1)
                 entries.append((word, 2 * k + end))
         self.pending = entries[self.delivered:]
+        self.state["SWITCHES"] = len(result.switches)
         retired = [q for q in result.queues if q.retired]
         exc = self.tm["EXC_STATUS"]
         for q in retired:

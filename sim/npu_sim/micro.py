@@ -61,13 +61,14 @@ async def _read(ctx, bus, address):
 
 
 def run_micro(program, *, neural=None, planar=None, max_cycles=2_000_000, writes=None,
-              onchip=False):
+              onchip=False, reads=()):
     """Run ``program`` (:class:`npu_spec.program.Program`) on the micro build in the Amaranth
     simulator; returns ``{"memory": bytes, "registers": {name: word}, "cycles": int}`` with
     the task manager's ``EXC_STATUS``, ``EXC_ADDR``, ``IRQ_STATUS``, ``STATUS`` and every
     queue's ``Qi_STATUS``, and ``NPU_INFO``'s identification words. ``writes`` replaces the
     host's setup writes (``npu_sim.system.setup_writes``). With ``onchip``, also ``"buffer"``
     and ``"kernel"``: the buffer's elements and the kernel memory's words (lists of ints).
+    ``reads``: more task manager registers (names) to read at the end.
     :class:`TimeoutError` after ``max_cycles`` without ``STATUS.idle``."""
     config = program.config
     dut = MicroSystem(MicroNPU(config, neural=neural, planar=planar), program.memory)
@@ -90,7 +91,7 @@ def run_micro(program, *, neural=None, planar=None, max_cycles=2_000_000, writes
             if cycles > max_cycles:
                 raise TimeoutError(f"the micro NPU did not finish in {max_cycles} cycles")
         names = ["EXC_STATUS", "EXC_ADDR", "IRQ_STATUS", "STATUS"]
-        names += [f"Q{q}_STATUS" for q in range(config.task_queues)]
+        names += [f"Q{q}_STATUS" for q in range(config.task_queues)] + list(reads)
         regs = {name: await _read(ctx, bus, tm.address(name)) for name in names}
         for name in ("ID", "VERSION", "CONFIG0", "CONFIG1", "CONFIG2", "CONFIG3", "CONFIG4"):
             regs[name] = await _read(ctx, bus, NPU_INFO[name].offset)

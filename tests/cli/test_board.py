@@ -55,6 +55,7 @@ def test_golden_and_board_agree_bit_for_bit(files, monkeypatch, capsys):
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["bit_exact"] is True and out["backend"] == "board"
     assert out["outputs"]["logits"]["shape"] == [1, 10]
+    assert out["counters"]["TASKS_RUN"] == 10          # the int8 digits program's tasks
 
 
 def test_a_board_of_another_configuration_exits_2(files, monkeypatch, capsys):
@@ -121,6 +122,7 @@ def test_several_programs_on_golden_and_board_agree(two, monkeypatch, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert rc == 0 and summary["bit_exact"] is True and summary["backend"] == "board"
     assert summary["switches"] == [{"from_queue": 0, "after_task": 6, "to_queue": 1}]
+    assert summary["counters"]["TASKS_RUN"] == 36 and summary["counters"]["SWITCHES"] == 1
     with np.load(out) as z:
         assert sorted(z.files) == ["0/logits", "1/logits"]
         assert not np.array_equal(z["0/logits"], z["1/logits"])

@@ -197,6 +197,8 @@ def test_several_programs_on_the_board_equal_golden(two_programs):
     assert queues == [0] * 46 + [1] * n1 + [0] * (n0 - 46)
     assert [len(r.tasks) for r in got.results] == [n0, n1]
     assert got.cycles == 2 * (n0 + n1) - 1          # task ordinals on the fake
+    assert got.counters["TASKS_RUN"] == n0 + n1 and got.counters["SWITCHES"] == 1
+    assert not got.trace_overflow
 
 
 def test_a_program_pushed_when_the_first_has_ended(two_programs):
@@ -206,7 +208,7 @@ def test_a_program_pushed_when_the_first_has_ended(two_programs):
     n0 = jobs[0].program.queues[0].tasks
     jobs = [jobs[0], Job(jobs[1].program, jobs[1].inputs, priority=1, after=n0)]
     got = run_jobs(jobs, "board", board=_client(GoldenBoard(preset("small"))))
-    assert got.switches == []
+    assert got.switches == [] and got.counters["SWITCHES"] == 0
     assert [q for q, _, _ in got.order] == [0] * n0 + [1] * jobs[1].program.queues[0].tasks
     for k in range(2):
         assert _same_bits(got.results[k].outputs, solo[k]), k

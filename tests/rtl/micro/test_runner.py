@@ -16,6 +16,7 @@ from amaranth.sim import Simulator
 from npu.micro.runner import MicroRunner
 from npu_model.system import run_program
 from npu_sim.micro import run_micro
+from npu_sim.system import setup_writes
 from npu_spec import dma
 from npu_spec.config import preset
 from npu_spec.descriptors import ENTRY, HEADER, MAGIC, Descriptor, encode
@@ -292,3 +293,22 @@ def test_a_push_as_a_task_retires_is_kept(delay):
     task (delay 0: the cycle after ``done``, when it takes the count down) adds its tasks:
     both pushed tasks run and the queue ends empty."""
     assert _push_race(delay) == (2, 0)
+
+
+def test_registers_of_queue_1_read_0():
+    """The micro build keeps queue 0 only: the setup of queue 1 is dropped and reads back 0,
+    which is how the board backend tells it from a build with two queues
+    (``npu_sim.board_host``: the same ``NPU_INFO``, ``task_queues`` 2). Queue 0 still runs."""
+    program = _program(_good(1))
+    tm = task_manager_map(SMALL.task_queues)
+    tail = tm["Q1_TAIL"].pack(address=0x123)
+    writes = setup_writes(program) + [
+        (tm.address("Q1_CTRL"), tm["Q1_CTRL"].pack(priority=3)),
+        (tm.address("Q1_TAIL"), tail),
+        (tm.address("Q1_HEAD"), tm["Q1_HEAD"].pack(address=HEAD)),
+        (tm.address("Q1_PUSH"), tm["Q1_PUSH"].pack(count=2))]
+    assert tail != 0
+    got = run_micro(program, writes=writes, reads=("Q1_TAIL", "Q1_CTRL"))
+    assert got["registers"]["Q1_TAIL"] == 0 and got["registers"]["Q1_CTRL"] == 0
+    assert got["registers"]["Q1_STATUS"] == 0
+    assert got["memory"] == run_program(program).memory
