@@ -15,17 +15,20 @@ POLL   send a read frame of one word at word address ``addr`` and take its answe
 DRAIN  wait until ``value`` answer bytes have gone to the response stream: after a long read,
        so that the next frames do not pile up in the bridge's 16-byte receive queue while it
        is still answering (a host that sends faster than the bridge answers overruns it)
+AT     as POLL, until ``(word & mask) >= value`` (a counter such as ``TASKS_RUN`` that may
+       move on by more than one between two polls)
 =====  ===========================================================================================
 
 Every byte the board sends outside a POLL goes to the response stream. :func:`board_run` loads
 a program over the bridge, starts it, polls the task manager until it is idle, reads the
 result memory and ``EXC_STATUS`` back, and returns them for a comparison with the golden
-model.
+model; with ``late`` (``{queue: n}``, several programs) it pushes a queue once ``TASKS_RUN``
+has reached ``n``, as :func:`npu_sim.board_host.run_on_board` does.
 """
 
 import enum
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -42,6 +45,7 @@ class HostOp(enum.IntEnum):
     BYTE = 0
     POLL = 1
     DRAIN = 2
+    AT = 3
 
 
 def host_layout():
@@ -139,7 +143,8 @@ class BoardSimBench(wiring.Component):
                     with m.If(got == 3):
                         m.next = "POLL_CHECK"
             with m.State("POLL_CHECK"):
-                with m.If((word & cmd.mask) == cmd.value):
+                masked = word & cmd.mask
+                with m.If(Mux(cmd.op == HostOp.AT, masked >= cmd.value, masked == cmd.value)):
                     m.d.comb += self.cmd.ready.eq(1)
                     m.next = "COMMAND"
                 with m.Else():
@@ -148,10 +153,11 @@ class BoardSimBench(wiring.Component):
         return m
 
 
-def board_commands(program, *, dump_bytes=None):
+def board_commands(program, *, dump_bytes=None, late=None):
     """Host commands of one run of ``program`` and the number of answer bytes: the memory
-    image (its nonzero runs of words), the task manager's setup and start, a poll of
-    ``STATUS.idle``, then reads of ``EXC_STATUS`` and of the memory."""
+    image (its nonzero runs of words), the task manager's setup and start, the pushes of the
+    queues in ``late`` (``{queue: n}``) each once ``TASKS_RUN`` reads ``n`` or more, a poll
+    of ``STATUS.idle``, then reads of ``EXC_STATUS`` and of the memory."""
     from npu_spec.taskman import task_manager_map
 
     from .system import WATCHDOG, setup_writes
@@ -174,10 +180,18 @@ def board_commands(program, *, dump_bytes=None):
         k = run
     cfg = program.config
     tm = task_manager_map(cfg.task_queues)
-    for addr, value in setup_writes(program, watchdog=WATCHDOG):
+    late = dict(late or {})
+    for addr, value in setup_writes(program, watchdog=WATCHDOG, late=late):
         send(encode_write(NPU_REGS_BASE + addr, [value]))
     ctrl = tm["CTRL"]
     send(encode_write(NPU_REGS_BASE + tm.base + ctrl.offset, [ctrl.pack(enable=1)]))
+    for i, n in sorted(late.items(), key=lambda item: item[1]):
+        beats.append(layout.const({"op": HostOp.AT,
+                                   "addr": NPU_REGS_BASE + tm.base + tm["TASKS_RUN"].offset,
+                                   "mask": 0xFFFF_FFFF, "value": n}).as_bits())
+        push = tm[f"Q{i}_PUSH"]
+        send(encode_write(NPU_REGS_BASE + tm.base + push.offset,
+                          [push.pack(count=program.queue(i).tasks)]))
     status, idle = tm["STATUS"], tm["STATUS"]["idle"]
     # Twice: the second confirms the first did not see idle before the work began.
     for _ in range(2):
@@ -199,9 +213,9 @@ def board_commands(program, *, dump_bytes=None):
     return beats, 4 * (1 + n)
 
 
-def board_run(program, *, progress=None, max_cycles=20_000_000):
+def board_run(program, *, progress=None, max_cycles=20_000_000, late=None):
     """Run ``program`` on the simulated board (Verilator); returns ``{"memory", "EXC_STATUS",
-    "cycles", "wall"}``."""
+    "cycles", "wall"}``. ``late``: :func:`board_commands`'."""
     import time
 
     from npu.lib.shared import SharedModules
@@ -209,7 +223,7 @@ def board_run(program, *, progress=None, max_cycles=20_000_000):
     from .verilator import StreamBench
     cfg = program.config
     dump = max([len(program.memory)] + [t.extent[1] for t in program.tensors])
-    beats, expected = board_commands(program, dump_bytes=dump)
+    beats, expected = board_commands(program, dump_bytes=dump, late=late)
     shared = SharedModules()
     mem_bytes = program.memory_bytes
     bench = BoardSimBench(cfg, mem_bytes=mem_bytes, shared=shared)
