@@ -52,7 +52,7 @@ from .compress import encode_kernels
 from .graph import Node
 from .lower import _f16, _f32bits
 
-__all__ = ["BINARY_OPS", "CLAMP_OPS", "PWL_OPS", "EltwiseInt8"]
+__all__ = ["BINARY_OPS", "CLAMP_OPS", "LEAKY_OPS", "PWL_OPS", "EltwiseInt8"]
 
 #: Operators of two int8 activations this module lowers.
 BINARY_OPS = ("Add", "Sub", "Mul")
@@ -60,6 +60,9 @@ BINARY_OPS = ("Add", "Sub", "Mul")
 PWL_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Gelu": "gelu"}
 #: Clamped activations run as int8 layers.
 CLAMP_OPS = ("Clip", "HardSigmoid", "HardSwish")
+#: Negative-slope activations: a mixed-format layer (a scalar slope) or planar tasks (one
+#: slope per channel).
+LEAKY_OPS = ("LeakyRelu", "PRelu")
 
 
 class EltwiseInt8:
@@ -201,21 +204,26 @@ class EltwiseInt8:
         """``(layer, activation)``: a ``Conv`` or ``Gemm`` with a fused piecewise-linear
         activation as the layer alone (writing the tensor the activation read) and the
         activation as a node of its own; None for any other node."""
-        kind = (node.fused or {}).get("act")
-        op = {v: k for k, v in PWL_OPS.items()}.get(kind)
+        act = node.fused or {}
+        kind = act.get("act")
+        op = {v: k for k, v in PWL_OPS.items()}.get(kind, "LeakyRelu" if kind == "leaky"
+                                                     else None)
         if op is None:
             return None
         if not node.preact:
             self.fail(f"the fused activation {kind} has no input tensor to calibrate")
         layer = dataclasses.replace(node, outputs=[node.preact], fused={}, preact="")
-        return layer, Node(op, node.name, [node.preact], list(node.outputs))
+        attrs = {"alpha": float(act["alpha"])} if kind == "leaky" else {}
+        return layer, Node(op, node.name, [node.preact], list(node.outputs), attrs)
 
     def pwl_node(self, node):
-        """A piecewise-linear activation node, whole or (memory mode) in chunks."""
+        """A piecewise-linear activation or leaky ReLU node, whole or (memory mode) in
+        chunks."""
+        fn = self.op_LeakyRelu if node.op == "LeakyRelu" else self.op_Sigmoid
         if self.memory:
-            self.mem_elementwise(node, self.op_Sigmoid, 3)
+            self.mem_elementwise(node, fn, 3)
         else:
-            self.op_Sigmoid(node)
+            fn(node)
 
     def op_Sigmoid(self, node):
         """``Sigmoid``, ``Tanh``, ``Gelu`` of an int8 activation (module docstring)."""
@@ -242,8 +250,9 @@ class EltwiseInt8:
     op_Tanh = op_Gelu = op_Sigmoid
 
     def _pwl_blob(self, c, s_in, z_in=0):
-        """The kernels of the mixed depthwise layer of :meth:`op_Sigmoid`: weight 1
-        (binary16), bias ``-z_in`` and scale ``s_in`` (binary32), for ``c`` channels."""
+        """The kernels of the mixed depthwise layer of :meth:`op_Sigmoid` (and
+        :meth:`op_LeakyRelu`): weight 1 (binary16), bias ``-z_in`` and scale ``s_in``
+        (binary32), for ``c`` channels."""
         key = ("pwl", c, float(s_in), int(z_in))
         if key not in self._requant:
             blob, raw_bytes, choice = encode_kernels(
@@ -259,6 +268,114 @@ class EltwiseInt8:
         if not self.memory:
             self.row["kernel_raw_bytes"] += self._raw[id(blob)]
         return blob
+
+    # ---- negative-slope activations --------------------------------------------------------
+
+    def _needs_mixed(self, node):
+        if "mixed" not in self.cfg.formats:
+            self.fail(f"{node.op} in int8 needs the int8 x binary16 (mixed) datapath, which "
+                      f"preset {self.cfg.name!r} has not")
+
+    def op_LeakyRelu(self, node, alpha=None):
+        """Leaky ReLU of slope ``alpha`` (the node's attribute by default) of an int8
+        activation: one mixed-format depthwise 1x1 layer (int8 data x binary16 weight 1, bias
+        ``-z_x``), the post-processor's binary32 scale ``s_x / s_y``, its leaky ReLU with the
+        slope rounded to binary32, and int8 out (round half to even, ``+ z_y``, saturated):
+        one rounding. Leaky ReLU commutes with the positive scale, so the slope applies to
+        the rescaled value."""
+        self._needs_mixed(node)
+        x, out = node.inputs[0], node.outputs[0]
+        alpha = float(node.attr("alpha", 0.01) if alpha is None else alpha)
+        ds = self.src(x)
+        s_x, z_x = self.operand_params(x)
+        s_y, z_y = self.result_params(node)
+        blob = self._pwl_blob(ds.shape[0], s_x / s_y, z_x)
+        places = self._resident(blob) if self.memory else self.place(blob, 1)
+        y = self.b.conv(ds, places[0], act="leaky", alpha=alpha, out_fp16=False,
+                        zero_point=z_y)
+        self._check_layer(ds, blob, y, 1, 0, 1, ds.shape[0], fmt=MacFormat.I8F16)
+        self.ds[out] = y
+        self.record(out, s_y, z_y)
+
+    def op_PRelu(self, node):
+        """``PRelu`` with a constant slope: a scalar is :meth:`op_LeakyRelu`; one slope per
+        channel runs on the planar engine (:meth:`_prelu_tasks`)."""
+        x = node.inputs[0]
+        slope = self.g.const(node.inputs[1])
+        if slope is None:
+            self.fail("the slope must be a constant")
+        slope = np.asarray(slope, np.float64)
+        if slope.size == 1:
+            self.pwl_like(node, alpha=float(slope.reshape(-1)[0]))
+            return
+        shape = tuple(self.g.shapes[x])
+        # One slope per channel: (C,), (C, 1, 1) or (1, C, 1, 1) over a (1, C, H, W) tensor.
+        per_channel = (len(shape) == 4 and slope.size == shape[1]
+                       and (slope.ndim == 1 or (slope.ndim <= 4 and slope.shape[-2:] == (1, 1)
+                                                and slope.shape[-3] == shape[1])))
+        if not per_channel:
+            self.fail(f"a slope of shape {slope.shape} over {shape} (a scalar or one slope per "
+                      f"channel only)")
+        codes = _f16(slope.reshape(-1))
+        name = f"{node.name}:slope"
+        t = self.b.tensor(f"{name}:{len(self.b.tensors)}", (1, 1, shape[1]), "fp16",
+                          "constant", codes.reshape(1, 1, -1))
+        vec = self.b.load(t)
+        if self.memory:
+            self._mem_prelu(node, vec)
+        else:
+            out = node.outputs[0]
+            self.ds[out] = self._prelu_tasks(node, self.src(x, conv=True), vec)
+            self.record(out, *self.result_params(node))
+        self.b.release(vec)
+
+    def pwl_like(self, node, alpha):
+        """A scalar-slope ``PRelu`` as a leaky ReLU node (whole, or in memory mode in
+        chunks)."""
+        leaky = Node("LeakyRelu", node.name, [node.inputs[0]], list(node.outputs),
+                     {"alpha": alpha})
+        self.pwl_node(leaky)
+
+    def _prelu_tasks(self, node, dx, vec, in_place=False):
+        """``PRelu`` of int8 dataset ``dx`` with ``vec`` the ``(1, 1, C)`` binary16 slopes of
+        its channels; four planar tasks (five with an output zero point):
+        ``h = (q - z_x) s_x / s_y`` to binary16, ``p = relu(h)``, ``n = h - p`` (exact: the
+        negative part), then ``p + slope * n`` (``fma``, the slope the channel's broadcast
+        vector) rounded to int8. ``in_place``: ``h`` is written over ``dx`` and the result
+        over ``p``."""
+        fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
+        s_x, z_x = self.operand_params(node.inputs[0])
+        s_y, z_y = self.result_params(node)
+        k = s_x / s_y
+        h = self.b.planar(dx, out=dataclasses.replace(dx, fmt="fp16") if in_place else None,
+                          mode="eltwise", op="gain_bias", scale=k, bias=0.0 - z_x * k,
+                          out_fmt=fp16)
+        p = self.b.planar(h, mode="eltwise", op="relu", out_fmt=fp16)
+        n = self.b.planar(h, p, out=h, mode="eltwise", op="sub", out_fmt=fp16)
+        if z_y:
+            self.b.planar(p, out=p, mode="eltwise", op="gain_bias", scale=1.0,
+                          bias=float(z_y), out_fmt=fp16)
+        y = self.b.planar(p, vec, n, out=dataclasses.replace(p, fmt="int8"), mode="eltwise",
+                          op="fma", bcast="channel", out_fmt=int8)
+        if not in_place:
+            self.b.release(n)
+        return y
+
+    def _mem_prelu(self, node, vec):
+        """:meth:`_prelu_tasks` with the activation in system memory, in boxes of channels and
+        rows, each with its channels' part of the slopes ``vec`` (loaded once)."""
+        x, out = node.inputs[0], node.outputs[0]
+        v = self.view(x)
+        out3 = self.new_view(out, v.shape)
+        c, h, w = v.shape
+        for c0, c1, h0, h1 in ops._boxes(v.shape, (self.buf_size - c) // 2):
+            dx = self.buffer((c1 - c0, h1 - h0, w))
+            self.load3(ops._view3(v, c0, c1, h0, h1), dx)
+            part = Dataset(vec.addr + c0, (1, 1, c1 - c0), "fp16")
+            y = self._prelu_tasks(node, dx, part, in_place=True)
+            self.store3(y, ops._view3(out3, c0, c1, h0, h1))
+            self.release(dx, y)
+        self.record(out, *self.result_params(node))
 
     # ---- clamped activations ---------------------------------------------------------------
 
