@@ -156,6 +156,39 @@ def test_per_channel_slopes_apply_per_channel():
     assert err <= sx * (0.5 + 2 ** -10 * 127) + sy / 2 + 2 ** -20 * 127 * sy, err
 
 
+@pytest.mark.parametrize("symmetric", [True, False], ids=["int8-sym", "uint8-asym"])
+def test_qdq_leaky_relu_within_one_step(tmp_path, symmetric):
+    """A quantized model (onnxruntime's ``quantize_static``, QDQ) with ``LeakyRelu`` between
+    ``DequantizeLinear`` and ``QuantizeLinear`` after each of two convs: the mixed-format
+    layer with the model's scales and zero points (bias ``-z_x``, the post-processor's zero
+    point ``z_y``). onnxruntime rounds the float result of the same codes, so the two differ
+    by at most one step (``tests/compiler/test_qdq.py``); in memory mode the same bits."""
+    from .test_qdq import _opset, quantize, steps
+    rng = np.random.default_rng(9)
+    n = helper.make_node
+    inits = [_init(rng, k, s, 0.5) for k, s in (("w1", (4, 2, 3, 3)), ("b1", (4,)),
+                                                 ("w2", (4, 4, 3, 3)), ("b2", (4,)))]
+    graph = helper.make_graph(
+        [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+         n("LeakyRelu", ["c1"], ["r1"], alpha=0.2),
+         n("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+         n("LeakyRelu", ["c2"], ["y"], alpha=0.05)], "leaky",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], inits)
+    cal = [{"x": rng.standard_normal((1, 2, 6, 6)).astype(np.float32)} for _ in range(16)]
+    qmodel = quantize(_opset(graph), cal, tmp_path, "QDQ", symmetric)
+    assert [nd.op_type for nd in qmodel.graph.node].count("LeakyRelu") == 2
+    x = {"x": rng.standard_normal((3, 2, 6, 6)).astype(np.float32)}
+    got = []
+    for cfg in (preset("small"), preset("small").replace(buffer_kib=1)):
+        compiled = compile_model(qmodel, cfg, fmt="int8")
+        assert [(r["op"], r["engine"]) for r in compiled.plan] == [("Conv", "NE"),
+                                                                   ("LeakyRelu", "NE")] * 2
+        assert steps(qmodel, compiled, x, "y").max() <= 1 + 1e-6
+        got.append(run(compiled.program, x, "golden").outputs["y"].tobytes())
+    assert got[0] == got[1]
+
+
 # ---- constant tensors ----------------------------------------------------------------------
 
 def const_model(op, xshape, cshape, reverse=False, seed=1):
@@ -266,7 +299,7 @@ def mixed_network(seed=4):
              n("LeakyRelu", ["f"], ["l"], alpha=0.1),
              n("PRelu", ["l", "slope"], ["p"]), n("Mul", ["p", "plane"], ["m"]),
              n("Div", ["m", "div"], ["d"]), n("Sub", ["d", "cols"], ["y"])]
-    return _model(nodes, inits, (1, 3, 6, 10))
+    return _model(nodes, inits, (1, 3, 6, 10), SHAPE)
 
 
 @pytest.mark.slow
