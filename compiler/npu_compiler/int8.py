@@ -15,8 +15,11 @@ activation in system memory and the layers cut into bands (:mod:`npu_compiler.in
 Operators: ``Conv`` (with a fused ``Relu`` or ``Clip``, or a fused ``Sigmoid``, ``Tanh``,
 ``Gelu`` after it), ``Gemm`` (a convolution whose kernel covers the whole input), ``Add``,
 ``Sub``, ``Mul`` of two activations with broadcast (planar engine, through binary16),
-``Sigmoid``, ``Tanh``, ``Gelu`` (a mixed-format layer and a planar rescale), ``Clip``,
+``Sigmoid``, ``Tanh``, ``Gelu`` (a mixed-format layer and a planar rescale), ``LeakyRelu``
+and ``PRelu`` (a mixed-format layer; per-channel slopes on the planar engine), ``Clip``,
 ``HardSigmoid``, ``HardSwish`` (clamped depthwise layers; all :mod:`npu_compiler.int8elt`),
+``Add``, ``Sub``, ``Mul``, ``Div`` with a constant (a scalar or per-channel one as a
+depthwise layer, a constant tensor as a quantized operand of the binary path),
 ``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool``
 (a depthwise convolution of weight ``1 / (H W)``), ``AveragePool`` and ``Concat`` (system
 memory only), and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze``,

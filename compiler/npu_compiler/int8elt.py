@@ -29,6 +29,12 @@ planar gain-bias by ``1 / s_y`` (plus ``z_y``) rounds it to int8. A fused one fo
 layer, computed with the calibrated scale of the tensor the activation read
 (``Node.preact``).
 
+Leaky ReLU (and a scalar-slope ``PRelu``) is one mixed-format depthwise layer: binary32
+scale ``s_x / s_y``, the post-processor's leaky ReLU, int8 out with ``z_y`` (the int32 path
+of an int8 layer has no leaky ReLU). ``PRelu`` with one slope per channel runs on the planar
+engine: ``h`` the rescaled codes in binary16, ``p = relu(h)``, ``n = h - p``, then
+``p + slope * n`` (``fma``, the binary16 slopes the per-channel broadcast vector) to int8.
+
 The clamped ones are int8 layers (calibrated models): ``Clip`` (not fused into a conv) and
 ``HardSigmoid`` are a depthwise 1x1 layer ``x * m + a`` with the post-processor's clamp;
 ``HardSwish`` is that hard sigmoid (``x / 6 + 1/2`` clamped to ``[0, 1]``, into a tensor of
