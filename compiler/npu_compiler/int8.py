@@ -398,7 +398,7 @@ class _Int8(EltwiseInt8, MemoryInt8):
             if len([o for o in node.outputs if o]) > 1:
                 self.fail("the indices output is not supported")
             self.mem_pool(node, op == "MaxPool")
-        elif op in BINARY_OPS and self._constant_operand(node) is None:
+        elif op in BINARY_OPS + ("Div",) and self._constant_operand(node) is None:
             self.mem_binary(node)
         elif op == "Relu":
             self.mem_elementwise(node, self.op_Relu, 2)
@@ -579,10 +579,8 @@ class _Int8(EltwiseInt8, MemoryInt8):
         output's own scale (one rounding)."""
         x, c, rev = self._constant_operand(node)
         op = node.op
-        if op == "Div" and rev:
-            self.fail("division by a tensor is not supported")
         v = self._per_channel(x, c)
-        if v is None:
+        if v is None or (op == "Div" and rev):
             self.constant_binary(node, x, c, rev)
             return
         ones = np.ones_like(v)
@@ -598,15 +596,15 @@ class _Int8(EltwiseInt8, MemoryInt8):
 
     def constant_binary(self, node, x, c, rev):
         """``Add``, ``Sub``, ``Mul``, ``Div`` of activation ``x`` and a constant tensor ``c``
-        of another shape than a scalar or a per-channel vector: the constant (for ``Div`` its
-        reciprocal, a ``Mul``) quantized to int8 with its own symmetric scale ``max |c| /
-        127`` and stored in system memory, then the binary elementwise path of two
-        activations (:meth:`binary`). The constant keeps its shape when it is the planar
-        engine's broadcast vector over ``x``; otherwise (it is larger than ``x``, varies over
-        two separate blocks of axes, or has more elements than a broadcast vector) it is
-        broadcast to the output's shape here."""
+        of another shape than a scalar or a per-channel vector (``c / x`` with any constant):
+        the constant (for ``x / c`` its reciprocal, a ``Mul``) quantized to int8 with its own
+        symmetric scale ``max |c| / 127`` and stored in system memory, then the binary
+        elementwise path of two activations (:meth:`binary`). The constant keeps its shape
+        when it is the planar engine's broadcast vector over ``x``; otherwise (it is larger
+        than ``x``, varies over two separate blocks of axes, or has more elements than a
+        broadcast vector) it is broadcast to the output's shape here."""
         g, op, out = self.g, node.op, node.outputs[0]
-        if op == "Div":
+        if op == "Div" and not rev:
             with np.errstate(divide="ignore"):
                 c, op = 1.0 / c, "Mul"
         if not np.all(np.isfinite(c)):
@@ -651,8 +649,11 @@ class _Int8(EltwiseInt8, MemoryInt8):
     op_Sub = op_Mul = op_Add
 
     def op_Div(self, node):
+        """``Div`` of two activations: :meth:`binary` (the divisor's reciprocals by the
+        planar engine, then a ``mul``); by a constant: :meth:`affine`."""
         if self._constant_operand(node) is None:
-            self.fail("Div of two activations is not supported (by a constant only)")
+            self.binary(node)
+            return
         self.affine(node)
 
     def op_MaxPool(self, node):

@@ -56,11 +56,11 @@ from npu_spec.mac import MacFormat
 from . import ops
 from .compress import encode_kernels
 from .graph import Node
-from .lower import _f16, _f32bits
+from .lower import MAX_DIM, _f16, _f32bits
 
 __all__ = ["BINARY_OPS", "CLAMP_OPS", "LEAKY_OPS", "PWL_OPS", "EltwiseInt8"]
 
-#: Operators of two int8 activations this module lowers.
+#: Operators of two int8 activations this module lowers (and ``Div``, in calibrated models).
 BINARY_OPS = ("Add", "Sub", "Mul")
 #: Piecewise-linear activations as operators, and their post-processor functions.
 PWL_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Gelu": "gelu"}
@@ -119,6 +119,8 @@ class EltwiseInt8:
         ``Sub``) and the output's zero point (:meth:`_elt_tasks`)."""
         s_y, z_y = self.result_params(node)
         (sf, zf), (so, zo) = self.operand_params(full), self.operand_params(other)
+        if node.op == "Div":
+            return "mul", (1.0, 0.0), (1.0, 0.0), 0
         if node.op == "Mul":
             k = sf * so / s_y
             return "mul", (1.0, float(-zf)), (k, 0.0 - zo * k), z_y
@@ -126,18 +128,22 @@ class EltwiseInt8:
         so = -so if node.op == "Sub" and first else so
         return "add", (sf / s_y, z_y - zf * sf / s_y), (so / s_y, 0.0 - zo * so / s_y), 0
 
-    def _elt_tasks(self, df, do, op, f, o, z_y=0, kind=None, in_place=False):
+    def _elt_tasks(self, df, do, op, f, o, z_y=0, kind=None, in_place=False, recip=None):
         """The int8 result of ``op(k_f df + b_f, k_o do + b_o) + z_y`` (``f = (k_f, b_f)``,
         ``o`` likewise; ``do`` the broadcast vector of ``kind``, or a dataset of ``df``'s
         shape): ``df`` and ``do`` into binary16 (a copy for a gain of 1 and no bias, else a
         gain-bias), then ``op`` with one rounding to int8; a product with a zero point is
         ``z_y + o f`` (``fma``, ``z_y`` a binary16 constant tensor). ``in_place``: each task
-        writes over its operand (scratch datasets)."""
+        writes over its operand (scratch datasets). ``recip``: ``(first, scale)`` of a
+        division, whose divisor (``df`` if ``first``, else ``do``) is replaced by its binary16
+        reciprocals ``1 / (q scale)`` (:meth:`_reciprocal`) and then used as it is."""
         fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
         results = []
-        for ds, (k, b) in ((df, f), (do, o)):
+        for i, (ds, (k, b)) in enumerate(((df, f), (do, o))):
             out = dataclasses.replace(ds, fmt="fp16") if in_place else None
-            if op == "mul" and k == 1.0 and b == 0.0:
+            if recip is not None and recip[0] == (i == 0):
+                t = self._reciprocal(ds, recip[1], in_place)
+            elif op == "mul" and k == 1.0 and b == 0.0:
                 t = self.b.planar(ds, out=out, mode="eltwise", op="copy", out_fmt=fp16)
             else:
                 t = self.b.planar(ds, out=out, mode="eltwise", op="gain_bias", scale=k,
@@ -159,21 +165,56 @@ class EltwiseInt8:
             self.b.release(to)
         return y
 
+    def _division(self, node, first):
+        """``(divisor is the full operand, scale)`` of a ``Div`` of two activations
+        (``first``: the full operand is the dividend), else None. ``a / b`` is ``q_a`` times
+        ``s_a / (q_b s_b s_y)``, the reciprocal of ``q_b`` times ``scale = s_b s_y / s_a``:
+        one planar reduction gives it (:meth:`_reciprocal`), then one ``mul`` rounds
+        ``q_a r`` to int8."""
+        if node.op != "Div":
+            return None
+        (s_a, z_a), (s_b, z_b) = (self.operand_params(x) for x in node.inputs)
+        s_y, z_y = self.result_params(node)
+        if z_a or z_b or z_y:
+            self.fail("Div of activations with zero points is not supported")
+        return not first, s_b * s_y / s_a
+
+    def _reciprocal(self, ds, scale, in_place=False):
+        """binary16 ``1 / (q scale)`` of every code ``q`` of dense int8 dataset ``ds``: planar
+        reductions (``sum`` over planes of one element, ``SCALE`` then the post-processor's
+        correctly rounded reciprocal, ``docs/planar.md``), at most ``MAX_DIM`` elements a
+        task; written over ``ds`` when ``in_place`` (element ``i`` after it is read), else
+        into a new dataset. A code 0 gives infinity (the product saturates; ``0 / 0`` gives
+        NaN, which becomes 0)."""
+        c, h, w = ds.shape
+        n = c * h * w
+        if ds.slots or ds.rstride != w or ds.cstride != h * w:
+            self.fail(f"a {ds.shape} divisor that is not dense in the buffer")
+        r = ds if in_place else self.b.buffer((n, 1, 1), "fp16")
+        for i in range(0, n, MAX_DIM):
+            k = min(MAX_DIM, n - i)
+            self.b.planar(Dataset(ds.addr + i, (k, 1, 1), ds.fmt),
+                          out=Dataset(r.addr + i, (k, 1, 1), "fp16"), mode="reduce",
+                          op="sum", axis="plane", scale=scale, post="recip",
+                          out_fmt=planar_spec.Fmt.FP16)
+        return Dataset(r.addr, (c, h, w), "fp16")
+
     def binary(self, node):
-        """``Add``, ``Sub``, ``Mul`` of two activations in the buffer (in memory mode the
-        equal-shaped ones per chunk through :meth:`mem_elementwise`)."""
+        """``Add``, ``Sub``, ``Mul``, ``Div`` of two activations in the buffer (in memory mode
+        the equal-shaped ones per chunk through :meth:`mem_elementwise`)."""
         full, other, pqm, first = self._binary_operands(node)
         out = node.outputs[0]
         df, do = self.src(full), self.src(other)
         op, f, o, z_y = self._factors(node, full, other, first)
+        recip = self._division(node, first)
         if pqm is None:
             if df.shape != do.shape:
                 self.fail("both operands must be int8 activations of one shape")
-            self.ds[out] = self._elt_tasks(df, do, op, f, o, z_y)
+            self.ds[out] = self._elt_tasks(df, do, op, f, o, z_y, recip=recip)
         else:
             kind, shape3, _ = ops.bcast_layout(node, pqm)
             y = self._elt_tasks(self._reshaped(df, shape3), self._reshaped(do, (1, 1, pqm[1])),
-                                op, f, o, z_y, kind)
+                                op, f, o, z_y, kind, recip=recip)
             self.ds[out] = self._reshaped(y, df.shape)
         self.record(out, *self.result_params(node))
 
@@ -194,11 +235,12 @@ class EltwiseInt8:
             return
         out = node.outputs[0]
         op, f, o, z_y = self._factors(node, full, other, first)
+        recip = self._division(node, first)
         vf, vo = self.view(full), self.view(other)
         out3 = self.new_view(out, vf.shape)
 
         def engine(da, dv, kind):
-            return self._elt_tasks(da, dv, op, f, o, z_y, kind, in_place=True)
+            return self._elt_tasks(da, dv, op, f, o, z_y, kind, in_place=True, recip=recip)
 
         ops.broadcast_op(self, node, op, vf, vo, out3, pqm, engine=engine,
                          per_element=2 if z_y else 1)

@@ -205,28 +205,35 @@ def const_model(op, xshape, cshape, reverse=False, seed=1):
 
 #: ``(op, x shape, constant shape, reverse)``: a plane shared by the channels (the planar
 #: engine's broadcast vector), a constant of the input's shape, a rank-2 divisor, ``c - x``,
+#: ``c / x`` (a scalar and a plane over the activation),
 #: a constant larger than ``x`` (``x`` the vector), shapes of which neither is the output's
 #: and a constant varying over two separate blocks of axes (both broadcast to the output's
 #: shape at compile time).
 CONSTANTS = [("Add", SHAPE, (1, 1, 6, 10), False), ("Mul", SHAPE, SHAPE, False),
              ("Div", SHAPE, (6, 10), False), ("Sub", SHAPE, SHAPE, True),
              ("Mul", (1, 1, 6, 10), SHAPE, False), ("Add", (1, 8, 1, 1), (1, 1, 6, 10), False),
-             ("Mul", SHAPE, (1, 8, 1, 10), False), ("Sub", SHAPE, (1, 1, 6, 1), False)]
+             ("Mul", SHAPE, (1, 8, 1, 10), False), ("Sub", SHAPE, (1, 1, 6, 1), False),
+             ("Div", SHAPE, (), True), ("Div", SHAPE, (1, 1, 6, 10), True)]
 
 
 @pytest.mark.parametrize("op, xshape, cshape, reverse", CONSTANTS)
 def test_constant_tensor_against_onnxruntime_and_in_memory(op, xshape, cshape, reverse):
     """The constant quantized with its own scale and loaded (one DMA task), then the three
-    planar tasks of two activations; within the bound of onnxruntime; the same bits in
-    system memory."""
+    planar tasks of two activations (for ``c / x`` those of :func:`div_bound`); within the
+    bound of onnxruntime; the same bits in system memory."""
     model, const = const_model(op, xshape, cshape, reverse)
     feeds = _feeds(xshape)
+    if op == "Div" and reverse:     # a divisor away from zero
+        feeds["x"] = np.sign(feeds["x"]) * (np.abs(feeds["x"]) + 0.5)
     c, got = _buffer_and_memory(model, feeds)
     assert [(r["op"], r["engine"], r["tasks"]) for r in c.plan] == [(op, "PE", 4)]
-    effective = 1.0 / const if op == "Div" else const
+    effective = 1.0 / const if op == "Div" and not reverse else const
     s_c = float(np.abs(effective.astype(np.float64)).max()) / 127
     sx, sy = _scales(c)
-    limit = bound("Mul" if op == "Div" else op, sx, s_c, sy)
+    if op == "Div" and reverse:
+        limit = div_bound(s_c, sx, sy, 127 * s_c, np.abs(feeds["x"]).min())
+    else:
+        limit = bound("Mul" if op == "Div" else op, sx, s_c, sy)
     err = np.abs(got[0] - _reference(model, feeds)).max()
     assert 0 < err <= limit, (err, limit)
     assert got[0].tobytes() == got[1].tobytes()
@@ -248,6 +255,63 @@ def test_constant_divisor_scales_each_element():
                                                                           sy)
 
 
+# ---- division of two activations -----------------------------------------------------------
+
+def div_bound(s_a, s_b, s_y, a_max, b_min):
+    """The largest error of ``a / b`` (module docstring)."""
+    b_q = b_min - s_b / 2
+    return (s_a / (2 * b_q) + a_max * s_b / (2 * b_min * b_q) + s_y / 2
+            + 2 ** -10 * 127 * s_y)
+
+
+@pytest.mark.parametrize("sx, sv", [(SHAPE, SHAPE), (SHAPE, (1, 8, 1, 1)),
+                                    ((1, 8, 1, 1), SHAPE), (SHAPE, (1, 1, 6, 10))])
+def test_div_of_activations_against_onnxruntime_and_in_memory(sx, sv):
+    """``x / v`` of two inputs, ``|v|`` in ``[0.5, 2]``, with broadcast either way: the
+    divisor's reciprocals (one planar reduction), a copy of the dividend and one ``mul``;
+    within :func:`div_bound` of onnxruntime; memory mode (a 1 KiB buffer) bit for bit."""
+    from .test_int8_eltwise import binary_model
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((4,) + sx).astype(np.float32),
+             "v": (np.sign(rng.standard_normal((4,) + sv)) * rng.uniform(0.5, 2, (4,) + sv))
+             .astype(np.float32)}
+    model = binary_model("Div", sx, sv)
+    got = []
+    for cfg in (preset("small"), preset("small").replace(buffer_kib=1)):
+        c = compile_model(model, cfg, fmt="int8", calibration=feeds, evaluator=session)
+        got.append(np.concatenate([run(c.program, {k: v[i] for k, v in feeds.items()},
+                                       "golden").outputs["y"] for i in range(4)]))
+        if cfg.buffer_kib != 1:
+            assert [(r["op"], r["engine"], r["tasks"]) for r in c.plan] == [("Div", "PE", 3)]
+            meta = c.program.metadata["compiler"]
+            s = {t["name"]: t["scale"] for t in meta["inputs"] + meta["outputs"]}
+    assert "in system memory" in c.plan[0]["how"]
+    ref = np.concatenate([reference(model, {k: v[i] for k, v in feeds.items()})["y"]
+                          for i in range(4)])
+    err = np.abs(got[0] - ref).max()
+    limit = div_bound(s["x"], s["v"], s["y"], np.abs(feeds["x"]).max(),
+                      np.abs(feeds["v"]).min())
+    assert 0 < err <= limit, (err, limit)
+    assert got[0].tobytes() == got[1].tobytes()
+
+
+def test_division_by_zero_saturates():
+    """A divisor code of 0 gives an infinite reciprocal: ``x / 0`` saturates to the int8
+    limit of the sign of ``x`` (127 or -128) (``0 / 0`` is NaN, which becomes 0), as the float result
+    quantized would."""
+    from .test_int8_eltwise import binary_model
+    model = binary_model("Div", SHAPE, SHAPE)
+    rng = np.random.default_rng(3)
+    cal = {"x": rng.standard_normal((2,) + SHAPE).astype(np.float32),
+           "v": rng.uniform(0.5, 2, (2,) + SHAPE).astype(np.float32)}
+    c = compile_model(model, preset("small"), fmt="int8", calibration=cal, evaluator=session)
+    s_y = c.program.metadata["compiler"]["outputs"][0]["scale"]
+    x = np.tile(np.array([-1.0, 0.0, 1.0], np.float32), 160).reshape(SHAPE)
+    y = run(c.program, {"x": x, "v": np.zeros(SHAPE, np.float32)}, "golden").outputs["y"]
+    limit = np.where(x > 0, 127, np.where(x < 0, -128, 0)) * s_y
+    assert np.array_equal(y, limit.astype(np.float32))
+
+
 # ---- what stays unsupported: one line naming the node and the operator ---------------------
 
 @pytest.mark.parametrize("model, message", [
@@ -255,9 +319,14 @@ def test_constant_divisor_scales_each_element():
             [_init(np.random.default_rng(0), "s", (1, 1, 6, 10))]),
      r"node 'act' \(PRelu\): a slope of shape \(1, 1, 6, 10\) over \(1, 8, 6, 10\) \(a "
      r"scalar or one slope per channel only\) \(--format int8\)"),
-    (const_model("Div", SHAPE, (1, 1, 6, 10), reverse=True)[0],
-     r"node 'elt' \(Div\): division by a tensor is not supported"),
-], ids=["prelu_plane", "tensor_divisor"])
+    (helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["s"]),
+         helper.make_node("PRelu", ["x", "s"], ["y"], name="act")], "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)]),
+        opset_imports=[helper.make_opsetid("", 13)]),
+     r"node 'act' \(PRelu\): the slope must be a constant \(--format int8\)"),
+], ids=["prelu_plane", "prelu_activation_slope"])
 def test_unsupported_is_one_line(model, message, tmp_path, capsys):
     feeds = _feeds(n=1)
     with pytest.raises(CompileError, match=message):
