@@ -355,7 +355,8 @@ def test_slope_without_the_datapath_it_needs_is_one_line(case):
 
 def mixed_network(seed=4):
     """A conv with a fused leaky ReLU, ``PRelu`` per channel, ``Mul`` by a ``(1, 1, H, W)``
-    plane, ``Div`` by a ``(1, C, H, W)`` tensor and ``Sub`` of a ``(1, C, 1, W)`` constant."""
+    plane, ``Div`` by a ``(1, C, H, W)`` tensor, ``Sub`` of a ``(1, C, 1, W)`` constant, and
+    ``Div`` by an activation (the sigmoid of the leaky ReLU's output)."""
     rng = np.random.default_rng(seed)
     n = helper.make_node
     div = rng.standard_normal((1, 8, 6, 10))
@@ -367,7 +368,8 @@ def mixed_network(seed=4):
     nodes = [n("Conv", ["x", "w", "b"], ["f"], pads=[1, 1, 1, 1]),
              n("LeakyRelu", ["f"], ["l"], alpha=0.1),
              n("PRelu", ["l", "slope"], ["p"]), n("Mul", ["p", "plane"], ["m"]),
-             n("Div", ["m", "div"], ["d"]), n("Sub", ["d", "cols"], ["y"])]
+             n("Div", ["m", "div"], ["d"]), n("Sub", ["d", "cols"], ["e"]),
+             n("Sigmoid", ["l"], ["g"]), n("Div", ["e", "g"], ["y"])]
     return _model(nodes, inits, (1, 3, 6, 10), SHAPE)
 
 
@@ -379,6 +381,7 @@ def test_network_rtl_equals_golden(buffer_kib):
     cfg = preset("small") if buffer_kib is None else preset("small").replace(buffer_kib=1)
     feeds = _feeds((1, 3, 6, 10), n=4, seed=5)
     c = compile_model(mixed_network(), cfg, fmt="int8", calibration=feeds, evaluator=session)
-    assert [r["op"] for r in c.plan] == ["Conv", "PRelu", "Mul", "Div", "Sub"]
+    assert [r["op"] for r in c.plan] == ["Conv", "PRelu", "Mul", "Div", "Sub", "Sigmoid",
+                                         "Div"]
     x = {"x": feeds["x"][:1]}
     assert _run(c.program, x, "rtl").tobytes() == _run(c.program, x).tobytes()
