@@ -297,8 +297,8 @@ def test_div_of_activations_against_onnxruntime_and_in_memory(sx, sv):
 
 def test_division_by_zero_saturates():
     """A divisor code of 0 gives an infinite reciprocal: ``x / 0`` saturates to the int8
-    limit of the sign of ``x`` (127 or -128) (``0 / 0`` is NaN, which becomes 0), as the float result
-    quantized would."""
+    limit of the sign of ``x`` (127 or -128; ``0 / 0`` is NaN, which becomes 0), as the
+    float result quantized would."""
     from .test_int8_eltwise import binary_model
     model = binary_model("Div", SHAPE, SHAPE)
     rng = np.random.default_rng(3)
@@ -371,6 +371,27 @@ def mixed_network(seed=4):
              n("Div", ["m", "div"], ["d"]), n("Sub", ["d", "cols"], ["e"]),
              n("Sigmoid", ["l"], ["g"]), n("Div", ["e", "g"], ["y"])]
     return _model(nodes, inits, (1, 3, 6, 10), SHAPE)
+
+
+@pytest.mark.slow
+def test_reciprocal_task_rtl_cycles_and_estimate():
+    """``Div`` of two ``(1, 8, 6, 10)`` activations on the rtl backend: the golden bits, and
+    the reciprocal reduction (480 groups through the serial post-processor) within 5% of the
+    timing model's estimate (``npu_model.timing.REDUCE_POST``)."""
+    from npu_model import timing
+
+    from .test_int8_eltwise import binary_model
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal(SHAPE).astype(np.float32),
+             "v": rng.uniform(0.5, 2, SHAPE).astype(np.float32)}
+    c = compile_model(binary_model("Div", SHAPE, SHAPE), preset("small"), fmt="int8",
+                      calibration=feeds, evaluator=session)
+    rtl = run(c.program, feeds, "rtl")
+    assert rtl.outputs["y"].tobytes() == run(c.program, feeds, "golden").outputs["y"].tobytes()
+    longest = max(rtl.tasks, key=lambda t: t[3] - t[2])
+    assert longest[1] == "PLANAR" and longest[3] - longest[2] > 480 * 70
+    est = {t.task_id: t.end - t.start for t in timing.estimate(c.program).tasks}
+    assert abs(est[longest[0]] / (longest[3] - longest[2]) - 1) < 0.05
 
 
 @pytest.mark.slow
