@@ -77,8 +77,8 @@ REDUCE_GROUP = 24
 REDUCE_TASK = 20
 #: Planar reduction with a post function (``recip``, ``sqrt``, ``rsqrt``): cycles more per
 #: group, the serial post-processor's digit recurrence (27 cycles), rounding and hand-off
-#: (measured with ``recip`` on ``small``: 76 cycles a group against 37 without, at 60 and
-#: 480 groups; ``docs/compiler.md``, "int8", ``Div`` of two activations).
+#: (measured with ``recip`` on ``small``: 76 cycles a group at 60 and 480 groups, where the
+#: rule without it gives 37; ``docs/compiler.md``, "int8", ``Div`` of two activations).
 REDUCE_POST = 39
 #: DMA: the check before the first request and the cycles after the last answer; more for a
 #: kernel-memory transfer.
