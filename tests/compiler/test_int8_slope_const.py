@@ -189,6 +189,32 @@ def test_qdq_leaky_relu_within_one_step(tmp_path, symmetric):
     assert got[0] == got[1]
 
 
+@pytest.mark.parametrize("act", ["LeakyRelu", "Sigmoid"])
+def test_fused_activation_in_a_depth_first_chain(act):
+    """Conv + ``act`` (fused, then run as a layer of its own after the conv), Conv + Relu, on
+    a 4x48x48 input with an 8 KiB buffer (memory mode): a chain the depth-first schedule
+    would take, but the split activation has no band function, so its layers run one after
+    the other; the same bits as ``--schedule layer`` and within 4 output steps of
+    onnxruntime (two layers, each a few roundings)."""
+    rng = np.random.default_rng(0)
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), n(act, ["a"], ["b"]),
+             n("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1]), n("Relu", ["c"], ["y"])]
+    model = _model(nodes, [_init(rng, "w1", (8, 4, 3, 3)), _init(rng, "w2", (8, 8, 3, 3))],
+                   (1, 4, 48, 48), (1, 8, 48, 48))
+    feeds = _feeds((1, 4, 48, 48), n=2, seed=1)
+    x = {"x": feeds["x"][:1]}
+    got = []
+    for schedule in ("depth-first", "layer"):
+        c = compile_model(model, preset("small").replace(buffer_kib=8), fmt="int8",
+                          calibration=feeds, evaluator=session, schedule=schedule)
+        assert [r["how"] for r in c.plan] == ["in system memory"] * 2
+        got.append(_run(c.program, x))
+    assert got[0].tobytes() == got[1].tobytes()
+    err = np.abs(got[0] - _reference(model, x)).max()
+    assert 0 < err <= 4 * _scales(c)[1], err
+
+
 # ---- constant tensors ----------------------------------------------------------------------
 
 def const_model(op, xshape, cshape, reverse=False, seed=1):
