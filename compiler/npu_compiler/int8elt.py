@@ -386,23 +386,21 @@ class EltwiseInt8:
 
     def _prelu_tasks(self, node, dx, vec, in_place=False):
         """``PRelu`` of int8 dataset ``dx`` with ``vec`` the ``(1, 1, C)`` binary16 slopes of
-        its channels; four planar tasks (five with an output zero point):
-        ``h = (q - z_x) s_x / s_y`` to binary16, ``p = relu(h)``, ``n = h - p`` (exact: the
-        negative part), then ``p + slope * n`` (``fma``, the slope the channel's broadcast
-        vector) rounded to int8. ``in_place``: ``h`` is written over ``dx`` and the result
-        over ``p``."""
+        its channels; four planar tasks: ``h = (q - z_x) s_x / s_y`` to binary16,
+        ``p = relu(h)``, ``n = h - p`` (exact: the negative part), then ``p + slope * n``
+        (``fma``, the slope the channel's broadcast vector) rounded to int8. ``in_place``:
+        ``h`` is written over ``dx`` and the result over ``p``."""
         fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
         s_x, z_x = self.operand_params(node.inputs[0])
         s_y, z_y = self.result_params(node)
+        if z_y:
+            self.fail("PRelu with an output zero point is not supported")
         k = s_x / s_y
         h = self.b.planar(dx, out=dataclasses.replace(dx, fmt="fp16") if in_place else None,
                           mode="eltwise", op="gain_bias", scale=k, bias=0.0 - z_x * k,
                           out_fmt=fp16)
         p = self.b.planar(h, mode="eltwise", op="relu", out_fmt=fp16)
         n = self.b.planar(h, p, out=h, mode="eltwise", op="sub", out_fmt=fp16)
-        if z_y:
-            self.b.planar(p, out=p, mode="eltwise", op="gain_bias", scale=1.0,
-                          bias=float(z_y), out_fmt=fp16)
         y = self.b.planar(p, vec, n, out=dataclasses.replace(p, fmt="int8"), mode="eltwise",
                           op="fma", bcast="channel", out_fmt=int8)
         if not in_place:
