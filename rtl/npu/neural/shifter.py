@@ -10,20 +10,23 @@ elements a lane row needs at offset ``kx * dilation`` then sit side by side, fro
 ``r = stride_rotation(row_values, stride, kx * dilation)`` on, so the read side only shifts:
 
 * lane row ``y``: ``T_y[x] = row_y[r + x]`` for the ``x`` below the widest work unit that has
-  a row ``y`` (``log2 row_values`` levels of 2:1 multiplexers, widest first, each only as
-  wide as the columns after it need);
+  a row ``y`` (``log2 row_values`` levels of 2:1 multiplexers);
 * lane ``i`` takes ``T_y[x]`` of its row ``y = i // W`` and column ``x = i % W``, a
   multiplexer over the work-unit shapes that put it somewhere.
 
-The halo check at the start of a layer keeps every element a lane reads inside the row
-(``r + x < row_values``), so an entry beyond the row never reaches a lane of a beat that passed
-it: the shifter leaves those multiplexer inputs out. The shifter is combinational, or with
-``stages=1`` (``NPUConfig.ne_shift_stages``) has a register after its two widest levels,
-loaded when ``en`` is high: the lanes then answer the inputs of the last cycle ``en`` was high
-in.
+Both are built for the beats of the layers the core runs, ``npu_spec.neural.shift_beats``
+(those that pass the halo check): a beat outside that set belongs to a refused layer, so what
+the lanes answer to it is never used. Column ``x`` of lane row ``y`` is read at the rotations
+``r`` of the beats of the shapes that have that column and row (for example only ``r = 0``
+for a column only the widest shape reads); each level's 2:1 multiplexer is built only where
+those rotations differ in the level's bit (:func:`_shift_demand`; widest step first, which
+on the presets' rows needs no more multiplexers than any other order). The halo check keeps
+every entry a lane reads inside the row (``r + x < row_values``), so nothing wraps around.
+:class:`StrideOrder` is built only for the strides some shape can take. The shifter is
+combinational, or with ``stages=1`` (``NPUConfig.ne_shift_stages``) has a register after its
+first two levels, loaded when ``en`` is high: the lanes then answer the inputs of the last
+cycle ``en`` was high in.
 """
-
-from itertools import permutations
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
@@ -88,18 +91,6 @@ def _shift_demand(reach, order):
     muxes = sum(len({r & (1 << order[k]) for r in rs}) - 1
                 for k in range(len(order)) for rs in demand[k + 1].values())
     return muxes, demand
-
-
-def _shift_plan(reach, levels, cut):
-    """The order of the rotation's bits with the fewest multiplexers (then the fewest nodes
-    at the register, after ``cut`` levels): ``(order, demand)``."""
-    best = None
-    for order in permutations(range(levels)):
-        muxes, demand = _shift_demand(reach, order)
-        key = (muxes, len(demand[min(cut, levels)]))
-        if best is None or key < best[0]:
-            best = key, order, demand
-    return best[1], best[2]
 
 
 class StrideOrder(wiring.Component):
@@ -253,10 +244,14 @@ class Shifter(wiring.Component):
             r_late = Signal.like(r, name="r_late", reset_less=True)
             with m.If(self.en):
                 m.d.sync += r_late.eq(r)
-        shifted = [self._shift_row(m, y, reach, r, r_late, log2rv, cut)
+        # The row entries, made once: nodes are told apart by identity.
+        entries = [[self.rows[y][j] for j in range(rv)] for y in range(self._max_rows)]
+        shifted = [self._shift_row(m, y, entries[y], reach, r, r_late, log2rv, cut)
                    for y, reach in enumerate(self._reach(beats, shapes))]
 
-        # Lane i: row i >> log2w, column i & (W - 1), for the shapes the build offers.
+        # Lane i: row i >> log2w, column i & (W - 1), for the shapes the build offers (a
+        # case over the shapes maps smaller than a multiplexer tree over log2w's bits: the
+        # shape gate shares a LUT4 with the last level).
         for i in range(n):
             with m.Switch(self.log2w):
                 for lw in shapes:
@@ -264,13 +259,14 @@ class Shifter(wiring.Component):
                         m.d.comb += self.lanes[i].eq(shifted[i >> lw][i & ((1 << lw) - 1)])
         return m
 
-    def _shift_row(self, m, y, reach, r, r_late, levels, cut):
+    def _shift_row(self, m, y, entries, reach, r, r_late, levels, cut):
         """Lane row ``y`` shifted: ``{x: entry x + r of the row}`` for the columns in
         ``reach``, each right for the rotations ``reach[x]`` only (``_shift_demand``)."""
-        order, demand = _shift_plan(reach, levels, 2 if cut is None else cut)
+        order = tuple(reversed(range(levels)))      # widest step first
+        _, demand = _shift_demand(reach, order)
         if cut is not None:
             cut = min(cut, levels)      # rows of fewer than 4 entries: after the last level
-        sig = {j: self.rows[y][j] for j in demand[0]}
+        sig = {j: entries[j] for j in demand[0]}
         if cut == 0:
             sig = self._register(m, y, sig)
         for k, b in enumerate(order):
