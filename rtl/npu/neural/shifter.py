@@ -103,8 +103,8 @@ class StrideOrder(wiring.Component):
     strides : iterable of int, optional
         The strides to sort for: those a layer the core runs can have
         (``npu_spec.neural.shift_beats``); 1 to 7 if not given. Any other stride (0, which
-        the start check refuses, or one no work-unit shape's halo row fits) gives some order
-        of the row's values that no lane reads.
+        the start check refuses, or one no work-unit shape's halo row fits) fills the entries
+        with elements of the row (some twice, some not at all) that no lane reads.
 
     Members
     -------
