@@ -43,6 +43,7 @@ __all__ = [
     "layer_writes",
     "make_layer",
     "result_order",
+    "shift_beats",
     "stride_order",
     "stride_rotation",
     "work_unit",
@@ -300,6 +301,26 @@ def stride_rotation(row_values, stride, offset):
     entries on, as long as it lies inside the halo row."""
     phase, q = offset % stride, offset // stride
     return sum(-(-(row_values - p) // stride) for p in range(phase)) + q
+
+
+def shift_beats(config, row_values=None):
+    """What the shifter of a build must serve: ``{(log2w, stride): offsets}``, every beat
+    ``kx`` of a layer that passes the ``HALO`` check, with ``offset = kx * dilation``. The
+    shapes are :func:`work_unit_shapes`; stride and dilation every value of their layer
+    fields but 0, ``kx`` below :data:`MAX_KERNEL`. A beat outside the set belongs to a layer
+    the core refuses, so the shifter's answer to it is never used: the input buffer's stride
+    order need not build a stride no shape can take, and the shifter need not reach an entry
+    no beat reads (``docs/neural_engine.md``, "Input buffer and shifter")."""
+    _, row_values, _ = engine_geometry(config, row_values)
+    width = {f.name: f.width for reg in LAYER_REGISTERS for f in reg.fields}
+    beats = {}
+    for log2w in work_unit_shapes(config, row_values):
+        for stride in range(1, 1 << width["stride"]):
+            for dilation in range(1, 1 << width["dilation"]):
+                for kx in range(MAX_KERNEL):
+                    if halo_width(log2w, kx + 1, stride, dilation) <= row_values:
+                        beats.setdefault((log2w, stride), set()).add(kx * dilation)
+    return {key: frozenset(offsets) for key, offsets in beats.items()}
 
 
 def best_log2w(config, out_w, kw=1, stride=1, dilation=1, row_values=None):

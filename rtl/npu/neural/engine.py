@@ -29,6 +29,7 @@ from npu_spec.neural import (
     engine_geometry,
     out_channel_limit,
     out_size_limit,
+    shift_beats,
 )
 from npu_spec.neural import post_lanes as spec_post_lanes
 
@@ -177,7 +178,8 @@ class NeuralEngine(wiring.Component):
                                                tile_bits=tb)
         dp.submodules.buffer = buffer = InputBuffer(self.max_rows, self.row_values,
                                                     self.buffer_rows, bits)
-        dp.submodules.order = order = StrideOrder(self.row_values, bits)
+        strides = {s for _, s in shift_beats(cfg, self.row_values)}
+        dp.submodules.order = order = StrideOrder(self.row_values, bits, strides)
         dp.submodules.shifter = shifter = Shifter(cfg, self.max_rows, self.row_values, bits,
                                                   stages=cfg.ne_shift_stages)
         dp.submodules.sequencer = seq = Sequencer(cfg, self.row_values, self.buffer_rows)

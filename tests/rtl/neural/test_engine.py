@@ -93,6 +93,31 @@ def test_every_stride():
                                backend="verilator"))
 
 
+@pytest.mark.slow
+def test_ulx3s_every_stride_on_every_shape_that_takes_it():
+    """The ``ulx3s`` core builds its stride order for strides 1 to 4 only (no shape's halo
+    row takes more) and its shifter for the rotations each column is read at
+    (``npu_spec.neural.shift_beats``): each stride on the shapes that take it, with dilation
+    and the widest offsets, int8 and fp16, against the golden model. Slow: a Verilator
+    build."""
+    config = preset("ulx3s")
+    layers = [  # (log2w, layer)
+        (5, ConvLayer(2, 3, 36, 3, 1, 1, fmt="int8")),
+        (4, ConvLayer(2, 5, 40, 3, 2, 2, stride=2, fmt="fp16")),
+        (4, ConvLayer(2, 4, 32, 3, 1, 3, dilation=7, pad=1, fmt="int8")),
+        (3, ConvLayer(2, 12, 30, 3, 3, 3, stride=3, dilation=5, pad=1, fmt="fp16")),
+        (3, ConvLayer(2, 9, 34, 3, 2, 2, stride=4, dilation=3, fmt="int8")),
+        (3, ConvLayer(2, 7, 20, 3, 1, 3, stride=2, dilation=7, pad=1, fmt="int8")),
+        (3, ConvLayer(2, 6, 34, 3, 1, 4, dilation=7, fmt="fp16")),
+    ]
+    cases = [random_case(config, layer, seed=300 + i, log2w=lw)
+             for i, (lw, layer) in enumerate(layers)]
+    for case in cases:
+        assert int(layer_error(layer_fields(case), config)) == EngineError.NONE.value
+    _check(cases, run_rtl_many([dict(case=c, stall=0.1) for c in cases], config,
+                               backend="verilator"), config)
+
+
 def test_bad_programs_set_error_and_the_next_layer_runs():
     good = random_case(SMALL, ConvLayer(2, 5, 5, 3, 3, 3, pad=1, fmt="int8"), seed=9)
     wide = random_case(SMALL, ConvLayer(2, 5, 40, 3, 3, 3, stride=2, fmt="int8"), seed=9,

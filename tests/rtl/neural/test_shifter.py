@@ -10,7 +10,17 @@ from amaranth.sim import Simulator
 from npu.neural.shifter import Shifter, StrideOrder, value_bits
 from npu_model.neural import lane_inputs
 from npu_spec.config import NPUConfig, preset
-from npu_spec.neural import engine_geometry, stride_order, work_unit_shapes
+from npu_spec.mac import MacFormat
+from npu_spec.neural import (
+    MAX_KERNEL,
+    NeuralError,
+    engine_geometry,
+    layer_error,
+    make_layer,
+    shift_beats,
+    stride_order,
+    work_unit_shapes,
+)
 
 
 @pytest.mark.parametrize("config", [preset("small"), preset("ice40"), preset("icebreaker"),
@@ -50,29 +60,60 @@ def test_against_model(config):
     sim.run()
 
 
-@pytest.mark.parametrize("row_values", [8, 32])
-def test_stride_order(row_values):
-    """Every stride's order against npu_spec.neural.stride_order, every element kept once;
-    stride 0, which the start check refuses, keeps the row but for entry 0 (0)."""
-    dut = StrideOrder(row_values, 16)
+@pytest.mark.parametrize("row_values, strides", [(8, None), (32, None), (32, (1, 2, 3, 4)),
+                                                 (16, (2, 5))])
+def test_stride_order(row_values, strides):
+    """Every stride built against npu_spec.neural.stride_order, every element kept once.
+    Strides not built (0, which the start check refuses, and those left out) are not
+    read by any lane, so their order is not checked."""
+    dut = StrideOrder(row_values, 16, strides)
+    built = range(1, 8) if strides is None else strides
     rng = random.Random(row_values)
 
     async def tb(ctx):
-        for stride in range(8):
+        for stride in built:
             values = [rng.randrange(1 << 16) for _ in range(row_values)]
             ctx.set(dut.values, values)
             ctx.set(dut.stride, stride)
             ordered = ctx.get(dut.ordered)
             got = [ordered[p] for p in range(row_values)]
-            if not stride:
-                assert got == [0] + values[1:]
-                continue
             assert got == [values[e] for e in stride_order(row_values, stride)], stride
             assert sorted(got) == sorted(values)
 
     sim = Simulator(dut)
     sim.add_testbench(tb)
     sim.run()
+
+
+def test_stride_order_refuses_strides():
+    for strides in ((), (0, 1), (8,)):
+        with pytest.raises(ValueError, match="Strides must be some of 1 to 7"):
+            StrideOrder(8, 8, strides)
+
+
+@pytest.mark.parametrize("name", ["small", "ice40", "icebreaker", "ulx3s", "ecp5"])
+def test_shift_beats_are_the_layers_that_run(name):
+    """npu_spec.neural.shift_beats, what the shifter and the stride order are built for, is
+    every beat of every layer that passes the HALO check (npu_spec.neural.layer_error), and
+    nothing more: a layer for each (shape, stride, dilation, kernel width)."""
+    config = preset(name)
+    _, row_values, _ = engine_geometry(config)
+    expect = {}
+    for log2w in range(config.macs.bit_length()):
+        for stride in range(1, 8):
+            for dilation in range(1, 8):
+                for kw in range(1, MAX_KERNEL + 1):
+                    layer = make_layer(fmt=MacFormat.INT8, groups=1, icpg=1, ocpg=1, in_h=8,
+                                       in_w=8, out_h=1, out_w=1, kh=1, kw=kw, stride=stride,
+                                       dilation=dilation, log2w=log2w)
+                    error = layer_error(layer, config)
+                    assert error not in (NeuralError.FORMAT, NeuralError.SHAPE)
+                    if error in (NeuralError.KERNEL, NeuralError.HALO):
+                        continue
+                    expect.setdefault((log2w, stride), set()).update(
+                        kx * dilation for kx in range(kw))
+    assert shift_beats(config) == expect
+    assert {lw for lw, _ in expect} == set(work_unit_shapes(config))
 
 
 @pytest.mark.parametrize("name", ["ulx3s", "icebreaker"])
