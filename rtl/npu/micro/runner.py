@@ -241,6 +241,13 @@ class MicroRunner(wiring.Component):
         m.d.comb += [self.mem_addr.eq(address), self.engine.eq(engine)]
         decode_error, window_error, address_error = Signal(), Signal(), Signal()
         self._checks(m, q, word, k, left, rem, decode_error, window_error, address_error)
+        # the last word's checks failed, with this cause
+        failed = Signal()
+        failed_cause = Signal(Cause.bits)
+
+        def fail():
+            m.d.sync += [q["cause"].eq(failed_cause), failed.eq(0)]
+            m.next = "EXCEPTION"
 
         with m.FSM():
             with m.State("IDLE"):
@@ -252,9 +259,12 @@ class MicroRunner(wiring.Component):
                     m.d.sync += q["busy"].eq(0)
 
             with m.State("READ"):
-                m.d.comb += self.mem_re.eq(1)
-                m.d.sync += beyond.eq(_at_least(address, self._mem_words))
-                m.next = "WORD"
+                with m.If(failed):
+                    fail()
+                with m.Else():
+                    m.d.comb += self.mem_re.eq(1)
+                    m.d.sync += beyond.eq(_at_least(address, self._mem_words))
+                    m.next = "WORD"
 
             with m.State("WORD"):
                 m.d.sync += [address.eq(address + 1), rem.eq(rem - 1)]
@@ -272,23 +282,23 @@ class MicroRunner(wiring.Component):
                                  self.reg_w_en.eq(1)]
                     m.d.sync += [w_addr.eq(w_addr + 1), left.eq(left - 1)]
 
-                with m.If(decode_error):
-                    m.d.sync += q["cause"].eq(Cause.DECODE)
-                    m.next = "EXCEPTION"
-                with m.Elif(window_error):
-                    m.d.sync += q["cause"].eq(Cause.WINDOW)
-                    m.next = "EXCEPTION"
-                with m.Elif(address_error):
-                    m.d.sync += q["cause"].eq(Cause.ADDRESS)
-                    m.next = "EXCEPTION"
-                with m.Elif((k != 0) & (rem == 1)):
+                # The word's checks are registered (their cause, in their order) and acted on
+                # in the next cycle, READ or START: the word is then off the paths into the
+                # state and the enables. A failing word's side effects above are dropped there.
+                m.d.sync += [failed.eq(decode_error | window_error | address_error),
+                             failed_cause.eq(Mux(decode_error, Cause.DECODE,
+                                                 Mux(window_error, Cause.WINDOW,
+                                                     Cause.ADDRESS)))]
+                with m.If((k != 0) & (rem == 1)):
                     m.next = "START"
                 with m.Else():
                     m.next = "READ"
 
             with m.State("START"):
                 # A neural task without core 0 runs nothing (NE_CORES).
-                with m.If((engine == Engine.NEURAL) & ~self.ne_core0):
+                with m.If(failed):
+                    fail()
+                with m.Elif((engine == Engine.NEURAL) & ~self.ne_core0):
                     m.next = "COMPLETE"
                 with m.Else():
                     m.d.comb += [self.start.eq(1), self.running.eq(1)]
