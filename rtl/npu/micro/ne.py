@@ -767,15 +767,20 @@ class MicroNeural(wiring.Component):
                 m.d.sync += s.o.eq(0)
                 m.next = "NEXT_POSITION"
 
+        # the last column and row, registered: ox and oy are set many cycles before
+        # NEXT_POSITION, and the comparators are off the paths into the origins' registers
+        last_x, last_y = Signal(), Signal()
+        m.d.sync += [last_x.eq(s.ox == lay.out_w - 1), last_y.eq(s.oy == lay.out_h - 1)]
+
         with m.State("NEXT_POSITION"):
             m.next = "SEED_ADDR"
-            with m.If(s.ox != lay.out_w - 1):
+            with m.If(~last_x):
                 m.d.sync += [s.ox.eq(s.ox + 1), s.ix0.eq(s.ix0 + self._sx(lay))]
             with m.Else():
                 m.d.sync += [s.ox.eq(0), s.ix0.eq(-self._px(lay)), s.oy.eq(s.oy + 1),
                              s.iy0.eq(s.iy0 + lay.stride), s.ya0.eq(s.ya0 + p["sr"]),
                              s.orow.eq(s.orow + self.reg_data[:ABITS])]
-                with m.If(s.oy == lay.out_h - 1):
+                with m.If(last_y):
                     # the group is done: the next one starts at the channel after it
                     m.d.sync += [s.gbase.eq(s.gbase + SLOTS), s.gaddr.eq(s.caddr),
                                  s.gplane.eq(s.cplane)]
