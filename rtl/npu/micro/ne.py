@@ -241,16 +241,23 @@ class MicroNeural(wiring.Component):
             "halo": Signal(8), "rows": Signal(13), "ring": Signal(11),
             # (every bound of the terms below is at most 31: the count stops by 31)
             "count": Signal(5), "busy": Signal(),
+            # busy a cycle late: PRODUCTS ends on it (the comparators are off the paths into
+            # the state and the enables)
+            "busy_r": Signal(),
         }
         j = p["count"]
         rs = self.reg_data[:ABITS]           # the input's row stride, read again (PRODUCTS)
-        w1 = Mux(lay.log2w > 3, 7, (Const(1, 8) << lay.log2w[:2]) - 1)
+        # two bounds registered (their fields are latched early in LOAD and held): the
+        # subtractions are off the comparisons' paths
+        w1, kw1 = Signal(3), Signal(signed(6))
+        m.d.sync += [w1.eq(Mux(lay.log2w > 3, 7, (Const(1, 8) << lay.log2w[:2]) - 1)),
+                     kw1.eq(lay.kw - 1)]
         terms = [
             (j < lay.dilation, p["dr"], rs),
             (j < lay.stride, p["sr"], rs),
             (j < lay.pad, p["pr"], rs),
             (j < w1, p["halo"], lay.stride),
-            (j < lay.kw - 1, p["halo"], lay.dilation),
+            (j < kw1, p["halo"], lay.dilation),
             # saturating: only "above the limit" matters
             ((j < lay.kh) & (p["rows"] <= BUFFER_ROWS), p["rows"], lay.icpg),
         ]
@@ -509,12 +516,17 @@ class MicroNeural(wiring.Component):
                     self._reread(m, "in_rs")
                     m.d.sync += [p[n].eq(0) for n in ("dr", "sr", "pr", "halo", "rows", "ring",
                                                       "count")]
+                    m.d.sync += p["busy_r"].eq(1)
                     m.next = "PRODUCTS"
 
             with m.State("PRODUCTS"):
+                # a step while the last count had a term (a step past the last term adds
+                # nothing); the first cycle without one ends the state
                 self._reread(m, "in_rs")
-                self._step_products(m, p)
-                with m.If(~p["busy"]):
+                m.d.sync += p["busy_r"].eq(p["busy"])
+                with m.If(p["busy_r"]):
+                    self._step_products(m, p)
+                with m.Else():
                     m.d.comb += self.reg_addr.eq(_OUT + 2)
                     m.d.sync += s.ic.eq(0)
                     m.next = "OUT_RING"
