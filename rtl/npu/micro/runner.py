@@ -259,11 +259,13 @@ class MicroRunner(wiring.Component):
                     m.d.sync += q["busy"].eq(0)
 
             with m.State("READ"):
+                # (the read is made even after a failed word: a read changes nothing, and
+                # the flag stays off the path into system memory's port)
+                m.d.comb += self.mem_re.eq(1)
+                m.d.sync += beyond.eq(_at_least(address, self._mem_words))
                 with m.If(failed):
                     fail()
                 with m.Else():
-                    m.d.comb += self.mem_re.eq(1)
-                    m.d.sync += beyond.eq(_at_least(address, self._mem_words))
                     m.next = "WORD"
 
             with m.State("WORD"):
