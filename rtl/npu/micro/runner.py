@@ -341,7 +341,12 @@ class MicroRunner(wiring.Component):
         # Only base-table entry 0 is kept: another entry is an empty window.
         window = Signal(self._abits)
         m.d.comb += window.eq(Mux(q["base_index"] == 0, q["limit"], 0))
-        desc_end = q["ptr"] + _field(word, H0, "length")
+        # The descriptor's end, checked with word 1 from the length word 0 left in ``rem``
+        # (length - 1): registers only, so the adders are off the memory's read path. A
+        # word 0 that fails it decides the cause before word 1's own check.
+        desc_end = q["ptr"] + rem + 1
+        window_0 = ((q["ptr"] < q["base"]) | (desc_end > q["base"] + window)
+                    | ((q["tail"] != 0) & (desc_end > q["tail"])))
         count = _field(word, ENTRY, "count")
         reg = _field(word, ENTRY, "address")
         # The run's end matters only for a count of 1 up to the words left (else the decode
@@ -356,11 +361,10 @@ class MicroRunner(wiring.Component):
                 | ((word & reserved_mask(H0)) != 0)
                 | (_field(word, H0, "length") < HEADER_WORDS)
                 | (_field(word, H0, "length") > SLOT_WORDS))
-            m.d.comb += window_error.eq(
-                (q["ptr"] < q["base"]) | (desc_end > q["base"] + window)
-                | ((q["tail"] != 0) & (desc_end > q["tail"])))
         with m.Elif(k == 1):
-            m.d.comb += decode_error.eq(_field(word, H1, "network") != q["network"])
+            m.d.comb += [window_error.eq(window_0),
+                         decode_error.eq(~window_0
+                                         & (_field(word, H1, "network") != q["network"]))]
         with m.Elif(k == 2):
             m.d.comb += [decode_error.eq((word & reserved_mask(H2)) != 0),
                          window_error.eq(_field(word, H2, "src") + _field(word, H2, "src_len")
