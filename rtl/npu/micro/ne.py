@@ -262,6 +262,7 @@ class MicroNeural(wiring.Component):
             ((j < lay.kh) & (p["rows"] <= BUFFER_ROWS), p["rows"], lay.icpg),
         ]
         p["terms"] = terms
+        p["kw1"] = kw1
         # the output ring's planes (slots x max(1, planes), saturating), in state OUT_RING with
         # NE0_OUT_SHAPE1 read again, slots counted in ``k`` (the walker's channel counter)
         os1 = data.View(register_layout(_DP["NE0_OUT_SHAPE1"]), self.reg_data)
@@ -431,9 +432,13 @@ class MicroNeural(wiring.Component):
         # the count pass steps through the channels of an element, the multiply-add pass
         # takes them all at once
         last_oc = ~s.counting | (s.oc == s.ocg - 1)
-        last_kx = s.kx == lay.kw - 1
-        last_ky = s.ky == lay.kh - 1
-        last_ic = s.ic == lay.icpg - 1
+        # the kernel's and channels' last indices registered (their fields are latched in
+        # LOAD, long before a walk): the subtractions are off the paths into the state
+        kh1, icpg1 = Signal(signed(6)), Signal(signed(13))
+        m.d.sync += [kh1.eq(lay.kh - 1), icpg1.eq(lay.icpg - 1)]
+        last_kx = s.kx == p["kw1"]
+        last_ky = s.ky == kh1
+        last_ic = s.ic == icpg1
 
         def walk_start():
             return [s.ic.eq(0), s.ky.eq(0), s.kx.eq(0), s.oc.eq(0), s.iy.eq(s.iy0), s.ix.eq(s.ix0),
