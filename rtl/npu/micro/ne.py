@@ -241,20 +241,28 @@ class MicroNeural(wiring.Component):
             "halo": Signal(8), "rows": Signal(13), "ring": Signal(11),
             # (every bound of the terms below is at most 31: the count stops by 31)
             "count": Signal(5), "busy": Signal(),
+            # busy a cycle late: PRODUCTS ends on it (the comparators are off the paths into
+            # the state and the enables)
+            "busy_r": Signal(),
         }
         j = p["count"]
         rs = self.reg_data[:ABITS]           # the input's row stride, read again (PRODUCTS)
-        w1 = Mux(lay.log2w > 3, 7, (Const(1, 8) << lay.log2w[:2]) - 1)
+        # two bounds registered (their fields are latched early in LOAD and held): the
+        # subtractions are off the comparisons' paths
+        w1, kw1 = Signal(3), Signal(signed(6))
+        m.d.sync += [w1.eq(Mux(lay.log2w > 3, 7, (Const(1, 8) << lay.log2w[:2]) - 1)),
+                     kw1.eq(lay.kw - 1)]
         terms = [
             (j < lay.dilation, p["dr"], rs),
             (j < lay.stride, p["sr"], rs),
             (j < lay.pad, p["pr"], rs),
             (j < w1, p["halo"], lay.stride),
-            (j < lay.kw - 1, p["halo"], lay.dilation),
+            (j < kw1, p["halo"], lay.dilation),
             # saturating: only "above the limit" matters
             ((j < lay.kh) & (p["rows"] <= BUFFER_ROWS), p["rows"], lay.icpg),
         ]
         p["terms"] = terms
+        p["kw1"] = kw1
         # the output ring's planes (slots x max(1, planes), saturating), in state OUT_RING with
         # NE0_OUT_SHAPE1 read again, slots counted in ``k`` (the walker's channel counter)
         os1 = data.View(register_layout(_DP["NE0_OUT_SHAPE1"]), self.reg_data)
@@ -424,9 +432,13 @@ class MicroNeural(wiring.Component):
         # the count pass steps through the channels of an element, the multiply-add pass
         # takes them all at once
         last_oc = ~s.counting | (s.oc == s.ocg - 1)
-        last_kx = s.kx == lay.kw - 1
-        last_ky = s.ky == lay.kh - 1
-        last_ic = s.ic == lay.icpg - 1
+        # the kernel's and channels' last indices registered (their fields are latched in
+        # LOAD, long before a walk): the subtractions are off the paths into the state
+        kh1, icpg1 = Signal(signed(6)), Signal(signed(13))
+        m.d.sync += [kh1.eq(lay.kh - 1), icpg1.eq(lay.icpg - 1)]
+        last_kx = s.kx == p["kw1"]
+        last_ky = s.ky == kh1
+        last_ic = s.ic == icpg1
 
         def walk_start():
             return [s.ic.eq(0), s.ky.eq(0), s.kx.eq(0), s.oc.eq(0), s.iy.eq(s.iy0), s.ix.eq(s.ix0),
@@ -509,12 +521,17 @@ class MicroNeural(wiring.Component):
                     self._reread(m, "in_rs")
                     m.d.sync += [p[n].eq(0) for n in ("dr", "sr", "pr", "halo", "rows", "ring",
                                                       "count")]
+                    m.d.sync += p["busy_r"].eq(1)
                     m.next = "PRODUCTS"
 
             with m.State("PRODUCTS"):
+                # a step while the last count had a term (a step past the last term adds
+                # nothing); the first cycle without one ends the state
                 self._reread(m, "in_rs")
-                self._step_products(m, p)
-                with m.If(~p["busy"]):
+                m.d.sync += p["busy_r"].eq(p["busy"])
+                with m.If(p["busy_r"]):
+                    self._step_products(m, p)
+                with m.Else():
                     m.d.comb += self.reg_addr.eq(_OUT + 2)
                     m.d.sync += s.ic.eq(0)
                     m.next = "OUT_RING"
@@ -767,15 +784,20 @@ class MicroNeural(wiring.Component):
                 m.d.sync += s.o.eq(0)
                 m.next = "NEXT_POSITION"
 
+        # the last column and row, registered: ox and oy are set many cycles before
+        # NEXT_POSITION, and the comparators are off the paths into the origins' registers
+        last_x, last_y = Signal(), Signal()
+        m.d.sync += [last_x.eq(s.ox == lay.out_w - 1), last_y.eq(s.oy == lay.out_h - 1)]
+
         with m.State("NEXT_POSITION"):
             m.next = "SEED_ADDR"
-            with m.If(s.ox != lay.out_w - 1):
+            with m.If(~last_x):
                 m.d.sync += [s.ox.eq(s.ox + 1), s.ix0.eq(s.ix0 + self._sx(lay))]
             with m.Else():
                 m.d.sync += [s.ox.eq(0), s.ix0.eq(-self._px(lay)), s.oy.eq(s.oy + 1),
                              s.iy0.eq(s.iy0 + lay.stride), s.ya0.eq(s.ya0 + p["sr"]),
                              s.orow.eq(s.orow + self.reg_data[:ABITS])]
-                with m.If(s.oy == lay.out_h - 1):
+                with m.If(last_y):
                     # the group is done: the next one starts at the channel after it
                     m.d.sync += [s.gbase.eq(s.gbase + SLOTS), s.gaddr.eq(s.caddr),
                                  s.gplane.eq(s.cplane)]

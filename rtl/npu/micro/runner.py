@@ -241,6 +241,13 @@ class MicroRunner(wiring.Component):
         m.d.comb += [self.mem_addr.eq(address), self.engine.eq(engine)]
         decode_error, window_error, address_error = Signal(), Signal(), Signal()
         self._checks(m, q, word, k, left, rem, decode_error, window_error, address_error)
+        # the last word's checks failed, with this cause
+        failed = Signal()
+        failed_cause = Signal(Cause.bits)
+
+        def fail():
+            m.d.sync += [q["cause"].eq(failed_cause), failed.eq(0)]
+            m.next = "EXCEPTION"
 
         with m.FSM():
             with m.State("IDLE"):
@@ -252,9 +259,14 @@ class MicroRunner(wiring.Component):
                     m.d.sync += q["busy"].eq(0)
 
             with m.State("READ"):
+                # (the read is made even after a failed word: a read changes nothing, and
+                # the flag stays off the path into system memory's port)
                 m.d.comb += self.mem_re.eq(1)
                 m.d.sync += beyond.eq(_at_least(address, self._mem_words))
-                m.next = "WORD"
+                with m.If(failed):
+                    fail()
+                with m.Else():
+                    m.next = "WORD"
 
             with m.State("WORD"):
                 m.d.sync += [address.eq(address + 1), rem.eq(rem - 1)]
@@ -272,23 +284,23 @@ class MicroRunner(wiring.Component):
                                  self.reg_w_en.eq(1)]
                     m.d.sync += [w_addr.eq(w_addr + 1), left.eq(left - 1)]
 
-                with m.If(decode_error):
-                    m.d.sync += q["cause"].eq(Cause.DECODE)
-                    m.next = "EXCEPTION"
-                with m.Elif(window_error):
-                    m.d.sync += q["cause"].eq(Cause.WINDOW)
-                    m.next = "EXCEPTION"
-                with m.Elif(address_error):
-                    m.d.sync += q["cause"].eq(Cause.ADDRESS)
-                    m.next = "EXCEPTION"
-                with m.Elif((k != 0) & (rem == 1)):
+                # The word's checks are registered (their cause, in their order) and acted on
+                # in the next cycle, READ or START: the word is then off the paths into the
+                # state and the enables. A failing word's side effects above are dropped there.
+                m.d.sync += [failed.eq(decode_error | window_error | address_error),
+                             failed_cause.eq(Mux(decode_error, Cause.DECODE,
+                                                 Mux(window_error, Cause.WINDOW,
+                                                     Cause.ADDRESS)))]
+                with m.If((k != 0) & (rem == 1)):
                     m.next = "START"
                 with m.Else():
                     m.next = "READ"
 
             with m.State("START"):
                 # A neural task without core 0 runs nothing (NE_CORES).
-                with m.If((engine == Engine.NEURAL) & ~self.ne_core0):
+                with m.If(failed):
+                    fail()
+                with m.Elif((engine == Engine.NEURAL) & ~self.ne_core0):
                     m.next = "COMPLETE"
                 with m.Else():
                     m.d.comb += [self.start.eq(1), self.running.eq(1)]
@@ -329,7 +341,12 @@ class MicroRunner(wiring.Component):
         # Only base-table entry 0 is kept: another entry is an empty window.
         window = Signal(self._abits)
         m.d.comb += window.eq(Mux(q["base_index"] == 0, q["limit"], 0))
-        desc_end = q["ptr"] + _field(word, H0, "length")
+        # The descriptor's end, checked with word 1 from the length word 0 left in ``rem``
+        # (length - 1): registers only, so the adders are off the memory's read path. A
+        # word 0 that fails it decides the cause before word 1's own check.
+        desc_end = q["ptr"] + rem + 1
+        window_0 = ((q["ptr"] < q["base"]) | (desc_end > q["base"] + window)
+                    | ((q["tail"] != 0) & (desc_end > q["tail"])))
         count = _field(word, ENTRY, "count")
         reg = _field(word, ENTRY, "address")
         # The run's end matters only for a count of 1 up to the words left (else the decode
@@ -344,11 +361,10 @@ class MicroRunner(wiring.Component):
                 | ((word & reserved_mask(H0)) != 0)
                 | (_field(word, H0, "length") < HEADER_WORDS)
                 | (_field(word, H0, "length") > SLOT_WORDS))
-            m.d.comb += window_error.eq(
-                (q["ptr"] < q["base"]) | (desc_end > q["base"] + window)
-                | ((q["tail"] != 0) & (desc_end > q["tail"])))
         with m.Elif(k == 1):
-            m.d.comb += decode_error.eq(_field(word, H1, "network") != q["network"])
+            m.d.comb += [window_error.eq(window_0),
+                         decode_error.eq(~window_0
+                                         & (_field(word, H1, "network") != q["network"]))]
         with m.Elif(k == 2):
             m.d.comb += [decode_error.eq((word & reserved_mask(H2)) != 0),
                          window_error.eq(_field(word, H2, "src") + _field(word, H2, "src_len")

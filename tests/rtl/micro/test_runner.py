@@ -162,6 +162,12 @@ def test_descriptor_past_the_tail_and_the_window():
     assert golden.queue(0).cause == Cause.WINDOW and golden.queue(0).completed == 0
 
 
+def test_window_of_word_0_before_the_network_of_word_1():
+    """Word 0's window check (made with word 1) decides the cause before word 1's network."""
+    _, golden = _compare(_program(_good(1), limit=HEAD + 10, network=3))
+    assert golden.queue(0).cause == Cause.WINDOW and golden.queue(0).completed == 0
+
+
 def test_more_tasks_than_descriptors():
     """A queue pushed with more tasks than descriptors runs into the data after them."""
     descs = _good(1)
