@@ -29,17 +29,6 @@ pytest.importorskip("onnxruntime")
 LAYERS = ((16, 3, True), (16, 3, True), (8, 1, False))
 
 
-def _float_chain(rng, c_in):
-    """Float weights and biases of :data:`LAYERS`."""
-    params, c = [], c_in
-    for i, (k, side, _) in enumerate(LAYERS):
-        w = _init(rng, f"w{i}", (k, c, side, side), 0.3)
-        b = _init(rng, f"b{i}", (k,), 0.3)
-        params.append((numpy_helper.to_array(w), numpy_helper.to_array(b)))
-        c = k
-    return params
-
-
 def _conv_ref(x, w, b, relu):
     """A float64 stride-1 convolution with 'same' padding (for the scales only)."""
     k, c, side, _ = w.shape
@@ -53,38 +42,46 @@ def _conv_ref(x, w, b, relu):
     return np.maximum(y, 0) if relu else y
 
 
-def qdq_chain(size=48, c_in=4, seed=5):
-    """``x`` -> QuantizeLinear (uint8, zero point 128) -> three ``DequantizeLinear`` /
-    ``Conv`` (int8 per-channel weights, int32 bias) / [``Relu``] / ``QuantizeLinear``
-    layers (uint8 with zero points) -> ``DequantizeLinear`` -> ``y``. Activation scales
-    from a float64 run on one sample. Returns the model and the per-layer ``(s_in, s_out,
-    max_k sum |w_k|)`` of the error bound."""
+def _q(name, s, z):
+    return [numpy_helper.from_array(np.array(s, np.float32), f"s_{name}"),
+            numpy_helper.from_array(np.array(z, np.uint8), f"z_{name}")]
+
+
+def _scale(a):
+    """uint8 scale and zero point covering ``a`` and 0."""
+    lo, hi = min(a.min(), 0.0), max(a.max(), 0.0)
+    s = (hi - lo) / 255
+    return s, int(np.clip(np.rint(-lo / s), 0, 255))
+
+
+def qdq_chain(size=48, c_in=4, seed=5, layers=LAYERS, residual=False):
+    """``x`` -> QuantizeLinear (uint8, zero point 128) -> a ``DequantizeLinear`` / ``Conv``
+    (int8 per-channel weights, int32 bias) / [``Relu``] / ``QuantizeLinear`` layer (uint8
+    with a zero point) per entry of ``layers`` -> ``DequantizeLinear`` -> ``y``; with
+    ``residual`` the first layer's output (read by the second layer and, later, by it) plus
+    the last one's, quantized, is ``y``. Activation scales from a float64 run on one
+    sample. Returns the model and the bound, in steps of ``y``'s scale, of the module
+    docstring."""
     rng = np.random.default_rng(seed)
-    params = _float_chain(rng, c_in)
-    n, inits, nodes = helper.make_node, [], []
-    sample = rng.standard_normal((c_in, size, size))
-    s_x, a = 4.0 / 255, sample
-    inits += [numpy_helper.from_array(np.array(s_x, np.float32), "s_x"),
-              numpy_helper.from_array(np.array(128, np.uint8), "z_x")]
+    n, inits, nodes = helper.make_node, _q("x", 4.0 / 255, 128), []
+    a = rng.standard_normal((c_in, size, size))
     nodes += [n("QuantizeLinear", ["x", "s_x", "z_x"], ["q_x"]),
               n("DequantizeLinear", ["q_x", "s_x", "z_x"], ["d_x"])]
-    prev, s_prev, bound = "d_x", s_x, []
-    for i, ((w, b), (_, side, relu)) in enumerate(zip(params, LAYERS)):
-        s_w = np.abs(w).reshape(w.shape[0], -1).max(axis=1) / 127
+    prev, s_prev, err, c, done = "d_x", 4.0 / 255, 0.0, c_in, []
+    for i, (k, side, relu) in enumerate(layers):
+        w = numpy_helper.to_array(_init(rng, f"w{i}", (k, c, side, side), 0.3))
+        b = numpy_helper.to_array(_init(rng, f"b{i}", (k,), 0.3))
+        s_w = np.abs(w).reshape(k, -1).max(axis=1) / 127
         wq = np.clip(np.rint(w / s_w[:, None, None, None]), -127, 127).astype(np.int8)
         bq = np.rint(b / (s_prev * s_w)).astype(np.int32)
         a = _conv_ref(a, wq * s_w[:, None, None, None], bq * s_prev * s_w, relu)
-        lo, hi = min(a.min(), 0.0), max(a.max(), 0.0)
-        s_y = (hi - lo) / 255
-        z_y = int(np.clip(np.rint(-lo / s_y), 0, 255))
+        s_y, z_y = _scale(a)
         inits += [numpy_helper.from_array(wq, f"wq{i}"),
                   numpy_helper.from_array(s_w.astype(np.float32), f"sw{i}"),
-                  numpy_helper.from_array(np.zeros(len(s_w), np.int8), f"zw{i}"),
+                  numpy_helper.from_array(np.zeros(k, np.int8), f"zw{i}"),
                   numpy_helper.from_array(bq, f"bq{i}"),
                   numpy_helper.from_array((s_prev * s_w).astype(np.float32), f"sb{i}"),
-                  numpy_helper.from_array(np.zeros(len(s_w), np.int32), f"zb{i}"),
-                  numpy_helper.from_array(np.array(s_y, np.float32), f"s{i}"),
-                  numpy_helper.from_array(np.array(z_y, np.uint8), f"z{i}")]
+                  numpy_helper.from_array(np.zeros(k, np.int32), f"zb{i}"), *_q(i, s_y, z_y)]
         conv_out = f"c{i}_relu" if relu else f"c{i}"
         nodes += [n("DequantizeLinear", [f"wq{i}", f"sw{i}", f"zw{i}"], [f"w{i}"], axis=0),
                   n("DequantizeLinear", [f"bq{i}", f"sb{i}", f"zb{i}"], [f"b{i}"], axis=0),
@@ -92,34 +89,40 @@ def qdq_chain(size=48, c_in=4, seed=5):
                     name=f"conv{i}")]
         if relu:
             nodes.append(n("Relu", [f"c{i}"], [conv_out]))
-        nodes += [n("QuantizeLinear", [conv_out, f"s{i}", f"z{i}"], [f"q{i}"]),
-                  n("DequantizeLinear", [f"q{i}", f"s{i}", f"z{i}"], [f"d{i}"])]
-        w_sum = np.abs(wq * s_w[:, None, None, None]).reshape(w.shape[0], -1).sum(axis=1)
-        bound.append((s_prev, s_y, float(w_sum.max())))
-        prev, s_prev = f"d{i}", s_y
-    nodes[-1].output[0] = "y"
+        nodes += [n("QuantizeLinear", [conv_out, f"s_{i}", f"z_{i}"], [f"q{i}"]),
+                  n("DequantizeLinear", [f"q{i}", f"s_{i}", f"z_{i}"], [f"d{i}"])]
+        w_sum = np.abs(wq * s_w[:, None, None, None]).reshape(k, -1).sum(axis=1).max()
+        err = 1.0 + err * s_prev * w_sum / s_y
+        done.append((a, s_y, err))
+        prev, s_prev, c = f"d{i}", s_y, k
+    if residual:
+        (a0, s0, e0), (a1, s1, e1) = done[0], done[-1]
+        s_y, z_y = _scale(a0 + a1)
+        inits += _q("y", s_y, z_y)
+        nodes += [n("Add", ["d0", prev], ["sum"], name="residual"),
+                  n("QuantizeLinear", ["sum", "s_y", "z_y"], ["q_y"]),
+                  n("DequantizeLinear", ["q_y", "s_y", "z_y"], ["y"])]
+        err = 1.0 + (e0 * s0 + e1 * s1) / s_y
+    else:
+        nodes[-1].output[0] = "y"
     graph = helper.make_graph(
         nodes, "qdq_chain",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, size, size])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                       [1, LAYERS[-1][0], size, size])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    return model, bound
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, size, size])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), err
 
 
-def _steps_bound(bound):
-    e = 1.0
-    for s_in, s_out, w_sum in bound[1:]:
-        e = 1.0 + e * s_in * w_sum / s_out
-    return e
-
-
-def test_qdq_depth_first_equals_layer_by_layer(capsys):
+@pytest.mark.parametrize("shape", [
+    {},
+    {"layers": ((16, 3, True), (16, 3, True), (16, 1, False)), "residual": True, "seed": 6},
+], ids=["chain", "residual"])
+def test_qdq_depth_first_equals_layer_by_layer(capsys, shape):
     """``small`` (32,768 buffer elements) cannot hold the first layer's 16 x 48 x 48
-    output: memory mode. Depth first: the three layers in interleaved bands, a lower buffer
+    output: memory mode. Depth first: the three convs in interleaved bands, a lower buffer
     peak than layer by layer, the same output bits; within the propagated bound of
-    onnxruntime."""
-    model, bound = qdq_chain()
+    onnxruntime. ``residual``: the first conv's output is also read by the ``Add`` after
+    the segment, so it is kept whole (no ring) while the second's is a ring."""
+    model, bound = qdq_chain(**shape)
     cfg = preset("small")
     progs = {s: compile_model(model, cfg, fmt="int8", schedule=s)
              for s in ("depth-first", "layer")}
@@ -128,8 +131,8 @@ def test_qdq_depth_first_equals_layer_by_layer(capsys):
     assert all(r["how"] == "in system memory" for r in progs["layer"].plan)
     peaks = {s: c.program.metadata["compiler"]["buffer_peak"] for s, c in progs.items()}
     with capsys.disabled():
-        print(f"\nqdq chain on small: buffer peak depth-first {peaks['depth-first']}, "
-              f"layer by layer {peaks['layer']}; tasks "
+        print(f"\nqdq {'residual' if shape else 'chain'} on small: buffer peak "
+              f"depth-first {peaks['depth-first']}, layer by layer {peaks['layer']}; tasks "
               f"{sum(r['tasks'] for r in progs['depth-first'].plan)} and "
               f"{sum(r['tasks'] for r in progs['layer'].plan)}")
     assert peaks["depth-first"] < peaks["layer"]
@@ -138,5 +141,5 @@ def test_qdq_depth_first_equals_layer_by_layer(capsys):
     assert np.array_equal(out["depth-first"], out["layer"])
     spec = progs["depth-first"].program.metadata["compiler"]["outputs"][0]
     err = np.abs(out["depth-first"].astype(np.float64) - reference(model, x)["y"])
-    assert err.max() / spec["scale"] <= _steps_bound(bound) + 1e-3
+    assert err.max() / spec["scale"] <= bound + 1e-3
     assert np.mean(err / spec["scale"] < 0.5) > 0.5        # not just within the bound
