@@ -15,8 +15,11 @@ activation in system memory and the layers cut into bands (:mod:`npu_compiler.in
 Operators: ``Conv`` (with a fused ``Relu`` or ``Clip``, or a fused ``Sigmoid``, ``Tanh``,
 ``Gelu`` after it), ``Gemm`` (a convolution whose kernel covers the whole input), ``Add``,
 ``Sub``, ``Mul`` of two activations with broadcast (planar engine, through binary16),
-``Sigmoid``, ``Tanh``, ``Gelu`` (a mixed-format layer and a planar rescale), ``Clip``,
+``Sigmoid``, ``Tanh``, ``Gelu`` (a mixed-format layer and a planar rescale), ``LeakyRelu``
+and ``PRelu`` (a mixed-format layer; per-channel slopes on the planar engine), ``Clip``,
 ``HardSigmoid``, ``HardSwish`` (clamped depthwise layers; all :mod:`npu_compiler.int8elt`),
+``Add``, ``Sub``, ``Mul``, ``Div`` with a constant (a scalar or per-channel one as a
+depthwise layer, a constant tensor as a quantized operand of the binary path),
 ``Relu``, ``MaxPool`` (planar engine), ``GlobalAveragePool``
 (a depthwise convolution of weight ``1 / (H W)``), ``AveragePool`` and ``Concat`` (system
 memory only), and the shape-only ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze``,
@@ -31,22 +34,25 @@ from npu_spec import neural
 from npu_spec import planar as planar_spec
 from npu_spec.engine import Engine
 from npu_spec.mac import MacFormat
+from npu_spec.program import dense_strides
 
+from . import ops
 from .compress import Compression, encode_kernels, prune
 from .cores import check_cores, core_blobs
 from .cores import place as place_on_cores
-from .graph import CompileError
-from .int8elt import BINARY_OPS, CLAMP_OPS, PWL_OPS, EltwiseInt8
+from .graph import CompileError, Node
+from .int8elt import BINARY_OPS, CLAMP_OPS, LEAKY_OPS, PWL_OPS, EltwiseInt8
 from .int8mem import MemoryInt8, NeedsMemory
+from .lower import PLANE_DEPTH, MView
 from .ops import _conv_geometry
-from .quant import Calibrator, quantize_conv
+from .quant import Calibrator, quantize, quantize_conv
 
 __all__ = ["INT8_OPS", "calibrate", "calibration_samples", "lower_int8", "read_array",
            "reference_evaluator"]
 
 SHAPE_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity")
 INT8_OPS = ("Conv", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "MaxPool", "AveragePool",
-            "GlobalAveragePool", "Concat") + tuple(PWL_OPS) + CLAMP_OPS + SHAPE_OPS
+            "GlobalAveragePool", "Concat") + tuple(PWL_OPS) + CLAMP_OPS + LEAKY_OPS + SHAPE_OPS
 
 
 # ---- calibration ---------------------------------------------------------------------------
@@ -392,11 +398,11 @@ class _Int8(EltwiseInt8, MemoryInt8):
             if len([o for o in node.outputs if o]) > 1:
                 self.fail("the indices output is not supported")
             self.mem_pool(node, op == "MaxPool")
-        elif op in BINARY_OPS and self._constant_operand(node) is None:
+        elif op in BINARY_OPS + ("Div",) and self._constant_operand(node) is None:
             self.mem_binary(node)
         elif op == "Relu":
             self.mem_elementwise(node, self.op_Relu, 2)
-        elif op in PWL_OPS:
+        elif op in PWL_OPS or op == "LeakyRelu":
             self.pwl_node(node)
         else:
             getattr(self, "op_" + op)(node)
@@ -556,16 +562,15 @@ class _Int8(EltwiseInt8, MemoryInt8):
 
     def _per_channel(self, x, c):
         """Constant ``c`` as one value per channel of activation ``x``'s ``(C, H, W)``
-        dataset (a scalar, or a vector along ONNX axis 1), else a failure."""
+        dataset (a scalar, or a vector along ONNX axis 1), else None."""
         shape = tuple(self.g.shapes[x])
         channels = _shape3(shape)[0] if _shape3(shape) else None
         full = (1,) * (len(shape) - c.ndim) + c.shape if c.ndim <= len(shape) else None
         if channels is None or full is None or any(n != 1 for i, n in enumerate(full)
                                                    if i != 1):
-            self.fail(f"a constant of shape {c.shape} (a scalar or one value per channel "
-                      f"only)")
+            return None
         if full[1] not in (1, channels):
-            self.fail(f"a constant of shape {c.shape} does not broadcast over {shape}")
+            return None
         return np.broadcast_to(c.reshape(-1), (channels,)).astype(np.float64)
 
     def affine(self, node):
@@ -573,11 +578,12 @@ class _Int8(EltwiseInt8, MemoryInt8):
         constant: a depthwise 1x1 layer ``x * m + a`` (weights ``m``, bias ``a``) with the
         output's own scale (one rounding)."""
         x, c, rev = self._constant_operand(node)
-        v = self._per_channel(x, c)
-        ones = np.ones_like(v)
         op = node.op
-        if op == "Div" and rev:
-            self.fail("division by a tensor is not supported")
+        v = self._per_channel(x, c)
+        if v is None or (op == "Div" and rev):
+            self.constant_binary(node, x, c, rev)
+            return
+        ones = np.ones_like(v)
         mul, add = {"Add": (ones, v), "Mul": (v, 0 * v), "Div": (1.0 / v, 0 * v),
                     "Sub": (-ones, v) if rev else (ones, -v)}[op]
         out = node.outputs[0]
@@ -587,6 +593,49 @@ class _Int8(EltwiseInt8, MemoryInt8):
         else:
             self.src(x, conv=True)
             self.conv(x, out, w, add, None, groups=len(v), model=False)
+
+    def constant_binary(self, node, x, c, rev):
+        """``Add``, ``Sub``, ``Mul``, ``Div`` of activation ``x`` and a constant tensor ``c``
+        of another shape than a scalar or a per-channel vector (``c / x`` with any constant):
+        the constant (for ``x / c`` its reciprocal, a ``Mul``) quantized to int8 with its own
+        symmetric scale ``max |c| / 127`` and stored in system memory, then the binary
+        elementwise path of two activations (:meth:`binary`). The constant keeps its shape
+        when it is the planar engine's broadcast vector over ``x``; otherwise (it is larger
+        than ``x``, varies over two separate blocks of axes, or has more elements than a
+        broadcast vector) it is broadcast to the output's shape here."""
+        g, op, out = self.g, node.op, node.outputs[0]
+        if op == "Div" and not rev:
+            with np.errstate(divide="ignore"):
+                c, op = 1.0 / c, "Mul"
+        if not np.all(np.isfinite(c)):
+            self.fail("a constant with a non-finite element")
+        oshape, xshape = tuple(g.shapes[out]), tuple(g.shapes[x])
+        if c.ndim > len(oshape):
+            self.fail(f"a constant of shape {c.shape} over {oshape}")
+        c = c.reshape((1,) * (len(oshape) - c.ndim) + c.shape)
+        pqm = ops._bcast_pattern(oshape, c.shape)
+        if c.shape != oshape and (xshape != oshape or pqm is None
+                                  or pqm[1] > PLANE_DEPTH):
+            c = np.broadcast_to(c, oshape)
+        shape3 = _shape3(c.shape)
+        if shape3 is None:
+            self.fail(f"a constant of shape {c.shape} (the output {oshape} must be "
+                      f"(1, C, H, W) or (1, N))")
+        name = f"{node.name}:const{len(self.b.tensors)}"
+        peak = float(np.abs(c).max())
+        s_c = peak / 127 if peak > 0 else 1.0
+        t = self.b.tensor(name, shape3, "int8", "constant",
+                          quantize(c, s_c).reshape(shape3))
+        g.shapes[name] = c.shape
+        self.scale[name] = s_c
+        pair = Node(op, node.name, [name, x] if rev else [x, name], [out])
+        if self.memory:
+            self.mv[name] = MView(t.addr, shape3, dense_strides(shape3, "int8"))
+            self.mem_binary(pair)
+            return
+        self.ds[name] = self.b.load(t)
+        self.binary(pair)
+        self.b.release(self.ds.pop(name))
 
     def op_Add(self, node):
         """``Add``, ``Sub``, ``Mul`` of two int8 activations, with broadcast, on the planar
@@ -600,8 +649,11 @@ class _Int8(EltwiseInt8, MemoryInt8):
     op_Sub = op_Mul = op_Add
 
     def op_Div(self, node):
+        """``Div`` of two activations: :meth:`binary` (the divisor's reciprocals by the
+        planar engine, then a ``mul``); by a constant: :meth:`affine`."""
         if self._constant_operand(node) is None:
-            self.fail("Div of two activations is not supported (by a constant only)")
+            self.binary(node)
+            return
         self.affine(node)
 
     def op_MaxPool(self, node):

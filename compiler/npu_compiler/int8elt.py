@@ -29,6 +29,12 @@ planar gain-bias by ``1 / s_y`` (plus ``z_y``) rounds it to int8. A fused one fo
 layer, computed with the calibrated scale of the tensor the activation read
 (``Node.preact``).
 
+Leaky ReLU (and a scalar-slope ``PRelu``) is one mixed-format depthwise layer: binary32
+scale ``s_x / s_y``, the post-processor's leaky ReLU, int8 out with ``z_y`` (the int32 path
+of an int8 layer has no leaky ReLU). ``PRelu`` with one slope per channel runs on the planar
+engine: ``h`` the rescaled codes in binary16, ``p = relu(h)``, ``n = h - p``, then
+``p + slope * n`` (``fma``, the binary16 slopes the per-channel broadcast vector) to int8.
+
 The clamped ones are int8 layers (calibrated models): ``Clip`` (not fused into a conv) and
 ``HardSigmoid`` are a depthwise 1x1 layer ``x * m + a`` with the post-processor's clamp;
 ``HardSwish`` is that hard sigmoid (``x / 6 + 1/2`` clamped to ``[0, 1]``, into a tensor of
@@ -50,16 +56,19 @@ from npu_spec.mac import MacFormat
 from . import ops
 from .compress import encode_kernels
 from .graph import Node
-from .lower import _f16, _f32bits
+from .lower import MAX_DIM, _f16, _f32bits
 
-__all__ = ["BINARY_OPS", "CLAMP_OPS", "PWL_OPS", "EltwiseInt8"]
+__all__ = ["BINARY_OPS", "CLAMP_OPS", "LEAKY_OPS", "PWL_OPS", "EltwiseInt8"]
 
-#: Operators of two int8 activations this module lowers.
+#: Operators of two int8 activations this module lowers (and ``Div``, in calibrated models).
 BINARY_OPS = ("Add", "Sub", "Mul")
 #: Piecewise-linear activations as operators, and their post-processor functions.
 PWL_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Gelu": "gelu"}
 #: Clamped activations run as int8 layers.
 CLAMP_OPS = ("Clip", "HardSigmoid", "HardSwish")
+#: Negative-slope activations: a mixed-format layer (a scalar slope) or planar tasks (one
+#: slope per channel).
+LEAKY_OPS = ("LeakyRelu", "PRelu")
 
 
 class EltwiseInt8:
@@ -110,6 +119,8 @@ class EltwiseInt8:
         ``Sub``) and the output's zero point (:meth:`_elt_tasks`)."""
         s_y, z_y = self.result_params(node)
         (sf, zf), (so, zo) = self.operand_params(full), self.operand_params(other)
+        if node.op == "Div":
+            return "mul", (1.0, 0.0), (1.0, 0.0), 0
         if node.op == "Mul":
             k = sf * so / s_y
             return "mul", (1.0, float(-zf)), (k, 0.0 - zo * k), z_y
@@ -117,18 +128,22 @@ class EltwiseInt8:
         so = -so if node.op == "Sub" and first else so
         return "add", (sf / s_y, z_y - zf * sf / s_y), (so / s_y, 0.0 - zo * so / s_y), 0
 
-    def _elt_tasks(self, df, do, op, f, o, z_y=0, kind=None, in_place=False):
+    def _elt_tasks(self, df, do, op, f, o, z_y=0, kind=None, in_place=False, recip=None):
         """The int8 result of ``op(k_f df + b_f, k_o do + b_o) + z_y`` (``f = (k_f, b_f)``,
         ``o`` likewise; ``do`` the broadcast vector of ``kind``, or a dataset of ``df``'s
         shape): ``df`` and ``do`` into binary16 (a copy for a gain of 1 and no bias, else a
         gain-bias), then ``op`` with one rounding to int8; a product with a zero point is
         ``z_y + o f`` (``fma``, ``z_y`` a binary16 constant tensor). ``in_place``: each task
-        writes over its operand (scratch datasets)."""
+        writes over its operand (scratch datasets). ``recip``: ``(first, scale)`` of a
+        division, whose divisor (``df`` if ``first``, else ``do``) is replaced by its binary16
+        reciprocals ``1 / (q scale)`` (:meth:`_reciprocal`) and then used as it is."""
         fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
         results = []
-        for ds, (k, b) in ((df, f), (do, o)):
+        for i, (ds, (k, b)) in enumerate(((df, f), (do, o))):
             out = dataclasses.replace(ds, fmt="fp16") if in_place else None
-            if op == "mul" and k == 1.0 and b == 0.0:
+            if recip is not None and recip[0] == (i == 0):
+                t = self._reciprocal(ds, recip[1], in_place)
+            elif op == "mul" and k == 1.0 and b == 0.0:
                 t = self.b.planar(ds, out=out, mode="eltwise", op="copy", out_fmt=fp16)
             else:
                 t = self.b.planar(ds, out=out, mode="eltwise", op="gain_bias", scale=k,
@@ -150,21 +165,56 @@ class EltwiseInt8:
             self.b.release(to)
         return y
 
+    def _division(self, node, first):
+        """``(divisor is the full operand, scale)`` of a ``Div`` of two activations
+        (``first``: the full operand is the dividend), else None. ``a / b`` is ``q_a`` times
+        ``s_a / (q_b s_b s_y)``, the reciprocal of ``q_b`` times ``scale = s_b s_y / s_a``:
+        one planar reduction gives it (:meth:`_reciprocal`), then one ``mul`` rounds
+        ``q_a r`` to int8."""
+        if node.op != "Div":
+            return None
+        (s_a, z_a), (s_b, z_b) = (self.operand_params(x) for x in node.inputs)
+        s_y, z_y = self.result_params(node)
+        if z_a or z_b or z_y:
+            self.fail("Div of activations with zero points is not supported")
+        return not first, s_b * s_y / s_a
+
+    def _reciprocal(self, ds, scale, in_place=False):
+        """binary16 ``1 / (q scale)`` of every code ``q`` of dense int8 dataset ``ds``: planar
+        reductions (``sum`` over planes of one element, ``SCALE`` then the post-processor's
+        correctly rounded reciprocal, ``docs/planar.md``), at most ``MAX_DIM`` elements a
+        task; written over ``ds`` when ``in_place`` (element ``i`` after it is read), else
+        into a new dataset. A code 0 gives infinity (the product saturates; ``0 / 0`` gives
+        NaN, which becomes 0)."""
+        c, h, w = ds.shape
+        n = c * h * w
+        if ds.slots or ds.rstride != w or ds.cstride != h * w:
+            self.fail(f"a {ds.shape} divisor that is not dense in the buffer")
+        r = ds if in_place else self.b.buffer((n, 1, 1), "fp16")
+        for i in range(0, n, MAX_DIM):
+            k = min(MAX_DIM, n - i)
+            self.b.planar(Dataset(ds.addr + i, (k, 1, 1), ds.fmt),
+                          out=Dataset(r.addr + i, (k, 1, 1), "fp16"), mode="reduce",
+                          op="sum", axis="plane", scale=scale, post="recip",
+                          out_fmt=planar_spec.Fmt.FP16)
+        return Dataset(r.addr, (c, h, w), "fp16")
+
     def binary(self, node):
-        """``Add``, ``Sub``, ``Mul`` of two activations in the buffer (in memory mode the
-        equal-shaped ones per chunk through :meth:`mem_elementwise`)."""
+        """``Add``, ``Sub``, ``Mul``, ``Div`` of two activations in the buffer (in memory mode
+        the equal-shaped ones per chunk through :meth:`mem_elementwise`)."""
         full, other, pqm, first = self._binary_operands(node)
         out = node.outputs[0]
         df, do = self.src(full), self.src(other)
         op, f, o, z_y = self._factors(node, full, other, first)
+        recip = self._division(node, first)
         if pqm is None:
             if df.shape != do.shape:
                 self.fail("both operands must be int8 activations of one shape")
-            self.ds[out] = self._elt_tasks(df, do, op, f, o, z_y)
+            self.ds[out] = self._elt_tasks(df, do, op, f, o, z_y, recip=recip)
         else:
             kind, shape3, _ = ops.bcast_layout(node, pqm)
             y = self._elt_tasks(self._reshaped(df, shape3), self._reshaped(do, (1, 1, pqm[1])),
-                                op, f, o, z_y, kind)
+                                op, f, o, z_y, kind, recip=recip)
             self.ds[out] = self._reshaped(y, df.shape)
         self.record(out, *self.result_params(node))
 
@@ -185,11 +235,12 @@ class EltwiseInt8:
             return
         out = node.outputs[0]
         op, f, o, z_y = self._factors(node, full, other, first)
+        recip = self._division(node, first)
         vf, vo = self.view(full), self.view(other)
         out3 = self.new_view(out, vf.shape)
 
         def engine(da, dv, kind):
-            return self._elt_tasks(da, dv, op, f, o, z_y, kind, in_place=True)
+            return self._elt_tasks(da, dv, op, f, o, z_y, kind, in_place=True, recip=recip)
 
         ops.broadcast_op(self, node, op, vf, vo, out3, pqm, engine=engine,
                          per_element=2 if z_y else 1)
@@ -201,21 +252,26 @@ class EltwiseInt8:
         """``(layer, activation)``: a ``Conv`` or ``Gemm`` with a fused piecewise-linear
         activation as the layer alone (writing the tensor the activation read) and the
         activation as a node of its own; None for any other node."""
-        kind = (node.fused or {}).get("act")
-        op = {v: k for k, v in PWL_OPS.items()}.get(kind)
+        act = node.fused or {}
+        kind = act.get("act")
+        op = {v: k for k, v in PWL_OPS.items()}.get(kind, "LeakyRelu" if kind == "leaky"
+                                                     else None)
         if op is None:
             return None
         if not node.preact:
             self.fail(f"the fused activation {kind} has no input tensor to calibrate")
         layer = dataclasses.replace(node, outputs=[node.preact], fused={}, preact="")
-        return layer, Node(op, node.name, [node.preact], list(node.outputs))
+        attrs = {"alpha": float(act["alpha"])} if kind == "leaky" else {}
+        return layer, Node(op, node.name, [node.preact], list(node.outputs), attrs)
 
     def pwl_node(self, node):
-        """A piecewise-linear activation node, whole or (memory mode) in chunks."""
+        """A piecewise-linear activation or leaky ReLU node, whole or (memory mode) in
+        chunks."""
+        fn = self.op_LeakyRelu if node.op == "LeakyRelu" else self.op_Sigmoid
         if self.memory:
-            self.mem_elementwise(node, self.op_Sigmoid, 3)
+            self.mem_elementwise(node, fn, 3)
         else:
-            self.op_Sigmoid(node)
+            fn(node)
 
     def op_Sigmoid(self, node):
         """``Sigmoid``, ``Tanh``, ``Gelu`` of an int8 activation (module docstring)."""
@@ -242,8 +298,9 @@ class EltwiseInt8:
     op_Tanh = op_Gelu = op_Sigmoid
 
     def _pwl_blob(self, c, s_in, z_in=0):
-        """The kernels of the mixed depthwise layer of :meth:`op_Sigmoid`: weight 1
-        (binary16), bias ``-z_in`` and scale ``s_in`` (binary32), for ``c`` channels."""
+        """The kernels of the mixed depthwise layer of :meth:`op_Sigmoid` (and
+        :meth:`op_LeakyRelu`): weight 1 (binary16), bias ``-z_in`` and scale ``s_in``
+        (binary32), for ``c`` channels."""
         key = ("pwl", c, float(s_in), int(z_in))
         if key not in self._requant:
             blob, raw_bytes, choice = encode_kernels(
@@ -259,6 +316,112 @@ class EltwiseInt8:
         if not self.memory:
             self.row["kernel_raw_bytes"] += self._raw[id(blob)]
         return blob
+
+    # ---- negative-slope activations --------------------------------------------------------
+
+    def _needs_mixed(self, node):
+        if "mixed" not in self.cfg.formats:
+            self.fail(f"{node.op} in int8 needs the int8 x binary16 (mixed) datapath, which "
+                      f"preset {self.cfg.name!r} has not")
+
+    def op_LeakyRelu(self, node, alpha=None):
+        """Leaky ReLU of slope ``alpha`` (the node's attribute by default) of an int8
+        activation: one mixed-format depthwise 1x1 layer (int8 data x binary16 weight 1, bias
+        ``-z_x``), the post-processor's binary32 scale ``s_x / s_y``, its leaky ReLU with the
+        slope rounded to binary32, and int8 out (round half to even, ``+ z_y``, saturated):
+        one rounding. Leaky ReLU commutes with the positive scale, so the slope applies to
+        the rescaled value."""
+        self._needs_mixed(node)
+        x, out = node.inputs[0], node.outputs[0]
+        alpha = float(node.attr("alpha", 0.01) if alpha is None else alpha)
+        ds = self.src(x)
+        s_x, z_x = self.operand_params(x)
+        s_y, z_y = self.result_params(node)
+        blob = self._pwl_blob(ds.shape[0], s_x / s_y, z_x)
+        places = self._resident(blob) if self.memory else self.place(blob, 1)
+        y = self.b.conv(ds, places[0], act="leaky", alpha=alpha, out_fp16=False,
+                        zero_point=z_y)
+        self._check_layer(ds, blob, y, 1, 0, 1, ds.shape[0], fmt=MacFormat.I8F16)
+        self.ds[out] = y
+        self.record(out, s_y, z_y)
+
+    def op_PRelu(self, node):
+        """``PRelu`` with a constant slope: a scalar is :meth:`op_LeakyRelu`; one slope per
+        channel runs on the planar engine (:meth:`_prelu_tasks`)."""
+        x = node.inputs[0]
+        slope = self.g.const(node.inputs[1])
+        if slope is None:
+            self.fail("the slope must be a constant")
+        slope = np.asarray(slope, np.float64)
+        if slope.size == 1:
+            self.pwl_like(node, alpha=float(slope.reshape(-1)[0]))
+            return
+        shape = tuple(self.g.shapes[x])
+        # One slope per channel: (C,), (C, 1, 1) or (1, C, 1, 1) over a (1, C, H, W) tensor.
+        per_channel = (len(shape) == 4 and slope.size == shape[1]
+                       and (slope.ndim == 1 or (slope.ndim <= 4 and slope.shape[-2:] == (1, 1)
+                                                and slope.shape[-3] == shape[1])))
+        if not per_channel:
+            self.fail(f"a slope of shape {slope.shape} over {shape} (a scalar or one slope per "
+                      f"channel only)")
+        codes = _f16(slope.reshape(-1))
+        name = f"{node.name}:slope"
+        t = self.b.tensor(f"{name}:{len(self.b.tensors)}", (1, 1, shape[1]), "fp16",
+                          "constant", codes.reshape(1, 1, -1))
+        vec = self.b.load(t)
+        if self.memory:
+            self._mem_prelu(node, vec)
+        else:
+            out = node.outputs[0]
+            self.ds[out] = self._prelu_tasks(node, self.src(x, conv=True), vec)
+            self.record(out, *self.result_params(node))
+        self.b.release(vec)
+
+    def pwl_like(self, node, alpha):
+        """A scalar-slope ``PRelu`` as a leaky ReLU node (whole, or in memory mode in
+        chunks)."""
+        leaky = Node("LeakyRelu", node.name, [node.inputs[0]], list(node.outputs),
+                     {"alpha": alpha})
+        self.pwl_node(leaky)
+
+    def _prelu_tasks(self, node, dx, vec, in_place=False):
+        """``PRelu`` of int8 dataset ``dx`` with ``vec`` the ``(1, 1, C)`` binary16 slopes of
+        its channels; four planar tasks: ``h = (q - z_x) s_x / s_y`` to binary16,
+        ``p = relu(h)``, ``n = h - p`` (exact: the negative part), then ``p + slope * n``
+        (``fma``, the slope the channel's broadcast vector) rounded to int8. ``in_place``:
+        ``h`` is written over ``dx`` and the result over ``p``."""
+        fp16, int8 = planar_spec.Fmt.FP16, planar_spec.Fmt.INT8
+        s_x, z_x = self.operand_params(node.inputs[0])
+        s_y, z_y = self.result_params(node)
+        if z_y:
+            self.fail("PRelu with an output zero point is not supported")
+        k = s_x / s_y
+        h = self.b.planar(dx, out=dataclasses.replace(dx, fmt="fp16") if in_place else None,
+                          mode="eltwise", op="gain_bias", scale=k, bias=0.0 - z_x * k,
+                          out_fmt=fp16)
+        p = self.b.planar(h, mode="eltwise", op="relu", out_fmt=fp16)
+        n = self.b.planar(h, p, out=h, mode="eltwise", op="sub", out_fmt=fp16)
+        y = self.b.planar(p, vec, n, out=dataclasses.replace(p, fmt="int8"), mode="eltwise",
+                          op="fma", bcast="channel", out_fmt=int8)
+        if not in_place:
+            self.b.release(n)
+        return y
+
+    def _mem_prelu(self, node, vec):
+        """:meth:`_prelu_tasks` with the activation in system memory, in boxes of channels and
+        rows, each with its channels' part of the slopes ``vec`` (loaded once)."""
+        x, out = node.inputs[0], node.outputs[0]
+        v = self.view(x)
+        out3 = self.new_view(out, v.shape)
+        c, h, w = v.shape
+        for c0, c1, h0, h1 in ops._boxes(v.shape, (self.buf_size - c) // 2):
+            dx = self.buffer((c1 - c0, h1 - h0, w))
+            self.load3(ops._view3(v, c0, c1, h0, h1), dx)
+            part = Dataset(vec.addr + c0, (1, 1, c1 - c0), "fp16")
+            y = self._prelu_tasks(node, dx, part, in_place=True)
+            self.store3(y, ops._view3(out3, c0, c1, h0, h1))
+            self.release(dx, y)
+        self.record(out, *self.result_params(node))
 
     # ---- clamped activations ---------------------------------------------------------------
 

@@ -55,7 +55,7 @@ def _dense(addr, shape):
 class MemoryInt8(Transfers):
     """Memory mode of the int8 lowering (module docstring). The host class provides ``g``,
     ``cfg``, ``b``, ``scale``, ``ds``, ``node``, ``row``, ``compression``, ``cores``,
-    ``fail``, ``out_scale``, ``kernels`` and ``_check_layer``."""
+    ``fail``, ``out_scale``, ``kernels``, ``_check_layer`` and ``pwl_split``."""
 
     elem = "int8"
 
@@ -493,11 +493,16 @@ class MemoryInt8(Transfers):
 
     def mem_segments(self):
         """``{node index: Segment}`` of the depth-first schedule
-        (:func:`npu_compiler.depthfirst.segments`)."""
+        (:func:`npu_compiler.depthfirst.segments`), without the segments of a layer whose
+        fused activation runs as a layer of its own after it (``pwl_split``: its band
+        functions would not follow it; those layers run one after the other)."""
         from . import depthfirst
         if self.schedule != "depth-first":
             return {}
-        return depthfirst.segments(self, layer_of=self.segment_layer)
+        segs = depthfirst.segments(self, layer_of=self.segment_layer)
+        split = {id(seg) for seg in segs.values()
+                 if any(self.pwl_split(node) is not None for node in seg.nodes)}
+        return {i: seg for i, seg in segs.items() if id(seg) not in split}
 
     def emit_segment(self, seg):
         """Lower a depth-first segment: set every layer up (its band functions deferred; a

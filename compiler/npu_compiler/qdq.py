@@ -55,7 +55,8 @@ QUANT_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul
              "ConvInteger", "MatMulInteger")
 #: Operators of a quantized model the int8 lowering takes.
 QDQ_OPS = QUANT_OPS + ("QGemm", "Conv", "Gemm", "MatMul", "Relu", "Clip", "Cast", "Mul", "Add",
-                       "Sub", "MaxPool", "GlobalAveragePool") + tuple(PWL_OPS) + SHAPE_OPS
+                       "Sub", "MaxPool", "GlobalAveragePool", "LeakyRelu") + tuple(PWL_OPS) \
+    + SHAPE_OPS
 
 _INT_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -308,7 +309,7 @@ class _QDQ(_Int8):
             for x in node.inputs:
                 self.src(x)
             self.mem_binary(node)
-        elif op in PWL_OPS:
+        elif op in PWL_OPS or op == "LeakyRelu":
             self.src(node.inputs[0])
             self.pwl_node(node)
         else:

@@ -23,7 +23,7 @@ Per task (:func:`task_cycles`):
   cycle over all operand streams together (they share the buffer's read port), a broadcast
   vector one cycle an element; pooling, per input row the slowest of loading, the horizontal
   and the vertical filter and the output; reduction, a beat a cycle plus a fixed cost per
-  group. ``planar_fp_share`` cycles a beat on shared lane units.
+  group (more with a post function). ``planar_fp_share`` cycles a beat on shared lane units.
 * **DMA** (``docs/system.md``, "DMA engine"): one element a cycle whatever the bus width,
   plus the check and the memory's round trip.
 
@@ -75,6 +75,13 @@ POOL_OVERHEAD = 55
 #: Planar reduction: cycles per group after the tree (``3 log2 L + 50``, L lanes) and per task.
 REDUCE_GROUP = 24
 REDUCE_TASK = 20
+#: Planar reduction with a post function (``recip``, ``sqrt``, ``rsqrt``): cycles more per
+#: group, the serial post-processor's digit recurrence (27 cycles), rounding and hand-off
+#: (fitted with ``recip`` on ``small``: 76 cycles a group on the RTL, where the rule without
+#: it gives 37; ``docs/compiler.md``, "int8", ``Div`` of two activations, has the command;
+#: ``tests/compiler/test_int8_slope_const.py::test_reciprocal_task_rtl_cycles_and_estimate``
+#: holds it within 5%).
+REDUCE_POST = 39
 #: DMA: the check before the first request and the cycles after the last answer; more for a
 #: kernel-memory transfer.
 DMA_OVERHEAD = 12
@@ -214,7 +221,8 @@ def _planar_cycles(config, task):
         return REDUCE_TASK + 25 + share * beats["a"] * (c + 1) // max(1, c)
     groups = c if task["axis"] != Axis.TENSOR else 1
     tree = 3 * max(1, lanes.bit_length() - 1)
-    return REDUCE_TASK + share * beats["a"] + groups * (REDUCE_GROUP + tree)
+    post = REDUCE_POST if task["post"] else 0
+    return REDUCE_TASK + share * beats["a"] + groups * (REDUCE_GROUP + tree + post)
 
 
 def _dma_cycles(config, transfer, latency):

@@ -204,8 +204,6 @@ def test_squeeze_excitation_rtl_equals_golden(size, stride):
     ("Mul", (1, 4, 5, 6), (1, 4, 1, 6),
      r"node 'elt' \(Mul\): broadcast of \(1, 4, 1, 6\) over \(1, 4, 5, 6\) \(the smaller "
      r"operand must vary over one block of axes\)"),
-    ("Div", (1, 4, 5, 6), (1, 4, 1, 1),
-     r"node 'elt' \(Div\): Div of two activations is not supported \(by a constant only\)"),
 ])
 def test_unsupported_binary_is_one_line(op, sx, sv, message, tmp_path, capsys):
     model = binary_model(op, sx, sv)
