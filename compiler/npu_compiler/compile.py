@@ -133,7 +133,7 @@ def compile_model(source, config, *, fmt="fp16", shapes=None, name=None, batch_o
             raise CompileError("--fallback host is not supported with --format int8")
         graph = load_graph(prepare(model), shapes, batch_one, keep=("DequantizeLinear",),
                            foreign=FOREIGN_OPS)
-        return _compile_qdq(graph, config, name, t0, switch_points, cores)
+        return _compile_qdq(graph, config, name, t0, switch_points, cores, schedule)
     graph = load_graph(source, shapes, batch_one)
     if fmt == "int8":
         return _compile_int8(source, graph, config, calibration, name, fallback, t0,
@@ -247,13 +247,15 @@ def _compile_int8(source, graph, config, calibration, name, fallback, t0, evalua
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
                 "dtype": "float32", "format": "int8", "addr": t.addr, "scale": float(scale)}
 
-    return _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points)
+    return _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points,
+                          schedule=schedule)
 
 
 def _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points, **meta_extra):
     """The :class:`Compiled` of an int8 lowering: the program built from builder ``b``, with
     the input and output entries ``entry(name, tensor, io spec)`` (a graph input is the
-    tensor of its name, an output the tensor ``name:q``) in its compiler metadata."""
+    tensor of its name, an output the tensor ``name:q``) and the buffer peak (most buffer
+    elements in use by a task) in its compiler metadata."""
     try:
         points = b.place_switch_points() if switch_points != "none" else []
         program = b.build(name or graph.name or "")
@@ -265,6 +267,7 @@ def _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points, **meta_ex
         "format": "int8",
         "switch_points": points,
         **meta_extra,
+        "buffer_peak": max((t.buffer for t in b.tasks), default=0),
         "batch": graph.batch,
         "inputs": [entry(n, tensors[n], io["inputs"][n]) for n in graph.inputs],
         "outputs": [entry(n, tensors[n + ":q"], io["outputs"][n]) for n in graph.outputs],
@@ -275,11 +278,11 @@ def _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points, **meta_ex
     return Compiled(program, [_plain(r) for r in plan], graph, time.perf_counter() - t0)
 
 
-def _compile_qdq(graph, config, name, t0, switch_points, cores=None):
+def _compile_qdq(graph, config, name, t0, switch_points, cores=None, schedule="depth-first"):
     """A quantized model (:mod:`npu_compiler.qdq`): the model's scales and zero points."""
     from .qdq import lower_qdq
     b, plan, io = lower_qdq(graph, config, name=name or graph.name,
-                            spill=switch_points == "layers", cores=cores)
+                            spill=switch_points == "layers", cores=cores, schedule=schedule)
 
     def entry(n, t, spec):
         return {"name": n, "tensor": t.name, "shape": list(graph.shapes[n]),
@@ -288,4 +291,4 @@ def _compile_qdq(graph, config, name, t0, switch_points, cores=None):
                 "zero_point": None if spec["zero_point"] is None else int(spec["zero_point"])}
 
     return _int8_compiled(b, plan, io, graph, name, t0, entry, switch_points,
-                          quantized_model=True)
+                          quantized_model=True, schedule=schedule)

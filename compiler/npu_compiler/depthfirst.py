@@ -46,6 +46,9 @@ class Segment:
     strategy: str
     peak: int
     band: int
+    #: Indices of nodes lowered with the segment that make no bands of their own (in a
+    #: quantized model, the nodes a layer's ``QuantizeLinear`` emits, :mod:`npu_compiler.qdq`).
+    aux: tuple = ()
 
 
 def _shape4(g, name):
@@ -53,22 +56,35 @@ def _shape4(g, name):
     return shape if len(shape) == 4 and shape[0] == 1 else None
 
 
+def conv_layer(g, key, node, x, w_shape, out):
+    """The :class:`RowLayer` of convolution ``node`` reading tensor ``x`` with weights of
+    shape ``w_shape``, its rows written to tensor ``out``, or None if it is not a shape this
+    lowering takes."""
+    from .ops import _conv_geometry
+    xs, ys = _shape4(g, x), _shape4(g, out)
+    if xs is None or ys is None or len(w_shape) != 4:
+        return None
+    k, strides, dil, pads, _ = _conv_geometry(node, xs, w_shape)
+    layer = RowLayer(key, (x,), k[0], strides[0], (pads[0], pads[2]), dil[0],
+                     row_size=ys[1] * ys[3])
+    return layer if layer.out_height(xs[2]) == ys[2] else None
+
+
 def _row_layer(g, key, node):
     """The :class:`RowLayer` of ``node`` (inputs: the non-constant input tensors), or None
     if it is not row-local or not a shape this lowering takes."""
-    from .ops import _conv_geometry, _pool_attrs
+    from .ops import _pool_attrs
     ins = [i for i in node.inputs if i and i not in g.consts]
     outs = [o for o in node.outputs if o]
     if len(outs) != 1 or not ins or any(_shape4(g, t) is None for t in ins + outs):
         return None
     x, y = _shape4(g, ins[0]), _shape4(g, outs[0])
-    kernel, stride, pad, dilation = 1, 1, (0, 0), 1
+    kernel, stride, pad = 1, 1, (0, 0)
     if node.op == "Conv":
         w = g.const(node.inputs[1]) if len(node.inputs) > 1 else None
         if len(ins) != 1 or w is None or np.ndim(w) != 4:
             return None
-        k, strides, dil, pads, _ = _conv_geometry(node, x, w.shape)
-        kernel, stride, pad, dilation = k[0], strides[0], (pads[0], pads[2]), dil[0]
+        return conv_layer(g, key, node, ins[0], w.shape, outs[0])
     elif node.op in ("MaxPool", "AveragePool"):
         if len(ins) != 1 or len(node.attr("kernel_shape", ())) != 2:
             return None
@@ -87,8 +103,7 @@ def _row_layer(g, key, node):
             return None
     elif node.op != "Relu" or x != y:
         return None
-    layer = RowLayer(key, tuple(ins), kernel, stride, pad, dilation,
-                     row_size=y[1] * y[3])
+    layer = RowLayer(key, tuple(ins), kernel, stride, pad, 1, row_size=y[1] * y[3])
     return layer if layer.out_height(x[2]) == y[2] else None
 
 
@@ -96,18 +111,20 @@ def _elements(g, names):
     return sum(int(np.prod(g.shapes[n])) for n in names)
 
 
-def segments(lw, bands=BANDS):
+def segments(lw, bands=BANDS, layer_of=None):
     """The segments of ``lw``'s graph worth a depth-first schedule: ``{node index:
     Segment}`` for every node of each. A segment's band height is the first of ``bands``
     whose schedule is depth first with its live intermediate rows within half the buffer
     (room for them beside one band's working datasets), else the one with the lowest
-    peak."""
+    peak. ``layer_of(g, i, node)``: ``(RowLayer, aux)`` of node ``i`` (``aux``: indices of
+    the nodes lowered with it that make no bands, :attr:`Segment.aux`) or None; by default
+    the row-local operators of the module docstring, without ``aux``."""
     g = lw.g
-    layers = {}
+    layers, aux = {}, {}
     for i, node in enumerate(g.nodes):
-        layer = _row_layer(g, i, node)
-        if layer is not None:
-            layers[i] = layer
+        found = layer_of(g, i, node) if layer_of else (_row_layer(g, i, node), ())
+        if found is not None and found[0] is not None:
+            layers[i], aux[i] = found
     made = {g.nodes[i].outputs[0]: i for i in layers}
     parent = {i: i for i in layers}
 
@@ -130,26 +147,37 @@ def segments(lw, bands=BANDS):
             readers.setdefault(t, set()).add(k)
     out = {}
     for members in groups.values():
-        seg = _segment(lw, sorted(members), layers, readers, bands)
+        extra = tuple(sorted({k for i in members for k in aux[i]} - set(members)))
+        seg = _segment(lw, sorted(members), layers, readers, bands, extra)
         if seg is not None:
-            out.update({i: seg for i in members})
+            out.update({i: seg for i in members + list(extra)})
     return out
 
 
-def _segment(lw, members, layers, readers, bands):
+def _read_inside(g, tensor, readers, inside, extra):
+    """Whether only nodes of the segment read ``tensor``, also through the outputs of its
+    ``extra`` nodes that read it (a quantized model's ``DequantizeLinear``)."""
+    ks = readers.get(tensor)
+    if not ks or not ks <= inside or tensor in g.outputs:
+        return False
+    return all(_read_inside(g, o, readers, inside, extra) for k in ks if k in extra
+               for o in g.nodes[k].outputs if o)
+
+
+def _segment(lw, members, layers, readers, bands, extra=()):
     g = lw.g
-    inside = set(members)
+    inside = set(members) | set(extra)
     internal = [g.nodes[i].outputs[0] for i in members
-                if g.nodes[i].outputs[0] not in g.outputs
-                and readers.get(g.nodes[i].outputs[0]) and readers[g.nodes[i].outputs[0]]
-                <= inside]
+                if _read_inside(g, g.nodes[i].outputs[0], readers, inside, set(extra))]
     too_big = any(_elements(g, list(layers[i].inputs) + g.nodes[i].outputs[:1]) > lw.buf_size
                   for i in members)
     if not internal or not too_big:
         return None
     # The segment runs where its last layer is: nothing outside may read its tensors first.
     last = members[-1]
-    made = {g.nodes[i].outputs[0] for i in members}
+    if any(k > last for k in extra):
+        return None
+    made = {o for i in inside for o in g.nodes[i].outputs if o}
     if any(k < last and k not in inside for t in made for k in readers.get(t, ())):
         return None
     best = None
@@ -165,7 +193,7 @@ def _segment(lw, members, layers, readers, bands):
     order = runs(graph, plan.order)
     rings = {t: _ring_rows(g, t, members, layers, order) for t in internal}
     return Segment([g.nodes[i] for i in members], {i: layers[i] for i in members},
-                   rings, order, plan.strategy, plan.peak, band)
+                   rings, order, plan.strategy, plan.peak, band, tuple(extra))
 
 
 def _unit_graph(g, members, layers, band):

@@ -488,6 +488,9 @@ class MemoryInt8(Transfers):
 
     # ---- depth first -------------------------------------------------------------------
 
+    #: ``layer_of`` of :func:`npu_compiler.depthfirst.segments` (None: its default).
+    segment_layer = None
+
     def mem_segments(self):
         """``{node index: Segment}`` of the depth-first schedule
         (:func:`npu_compiler.depthfirst.segments`), without the segments of a layer whose
@@ -496,20 +499,27 @@ class MemoryInt8(Transfers):
         from . import depthfirst
         if self.schedule != "depth-first":
             return {}
-        segs = depthfirst.segments(self)
+        segs = depthfirst.segments(self, layer_of=self.segment_layer)
         split = {id(seg) for seg in segs.values()
                  if any(self.pwl_split(node) is not None for node in seg.nodes)}
         return {i: seg for i, seg in segs.items() if id(seg) not in split}
 
     def emit_segment(self, seg):
-        """Lower a depth-first segment: set every layer up (its band functions deferred),
-        then run the bands in the schedule's order, each charged to its layer's plan row."""
+        """Lower a depth-first segment: set every layer up (its band functions deferred; a
+        node of ``seg.aux`` lowered as it comes, in graph order), then run the bands in the
+        schedule's order, each charged to its layer's plan row."""
         self._rings = dict(seg.rings)
         self._defer = {}
         fns, rows = {}, {}
-        for key, node in zip(seg.layers, seg.nodes):
+        for key in sorted(set(seg.layers) | set(seg.aux)):
+            node = self.g.nodes[key]
             self.node, self._step = node, str(node)
             self.row = self._new_row(node)
+            if key not in seg.layers:
+                self.row["how"] = "in system memory"
+                self.mem_node(node)
+                self._end_row()
+                continue
             self.row["how"] = f"{seg.strategy}, bands of {seg.band} rows, in system memory"
             self.row["_spans"] = []
             self._defer[node.name] = fns.setdefault(key, []).append

@@ -132,10 +132,9 @@ class Pending:
 class _QDQ(_Int8):
     OPS = QDQ_OPS
 
-    def __init__(self, graph, config, name, cores=None):
-        # In memory mode layer by layer: a pending accumulator is emitted by a later node,
-        # which the depth-first segments' band functions do not follow.
-        super().__init__(graph, config, {}, name, cores=cores, chain=False, schedule="layer")
+    def __init__(self, graph, config, name, cores=None, schedule="depth-first"):
+        super().__init__(graph, config, {}, name, cores=cores, chain=False,
+                         schedule=schedule)
         self.zp = {}        # tensor -> int8-domain zero point
         self.qconst = {}    # DequantizeLinear output of a constant -> (q, scale, zp, axis)
         self.pend = {}      # tensor -> Pending
@@ -230,6 +229,39 @@ class _QDQ(_Int8):
             self.fail(f"tensor {name!r} has no scale (no DequantizeLinear or QuantizeLinear "
                       f"gives one)")
         return self.scale[name], self.zp[name]
+
+    def segment_layer(self, g, i, node):
+        """Depth first in memory mode (:func:`npu_compiler.depthfirst.segments`): a
+        ``QuantizeLinear`` that emits a pending ``Conv`` (through ``Relu`` / ``Clip``) is the
+        layer, its bands the convolution's, reading the int8 tensor the ``Conv``'s input
+        ``DequantizeLinear`` renames; that ``DequantizeLinear``, the weights' and bias's,
+        the ``Conv`` and the activations are lowered with it (``aux``, no tasks). None for
+        any other node (it runs layer by layer)."""
+        from .depthfirst import conv_layer
+
+        def only(t, op):
+            p = g.producer(t)
+            ok = p is not None and p.op in op and len(g.consumers(t)) == 1 \
+                and t not in g.outputs
+            return p if ok else None
+
+        if node.op != "QuantizeLinear" or not node.outputs or not g.is_float(node.inputs[0]):
+            return None
+        chain, p = [], only(node.inputs[0], ("Relu", "Clip", "Conv"))
+        while p is not None and p.op != "Conv":
+            chain.append(p)
+            p = only(p.inputs[0], ("Relu", "Clip", "Conv"))
+        if p is None or len(p.inputs) < 2:
+            return None
+        deq = [g.producer(t) for t in p.inputs if t]
+        if any(d is None or d.op != "DequantizeLinear" for d in deq) \
+                or g.const(deq[0].inputs[0]) is not None \
+                or any(g.const(d.inputs[0]) is None for d in deq[1:]):
+            return None
+        w = np.shape(g.const(deq[1].inputs[0]))
+        layer = conv_layer(g, i, p, deq[0].inputs[0], w, node.outputs[0])
+        index = {id(n): k for k, n in enumerate(g.nodes)}
+        return layer, tuple(index[id(n)] for n in deq + [p] + chain)
 
     # ---- inputs and outputs ----------------------------------------------------------------
 
@@ -747,18 +779,19 @@ class _QDQ(_Int8):
     op_Flatten = op_Reshape = op_Squeeze = op_Unsqueeze = op_Identity = _alias
 
 
-def lower_qdq(graph, config, name="", spill=False, cores=None):
+def lower_qdq(graph, config, name="", spill=False, cores=None, schedule="depth-first"):
     """``(builder, plan, io)`` of a quantized model: ``io`` maps ``"inputs"`` and
     ``"outputs"`` to ``{name: {"scale", "zero_point", "dtype"}}`` (``zero_point`` in the
-    int8 domain the buffer holds; ``dtype`` the ONNX tensor's type); ``cores`` as
-    :func:`npu_compiler.int8.lower_int8`."""
+    int8 domain the buffer holds; ``dtype`` the ONNX tensor's type); ``cores`` and
+    ``schedule`` as :func:`npu_compiler.int8.lower_int8` (depth first in memory mode:
+    :meth:`_QDQ.segment_layer`)."""
     lw = _QDQ(graph, config, name, cores)
     lw.spill = spill
     try:
         lw.run()
     except NeedsMemory:
         # As lower_int8: every int8 tensor in system memory, layers in bands.
-        lw = _QDQ(graph, config, name, cores)
+        lw = _QDQ(graph, config, name, cores, schedule)
         lw.memory = True
         lw.run()
 

@@ -91,7 +91,8 @@ def test_qdq_memory_mode_equals_buffer_bit_for_bit(tmp_path, symmetric, shape):
         c = compile_model(qmodel, cfg, fmt="int8")
         outs.append(run(c.program, x, "golden").outputs["y"])
         hows.append({r["how"] for r in c.plan if r["op"] != "Flatten"})
-    assert hows == [{""}, {"in system memory"}]
+    # In memory mode layer by layer or (a chain of convs) depth first in bands.
+    assert hows[0] == {""} and all(h.endswith("in system memory") for h in hows[1])
     assert outs[0].tobytes() == outs[1].tobytes()
     assert steps(qmodel, c, x, "y").max() <= 1 + F32
 
