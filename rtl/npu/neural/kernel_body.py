@@ -7,7 +7,8 @@ Structure (one coefficient position per cycle at most)::
 
 * the **ring** takes a 32-bit word whenever it holds at most 96 bits, so it always holds the
   up to 24 bits one step consumes (bitmap byte + a binary16 value) while the DMA keeps up; the
-  walker reads a 24-bit window at the read pointer, which is also the stream's bit offset;
+  walker reads a 24-bit window at the read pointer, which is also the stream's bit offset
+  (for the value), and the byte at the pointer (for a chunk's bitmap: chunks start on a byte);
 * **S0** walks the chunks of 8 positions: the chunk's bitmap (read from the stream in sparse
   bodies, all positions in dense ones) is scanned lowest bit first, one set bit per cycle; an
   empty sparse chunk takes one cycle. Positions are mixed-radix numbers (output channel,
@@ -49,6 +50,15 @@ def _lowest_set(m, mask, width, name):
         with m.If(mask[i]):
             m.d.comb += idx.eq(i)
     return idx
+
+
+def _at_most_one(bits):
+    """At most one bit of ``bits`` is set (a tree of halves, no subtraction)."""
+    if len(bits) == 1:
+        return Const(1)
+    half = len(bits) // 2
+    low, high = bits[:half], bits[half:]
+    return ((_at_most_one(low) & (high == 0)) | ((low == 0) & _at_most_one(high)))
 
 
 def _radix_table(m, radix, name):
@@ -199,6 +209,13 @@ class BodyDecoder(wiring.Component):
         m.d.comb += s.window.eq(pair[s.rd_ptr[5:]].bit_select(s.rd_ptr[:5], 24))
         s.align = Signal(3)           # bit offset of the window within its byte
         m.d.comb += s.align.eq(s.rd_ptr[:3])
+        # A chunk's bitmap byte is read only at the chunk's start, and a chunk's end pads the
+        # stream to a byte: the bitmap is the byte at the pointer, a 16-way choice, not the
+        # 128-way bit window (the walker's step reads it on its one-cycle loop).
+        s.bitmap = Signal(8)
+        ring_bytes = Array(s.ring[k][8 * j:8 * j + 8]
+                           for k in range(BUFFER_WORDS) for j in range(4))
+        m.d.comb += s.bitmap.eq(ring_bytes[s.rd_ptr[3:]])
 
     def _positions(self, m, s):
         """Mixed-radix position arithmetic and the chunk bases."""
@@ -276,11 +293,11 @@ class BodyDecoder(wiring.Component):
         vbits = Signal(5)
         m.d.comb += vbits.eq(Mux(cfg.palette != 0, cfg.palette, Mux(self.fp16, 16, 8)))
 
-        head = Signal()               # this step reads the chunk's bitmap byte
+        head = Signal()               # this step reads the chunk's bitmap byte (byte-aligned)
         m.d.comb += head.eq(~s.have_chunk & cfg.sparse)
         cur = Signal(CHUNK)
         m.d.comb += cur.eq(Mux(s.have_chunk, s.pend,
-                               Mux(cfg.sparse, s.window[:8], 0xFF)
+                               Mux(cfg.sparse, s.bitmap, 0xFF)
                                & Mux(s.is_last, last_mask, 0xFF)))
         s.pick = _lowest_set(m, cur, CHUNK, "pick")
         s.any_pos = Signal()
@@ -288,15 +305,19 @@ class BodyDecoder(wiring.Component):
         m.d.comb += [s.any_pos.eq(cur != 0),
                      s.rest.eq(cur & ~(Const(1, CHUNK) << s.pick))]
         s.chunk_end = Signal()        # at most one position left (not through pick: shorter)
-        m.d.comb += s.chunk_end.eq((cur & (cur - 1)[:CHUNK]) == 0)
-        used = Signal(range(25))
-        m.d.comb += used.eq(Mux(head, 8, 0) + Mux(s.any_pos, vbits, 0))
-        pad = Signal(3)
-        m.d.comb += pad.eq(Mux(s.chunk_end, -(s.align + used), 0))
+        m.d.comb += s.chunk_end.eq(_at_most_one(cur))
+        # Bits the step consumes: `used` (the bitmap byte if read, the value if a position is
+        # left), then at the chunk's end up to the next byte. Both outcomes of `any_pos` are
+        # worked out from registers alongside the bitmap read; the bitmap only chooses.
+        used = [Signal(range(25), name=f"used{k}") for k in range(2)]
+        m.d.comb += [used[0].eq(Mux(head, 8, 0)), used[1].eq(used[0] + vbits)]
+        padded = [Signal(range(32), name=f"padded{k}") for k in range(2)]
+        m.d.comb += [padded[k].eq(used[k] + (-(s.align + used[k]))[:3]) for k in range(2)]
         s.need = Signal(range(32))
-        m.d.comb += s.need.eq(used + pad)
+        # (no position left: the chunk ends.)
+        m.d.comb += s.need.eq(Mux(s.any_pos, Mux(s.chunk_end, padded[1], used[1]), padded[0]))
         s.enough = Signal()           # (the padding is in the same byte as the value's end)
-        m.d.comb += s.enough.eq(s.cnt >= used)
+        m.d.comb += s.enough.eq(Mux(s.any_pos, s.cnt >= used[1], s.cnt >= used[0]))
         s.src = Signal(16)
         m.d.comb += s.src.eq(Mux(head, s.window[8:24], s.window[:16]))
         s.hold_slot = _lowest_set(m, s.hold_mask, slots, "hold_slot")
