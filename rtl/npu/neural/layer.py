@@ -32,15 +32,15 @@ class LayerSetup(wiring.Component):
     Members
     -------
     layer : In(layer_layout())
-        The layer registers.
+        The layer registers: read at ``go`` only in the full build (everything derived from
+        them is registered then); in the lean layer control they must hold until ``ready``.
     go : In(1)
         A layer starts: the registered members of ``geometry`` take the layer's values.
     ready : Out(1)
         ``geometry`` and ``check`` hold the layer's values in this cycle (one cycle,
-        registered): the cycle after ``go`` in the full build (``layer`` must then hold the
-        values it had at ``go``); in the lean layer control (``ne_control="lean"``) once
-        ``groups x ocpg`` has been summed by shifts and adds, up to 13 cycles later (the
-        layer registers must hold meanwhile).
+        registered): the cycle after ``go`` in the full build; in the lean layer control
+        (``ne_control="lean"``) once ``groups x ocpg`` has been summed by shifts and adds, up
+        to 13 cycles later (the layer registers must hold meanwhile).
     geometry : Out(geometry_layout(macs))
         Work-unit shape, output channels, operand formats, tile counts and halo width, all
         registered at ``go`` (``out_channels`` in the lean layer control: by ``ready``).
