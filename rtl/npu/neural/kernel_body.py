@@ -16,7 +16,8 @@ Structure (one coefficient position per cycle at most)::
   per-radix tables of ``c mod r`` and ``c div r``. The next chunk's first position is a
   register; the one after it (+16) is computed in two register stages between chunk ends;
 * **S1** and **S1b** give the item its coordinates (chunk base + bit, two digit steps per
-  stage); S1b reads the palette (written by the header decoder);
+  stage; S0 reads the first digit's table entries for the bit); S1b reads the palette
+  (written by the header decoder);
 * **S2** drops zero values, checks beats against the header's nnz and counts them down;
 * the ``coefs`` register is the output.
 """
@@ -81,16 +82,20 @@ def _digit_step(m, radix, table, value, carry, name):
     """``value + carry`` in a digit of radix ``radix``: (new value, carry out),
     combinational. ``value - radix`` is formed alongside the table lookup, so the step is one
     add and a select."""
+    mod = Signal(4, name=f"{name}_mod")
+    div = Signal(5, name=f"{name}_div")
+    m.d.comb += [mod.eq(table["mod"][carry]), div.eq(table["div"][carry])]
+    return _digit_add(m, radix, value, mod, div, name)
+
+
+def _digit_add(m, radix, value, mod, div, name):
+    """``_digit_step`` with the table's ``mod`` and ``div`` of the carry already read."""
     out = Signal(len(value), name=name)
     below = Signal(signed(8), name=f"{name}_below")
     over = Signal(signed(8), name=f"{name}_over")
-    mod = Signal(4, name=f"{name}_mod")
-    div = Signal(5, name=f"{name}_div")
     c = Signal(5, name=f"{name}_carry")
     m.d.comb += [
         below.eq(value - radix),
-        mod.eq(table["mod"][carry]),
-        div.eq(table["div"][carry]),
         over.eq(below + mod),
         out.eq(Mux(over >= 0, over, value + mod)),
         c.eq(div + (over >= 0)),
@@ -339,9 +344,11 @@ class BodyDecoder(wiring.Component):
         s1_hold = Signal()
         s1_raw = Signal(16, reset_less=True)           # raw value, or the palette index in bits 0-7
         s1_base = coord("s1_base")
-        s1_pick = Signal(3, reset_less=True)
+        # The oc digit's table entries for the item's bit, read in S0 (the bit is at most 7).
+        s1_mod = Signal(4, reset_less=True)
+        s1_div = Signal(5, reset_less=True)
         s1_slot = Signal(slot_shape(slots), reset_less=True)
-        s1_oc, s1_c1 = step(s1_base["oc"], s1_pick, "oc", "s1")
+        s1_oc, s1_c1 = _digit_add(m, s.radices["oc"], s1_base["oc"], s1_mod, s1_div, "s1_oc")
         s1_kx, s1_c2 = step(s1_base["kx"], s1_c1, "kx", "s1")
 
         # S1b: the adder's last digits; the palette is read.
@@ -424,7 +431,8 @@ class BodyDecoder(wiring.Component):
                     s1_hold.eq(s.s0_hold),
                     s1_raw.eq(Mux(self.fp16 | (cfg.palette != 0), s.src,
                                   Cat(s.src[:8], s.src[7].replicate(8)))),
-                    s1_pick.eq(s.pick),
+                    s1_mod.eq(s.tables["oc"]["mod"][s.pick]),
+                    s1_div.eq(s.tables["oc"]["div"][s.pick]),
                     s1_slot.eq(s.hold_slot),
                 ]
                 m.d.sync += [s1_base[k].eq(s.base[k]) for k in s.base]
