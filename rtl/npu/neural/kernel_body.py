@@ -90,17 +90,38 @@ def _digit_step(m, radix, table, value, carry, name):
 
 def _digit_add(m, radix, value, mod, div, name):
     """``_digit_step`` with the table's ``mod`` and ``div`` of the carry already read."""
+    out, wrap = _digit_sum(m, radix, value, mod, name)
+    c = Signal(5, name=f"{name}_carry")
+    m.d.comb += c.eq(div + wrap)
+    return out, c
+
+
+def _digit_sum(m, radix, value, mod, name):
+    """``value + mod`` in a digit of radix ``radix``: (new value, 1 if it wrapped)."""
     out = Signal(len(value), name=name)
     below = Signal(signed(8), name=f"{name}_below")
     over = Signal(signed(8), name=f"{name}_over")
-    c = Signal(5, name=f"{name}_carry")
+    wrap = Signal(name=f"{name}_wrap")
     m.d.comb += [
         below.eq(value - radix),
         over.eq(below + mod),
-        out.eq(Mux(over >= 0, over, value + mod)),
-        c.eq(div + (over >= 0)),
+        wrap.eq(over >= 0),
+        out.eq(Mux(wrap, over, value + mod)),
     ]
-    return out, c
+    return out, wrap
+
+
+def _digit_step_late(m, radix, table, value, carry, late, name):
+    """``_digit_step`` of the carry ``carry + late``, ``late`` a bit that comes late: the
+    table entries of both carries are read from ``carry`` alone, ``late`` only chooses."""
+    entries = {}
+    for key, width in (("mod", 4), ("div", 5)):
+        column = list(table[key])
+        above = Array(column[1:] + column[-1:])     # entry c + 1 (the last one repeated)
+        low, high = (Signal(width, name=f"{name}_{key}{k}") for k in ("0", "1"))
+        m.d.comb += [low.eq(table[key][carry]), high.eq(above[carry])]
+        entries[key] = Mux(late, high, low)
+    return _digit_add(m, radix, value, entries["mod"], entries["div"], name)
 
 
 def _mul_mod8(a, b):
@@ -254,10 +275,19 @@ class BodyDecoder(wiring.Component):
                   "ic": Signal(13, name="half_ic"),    # not yet stepped
                   "carry": Signal(5, name="half_carry")}
         s.half_first = Signal()       # first setup cycle: half := nxt + 8, else nxt + 16
-        half_step = Signal(5)
-        m.d.comb += half_step.eq(Mux(s.half_first, CHUNK, 2 * CHUNK))
-        half_oc, half_c1 = step(s.nxt["oc"], half_step, "oc", "ha")
-        half_kx, half_c2 = step(s.nxt["kx"], half_c1, "kx", "ha")
+        # The oc digit's carry in is 8 or 16: fixed table entries. Its carry out is the entry's
+        # div plus the wrap of its sum, which only chooses between two kx entries read
+        # alongside (this step runs once per chunk, and chunks may end in every cycle).
+        oc_table = {key: list(column) for key, column in s.tables["oc"].items()}
+        half_mod = Signal(4, name="ha_oc_mod")
+        half_div = Signal(5, name="ha_oc_div")
+        m.d.comb += [
+            half_mod.eq(Mux(s.half_first, oc_table["mod"][CHUNK], oc_table["mod"][2 * CHUNK])),
+            half_div.eq(Mux(s.half_first, oc_table["div"][CHUNK], oc_table["div"][2 * CHUNK])),
+        ]
+        half_oc, half_wrap = _digit_sum(m, s.radices["oc"], s.nxt["oc"], half_mod, "ha_oc")
+        half_kx, half_c2 = _digit_step_late(m, s.radices["kx"], s.tables["kx"], s.nxt["kx"],
+                                            half_div, half_wrap, "ha_kx")
         after_ky, after_c3 = step(s.half["ky"], s.half["carry"], "ky", "hb")
         after = {"oc": s.half["oc"], "kx": s.half["kx"], "ky": after_ky,
                  "ic": (s.half["ic"] + after_c3)[:13]}
