@@ -159,20 +159,30 @@ def _is_nan(x):
 def _f32_activation_bound(m, x, b, name):
     """ReLU ``max(x, +0)``, clamp ``min(max(x, lo), hi)`` or ``x`` itself, as ``b.relu`` and
     ``b.clamp`` say; ``max`` and ``min`` of binary32 as the model's: the quiet NaN if either
-    operand is a NaN, else by the order key (-0 < +0), the first operand on a tie. The
-    comparisons of ``x`` with each bound are made side by side, and the one of the bounds
-    with each other is ``b.ordered``, so the minimum does not wait for the maximum:
-    ``max(x, lo)`` is ``x`` or ``lo``, so ``min`` of it is ``min(x, hi)`` or ``min(lo, hi)``."""
+    operand is a NaN, else by the order key (-0 < +0), the first operand on a tie. ReLU needs
+    no comparison (``x >= +0`` by key is a clear sign bit). The clamp compares ``x`` with each
+    bound side by side, and the bounds with each other is ``b.ordered``, so the minimum does
+    not wait for the maximum: ``max(x, lo)`` is ``x`` or ``lo``, so ``min`` of it is
+    ``min(x, hi)`` or ``min(lo, hi)``. The result is one choice among ``x``, +0, ``lo``,
+    ``hi`` and the quiet NaN."""
     kx = _order_key(m, x, f"{name}_kx")
     ge_lo = Signal(name=f"{name}_ge_lo")
     le_hi = Signal(name=f"{name}_le_hi")
     m.d.comb += [ge_lo.eq(kx >= b.klo), le_hi.eq(kx <= b.khi)]
     x_nan = _is_nan(x)
-    mx = Mux(x_nan | b.lo_nan, F32_QNAN, Mux(ge_lo, x, b.lo))
-    mn = Mux(x_nan | b.lo_nan | b.hi_nan, F32_QNAN,
-             Mux(ge_lo, Mux(le_hi, x, b.hi), Mux(b.ordered, b.lo, b.hi)))
+    nan = Signal(name=f"{name}_nan")
+    take_x = Signal(name=f"{name}_x")
+    take_zero = Signal(name=f"{name}_zero")
+    take_lo = Signal(name=f"{name}_lo")
+    m.d.comb += [
+        nan.eq((b.relu & x_nan) | (b.clamp & (x_nan | b.lo_nan | b.hi_nan))),
+        take_x.eq(Mux(b.relu, ~x[31], Mux(b.clamp, ge_lo & le_hi, 1))),
+        take_zero.eq(b.relu),
+        take_lo.eq(~ge_lo & b.ordered),
+    ]
     out = Signal(32, name=name)
-    m.d.comb += out.eq(Mux(b.relu, mx, Mux(b.clamp, mn, x)))
+    m.d.comb += out.eq(Mux(nan, F32_QNAN, Mux(take_x, x, Mux(take_zero, 0,
+                                                             Mux(take_lo, b.lo, b.hi)))))
     return out
 
 
@@ -489,20 +499,17 @@ class PostProcessor(wiring.Component):
     @staticmethod
     def _bound_operands(m, act, cfg):
         """The lanes' shared operands of S14 (``_f32_activation_bound``), from the layer's
-        configuration (which holds while the layer runs): the lower bound (+0 for ReLU), its
-        order key, the upper bound's key, and whether the bounds are in order (``lo <= hi``
-        by their keys; registered, no reset: it is ready long before a layer's first
-        result)."""
+        configuration (which holds while the layer runs): the bounds, their order keys, and
+        whether they are in order (``lo <= hi`` by their keys; registered, no reset: it is
+        ready long before a layer's first result)."""
         relu = Signal(name="bound_relu")
         clamp = Signal(name="bound_clamp")
-        lo = Signal(32, name="bound_lo")
-        m.d.comb += [relu.eq(act == int(Act.RELU)), clamp.eq(act == int(Act.CLAMP)),
-                     lo.eq(Mux(relu, 0, cfg.lo))]
-        klo, khi = _order_key(m, lo, "bound_klo"), _order_key(m, cfg.hi, "bound_khi")
+        m.d.comb += [relu.eq(act == int(Act.RELU)), clamp.eq(act == int(Act.CLAMP))]
+        klo, khi = _order_key(m, cfg.lo, "bound_klo"), _order_key(m, cfg.hi, "bound_khi")
         ordered = Signal(name="bound_ordered", reset_less=True)
         m.d.sync += ordered.eq(klo <= khi)
-        return SimpleNamespace(relu=relu, clamp=clamp, lo=lo, hi=cfg.hi, klo=klo, khi=khi,
-                               lo_nan=_is_nan(lo), hi_nan=_is_nan(cfg.hi), ordered=ordered)
+        return SimpleNamespace(relu=relu, clamp=clamp, lo=cfg.lo, hi=cfg.hi, klo=klo, khi=khi,
+                               lo_nan=_is_nan(cfg.lo), hi_nan=_is_nan(cfg.hi), ordered=ordered)
 
     def _lfsrs(self, m, advance, step, sub_ctl, sub_pre, reg):
         """One LFSR per lane; returns the random bits of each lane datapath (of lane
