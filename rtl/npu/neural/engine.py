@@ -16,7 +16,7 @@ samples when the layer starts (so the next layer may be programmed while one run
 ended and aborted through the shared engine interface (``npu.lib.engine.EngineControl``).
 """
 
-from amaranth.hdl import Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Module, ResetInserter, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -157,7 +157,7 @@ class NeuralEngine(wiring.Component):
         lean = cfg.ne_control == "lean"
         for name in ("writes", "task") if lean else ("writes", "csr", "task"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(control, name))
-        at_go, layer = self._layer_registers(m, control, lean)
+        live, layer = self._layer_registers(m, control, lean)
 
         # The datapath: everything but the register file and the counters, cleared after an
         # error (the sequencer's `fail`) and by an abort.
@@ -207,7 +207,7 @@ class NeuralEngine(wiring.Component):
         geo = setup.geometry
         begin = Signal()
         dp.d.comb += [
-            setup.layer.eq(at_go), setup.go.eq(control.go),
+            setup.layer.eq(live), setup.go.eq(control.go),
             begin.eq(setup.ready & (setup.check == EngineError.NONE)),
             seq.go.eq(setup.ready), seq.check.eq(setup.check),
             dma.start.eq(begin), loader.start.eq(begin), replay.start.eq(begin),
@@ -299,13 +299,13 @@ class NeuralEngine(wiring.Component):
         return m
 
     def _layer_registers(self, m, control, lean):
-        """The layer registers (``layer_layout()``): as the layer setup reads them at `go`,
-        and as the sub-units read them from its `ready` on.
+        """The layer registers (``layer_layout()``): as the layer setup reads them at `go`
+        (the register file itself), and as the sub-units read them from its `ready` on.
 
-        Full build: the register file in the cycle of `go` (for the setup only), then a copy
-        taken at `go` until the next start, so that writes landing while a layer runs (the
-        host's; the task manager's wait in ``EngineControl``) only change the next layer; the
-        sub-units start after `go` and read only the copy. Lean build
+        Full build: the setup registers all it derives at `go`, so it reads the register file
+        only then; the sub-units read a copy taken at `go` until the next start, so that
+        writes landing while a layer runs (the host's; the task manager's wait in
+        ``EngineControl``) only change the next layer. Lean build
         (``ne_control="lean"``): the register file itself; the host's writes to the layer
         registers are refused while the core is busy (and in the cycle it starts), with the
         CSR error strobe in the next cycle, like an access to an unmapped address."""
@@ -328,6 +328,4 @@ class NeuralEngine(wiring.Component):
         held = Signal(layer_layout(), reset_less=True)
         with m.If(control.go):
             m.d.sync += held.eq(live)
-        at_go = Signal(layer_layout())
-        m.d.comb += at_go.eq(Mux(control.go, live, held))
-        return at_go, held
+        return live, held

@@ -46,8 +46,8 @@ class GroupWalker(wiring.Component):
         Combinational: the first input channel the group reads (``g0 * icpg``), modulo
         ``2**base_bits`` (row requests carry its low 12 bits).
     in_count : Out(base_bits)
-        Combinational, once every channel has been walked: input channels the group reads
-        (``(g_last - g0 + 1) * icpg``).
+        Registered, once every channel has been walked (set by each step): input channels the
+        group reads (``(g_last - g0 + 1) * icpg``).
 
     The offsets are kept in ``base_bits = max(12, (slots * 4095).bit_length())`` bits: the
     group spans at most ``slots`` convolution groups, so ``slot_base`` and ``in_count`` are
@@ -80,12 +80,12 @@ class GroupWalker(wiring.Component):
         within = Signal(12)       # index of channel `index` within its convolution group
         # Input-channel offsets, kept by adding `icpg` whenever the convolution group steps,
         # so the walker has no multiplier: `group_base = g * icpg` for channel `index`'s
-        # convolution group `g`; `first_base` and `last_base` the same for the group's first
-        # channel and the last one walked.
+        # convolution group `g`; `first_base` the same for the group's first channel. Each
+        # step sets `in_count` for the channels walked so far, so it is a register when the
+        # sequencer checks it against the buffer.
         bits = len(self.in_base)
         group_base = Signal(bits)
         first_base = Signal(bits)
-        last_base = Signal(bits)
         with m.If(self.restart):
             m.d.sync += [within.eq(0), group_base.eq(0)]
         with m.If(self.begin):
@@ -97,7 +97,7 @@ class GroupWalker(wiring.Component):
         with m.If(self.step):
             group_end = within + 1 == self.ocpg
             m.d.sync += [
-                last_base.eq(group_base),
+                self.in_count.eq(self.slot_base + self.icpg),
                 group_base.eq(Mux(group_end, group_base + self.icpg, group_base)),
                 within.eq(Mux(group_end, 0, within + 1)),
                 self.index.eq(self.index + 1),
@@ -106,6 +106,5 @@ class GroupWalker(wiring.Component):
             self.walking.eq(self.index < self.ocg),
             self.slot_base.eq(group_base - first_base),
             self.in_base.eq(first_base),
-            self.in_count.eq(last_base - first_base + self.icpg),
         ]
         return m

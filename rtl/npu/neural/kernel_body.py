@@ -7,7 +7,8 @@ Structure (one coefficient position per cycle at most)::
 
 * the **ring** takes a 32-bit word whenever it holds at most 96 bits, so it always holds the
   up to 24 bits one step consumes (bitmap byte + a binary16 value) while the DMA keeps up; the
-  walker reads a 24-bit window at the read pointer, which is also the stream's bit offset;
+  walker reads a 24-bit window at the read pointer, which is also the stream's bit offset
+  (for the value), and the byte at the pointer (for a chunk's bitmap: chunks start on a byte);
 * **S0** walks the chunks of 8 positions: the chunk's bitmap (read from the stream in sparse
   bodies, all positions in dense ones) is scanned lowest bit first, one set bit per cycle; an
   empty sparse chunk takes one cycle. Positions are mixed-radix numbers (output channel,
@@ -15,7 +16,8 @@ Structure (one coefficient position per cycle at most)::
   per-radix tables of ``c mod r`` and ``c div r``. The next chunk's first position is a
   register; the one after it (+16) is computed in two register stages between chunk ends;
 * **S1** and **S1b** give the item its coordinates (chunk base + bit, two digit steps per
-  stage); S1b reads the palette (written by the header decoder);
+  stage; S0 reads the first digit's table entries for the bit); S1b reads the palette
+  (written by the header decoder);
 * **S2** drops zero values, checks beats against the header's nnz and counts them down;
 * the ``coefs`` register is the output.
 """
@@ -51,6 +53,15 @@ def _lowest_set(m, mask, width, name):
     return idx
 
 
+def _at_most_one(bits):
+    """At most one bit of ``bits`` is set (a tree of halves, no subtraction)."""
+    if len(bits) == 1:
+        return Const(1)
+    half = len(bits) // 2
+    low, high = bits[:half], bits[half:]
+    return ((_at_most_one(low) & (high == 0)) | ((low == 0) & _at_most_one(high)))
+
+
 def _radix_table(m, radix, name):
     """For carries ``c = 0..MAX_CARRY`` into a digit of radix ``radix``: ``c mod radix`` and
     ``c div radix``, registered from ``radix``."""
@@ -71,21 +82,46 @@ def _digit_step(m, radix, table, value, carry, name):
     """``value + carry`` in a digit of radix ``radix``: (new value, carry out),
     combinational. ``value - radix`` is formed alongside the table lookup, so the step is one
     add and a select."""
+    mod = Signal(4, name=f"{name}_mod")
+    div = Signal(5, name=f"{name}_div")
+    m.d.comb += [mod.eq(table["mod"][carry]), div.eq(table["div"][carry])]
+    return _digit_add(m, radix, value, mod, div, name)
+
+
+def _digit_add(m, radix, value, mod, div, name):
+    """``_digit_step`` with the table's ``mod`` and ``div`` of the carry already read."""
+    out, wrap = _digit_sum(m, radix, value, mod, name)
+    c = Signal(5, name=f"{name}_carry")
+    m.d.comb += c.eq(div + wrap)
+    return out, c
+
+
+def _digit_sum(m, radix, value, mod, name):
+    """``value + mod`` in a digit of radix ``radix``: (new value, 1 if it wrapped)."""
     out = Signal(len(value), name=name)
     below = Signal(signed(8), name=f"{name}_below")
     over = Signal(signed(8), name=f"{name}_over")
-    mod = Signal(4, name=f"{name}_mod")
-    div = Signal(5, name=f"{name}_div")
-    c = Signal(5, name=f"{name}_carry")
+    wrap = Signal(name=f"{name}_wrap")
     m.d.comb += [
         below.eq(value - radix),
-        mod.eq(table["mod"][carry]),
-        div.eq(table["div"][carry]),
         over.eq(below + mod),
-        out.eq(Mux(over >= 0, over, value + mod)),
-        c.eq(div + (over >= 0)),
+        wrap.eq(over >= 0),
+        out.eq(Mux(wrap, over, value + mod)),
     ]
-    return out, c
+    return out, wrap
+
+
+def _digit_step_late(m, radix, table, value, carry, late, name):
+    """``_digit_step`` of the carry ``carry + late``, ``late`` a bit that comes late: the
+    table entries of both carries are read from ``carry`` alone, ``late`` only chooses."""
+    entries = {}
+    for key, width in (("mod", 4), ("div", 5)):
+        column = list(table[key])
+        above = Array(column[1:] + column[-1:])     # entry c + 1 (the last one repeated)
+        low, high = (Signal(width, name=f"{name}_{key}{k}") for k in ("0", "1"))
+        m.d.comb += [low.eq(table[key][carry]), high.eq(above[carry])]
+        entries[key] = Mux(late, high, low)
+    return _digit_add(m, radix, value, entries["mod"], entries["div"], name)
 
 
 def _mul_mod8(a, b):
@@ -199,6 +235,13 @@ class BodyDecoder(wiring.Component):
         m.d.comb += s.window.eq(pair[s.rd_ptr[5:]].bit_select(s.rd_ptr[:5], 24))
         s.align = Signal(3)           # bit offset of the window within its byte
         m.d.comb += s.align.eq(s.rd_ptr[:3])
+        # A chunk's bitmap byte is read only at the chunk's start, and a chunk's end pads the
+        # stream to a byte: the bitmap is the byte at the pointer, a 16-way choice, not the
+        # 128-way bit window (the walker's step reads it on its one-cycle loop).
+        s.bitmap = Signal(8)
+        ring_bytes = Array(s.ring[k][8 * j:8 * j + 8]
+                           for k in range(BUFFER_WORDS) for j in range(4))
+        m.d.comb += s.bitmap.eq(ring_bytes[s.rd_ptr[3:]])
 
     def _positions(self, m, s):
         """Mixed-radix position arithmetic and the chunk bases."""
@@ -232,10 +275,19 @@ class BodyDecoder(wiring.Component):
                   "ic": Signal(13, name="half_ic"),    # not yet stepped
                   "carry": Signal(5, name="half_carry")}
         s.half_first = Signal()       # first setup cycle: half := nxt + 8, else nxt + 16
-        half_step = Signal(5)
-        m.d.comb += half_step.eq(Mux(s.half_first, CHUNK, 2 * CHUNK))
-        half_oc, half_c1 = step(s.nxt["oc"], half_step, "oc", "ha")
-        half_kx, half_c2 = step(s.nxt["kx"], half_c1, "kx", "ha")
+        # The oc digit's carry in is 8 or 16: fixed table entries. Its carry out is the entry's
+        # div plus the wrap of its sum, which only chooses between two kx entries read
+        # alongside (this step runs once per chunk, and chunks may end in every cycle).
+        oc_table = {key: list(column) for key, column in s.tables["oc"].items()}
+        half_mod = Signal(4, name="ha_oc_mod")
+        half_div = Signal(5, name="ha_oc_div")
+        m.d.comb += [
+            half_mod.eq(Mux(s.half_first, oc_table["mod"][CHUNK], oc_table["mod"][2 * CHUNK])),
+            half_div.eq(Mux(s.half_first, oc_table["div"][CHUNK], oc_table["div"][2 * CHUNK])),
+        ]
+        half_oc, half_wrap = _digit_sum(m, s.radices["oc"], s.nxt["oc"], half_mod, "ha_oc")
+        half_kx, half_c2 = _digit_step_late(m, s.radices["kx"], s.tables["kx"], s.nxt["kx"],
+                                            half_div, half_wrap, "ha_kx")
         after_ky, after_c3 = step(s.half["ky"], s.half["carry"], "ky", "hb")
         after = {"oc": s.half["oc"], "kx": s.half["kx"], "ky": after_ky,
                  "ic": (s.half["ic"] + after_c3)[:13]}
@@ -276,11 +328,11 @@ class BodyDecoder(wiring.Component):
         vbits = Signal(5)
         m.d.comb += vbits.eq(Mux(cfg.palette != 0, cfg.palette, Mux(self.fp16, 16, 8)))
 
-        head = Signal()               # this step reads the chunk's bitmap byte
+        head = Signal()               # this step reads the chunk's bitmap byte (byte-aligned)
         m.d.comb += head.eq(~s.have_chunk & cfg.sparse)
         cur = Signal(CHUNK)
         m.d.comb += cur.eq(Mux(s.have_chunk, s.pend,
-                               Mux(cfg.sparse, s.window[:8], 0xFF)
+                               Mux(cfg.sparse, s.bitmap, 0xFF)
                                & Mux(s.is_last, last_mask, 0xFF)))
         s.pick = _lowest_set(m, cur, CHUNK, "pick")
         s.any_pos = Signal()
@@ -288,15 +340,19 @@ class BodyDecoder(wiring.Component):
         m.d.comb += [s.any_pos.eq(cur != 0),
                      s.rest.eq(cur & ~(Const(1, CHUNK) << s.pick))]
         s.chunk_end = Signal()        # at most one position left (not through pick: shorter)
-        m.d.comb += s.chunk_end.eq((cur & (cur - 1)[:CHUNK]) == 0)
-        used = Signal(range(25))
-        m.d.comb += used.eq(Mux(head, 8, 0) + Mux(s.any_pos, vbits, 0))
-        pad = Signal(3)
-        m.d.comb += pad.eq(Mux(s.chunk_end, -(s.align + used), 0))
+        m.d.comb += s.chunk_end.eq(_at_most_one(cur))
+        # Bits the step consumes: `used` (the bitmap byte if read, the value if a position is
+        # left), then at the chunk's end up to the next byte. Both outcomes of `any_pos` are
+        # worked out from registers alongside the bitmap read; the bitmap only chooses.
+        used = [Signal(range(25), name=f"used{k}") for k in range(2)]
+        m.d.comb += [used[0].eq(Mux(head, 8, 0)), used[1].eq(used[0] + vbits)]
+        padded = [Signal(range(32), name=f"padded{k}") for k in range(2)]
+        m.d.comb += [padded[k].eq(used[k] + (-(s.align + used[k]))[:3]) for k in range(2)]
         s.need = Signal(range(32))
-        m.d.comb += s.need.eq(used + pad)
+        # (no position left: the chunk ends.)
+        m.d.comb += s.need.eq(Mux(s.any_pos, Mux(s.chunk_end, padded[1], used[1]), padded[0]))
         s.enough = Signal()           # (the padding is in the same byte as the value's end)
-        m.d.comb += s.enough.eq(s.cnt >= used)
+        m.d.comb += s.enough.eq(Mux(s.any_pos, s.cnt >= used[1], s.cnt >= used[0]))
         s.src = Signal(16)
         m.d.comb += s.src.eq(Mux(head, s.window[8:24], s.window[:16]))
         s.hold_slot = _lowest_set(m, s.hold_mask, slots, "hold_slot")
@@ -318,9 +374,11 @@ class BodyDecoder(wiring.Component):
         s1_hold = Signal()
         s1_raw = Signal(16, reset_less=True)           # raw value, or the palette index in bits 0-7
         s1_base = coord("s1_base")
-        s1_pick = Signal(3, reset_less=True)
+        # The oc digit's table entries for the item's bit, read in S0 (the bit is at most 7).
+        s1_mod = Signal(4, reset_less=True)
+        s1_div = Signal(5, reset_less=True)
         s1_slot = Signal(slot_shape(slots), reset_less=True)
-        s1_oc, s1_c1 = step(s1_base["oc"], s1_pick, "oc", "s1")
+        s1_oc, s1_c1 = _digit_add(m, s.radices["oc"], s1_base["oc"], s1_mod, s1_div, "s1_oc")
         s1_kx, s1_c2 = step(s1_base["kx"], s1_c1, "kx", "s1")
 
         # S1b: the adder's last digits; the palette is read.
@@ -403,7 +461,8 @@ class BodyDecoder(wiring.Component):
                     s1_hold.eq(s.s0_hold),
                     s1_raw.eq(Mux(self.fp16 | (cfg.palette != 0), s.src,
                                   Cat(s.src[:8], s.src[7].replicate(8)))),
-                    s1_pick.eq(s.pick),
+                    s1_mod.eq(s.tables["oc"]["mod"][s.pick]),
+                    s1_div.eq(s.tables["oc"]["div"][s.pick]),
                     s1_slot.eq(s.hold_slot),
                 ]
                 m.d.sync += [s1_base[k].eq(s.base[k]) for k in s.base]

@@ -32,18 +32,18 @@ class LayerSetup(wiring.Component):
     Members
     -------
     layer : In(layer_layout())
-        The layer registers.
+        The layer registers: read at ``go`` only in the full build (everything derived from
+        them is registered then); in the lean layer control they must hold until ``ready``.
     go : In(1)
         A layer starts: the registered members of ``geometry`` take the layer's values.
     ready : Out(1)
         ``geometry`` and ``check`` hold the layer's values in this cycle (one cycle,
-        registered): the cycle after ``go`` in the full build (``layer`` must then hold the
-        values it had at ``go``); in the lean layer control (``ne_control="lean"``) once
-        ``groups x ocpg`` has been summed by shifts and adds, up to 13 cycles later (the
-        layer registers must hold meanwhile).
+        registered): the cycle after ``go`` in the full build; in the lean layer control
+        (``ne_control="lean"``) once ``groups x ocpg`` has been summed by shifts and adds, up
+        to 13 cycles later (the layer registers must hold meanwhile).
     geometry : Out(geometry_layout(macs))
-        Work-unit shape, output channels, operand formats (registered at ``go``), tile counts
-        and halo width (combinational, from the registered shape and the layer registers).
+        Work-unit shape, output channels, operand formats, tile counts and halo width, all
+        registered at ``go`` (``out_channels`` in the lean layer control: by ``ready``).
     check : Out(EngineError)
         Valid with ``ready`` (registered at ``go`` in the full build, combinational in the
         lean one): ``FORMAT`` (the MAC format is not built),
@@ -78,24 +78,31 @@ class LayerSetup(wiring.Component):
         # no wider than the limit needs).
         limit = neural_spec.out_channel_limit(self._config)
         over = self._out_channels(m, limit)
-        # Registered at the start: the work-unit shape and the operand formats.
+        # Registered at the start: the work-unit shape, the operand formats, the work-unit
+        # tiles (ceil(out / H) rows, ceil(out / W) columns) and the halo row's width. The
+        # tiles are the loop limits of every process: as registers, the start's path (the
+        # core's `go` through the layer copy's multiplexer) ends here, not in the loops.
+        unit_w = Signal.like(geo.unit_w)
+        unit_h = Signal.like(geo.unit_h)
+        log2h = Signal.like(geo.log2h)
+        m.d.comb += [
+            unit_w.eq(Const(1, 1) << layer.log2w),
+            unit_h.eq(Const(n, n.bit_length() + 1) >> layer.log2w),
+            log2h.eq(log2n - layer.log2w),
+        ]
         with m.If(self.go):
             m.d.sync += [
-                geo.unit_w.eq(Const(1, 1) << layer.log2w),
-                geo.unit_h.eq(Const(n, n.bit_length() + 1) >> layer.log2w),
-                geo.log2h.eq(log2n - layer.log2w),
+                geo.unit_w.eq(unit_w),
+                geo.unit_h.eq(unit_h),
+                geo.log2h.eq(log2h),
                 geo.fp_data.eq((layer.fmt == MacFormat.FP16) | (layer.fmt == MacFormat.F16I8)),
                 geo.fp_coef.eq((layer.fmt == MacFormat.FP16) | (layer.fmt == MacFormat.I8F16)),
                 geo.is_int.eq(layer.fmt == MacFormat.INT8),
+                geo.tiles_y.eq((layer.out_h + unit_h - 1) >> log2h),
+                geo.tiles_x.eq((layer.out_w + unit_w - 1) >> layer.log2w),
+                geo.halo_w.eq(narrow_mul(unit_w - 1, layer.stride, len(geo.halo_w))
+                              + narrow_mul(layer.kw - 1, layer.dilation, len(geo.halo_w)) + 1),
             ]
-
-        # Work-unit tiles: ceil(out / H) rows, ceil(out / W) columns; the halo row's width.
-        m.d.comb += [
-            geo.tiles_y.eq((layer.out_h + geo.unit_h - 1) >> geo.log2h),
-            geo.tiles_x.eq((layer.out_w + geo.unit_w - 1) >> layer.log2w),
-            geo.halo_w.eq(narrow_mul(geo.unit_w - 1, layer.stride, len(geo.halo_w))
-                          + narrow_mul(layer.kw - 1, layer.dilation, len(geo.halo_w)) + 1),
-        ]
 
         # The checks that need only the registers.
         size_limit = neural_spec.out_size_limit(self._config)

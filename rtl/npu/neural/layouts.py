@@ -66,10 +66,10 @@ def geometry_layout(macs):
     fp_data        the data operand is binary16 (registered)
     fp_coef        the coefficient operand is binary16 (registered)
     is_int         int8 x int8: int32 accumulators (registered)
-    tiles_y        work units down the output, ``ceil(out_h / H)`` (combinational)
-    tiles_x        work units across the output, ``ceil(out_w / W)`` (combinational)
+    tiles_y        work units down the output, ``ceil(out_h / H)`` (registered)
+    tiles_x        work units across the output, ``ceil(out_w / W)`` (registered)
     halo_w         inputs a lane row needs per kernel row, ``(W-1)*stride + (kw-1)*dilation
-                   + 1`` (combinational)
+                   + 1`` (registered)
     ============== ========================================================================
     """
     log2n = ceil_log2(macs)

@@ -17,6 +17,8 @@ Per-slot parameters come in groups on ``params`` and fill one of two banks; resu
 oldest full bank and release it after the group's last result.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -154,17 +156,33 @@ def _is_nan(x):
     return (x[23:31] == 0xFF) & (x[:23] != 0)
 
 
-def _f32_max(m, a, b, name):
+def _f32_activation_bound(m, x, b, name):
+    """ReLU ``max(x, +0)``, clamp ``min(max(x, lo), hi)`` or ``x`` itself, as ``b.relu`` and
+    ``b.clamp`` say; ``max`` and ``min`` of binary32 as the model's: the quiet NaN if either
+    operand is a NaN, else by the order key (-0 < +0), the first operand on a tie. ReLU needs
+    no comparison (``x >= +0`` by key is a clear sign bit). The clamp compares ``x`` with each
+    bound side by side, and the bounds with each other is ``b.ordered``, so the minimum does
+    not wait for the maximum: ``max(x, lo)`` is ``x`` or ``lo``, so ``min`` of it is
+    ``min(x, hi)`` or ``min(lo, hi)``. The result is one choice among ``x``, +0, ``lo``,
+    ``hi`` and the quiet NaN."""
+    kx = _order_key(m, x, f"{name}_kx")
+    ge_lo = Signal(name=f"{name}_ge_lo")
+    le_hi = Signal(name=f"{name}_le_hi")
+    m.d.comb += [ge_lo.eq(kx >= b.klo), le_hi.eq(kx <= b.khi)]
+    x_nan = _is_nan(x)
+    nan = Signal(name=f"{name}_nan")
+    take_x = Signal(name=f"{name}_x")
+    take_zero = Signal(name=f"{name}_zero")
+    take_lo = Signal(name=f"{name}_lo")
+    m.d.comb += [
+        nan.eq((b.relu & x_nan) | (b.clamp & (x_nan | b.lo_nan | b.hi_nan))),
+        take_x.eq(Mux(b.relu, ~x[31], Mux(b.clamp, ge_lo & le_hi, 1))),
+        take_zero.eq(b.relu),
+        take_lo.eq(~ge_lo & b.ordered),
+    ]
     out = Signal(32, name=name)
-    ka, kb = _order_key(m, a, f"{name}_ka"), _order_key(m, b, f"{name}_kb")
-    m.d.comb += out.eq(Mux(_is_nan(a) | _is_nan(b), F32_QNAN, Mux(ka >= kb, a, b)))
-    return out
-
-
-def _f32_min(m, a, b, name):
-    out = Signal(32, name=name)
-    ka, kb = _order_key(m, a, f"{name}_ka"), _order_key(m, b, f"{name}_kb")
-    m.d.comb += out.eq(Mux(_is_nan(a) | _is_nan(b), F32_QNAN, Mux(ka <= kb, a, b)))
+    m.d.comb += out.eq(Mux(nan, F32_QNAN, Mux(take_x, x, Mux(take_zero, 0,
+                                                             Mux(take_lo, b.lo, b.hi)))))
     return out
 
 
@@ -361,6 +379,8 @@ class PostProcessor(wiring.Component):
         RELU, CLAMP, LEAKY, ABS = int(Act.RELU), int(Act.CLAMP), int(Act.LEAKY), int(Act.ABS)
         SIGMOID, TANH, GELU, EXP = (int(Act.SIGMOID), int(Act.TANH), int(Act.GELU),
                                     int(Act.EXP))
+        if has_float:
+            bound = self._bound_operands(m, act, cfg)
         for i in range(units):
             acc0 = reg(lane_mux([r.acc[n] for n in range(lanes)], i), f"acc0_{i}", 32)
 
@@ -465,9 +485,7 @@ class PostProcessor(wiring.Component):
             # S13: register the sum.
             s13 = reg(adder.result, f"s13_{i}")
             # S14: ReLU = max(x, +0); clamp = min(max(x, lo), hi).
-            mx = _f32_max(m, s13, Mux(act == RELU, 0, cfg.lo), f"max_{i}")
-            mn = _f32_min(m, mx, cfg.hi, f"min_{i}")
-            c14 = reg(Mux(act == RELU, mx, Mux(act == CLAMP, mn, s13)), f"c14_{i}", 32)
+            c14 = reg(_f32_activation_bound(m, s13, bound, f"bound_{i}"), f"c14_{i}", 32)
 
             # S15, S16: to binary16 or int8: the significand shifted to its place (S15), then
             # rounded and packed.
@@ -477,6 +495,21 @@ class PostProcessor(wiring.Component):
                         Mux(int_ctl, int_val.as_signed(), Mux(cfg.out_fp16, f16, i8)))
             output(i, value)
         return m
+
+    @staticmethod
+    def _bound_operands(m, act, cfg):
+        """The lanes' shared operands of S14 (``_f32_activation_bound``), from the layer's
+        configuration (which holds while the layer runs): the bounds, their order keys, and
+        whether they are in order (``lo <= hi`` by their keys; registered, no reset: it is
+        ready long before a layer's first result)."""
+        relu = Signal(name="bound_relu")
+        clamp = Signal(name="bound_clamp")
+        m.d.comb += [relu.eq(act == int(Act.RELU)), clamp.eq(act == int(Act.CLAMP))]
+        klo, khi = _order_key(m, cfg.lo, "bound_klo"), _order_key(m, cfg.hi, "bound_khi")
+        ordered = Signal(name="bound_ordered", reset_less=True)
+        m.d.sync += ordered.eq(klo <= khi)
+        return SimpleNamespace(relu=relu, clamp=clamp, lo=cfg.lo, hi=cfg.hi, klo=klo, khi=khi,
+                               lo_nan=_is_nan(cfg.lo), hi_nan=_is_nan(cfg.hi), ordered=ordered)
 
     def _lfsrs(self, m, advance, step, sub_ctl, sub_pre, reg):
         """One LFSR per lane; returns the random bits of each lane datapath (of lane

@@ -94,7 +94,8 @@ class Sequencer(wiring.Component):
     read_addr : Out(range(2 * buffer_rows)), read_en : Out(1)
         The input-buffer row read for the beat in S0.
     kx : Out(4)
-        Kernel column of the beat in S1 (for the shifter).
+        Kernel column of the beat in S0, whose rows are read (for the shifter, which takes it
+        with ``read_en`` and applies it to the rows in S1).
     lanes : In(data.ArrayLayout(16, macs))
         The shifter's output: each lane's input for the beat in S1, or with
         ``ne_shift_stages`` 1 for the beat in the stage after S1.
@@ -335,7 +336,7 @@ class Sequencer(wiring.Component):
                            + beat.ky),
                 s1.eq(s0), s1_valid.eq(s0_valid),
             ]
-        m.d.comb += [self.read_addr.eq(s0_addr), self.read_en.eq(advance), self.kx.eq(s1.kx)]
+        m.d.comb += [self.read_addr.eq(s0_addr), self.read_en.eq(advance), self.kx.eq(s0.kx)]
 
         # The shifter's own stages: the beat and its bias wait there for its lanes.
         late, late_valid, late_bias = s1, s1_valid, bias_read

@@ -22,9 +22,11 @@ for a column only the widest shape reads); each level's 2:1 multiplexer is built
 those rotations differ in the level's bit (:func:`_shift_demand`; widest step first, which
 on the presets' rows needs no more multiplexers than any other order). The halo check keeps
 every entry a lane reads inside the row (``r + x < row_values``), so nothing wraps around.
-:class:`StrideOrder` is built only for the strides some shape can take. The shifter is
+:class:`StrideOrder` is built only for the strides some shape can take. The rotation ``r`` is
+worked out from the beat's kernel column a cycle early, as its rows are read (``en``), and
+registered, so the wide multiplexers' selects come from a register. The shifter is then
 combinational, or with ``stages=1`` (``NPUConfig.ne_shift_stages``) has a register after its
-first two levels, loaded when ``en`` is high: the lanes then answer the inputs of the last
+first two levels, loaded when ``en`` is high: the lanes then answer the rows of the last
 cycle ``en`` was high in.
 """
 
@@ -165,18 +167,20 @@ class Shifter(wiring.Component):
     Members
     -------
     en : In(1)
-        With ``stages=1``: load the register (the inputs move on). Not read with
-        ``stages=0``.
+        The input buffer reads the next beat's rows: take its ``kx``, and with ``stages=1``
+        load the register (the rows move on).
     rows : In(data.ArrayLayout(data.ArrayLayout(bits, row_values), max_rows))
         The halo row of each lane row, in stride order (:class:`StrideOrder`).
     kx : In(4)
-        Kernel column of the beat.
+        Kernel column of the beat whose rows are read in this cycle, taken with ``en``: it
+        applies to the ``rows`` of the next cycle.
     dilation, stride : In(3)
         The layer's dilation and stride.
     log2w : In(4)
         The work-unit shape: ``W = 2**log2w``.
     lanes : Out(data.ArrayLayout(bits, macs))
-        Each lane's input: combinational, or ``stages`` cycles of ``en`` late.
+        Each lane's input: combinational from ``rows`` (with the ``kx`` taken at the last
+        ``en``), or ``stages`` cycles of ``en`` late.
     """
 
     def __init__(self, config, max_rows, row_values, bits=16, stages=0):
@@ -236,8 +240,13 @@ class Shifter(wiring.Component):
                                     with m.Case(o):
                                         m.d.comb += r.eq(rot)
 
-        # With a register: after the first two levels, with the rotation the later levels
-        # still apply.
+        # The rotation of the beat whose rows come next (no reset: data, like the rows).
+        r_now = Signal.like(r, name="r_now", reset_less=True)
+        with m.If(self.en):
+            m.d.sync += r_now.eq(r)
+        r = r_now
+        # With a register: after the first two levels (the widest), with the rotation the
+        # later levels still apply.
         cut = 2 if self._stages else None
         r_late = r
         if self._stages:

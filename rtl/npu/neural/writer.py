@@ -111,8 +111,14 @@ class Writer(wiring.Component):
                     with m.Case(lw):
                         rows = [res.values[(y << lw) + x] for y in range(n >> lw)]
                         m.d.comb += o.values[x].eq(Array(rows)[pos.y])
-        row_inside = Signal()
-        m.d.comb += row_inside.eq((pos.ty << geo.log2h) + pos.y < layer.out_h)
+        # The row lies inside the layer: a register, worked out for the loop's next position
+        # as it advances (so the shift, add and compare are not on the way to `res.ready`,
+        # which the post-processor's pipeline enable follows).
+        row_inside = Signal(reset_less=True)
+        with m.If(loop.restart):
+            m.d.sync += row_inside.eq(layer.out_h != 0)
+        with m.Elif(loop.advance):
+            m.d.sync += row_inside.eq((loop.next.ty << geo.log2h) + loop.next.y < layer.out_h)
 
         with m.FSM():
             with m.State("IDLE"):

@@ -294,6 +294,37 @@ def test_exp_every_segment():
     assert np.nanmin(vals) == 0.0 and np.nanmax(vals) == 1.0 and len(np.unique(got)) > 60
 
 
+def test_clamp_bounds_in_any_order():
+    """ReLU and clamp bit for bit against the model with bounds in either order, equal, of
+    either zero sign, infinite or NaN, on inputs at and around the bounds, the zeros, the
+    infinities and NaN (the maximum and the minimum are worked out side by side in the RTL)."""
+    rng = np.random.default_rng(15)
+    nan, inf, minf, mzero = 0x7FC00000, 0x7F800000, 0xFF800000, 0x80000000
+    bounds = [(f32(-1.5), f32(2.0)), (f32(2.0), f32(-1.5)), (f32(0.75), f32(0.75)),
+              (mzero, 0), (0, mzero), (minf, inf), (inf, minf), (nan, f32(1.0)),
+              (f32(-1.0), nan), (f32(-3.0), f32(-2.0))]
+    edges = sorted({b for pair in bounds for b in pair if b != nan})
+    acc = [0, mzero, inf, minf, nan, 0xFFC00001, f32(1e-40), f32(-1e-40)]
+    for b in edges:      # each bound and its neighbours
+        acc += [b, (b + 1) & 0xFFFFFFFF, (b - 1) & 0xFFFFFFFF]
+    acc += [f32(v) for v in rng.uniform(-4, 4, 24)]
+    lanes = TINY.macs
+    acc = np.array(acc + [0] * (-len(acc) % lanes), np.uint32)
+    layers = []
+    for lo, hi in bounds:
+        for act in (Act.CLAMP, Act.RELU):
+            cfg = PostprocConfig(out_fp16=True, act=act, lo=lo, hi=hi)
+            groups = [[(0, F32_ONE, 0)] for _ in range(0, len(acc), lanes)]
+            results = [(gm.FMT_FP16, 0, acc[k:k + lanes]) for k in range(0, len(acc), lanes)]
+            layers.append((cfg, groups, results))
+    report = check(TINY, layers, seed=15)
+    # Not vacuous: bounds out of order clamp everything to hi (here -1.5, 0xBE00 in binary16)
+    # but the NaNs.
+    swapped = np.concatenate([v for _, v in report[2][0]])
+    nans = np.count_nonzero(((acc >> 23) & 0xFF == 0xFF) & (acc & 0x7FFFFF != 0))
+    assert nans >= 4 and np.count_nonzero(swapped == 0xBE00) == len(acc) - nans
+
+
 def test_errors_sticky_and_zeros():
     """Unsupported combinations give zeros and set the sticky flag; results still flow; the
     flag stays set over later good beats until cleared; a good layer leaves it clear."""

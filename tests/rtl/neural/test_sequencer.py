@@ -28,8 +28,8 @@ def lane_value(addr, kx, lane):
 
 class Bench(Elaboratable):
     """The sequencer with the stand-in input buffer (read in one cycle) and a stand-in
-    shifter with ``stages`` registers (``ne_shift_stages``), loaded on ``read_en`` as the real
-    one's."""
+    shifter that takes the beat's ``kx`` with the read and has ``stages`` registers
+    (``ne_shift_stages``), loaded on ``read_en`` as the real one's."""
 
     def __init__(self, stages=0):
         self.stages = stages
@@ -39,9 +39,10 @@ class Bench(Elaboratable):
         m = Module()
         m.submodules.seq = seq = self.seq
         held = Signal.like(seq.read_addr)
+        kx = Signal.like(seq.kx)
         with m.If(seq.read_en):
-            m.d.sync += held.eq(seq.read_addr)
-        lanes = [(((held << 4) | seq.kx) + i)[:16] for i in range(CONFIG.macs)]
+            m.d.sync += [held.eq(seq.read_addr), kx.eq(seq.kx)]
+        lanes = [(((held << 4) | kx) + i)[:16] for i in range(CONFIG.macs)]
         for k in range(self.stages):
             late = [Signal(16, name=f"lane{i}_stage{k}") for i in range(CONFIG.macs)]
             with m.If(seq.read_en):

@@ -47,15 +47,22 @@ def test_against_model(config):
             rows = [[rng.randrange(1 << bits) for _ in range(row_values)]
                     for _ in range(max_rows)]
             order = stride_order(row_values, stride)
-            ctx.set(dut.rows, [[row[e] for e in order] for row in rows])
+            # The beat's kx is taken as its rows are read; the rows come in the next cycle,
+            # with another beat's kx on the port.
             for name, value in (("kx", kx), ("stride", stride), ("dilation", dilation),
                                 ("log2w", log2w)):
                 ctx.set(getattr(dut, name), value)
+            ctx.set(dut.en, 1)
+            await ctx.tick()
+            ctx.set(dut.en, 0)
+            ctx.set(dut.kx, rng.randint(0, 15))
+            ctx.set(dut.rows, [[row[e] for e in order] for row in rows])
             lanes = ctx.get(dut.lanes)
             assert [lanes[i] for i in range(n)] == \
                 lane_inputs(rows, kx, dilation, stride, log2w, n), (log2w, stride, dilation, kx)
 
-    sim = Simulator(dut)       # combinational: no clock
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
     sim.add_testbench(tb)
     sim.run()
 
@@ -118,8 +125,8 @@ def test_shift_beats_are_the_layers_that_run(name):
 
 @pytest.mark.parametrize("name", ["ulx3s", "icebreaker"])
 def test_one_stage(name):
-    """With ``stages=1`` the lanes answer the inputs of the last cycle ``en`` was high in; a
-    cycle with ``en`` low changes nothing."""
+    """With ``stages=1`` the lanes answer the rows of the last cycle ``en`` was high in (with
+    the ``kx`` taken at the ``en`` before); a cycle with ``en`` low changes nothing."""
     config = preset(name)
     max_rows, row_values, _ = engine_geometry(config)
     bits = value_bits(config)
@@ -144,8 +151,14 @@ def test_one_stage(name):
         for _ in range(60):
             inputs, expect = beat()
             for name, value in inputs.items():
-                ctx.set(getattr(dut, name), value)
+                if name != "rows":
+                    ctx.set(getattr(dut, name), value)
             ctx.set(dut.en, 1)
+            await ctx.tick()
+            # The rows come a cycle after the beat's kx (the next beat's kx with them).
+            other, _ = beat()
+            ctx.set(dut.rows, inputs["rows"])
+            ctx.set(dut.kx, other["kx"])
             await ctx.tick()
             # The next beat's inputs (its stride and shape are the layer's, so they stay).
             other, _ = beat()
