@@ -93,13 +93,17 @@ def steps(model, compiled, inputs, name):
     return np.abs(got.astype(np.float64) - ref) / spec["scale"]
 
 
-@pytest.mark.parametrize("symmetric", [True, False], ids=["int8-sym", "uint8-asym"])
-@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
-@pytest.mark.parametrize("shape", [
+# The conv layers the QDQ tests run (``_float_conv_model`` arguments), with their test ids.
+CONV_SHAPES = pytest.mark.parametrize("shape", [
     {"seed": 1},
     {"seed": 2, "groups": 2, "stride": 2},
     {"seed": 3, "groups": 4, "pad": 0, "relu": False},
 ], ids=["3x3", "grouped-strided", "depthwise-unpadded"])
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["int8-sym", "uint8-asym"])
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
+@CONV_SHAPES
 def test_qdq_layers_within_one_step_of_onnxruntime(tmp_path, symmetric, per_channel, shape):
     model = _float_conv_model(**shape)
     rng = np.random.default_rng(10)

@@ -18,7 +18,7 @@ from npu_runtime.runtime import run
 from npu_spec.config import preset
 
 from .models import _init
-from .test_qdq import _float_conv_model, _opset, quantize, steps
+from .test_qdq import CONV_SHAPES, _float_conv_model, _opset, quantize, steps
 
 pytest.importorskip("onnxruntime.quantization")
 
@@ -74,11 +74,7 @@ def test_qdq_network_beyond_the_buffer(tmp_path, symmetric):
 
 
 @pytest.mark.parametrize("symmetric", [True, False], ids=["int8-sym", "uint8-asym"])
-@pytest.mark.parametrize("shape", [
-    {"seed": 1},
-    {"seed": 2, "groups": 2, "stride": 2},
-    {"seed": 3, "groups": 4, "pad": 0, "relu": False},
-], ids=["3x3", "grouped-strided", "depthwise-unpadded"])
+@CONV_SHAPES
 def test_qdq_memory_mode_equals_buffer_bit_for_bit(tmp_path, symmetric, shape):
     """The layers of ``test_qdq.py`` at 14x14: in the buffer on ``small``, in system memory
     with a 2 KiB buffer (1,024 elements: not the first conv's 784 input and 784 output
